@@ -1,0 +1,112 @@
+"""Value semantics shared by every stage (SPEC §2–3): field lookup, string form, numbers,
+text tokens and event time. Pure Python, so the parse stage, the tests and any reference
+evaluator agree on one definition."""
+
+from __future__ import annotations
+
+import calendar
+import math
+import re
+from datetime import datetime
+from typing import Any
+
+# A value is "numeric" when it is a JSON number or a string in this shape. Stricter than
+# float(): no whitespace, no "nan"/"inf", no "1_000" — those are not numbers in a log.
+NUMERIC_STRING = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+# Text analysis: maximal runs of letters, digits and "_" (Python's Unicode \w).
+TOKEN = re.compile(r"\w+")
+
+_MISSING = object()
+
+
+def lookup(doc: dict[str, Any], path: str) -> Any:
+    """Return the value at ``path``: the top-level key ``path`` if present and not null,
+    else the nested path split on dots. ``None`` means missing (JSON null counts as
+    missing)."""
+    value = doc.get(path)
+    if value is not None:
+        return value
+    if "." not in path:
+        return None
+    node: Any = doc
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+        if node is None:
+            return None
+    return node
+
+
+def string_form(value: Any) -> str | None:
+    """The string form of a scalar JSON value; ``None`` for missing, objects and arrays.
+
+    Integers print without a decimal point, other numbers in Python's shortest round-trip
+    form (``1.5``, ``1.0``, ``1e-07``), booleans as ``true``/``false``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    return None
+
+
+def number(value: Any) -> float | None:
+    """The numeric value of a JSON number or numeric string; ``None`` otherwise (booleans,
+    non-finite values and anything else are not numeric)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        result = float(value)
+    elif isinstance(value, str) and NUMERIC_STRING.fullmatch(value):
+        result = float(value)
+    else:
+        return None
+    return result if math.isfinite(result) else None
+
+
+def text_tokens(text: str) -> list[str]:
+    """Analyse a text value: lower-cased maximal runs of letters, digits and ``_``."""
+    return TOKEN.findall(text.lower())
+
+
+def padded_tokens(text: str) -> str:
+    """Tokens joined by single spaces with a space at each end, so that a contiguous token
+    sequence is a plain substring search (" a b " in " x a b y ")."""
+    return " " + " ".join(text_tokens(text)) + " "
+
+
+def parse_timestamp(value: Any) -> int | None:
+    """Event time in epoch milliseconds: a JSON number is epoch ms (fraction floored); a
+    string must be ISO-8601 with ``Z`` or an offset. ``None`` when unusable."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return math.floor(value) if math.isfinite(value) else None
+    if not isinstance(value, str) or len(value) < 11 or not value[:4].isdigit():
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        return None
+    return calendar.timegm(parsed.utctimetuple()) * 1000 + parsed.microsecond // 1000
+
+
+def label_name(field: str) -> str:
+    """Label name for a group-by field: characters outside ``[a-zA-Z0-9_]`` become ``_``."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", field)
+
+
+def window_start(ts_ms: int) -> int:
+    """Start of the one-minute tumbling window holding ``ts_ms``."""
+    return ts_ms // 60_000 * 60_000
