@@ -1,0 +1,130 @@
+"""The ``l2m`` command line (SPEC §5)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from l2m.errors import Problem, RuleValidationError
+from l2m.query import QueryConfig
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _fields(text: str) -> tuple[str, ...]:
+    return tuple(f.strip() for f in text.split(",") if f.strip())
+
+
+def _add_query_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--text-fields", type=_fields, default=("message",), metavar="F,F",
+                        help="fields analysed as text (default: message)")
+    parser.add_argument("--default-fields", type=_fields, default=("message",), metavar="F,F",
+                        help="fields searched by terms without a field (default: message)")
+
+
+def _query_config(args: argparse.Namespace) -> QueryConfig:
+    return QueryConfig(text_fields=args.text_fields, default_fields=args.default_fields)
+
+
+def _print_problems(problems: Sequence[Problem]) -> None:
+    order = {p.file: i for i, p in reversed(list(enumerate(problems)))}
+    for problem in sorted(problems, key=lambda p: (order[p.file], p.line, p.column)):
+        print(problem, file=sys.stderr)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from l2m.rules import load_rules
+
+    try:
+        ruleset = load_rules(args.paths, _query_config(args))
+    except RuleValidationError as exc:
+        _print_problems(exc.problems)
+        errors = sum(1 for p in exc.problems if p.severity == "error")
+        print(f"{errors} error(s)", file=sys.stderr)
+        return 1
+    _print_problems(ruleset.warnings)
+    files = len({r.file for r in ruleset.rules})
+    disabled = len(ruleset.rules) - len(ruleset.enabled)
+    print(f"ok: {len(ruleset.rules)} rules in {files} file(s)"
+          + (f", {disabled} disabled" if disabled else ""))
+    return 0
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from l2m.rules import load_rules
+
+    try:
+        ruleset = load_rules(args.rules, _query_config(args))
+    except RuleValidationError as exc:
+        _print_problems(exc.problems)
+        return 1
+    missing = [p for p in args.input if not Path(p).exists()]
+    if missing:
+        for path in missing:
+            print(f"{path}: no such file or directory [FILE_NOT_FOUND]", file=sys.stderr)
+        return 1
+    from l2m.backfill import run_backfill
+    from l2m.session import build_session
+
+    spark = build_session(args.master, "l2m-backfill")
+    try:
+        summary = run_backfill(spark, ruleset.rules, args.input, args.output,
+                               args.timestamp_field, progress=not args.quiet)
+    finally:
+        spark.stop()
+    if not args.quiet:
+        print(summary.render(), file=sys.stderr)
+    print(f"wrote {summary.samples} samples to {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Until the streaming demo lands: backfill the bundled sample with the example rules."""
+    out = Path(args.output)
+    ns = argparse.Namespace(
+        rules=[str(PACKAGE_ROOT / "rules")], input=[str(PACKAGE_ROOT / "samples")],
+        output=str(out), master="local[*]", timestamp_field="@timestamp", quiet=False,
+        text_fields=("message",), default_fields=("message",),
+    )
+    code = cmd_backfill(ns)
+    if code == 0:
+        for line in out.read_text().splitlines()[: args.show]:
+            print(line)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="l2m", description="Logs to metrics on Spark.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check rule files")
+    p.add_argument("paths", nargs="+", help="rule files or directories")
+    _add_query_options(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("backfill", help="run the rules over JSON-lines files (Spark batch)")
+    p.add_argument("--rules", nargs="+", required=True, help="rule files or directories")
+    p.add_argument("--input", nargs="+", required=True, help="JSON-lines files or directories")
+    p.add_argument("--output", required=True, help="file to write samples to (JSON lines)")
+    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--timestamp-field", default="@timestamp")
+    p.add_argument("--quiet", action="store_true", help="no progress, no summary")
+    _add_query_options(p)
+    p.set_defaults(func=cmd_backfill)
+
+    p = sub.add_parser("demo", help="the embedded default: example rules on sample logs")
+    p.add_argument("--output", default="out/demo-samples.jsonl")
+    p.add_argument("--show", type=int, default=20, help="samples to print")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

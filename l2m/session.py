@@ -1,0 +1,44 @@
+"""Spark session set-up shared by every command and the tests."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+LOG4J = Path(__file__).with_name("log4j2.properties")
+
+DEFAULTS: dict[str, str] = {
+    # Loopback only: nothing of ours listens on other interfaces.
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+    "spark.driver.memory": "2g",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.python.worker.reuse": "true",
+}
+
+
+def build_session(master: str = "local[*]", app_name: str = "l2m",
+                  conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A Spark session whose Python workers run this interpreter (so they see l2m and its
+    dependencies, with or without an activated venv)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    cores = os.cpu_count() or 2
+    settings = {"spark.sql.shuffle.partitions": str(max(4, 2 * cores)), **DEFAULTS,
+                **(conf or {})}
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
