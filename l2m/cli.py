@@ -95,6 +95,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    import gzip
+
+    from l2m.generator import GeneratorConfig, LogGenerator
+
+    gen = LogGenerator(GeneratorConfig(seed=args.seed, rate_per_s=args.rate,
+                                       malformed_ratio=args.malformed, late_ratio=args.late,
+                                       no_timestamp_ratio=args.no_timestamp))
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if out.suffix == ".gz" else open
+    with opener(out, "wb") as f:  # type: ignore[operator]
+        for line in gen.lines(args.lines):
+            f.write(line + b"\n")
+    print(f"wrote {args.lines} lines to {out}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="l2m", description="Logs to metrics on Spark.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -113,6 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress, no summary")
     _add_query_options(p)
     p.set_defaults(func=cmd_backfill)
+
+    p = sub.add_parser("generate", help="write realistic JSON logs (for trying rules)")
+    p.add_argument("--lines", type=int, default=10_000)
+    p.add_argument("--output", required=True, help="JSON-lines file (.gz to compress)")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--rate", type=float, default=50.0, help="logs per second of event time")
+    p.add_argument("--malformed", type=float, default=0.0, help="share of malformed lines")
+    p.add_argument("--late", type=float, default=0.0, help="share of late logs")
+    p.add_argument("--no-timestamp", type=float, default=0.0, help="share without @timestamp")
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("demo", help="the embedded default: example rules on sample logs")
     p.add_argument("--output", default="out/demo-samples.jsonl")

@@ -188,6 +188,9 @@ def _reason(exc: Exception) -> str:
     match = re.search(r"Illegal character '(.)", text)
     if match and match.group(1) == '"':
         return "unterminated phrase (missing closing '\"')"
+    if match and match.group(1) == "/":
+        return ("'/' starts a regular expression: quote the value (\"/path\") or escape it "
+                "(\\/path)")
     if match:
         return f"illegal character '{match.group(1)}'"
     return text
