@@ -243,9 +243,9 @@ def _load_rule(node: yaml.Node, ctx: _Ctx, config: QueryConfig) -> Rule | None:
         for p in ctx.problems[before:]
     ]
 
-    def bad(code: str, key: str, **params: object) -> None:
-        target = raw[key][2] if key in raw else node
-        ctx.add(code, target, rule_id, key if key in raw else None, **params)
+    def bad(code: str, at: str, **params: object) -> None:
+        target = raw[at][2] if at in raw else node
+        ctx.add(code, target, rule_id, at if at in raw else None, **params)
 
     for key, (_, key_node, _) in raw.items():
         if key not in KEYS:
