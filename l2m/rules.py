@@ -79,6 +79,22 @@ class RuleSet:
 # --- YAML with positions -------------------------------------------------------------------
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.2 booleans: only true/false. YAML 1.1's yes/no/on/off would turn an id like
+    ``off`` or a label value ``no`` into a boolean behind the user's back."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"),
+)
+
+
 class _Ctx:
     """Problems collected while reading one file."""
 
@@ -100,7 +116,7 @@ class _Ctx:
 
 
 def _construct(node: yaml.Node) -> Any:
-    loader = yaml.SafeLoader("")
+    loader = _Loader("")
     try:
         return loader.construct_object(node, deep=True)
     finally:
@@ -190,7 +206,7 @@ def load_text(text: str, file: str = "<memory>", config: QueryConfig | None = No
 def _read(text: str, file: str, config: QueryConfig) -> _Ctx:
     ctx = _Ctx(file, text)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         ctx.add("YAML_SYNTAX", None, None, line=(mark.line + 1) if mark else 1,

@@ -227,3 +227,10 @@ def test_every_example_rule_file_is_valid():
     assert aggregations == {"count", "sum", "avg", "min", "max", "histogram"}
     for path in sorted((ROOT / "rules").rglob("*.y*ml")):
         load_rules([path])  # each file also stands on its own
+
+
+def test_yaml_1_1_booleans_stay_strings():
+    rules, found = load_text(rule_yaml(id="off", labels="{canary: no}"), "f.yaml")
+    assert found == []
+    assert rules[0].id == "off" and rules[0].labels == (("canary", "no"),)
+    assert problems(rule_yaml(enabled="yes")) == [("INVALID_TYPE", 7, 14, "r1")]
