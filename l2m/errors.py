@@ -26,13 +26,19 @@ ERROR_CLASSES: dict[str, str] = {
     "INVALID_AGGREGATION": (
         "aggregation '{value}' must be one of count, sum, avg, min, max, histogram"
     ),
-    "AGGREGATION_KIND_MISMATCH": "a {kind} cannot use aggregation '{aggregation}' (allowed: {allowed})",
-    "MISSING_FIELD": "aggregation '{aggregation}' needs 'field', the numeric log field it aggregates",
+    "AGGREGATION_KIND_MISMATCH": (
+        "a {kind} cannot use aggregation '{aggregation}' (allowed: {allowed})"
+    ),
+    "MISSING_FIELD": (
+        "aggregation '{aggregation}' needs 'field', the numeric log field it aggregates"
+    ),
     "MISSING_BUCKETS": "aggregation 'histogram' needs 'buckets', a list of upper bounds",
     "INVALID_BUCKETS": "{reason}",
     "INVALID_FIELD_NAME": "a field name must be a non-empty string",
     "DUPLICATE_GROUP_BY": "field '{value}' is listed twice",
-    "INVALID_LABEL_NAME": "'{value}' is not a valid label name [a-zA-Z_][a-zA-Z0-9_]* (and must not start with __)",
+    "INVALID_LABEL_NAME": (
+        "'{value}' is not a valid label name [a-zA-Z_][a-zA-Z0-9_]* (and must not start with __)"
+    ),
     "LABEL_CLASH": "label '{label}' {reason}",
     # queries
     "QUERY_EMPTY": "query is empty",

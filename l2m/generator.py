@@ -107,7 +107,7 @@ class LogGenerator:
     def _timestamp(self, ts: int) -> Any:
         form = self.rng.random()
         if form < 0.6:
-            return _iso(ts, timezone.utc).replace("+00:00", "Z")
+            return _iso(ts, UTC).replace("+00:00", "Z")
         if form < 0.8:
             return _iso(ts, timezone(timedelta(hours=self.rng.choice([-5, 1, 2, 5.5]))))
         return ts

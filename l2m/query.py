@@ -169,10 +169,9 @@ def parse_query(query: str, config: QueryConfig | None = None) -> CompiledQuery:
     with _PARSE_LOCK:
         try:
             tree = _luqum_parser.parse(query)
-        except IllegalCharacterError as exc:
-            raise QueryError("QUERY_SYNTAX", _error_pos(str(exc), query), reason=_reason(exc)) from None
-        except ParseError as exc:
-            raise QueryError("QUERY_SYNTAX", _error_pos(str(exc), query), reason=_reason(exc)) from None
+        except (IllegalCharacterError, ParseError) as exc:
+            pos = _error_pos(str(exc), query)
+            raise QueryError("QUERY_SYNTAX", pos, reason=_reason(exc)) from None
     _check_depth(tree)
     root = QueryCompiler(config).compile(tree)
     return CompiledQuery(query, root, tuple(collect_fields(root)))
@@ -240,7 +239,8 @@ def _lexical_checks(query: str) -> None:
             opened.pop()
         i += 1
     if phrase_at >= 0:
-        raise QueryError("QUERY_SYNTAX", phrase_at, reason="unterminated phrase (missing closing '\"')")
+        raise QueryError("QUERY_SYNTAX", phrase_at,
+                         reason="unterminated phrase (missing closing '\"')")
     if opened:
         raise QueryError("QUERY_SYNTAX", opened[-1], reason="unbalanced '('")
 
@@ -428,8 +428,8 @@ class QueryCompiler(TreeVisitor):
                high: str | None, include_low: bool, include_high: bool,
                numeric: bool) -> Node:
         if field_name is None:
-            raise QueryError("QUERY_UNSUPPORTED", node.pos or 0, construct="a range without a field",
-                             hint=": write field:[a TO b]")
+            raise QueryError("QUERY_UNSUPPORTED", node.pos or 0,
+                             construct="a range without a field", hint=": write field:[a TO b]")
         return Range(field_name, low, high, include_low, include_high, numeric)
 
     def _bound(self, node: lq.Item) -> str | None:
@@ -446,8 +446,8 @@ class QueryCompiler(TreeVisitor):
                          hint=": use a wildcard or a regex")
 
     def visit_proximity(self, node: lq.Proximity, field_name: str | None) -> Node:
-        raise QueryError("QUERY_UNSUPPORTED", _tilde(node), construct="proximity search '\"...\"~N'",
-                         hint=": use a phrase")
+        raise QueryError("QUERY_UNSUPPORTED", _tilde(node),
+                         construct="proximity search '\"...\"~N'", hint=": use a phrase")
 
 
 def _tilde(node: lq.BaseApprox) -> int:

@@ -7,10 +7,10 @@ error code (:mod:`l2m.errors`). Queries are compiled here, once, on the driver.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Iterator
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

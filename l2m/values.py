@@ -62,12 +62,11 @@ def number(value: Any) -> float | None:
     non-finite values and anything else are not numeric)."""
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, int | float):
-        result = float(value)
-    elif isinstance(value, str) and NUMERIC_STRING.fullmatch(value):
-        result = float(value)
-    else:
+    if not isinstance(value, int | float) and not (
+        isinstance(value, str) and NUMERIC_STRING.fullmatch(value)
+    ):
         return None
+    result = float(value)
     return result if math.isfinite(result) else None
 
 
