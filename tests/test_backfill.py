@@ -206,3 +206,25 @@ def test_cli_validate_and_backfill(tmp_path):
     lines = out.read_text().splitlines()
     assert f"wrote {len(lines)} samples" in res.stderr
     assert {json.loads(x)["rule"] for x in lines} >= {"http-requests", "payment-amount"}
+
+
+def test_sums_are_exact_and_order_independent(spark, tmp_path):
+    rules = tmp_path / "r.yaml"
+    rules.write_text(textwrap.dedent("""\
+        rules:
+          - {id: s, name: s, kind: counter, query: "*", aggregation: sum, field: v,
+             group_by: [g]}
+          - {id: a, name: a, kind: gauge, query: "*", aggregation: avg, field: v,
+             group_by: [g]}
+        """))
+    logs = tmp_path / "l.jsonl"
+    rows = [("small", 0.1), ("small", 0.2), ("huge", 1e30), ("huge", 1.0)]
+    logs.write_text("".join(json.dumps({"@timestamp": 0, "g": g, "v": v}) + "\n"
+                            for g, v in rows))
+    out = tmp_path / "o.jsonl"
+    run_backfill(spark, load_rules([rules]).rules, [str(logs)], out, progress=False)
+    values = {(x["rule"], x["labels"]["g"]): x["value"]
+              for x in map(json.loads, out.read_text().splitlines())}
+    # 0.1 + 0.2 is 0.30000000000000004 in doubles; the exact decimal sum is 0.3
+    assert values == {("s", "huge"): 1e30, ("s", "small"): 0.3,
+                      ("a", "huge"): 5e29, ("a", "small"): 0.15}
