@@ -72,6 +72,10 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     try:
         summary = run_backfill(spark, ruleset.rules, args.input, args.output,
                                args.timestamp_field, progress=not args.quiet)
+    except Exception as exc:  # a Spark failure: say what failed, not a JVM stack trace
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"backfill failed: {first}", file=sys.stderr)
+        return 2
     finally:
         spark.stop()
     if not args.quiet:

@@ -310,6 +310,14 @@ class QueryCompiler(TreeVisitor):
         name = _unescape(node.name)
         if name == "_exists_":
             return self._exists(node.expr)
+        if isinstance(node.expr, lq.Prohibit | lq.Plus):
+            # luqum reads `f:-5` as `f:(NOT 5)`; Lucene rejects it. Neither is what was meant.
+            sign = "-" if isinstance(node.expr, lq.Prohibit) else "+"
+            raise QueryError(
+                "QUERY_SYNTAX", node.expr.pos or 0,
+                reason=f"'{sign}' right after '{name}:' is ambiguous: write {name}:\\{sign}... "
+                       f"for a value starting with '{sign}', or {sign}{name}:... for the operator",
+            )
         return self.compile(node.expr, name)
 
     def _exists(self, expr: lq.Item) -> Node:

@@ -56,6 +56,8 @@ def error(query: str) -> tuple[str, int]:
     ("AND a", "QUERY_SYNTAX", 0),
     ("path:/healthz", "QUERY_SYNTAX", 5),
     ("[1 TO 5]", "QUERY_UNSUPPORTED", 0),
+    ("temp:-5", "QUERY_SYNTAX", 5),
+    ("a AND f:+x", "QUERY_SYNTAX", 8),
 ])
 def test_rejected_queries(query: str, code: str, pos: int):
     assert error(query) == (code, pos)
@@ -65,6 +67,12 @@ def test_operators_inside_phrases_regexes_and_escapes_are_literal():
     assert parse_query('msg:"a && b!"').root == KeywordEquals("msg", "a && b!")
     assert parse_query("f:a\\!b").root == KeywordEquals("f", "a!b")
     assert parse_query("f:/a|b/").root.pattern == "a|b"
+
+
+def test_escaped_sign_is_a_value():
+    assert parse_query("temp:\\-5").root == KeywordEquals("temp", "-5")
+    assert parse_query("f:(-a b)").root == Clauses(
+        (), (KeywordEquals("f", "b"),), (KeywordEquals("f", "a"),))
 
 
 def test_nesting_at_the_limit_compiles():
