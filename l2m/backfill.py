@@ -7,22 +7,24 @@ over the input yields both the samples and the run's summary (status rows, see
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
 
 from l2m.aggregate import aggregate
 from l2m.parse import BLANK, MALFORMED, NO_TIMESTAMP, OK, ParsePlan, parse_lines
 from l2m.progress import JobProgress
-from l2m.route import STATUS_RULE_BASE, Routing, plan_for, route
+from l2m.route import STATUS_PREFIX, Routing, plan_for, route
 from l2m.rules import Rule
-from l2m.samples import samples_for, to_json_lines
+from l2m.samples import Partial, family_samples, series_samples, to_json_lines
 
 
 @dataclass
@@ -38,6 +40,18 @@ class BackfillSummary:
     seconds: float = 0.0
     matches: dict[str, int] = field(default_factory=dict)
     series: dict[str, int] = field(default_factory=dict)
+
+    def count_status(self, status: int, count: int) -> None:
+        if status == BLANK:
+            self.blank_lines += count
+            return
+        self.logs += count
+        if status == OK:
+            self.parsed += count
+        elif status == MALFORMED:
+            self.malformed += count
+        elif status == NO_TIMESTAMP:
+            self.no_timestamp += count
 
     def render(self) -> str:
         rate = self.logs / self.seconds if self.seconds else 0.0
@@ -90,38 +104,40 @@ def read_lines(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
 
 
 def final_aggregates(spark: SparkSession, inputs: Sequence[str], routing: Routing) -> DataFrame:
+    """Aggregates in output order: rules as loaded, then labels, window and bucket bound."""
     parsed = parse_frame(read_lines(spark, inputs), routing.plan)
-    return aggregate(route(parsed, routing), routing.max_buckets).orderBy(
-        "rule", "labels", "window")
+    ids = [F.lit(r.id) for r in routing.rules]
+    rule_order = F.array_position(F.array(*ids), F.col("rule")) if ids else F.lit(0)
+    le_order = F.when(F.col("le") == "+Inf", F.lit(float("inf"))).otherwise(
+        F.col("le").cast("double"))
+    return aggregate(route(parsed, routing)).orderBy(rule_order, "rule", "labels", "window",
+                                                     le_order)
 
 
-def samples_from_rows(rows: Any, rules: Sequence[Rule], summary: BackfillSummary
+def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: BackfillSummary
                       ) -> Iterator[dict[str, Any]]:
-    """Turn aggregate rows into samples, counting status rows into ``summary``."""
-    for row in rows:
-        index = row["rule"]
-        if index < 0:
-            status = STATUS_RULE_BASE - index
-            count = row["matches"]
-            if status == BLANK:
-                summary.blank_lines += count
-                continue
-            summary.logs += count
-            if status == OK:
-                summary.parsed += count
-            elif status == MALFORMED:
-                summary.malformed += count
-            elif status == NO_TIMESTAMP:
-                summary.no_timestamp += count
+    """Turn sorted aggregate rows into samples, counting status rows into ``summary``.
+    A histogram family's bucket rows are adjacent (same rule, labels, window)."""
+    by_id = {r.id: r for r in rules}
+
+    def family(row: Row) -> tuple[Any, ...]:
+        return row["rule"], tuple(row["labels"]), row["window"]
+
+    for (rule_id, labels, window), group in itertools.groupby(rows, key=family):
+        if rule_id.startswith(STATUS_PREFIX):
+            summary.count_status(int(rule_id[len(STATUS_PREFIX):]),
+                                 sum(r["matches"] for r in group))
             continue
-        rule = rules[index]
-        summary.matches[rule.id] = summary.matches.get(rule.id, 0) + row["matches"]
-        timestamp = row["window"] if rule.kind == "gauge" else row["ts"]
-        produced = samples_for(
-            rule, [(e["name"], e["value"]) for e in row["labels"]], timestamp, row["n"],
-            row["sum"], row["min"], row["max"], row["buckets"],
-        )
-        summary.series[rule.id] = summary.series.get(rule.id, 0) + len(produced)
+        rule = by_id[rule_id]
+        pairs = [(e["name"], e["value"]) for e in labels]
+        parts = {r["le"]: Partial.from_row(r) for r in group}
+        summary.matches[rule.id] += sum(p.matches for p in parts.values())
+        if rule.aggregation == "histogram":
+            produced = family_samples(rule, pairs, window, parts)
+        else:
+            (agg,) = parts.values()
+            produced = series_samples(rule, pairs, window if window is not None else agg.ts, agg)
+        summary.series[rule.id] += len(produced)
         yield from produced
 
 

@@ -2,8 +2,9 @@
 
 Every enabled rule's query is compiled once into a Column; a single ``explode`` over an array
 of per-rule structs routes each log to all the rules it matches in one pass over the data.
-Rule identity and series labels are data (``rule`` index, ``labels`` array), so the rows'
-schema does not depend on the rules.
+Rule identity and series labels are data (``rule`` id, ``labels`` array, histogram ``le``),
+so the rows' schema — and every state schema downstream — does not depend on the rules:
+adding, changing or removing rules keeps a streaming checkpoint usable.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from l2m.rules import Rule
 LABELS_TYPE = T.ArrayType(
     T.StructType([T.StructField("name", T.StringType()), T.StructField("value", T.StringType())])
 )
-# Negative rule indexes carry one row per input log with its parse status, so one job
-# yields both the metrics and the run's summary.
-STATUS_RULE_BASE = -1
+# Status rows (rule "__status__<n>") carry one row per input log with its parse status, so
+# one job yields both the metrics and the run's summary.
+STATUS_PREFIX = "__status__"
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,8 @@ class Routing:
     rules: tuple[Rule, ...]
     plan: ParsePlan
 
-    @property
-    def max_buckets(self) -> int:
-        return max((len(r.buckets) for r in self.rules), default=0)
+    def rule(self, rule_id: str) -> Rule | None:
+        return next((r for r in self.rules if r.id == rule_id), None)
 
 
 def plan_for(rules: Sequence[Rule], timestamp_field: str = "@timestamp") -> Routing:
@@ -85,45 +85,74 @@ def value_column(rule: Rule, plan: ParsePlan) -> Column:
     return F.col(plan.column(rule.field, "n"))
 
 
-def bucket_column(rule: Rule, value: Column) -> Column:
-    """Index of the first bound ≥ value (``len(buckets)`` for +Inf); null off histograms."""
-    if rule.aggregation != "histogram":
-        return F.lit(None).cast("int")
-    expr = F.when(value.isNull(), F.lit(None).cast("int"))
-    for i, bound in enumerate(rule.buckets):
-        expr = expr.when(value <= F.lit(bound), F.lit(i))
-    return expr.otherwise(F.lit(len(rule.buckets)))
-
-
-def window_column(rule: Rule) -> Column:
-    if rule.kind != "gauge":
+def window_column(rule: Rule, minute_for_counters: bool = False) -> Column:
+    """Gauges: the one-minute window start; counters: null, or the minute when the streaming
+    pre-aggregation wants it."""
+    if rule.kind != "gauge" and not minute_for_counters:
         return F.lit(None).cast("long")
     return F.floor(F.col(TIMESTAMP) / F.lit(60_000)).cast("long") * F.lit(60_000)
 
 
-def route(parsed: DataFrame, routing: Routing, with_status: bool = True) -> DataFrame:
-    """Rows ``rule, labels, window, ts, v, bucket``: one per (log, matching rule, series),
-    plus (``with_status``) one status row per log with ``rule = -1 - status``."""
+def _match(rule_id: Column, labels: Column, le: Column, window: Column, value: Column,
+           ts: Column) -> Column:
+    return F.struct(
+        rule_id.alias("rule"),
+        labels.alias("labels"),
+        le.alias("le"),
+        window.alias("window"),
+        ts.alias("ts"),
+        value.cast("double").alias("v"),
+    )
+
+
+def rule_matches(rule: Rule, plan: ParsePlan, minute_for_counters: bool = False,
+                 cumulative: bool = False) -> list[Column]:
+    """The match structs one rule contributes to a log (null where it does not match).
+
+    Histograms come in two shapes. By default one row per match whose ``le`` is the bucket
+    the value falls in (the first bound ≥ value, ``"+Inf"`` above them all or without a
+    value): cheap, and the consumer makes the counts cumulative per family
+    (:class:`l2m.samples.HistogramFamily`). With ``cumulative`` — for the streaming gauge
+    windows, whose update-mode output shows only changed groups — each ``le`` is its own
+    series: one row per bound whose ``v`` is the value when ≤ the bound (so ``count(v)`` is
+    the cumulative count, 0 included), plus ``"+Inf"`` carrying every match."""
+    cond = rule_condition(rule, plan)
+    labels = labels_column(rule, plan)
+    window = window_column(rule, minute_for_counters)
+    value = value_column(rule, plan)
+    rule_id = F.lit(rule.id)
+    # Event time only of logs that count into the series: the counter sample's timestamp.
+    ts = F.when(value.isNotNull(), F.col(TIMESTAMP))
+    if rule.aggregation != "histogram":
+        return [F.when(cond, _match(rule_id, labels, F.lit(None).cast("string"), window, value,
+                                    ts))]
+    if not cumulative:
+        le = F.lit("+Inf")
+        for bound, label in reversed(list(zip(rule.buckets, rule.bucket_labels, strict=True))):
+            le = F.when(value <= F.lit(bound), F.lit(label)).otherwise(le)
+        return [F.when(cond, _match(rule_id, labels, le, window, value, ts))]
+    items = [
+        F.when(cond & value.isNotNull(),
+               _match(rule_id, labels, F.lit(le), window,
+                      F.when(value <= F.lit(bound), value), ts))
+        for bound, le in zip(rule.buckets, rule.bucket_labels, strict=True)
+    ]
+    items.append(F.when(cond, _match(rule_id, labels, F.lit("+Inf"), window, value, ts)))
+    return items
+
+
+def route(parsed: DataFrame, routing: Routing, with_status: bool = True,
+          minute_for_counters: bool = False, cumulative: bool = False) -> DataFrame:
+    """Rows ``rule, labels, le, window, ts, v``: one per (log, matching rule, series), plus
+    (``with_status``) one status row per log whose ``rule`` is ``__status__<status>``."""
     items: list[Column] = []
-    for index, rule in enumerate(routing.rules):
-        value = value_column(rule, routing.plan)
-        item = F.struct(
-            F.lit(index).alias("rule"),
-            labels_column(rule, routing.plan).alias("labels"),
-            window_column(rule).alias("window"),
-            F.col(TIMESTAMP).alias("ts"),
-            value.cast("double").alias("v"),
-            bucket_column(rule, value).alias("bucket"),
-        )
-        items.append(F.when(rule_condition(rule, routing.plan), item))
+    for rule in routing.rules:
+        items.extend(rule_matches(rule, routing.plan, minute_for_counters, cumulative))
     if with_status:
-        items.append(F.struct(
-            (F.lit(STATUS_RULE_BASE) - F.col(STATUS).cast("int")).alias("rule"),
-            F.array().cast(LABELS_TYPE).alias("labels"),
-            F.lit(None).cast("long").alias("window"),
-            F.col(TIMESTAMP).alias("ts"),
-            F.lit(None).cast("double").alias("v"),
-            F.lit(None).cast("int").alias("bucket"),
+        items.append(_match(
+            F.concat(F.lit(STATUS_PREFIX), F.col(STATUS).cast("string")),
+            F.array().cast(LABELS_TYPE), F.lit(None).cast("string"),
+            F.lit(None).cast("long"), F.lit(None).cast("double"), F.lit(None).cast("long"),
         ))
     if not items:
         return parsed.sparkSession.createDataFrame([], MATCH_SCHEMA)
@@ -132,10 +161,10 @@ def route(parsed: DataFrame, routing: Routing, with_status: bool = True) -> Data
 
 
 MATCH_SCHEMA = T.StructType([
-    T.StructField("rule", T.IntegerType()),
+    T.StructField("rule", T.StringType()),
     T.StructField("labels", LABELS_TYPE),
+    T.StructField("le", T.StringType()),
     T.StructField("window", T.LongType()),
     T.StructField("ts", T.LongType()),
     T.StructField("v", T.DoubleType()),
-    T.StructField("bucket", T.IntegerType()),
 ])

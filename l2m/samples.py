@@ -1,14 +1,70 @@
-"""Aggregates → metric samples (SPEC §3–4). Pure Python, shared by backfill and the sink."""
+"""Aggregates → metric samples (SPEC §3–4). Pure Python, shared by backfill, the counter
+state and the sink."""
 
 from __future__ import annotations
 
+import decimal
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from l2m.rules import Rule
+
+# Exact sums: wide enough that adding never rounds; past ±1e20 (what Spark's decimal(38,18)
+# holds) a sum falls back to doubles, as the Spark aggregate does.
+_EXACT = decimal.Context(prec=80)
+_EXACT_LIMIT = Decimal(10) ** 20
+
+
+@dataclass
+class Partial:
+    """A mergeable aggregate of one series (window, bucket): what the Spark aggregate
+    (:mod:`l2m.aggregate`) produces per group, and what the counter state keeps."""
+
+    matches: int = 0
+    n: int = 0
+    sum: float = 0.0
+    exact: Decimal | None = Decimal(0)  # None once a value or the total does not fit
+    min: float | None = None
+    max: float | None = None
+    ts: int | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Partial:
+        exact = row["exact_sum"]
+        if row["exact_n"] != row["n"] or exact is None:
+            exact = None
+        return cls(row["matches"], row["n"], row["sum"] or 0.0,
+                   None if exact is None else Decimal(exact), row["min"], row["max"], row["ts"])
+
+    def merge(self, other: Partial) -> Partial:
+        exact = None
+        if self.exact is not None and other.exact is not None:
+            exact = _EXACT.add(self.exact, other.exact)
+            if abs(exact) >= _EXACT_LIMIT:
+                exact = None
+        return Partial(
+            self.matches + other.matches, self.n + other.n, self.sum + other.sum, exact,
+            _pick(min, self.min, other.min), _pick(max, self.max, other.max),
+            _pick(max, self.ts, other.ts),
+        )
+
+    @property
+    def total(self) -> float:
+        """The sum: exact when possible, else the double sum."""
+        return float(self.exact) if self.exact is not None else self.sum
+
+
+def _pick(fn: Any, a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return fn(a, b)
 
 
 def sample(rule: Rule, name: str, labels: dict[str, str], value: float,
@@ -24,35 +80,66 @@ def sample(rule: Rule, name: str, labels: dict[str, str], value: float,
     }
 
 
-def samples_for(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int, n: int,
-                total: float | None, minimum: float | None, maximum: float | None,
-                buckets: Iterable[int] = ()) -> list[dict[str, Any]]:
-    """The samples of one series (and window, for gauges). ``n`` counts contributing logs;
-    nothing is emitted when it is 0. ``buckets`` are cumulative counts per bound."""
-    if n <= 0:
+def series_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int,
+                   agg: Partial) -> list[dict[str, Any]]:
+    """The sample of a non-histogram series (and window, for gauges); none without values."""
+    if agg.n <= 0:
         return []
-    base = dict(labels)
-    agg = rule.aggregation
-    if agg == "histogram":
-        out = []
-        counts = list(buckets)[: len(rule.bucket_labels)]
-        for le, count in zip(rule.bucket_labels, counts, strict=True):
-            out.append(sample(rule, f"{rule.name}_bucket", {**base, "le": le}, count, timestamp))
-        out.append(sample(rule, f"{rule.name}_bucket", {**base, "le": "+Inf"}, n, timestamp))
-        out.append(sample(rule, f"{rule.name}_sum", dict(base), total or 0.0, timestamp))
-        out.append(sample(rule, f"{rule.name}_count", dict(base), n, timestamp))
-        return out
     value = {
-        "count": lambda: float(n),
-        "sum": lambda: total,
-        "avg": lambda: (total or 0.0) / n,
-        "min": lambda: minimum,
-        "max": lambda: maximum,
-    }[agg]()
-    return [sample(rule, rule.name, base, value, timestamp)]
+        "count": lambda: float(agg.n),
+        "sum": lambda: agg.total,
+        "avg": lambda: agg.total / agg.n,
+        "min": lambda: agg.min,
+        "max": lambda: agg.max,
+    }[rule.aggregation]()
+    return [sample(rule, rule.name, dict(labels), value, timestamp)]
 
 
-def series_key(s: dict[str, Any]) -> bytes:
+def family_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int | None,
+                   buckets: Mapping[str, Partial]) -> list[dict[str, Any]]:
+    """A histogram family from its per-bucket (non-cumulative) partials keyed by ``le``:
+    cumulative ``_bucket`` counts for every bound, ``+Inf``, ``_sum``, ``_count``.
+    ``timestamp`` None means: the largest event time counted (counters)."""
+    total = Partial()
+    for part in buckets.values():
+        total = total.merge(part)
+    if total.n <= 0:
+        return []
+    ts = timestamp if timestamp is not None else total.ts
+    assert ts is not None
+    base = dict(labels)
+    out = []
+    cumulative = 0
+    for le in rule.bucket_labels:
+        part = buckets.get(le)
+        cumulative += part.n if part else 0
+        out.append(sample(rule, f"{rule.name}_bucket", {**base, "le": le}, cumulative, ts))
+    out.append(sample(rule, f"{rule.name}_bucket", {**base, "le": "+Inf"}, total.n, ts))
+    out.append(sample(rule, f"{rule.name}_sum", dict(base), total.total, ts))
+    out.append(sample(rule, f"{rule.name}_count", dict(base), total.n, ts))
+    return out
+
+
+def cumulative_row_samples(rule: Rule, labels: Iterable[tuple[str, str]], le: str | None,
+                           timestamp: int, agg: Partial) -> list[dict[str, Any]]:
+    """Samples of one row of a cumulative histogram (each ``le`` its own group, see
+    :func:`l2m.route.rule_matches`) or of a plain series."""
+    if rule.aggregation != "histogram":
+        return series_samples(rule, labels, timestamp, agg)
+    base = dict(labels)
+    if le != "+Inf":
+        # A bucket row exists only when its series has values; its count may be 0.
+        return [sample(rule, f"{rule.name}_bucket", {**base, "le": le or ""}, agg.n, timestamp)]
+    if agg.n <= 0:
+        return []
+    return [
+        sample(rule, f"{rule.name}_bucket", {**base, "le": "+Inf"}, agg.n, timestamp),
+        sample(rule, f"{rule.name}_sum", dict(base), agg.total, timestamp),
+        sample(rule, f"{rule.name}_count", dict(base), agg.n, timestamp),
+    ]
+
+
+def series_key(s: Mapping[str, Any]) -> bytes:
     """Deterministic Kafka key: per series for counters, per series and window for gauges,
     so a replayed sample overwrites itself downstream."""
     ident = [s["account"], s["rule"], s["name"], sorted(s["labels"].items())]

