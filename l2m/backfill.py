@@ -20,9 +20,9 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from l2m.aggregate import aggregate
-from l2m.parse import BLANK, MALFORMED, NO_TIMESTAMP, OK, ParsePlan, parse_lines
+from l2m.parse import ParsePlan, parse_lines
 from l2m.progress import JobProgress
-from l2m.route import STATUS_PREFIX, Routing, plan_for, route
+from l2m.route import STATUS_RULE, Routing, plan_for, route
 from l2m.rules import Rule
 from l2m.samples import Partial, family_samples, series_samples, to_json_lines
 
@@ -41,16 +41,16 @@ class BackfillSummary:
     matches: dict[str, int] = field(default_factory=dict)
     series: dict[str, int] = field(default_factory=dict)
 
-    def count_status(self, status: int, count: int) -> None:
-        if status == BLANK:
+    def count_status(self, status: str, count: int) -> None:
+        if status == "blank":
             self.blank_lines += count
             return
         self.logs += count
-        if status == OK:
+        if status == "ok":
             self.parsed += count
-        elif status == MALFORMED:
+        elif status == "malformed":
             self.malformed += count
-        elif status == NO_TIMESTAMP:
+        elif status == "no_timestamp":
             self.no_timestamp += count
 
     def render(self) -> str:
@@ -124,9 +124,8 @@ def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: Backf
         return row["rule"], tuple(row["labels"]), row["window"]
 
     for (rule_id, labels, window), group in itertools.groupby(rows, key=family):
-        if rule_id.startswith(STATUS_PREFIX):
-            summary.count_status(int(rule_id[len(STATUS_PREFIX):]),
-                                 sum(r["matches"] for r in group))
+        if rule_id == STATUS_RULE:
+            summary.count_status(labels[0]["value"], sum(r["matches"] for r in group))
             continue
         rule = by_id[rule_id]
         pairs = [(e["name"], e["value"]) for e in labels]

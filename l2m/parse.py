@@ -9,7 +9,9 @@ values. Malformed lines are rows with a status and a reason, never an exception.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +50,15 @@ class ParsePlan:
             )
         return ParsePlan(tuple(sorted(merged.values(), key=lambda u: u.path)), timestamp_field)
 
+    def to_json(self) -> str:
+        return json.dumps({"timestamp_field": self.timestamp_field,
+                           "fields": [dataclasses.asdict(u) for u in self.fields]})
+
+    @staticmethod
+    def from_json(text: str) -> ParsePlan:
+        data = json.loads(text)
+        return ParsePlan(tuple(FieldUse(**u) for u in data["fields"]), data["timestamp_field"])
+
     def index(self, path: str) -> int:
         for i, use in enumerate(self.fields):
             if use.path == path:
@@ -71,7 +82,7 @@ class ParsePlan:
                 cols.append(pa.field(f"f{i}_t", pa.string()))
         cols += [
             pa.field(TIMESTAMP, pa.int64()),
-            pa.field(STATUS, pa.int8(), nullable=False),
+            pa.field(STATUS, pa.int8()),
             pa.field(ERROR, pa.string()),
         ]
         return pa.schema(cols)

@@ -24,9 +24,11 @@ from l2m.rules import Rule
 LABELS_TYPE = T.ArrayType(
     T.StructType([T.StructField("name", T.StringType()), T.StructField("value", T.StringType())])
 )
-# Status rows (rule "__status__<n>") carry one row per input log with its parse status, so
-# one job yields both the metrics and the run's summary.
-STATUS_PREFIX = "__status__"
+# Status rows carry one row per input log with its parse status (label ``status``), so one
+# job yields both the metrics and the run's summary; streaming counts them as the
+# ``l2m_input_logs_total`` counter.
+STATUS_RULE = "__status__"
+STATUS_NAMES = ("ok", "malformed", "no_timestamp", "blank")  # index = parse status code
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ def _match(rule_id: Column, labels: Column, le: Column, window: Column, value: C
         window.alias("window"),
         ts.alias("ts"),
         value.cast("double").alias("v"),
+        F.col(TIMESTAMP).alias("et"),  # the log's event time, for the gauges' watermark
     )
 
 
@@ -144,15 +147,17 @@ def rule_matches(rule: Rule, plan: ParsePlan, minute_for_counters: bool = False,
 def route(parsed: DataFrame, routing: Routing, with_status: bool = True,
           minute_for_counters: bool = False, cumulative: bool = False) -> DataFrame:
     """Rows ``rule, labels, le, window, ts, v``: one per (log, matching rule, series), plus
-    (``with_status``) one status row per log whose ``rule`` is ``__status__<status>``."""
+    (``with_status``) one status row per log: rule ``__status__``, label ``status``."""
     items: list[Column] = []
     for rule in routing.rules:
         items.extend(rule_matches(rule, routing.plan, minute_for_counters, cumulative))
     if with_status:
+        name = F.element_at(F.array(*[F.lit(n) for n in STATUS_NAMES]),
+                            F.col(STATUS).cast("int") + 1)
         items.append(_match(
-            F.concat(F.lit(STATUS_PREFIX), F.col(STATUS).cast("string")),
-            F.array().cast(LABELS_TYPE), F.lit(None).cast("string"),
-            F.lit(None).cast("long"), F.lit(None).cast("double"), F.lit(None).cast("long"),
+            F.lit(STATUS_RULE),
+            F.array(F.struct(F.lit("status").alias("name"), name.alias("value"))),
+            F.lit(None).cast("string"), F.lit(None).cast("long"), F.lit(1.0), F.col(TIMESTAMP),
         ))
     if not items:
         return parsed.sparkSession.createDataFrame([], MATCH_SCHEMA)
@@ -167,4 +172,5 @@ MATCH_SCHEMA = T.StructType([
     T.StructField("window", T.LongType()),
     T.StructField("ts", T.LongType()),
     T.StructField("v", T.DoubleType()),
+    T.StructField("et", T.LongType()),
 ])

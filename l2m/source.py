@@ -1,0 +1,420 @@
+"""Source stage: a Kafka topic → Spark rows, as a PySpark Python Data Source on
+confluent-kafka (``format("l2m-kafka")``).
+
+* Offsets live in the Spark checkpoint (``{"topic": …, "partitions": {"0": 42, …}}``);
+  partitions are read by explicit assignment, never through a consumer group, so there is no
+  group rebalancing. ``groupId`` optionally commits processed offsets to a group only so that
+  standard lag tools can see progress.
+* Planning is skew-aware: an offset range larger than ``maxRecordsPerTask`` is split into
+  several Spark tasks, so a hot partition is read by several cores at once (like Spark's
+  ``KafkaOffsetRangeCalculator``).
+* Admission control: ``maxRecordsPerTrigger`` is shared over partitions in proportion to their
+  backlog, never starving a small one. ``Trigger.AvailableNow`` reads up to the end offsets
+  seen when the query started.
+* With ``parsePlan`` (a JSON :class:`~l2m.parse.ParsePlan`) the reader parses the JSON logs
+  itself and yields typed Arrow batches; without it, raw ``key, value, topic, partition,
+  offset, timestamp`` rows. Malformed logs go to ``deadLetterTopic`` (original bytes, the
+  reason in headers) when that option is set.
+* Every ``kafka.*`` option is passed to the client (TLS, SASL…); none is ever logged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from l2m.parse import ERROR, MALFORMED, STATUS, ParsePlan, parse_lines
+
+RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, "
+              "timestamp bigint")
+BATCH_ROWS = 10_000
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query needs are gone (retention, a recreated or truncated topic)."""
+
+
+def kafka_config(options: dict[str, str]) -> dict[str, str]:
+    """The client configuration: every ``kafka.*`` option without its prefix."""
+    return {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    partition: int
+    start: int  # inclusive
+    end: int  # exclusive
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class KafkaInputPartition(InputPartition):
+    def __init__(self, topic: str, rng: OffsetRange) -> None:
+        super().__init__((topic, rng.partition, rng.start, rng.end))
+        self.topic = topic
+        self.range = rng
+
+
+def split_ranges(ranges: list[OffsetRange], max_per_task: int | None,
+                 min_partitions: int | None = None) -> list[OffsetRange]:
+    """Split ranges into tasks: none larger than ``max_per_task``; with ``min_partitions``, at
+    least that many tasks overall, each range getting a share proportional to its size."""
+    total = sum(r.size for r in ranges)
+    out: list[OffsetRange] = []
+    for rng in ranges:
+        if rng.size <= 0:
+            continue
+        parts = 1
+        if max_per_task:
+            parts = max(parts, math.ceil(rng.size / max_per_task))
+        if min_partitions and total:
+            parts = max(parts, round(rng.size / total * min_partitions))
+        parts = min(parts, rng.size)
+        for i in range(parts):
+            start = rng.start + rng.size * i // parts
+            end = rng.start + rng.size * (i + 1) // parts
+            out.append(OffsetRange(rng.partition, start, end))
+    return out
+
+
+def rate_limit(start: dict[int, int], latest: dict[int, int], limit: int) -> dict[int, int]:
+    """End offsets admitting about ``limit`` records, shared in proportion to each
+    partition's backlog; a partition with any backlog advances by at least one."""
+    backlog = {p: max(0, latest[p] - start.get(p, 0)) for p in latest}
+    total = sum(backlog.values())
+    if total <= limit:
+        return dict(latest)
+    end = {}
+    for p, size in backlog.items():
+        share = limit * size / total
+        take = math.ceil(share) if share < 1 else math.floor(share)
+        end[p] = start.get(p, 0) + min(size, take)
+    return end
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        # Spark hands Python data sources their option names lower-cased.
+        options = {k.lower(): v for k, v in options.items()}
+        self.options = options
+        self.topic = options["topic"]
+        self.config = kafka_config(self.options)
+        if "bootstrap.servers" not in self.config:
+            raise ValueError("option kafka.bootstrap.servers is required")
+        self.starting = options.get("startingoffsets", "earliest")
+        self.max_per_trigger = _int_option(options, "maxrecordspertrigger")
+        self.max_per_task = _int_option(options, "maxrecordspertask")
+        self.min_partitions = _int_option(options, "minpartitions")
+        self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
+        self.group_id = options.get("groupid")
+        self.poll_timeout = float(options.get("polltimeoutms", "120000")) / 1000
+        self.dead_letters = options.get("deadlettertopic")
+        plan = options.get("parseplan")
+        self.plan = ParsePlan.from_json(plan) if plan else None
+        self.schema = schema
+        self._admin: Any = None
+        self._latest: dict[int, int] | None = None
+        self._target: dict[int, int] | None = None
+
+    # --- pickling: executors get options only, never driver-side clients -----------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_admin"] = None
+        return state
+
+    # --- driver side ---------------------------------------------------------------------
+
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient({**self.config, "log_level": "3"})
+        return self._admin
+
+    def _partitions(self) -> list[int]:
+        meta = self._admin_client().list_topics(self.topic, timeout=30)
+        topic = meta.topics.get(self.topic)
+        if topic is None or topic.error is not None:
+            error = topic.error if topic is not None else "unknown topic"
+            raise RuntimeError(f"Kafka topic '{self.topic}' is not available: {error}")
+        return sorted(topic.partitions)
+
+    def _offsets(self, spec: str) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        make = OffsetSpec.earliest if spec == "earliest" else OffsetSpec.latest
+        request = {TopicPartition(self.topic, p): make() for p in self._partitions()}
+        futures = self._admin_client().list_offsets(request, request_timeout=30)
+        return {tp.partition: fut.result().offset for tp, fut in futures.items()}
+
+    def _encode(self, offsets: dict[int, int]) -> dict[str, Any]:
+        return {"topic": self.topic,
+                "partitions": {str(p): int(o) for p, o in sorted(offsets.items())}}
+
+    @staticmethod
+    def _decode(offset: dict[str, Any]) -> dict[int, int]:
+        return {int(p): int(o) for p, o in offset["partitions"].items()}
+
+    def initialOffset(self) -> dict[str, Any]:
+        if self.starting in ("earliest", "latest"):
+            return self._encode(self._offsets(self.starting))
+        wanted = json.loads(self.starting)
+        wanted = wanted.get(self.topic, wanted)
+        earliest = self._offsets("earliest")
+        latest = self._offsets("latest")
+        start = {}
+        for p in earliest:
+            value = int(wanted.get(str(p), -2))
+            start[p] = earliest[p] if value == -2 else latest[p] if value == -1 else value
+        return self._encode(start)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._offsets("latest")
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_per_trigger:
+            return ReadMaxRows(self.max_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = self._decode(start)
+        latest = self._target if self._target is not None else self._offsets("latest")
+        self._latest = latest
+        # New partitions start at their beginning.
+        begin = {p: begin.get(p, 0) for p in latest}
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(begin, latest, limit.max_rows)
+        else:
+            end = dict(latest)
+        for p, offset in begin.items():
+            if end[p] < offset:
+                self._data_loss(f"offsets of {self.topic}-{p} went back from {offset} to "
+                                f"{end[p]}: the topic was recreated or truncated")
+        return self._encode(end)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self._encode(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin = self._decode(start)
+        until = self._decode(end)
+        ranges = []
+        earliest: dict[int, int] | None = None
+        for p, stop in sorted(until.items()):
+            first = begin.get(p, 0)
+            if stop < first:  # recreated topic, failOnDataLoss=false: read what is there now
+                first = 0
+            if stop > first:
+                if earliest is None:
+                    earliest = self._offsets("earliest")
+                low = earliest.get(p, 0)
+                if first < low:
+                    self._data_loss(f"offsets {first}..{low - 1} of {self.topic}-{p} are gone "
+                                    f"(retention): {low - first} records lost")
+                    first = low
+            ranges.append(OffsetRange(p, first, stop))
+        tasks = split_ranges(ranges, self.max_per_task, self.min_partitions)
+        return [KafkaInputPartition(self.topic, r) for r in tasks]
+
+    def _data_loss(self, message: str) -> None:
+        if self.fail_on_data_loss:
+            raise DataLossError(message + " (set failOnDataLoss=false to skip and count)")
+        print(f"l2m source: data loss, skipped: {message}", file=sys.stderr, flush=True)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        if not self.group_id:
+            return
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({**self.config, "group.id": self.group_id,
+                             "enable.auto.commit": False, "log_level": "3"})
+        try:
+            consumer.commit(offsets=[TopicPartition(self.topic, p, o)
+                                     for p, o in self._decode(end).items()],
+                            asynchronous=False)
+        except Exception as exc:  # lag visibility only: never fail the query for it
+            print(f"l2m source: offset commit to group {self.group_id} failed: {exc}",
+                  file=sys.stderr, flush=True)
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        self._admin = None
+
+    # --- executor side -------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaInputPartition)
+        rng = partition.range
+        if rng.size <= 0:
+            return
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        consumer = Consumer({
+            "group.id": f"l2m-reader-{self.topic}",  # required by the client; never joined
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            "queued.max.messages.kbytes": 262144,
+            "log_level": "3",
+            **self.config,
+        })
+        dead_letters = DeadLetters(self.config, self.dead_letters, self.topic) \
+            if self.dead_letters and self.plan else None
+        try:
+            consumer.assign([TopicPartition(self.topic, rng.partition, rng.start)])
+            buffer = _Buffer()
+            next_offset = rng.start
+            deadline = time.monotonic() + self.poll_timeout
+            while next_offset < rng.end:
+                messages = consumer.consume(num_messages=min(BATCH_ROWS, rng.end - next_offset),
+                                            timeout=1.0)
+                if not messages and time.monotonic() > deadline:
+                    raise DataLossError(
+                        f"no records from {self.topic}-{rng.partition} at offset {next_offset} "
+                        f"within {self.poll_timeout:.0f}s (expected up to {rng.end})")
+                for msg in messages:
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            continue
+                        if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                            self._data_loss(f"offset {next_offset} of {self.topic}-"
+                                            f"{rng.partition} is out of range")
+                            next_offset = rng.end
+                            break
+                        raise RuntimeError(f"Kafka error reading {self.topic}-"
+                                           f"{rng.partition}: {error}")
+                    offset = msg.offset()
+                    if offset >= rng.end:
+                        next_offset = rng.end
+                        break
+                    buffer.add(msg)
+                    next_offset = offset + 1
+                if messages:
+                    deadline = time.monotonic() + self.poll_timeout
+                if len(buffer) >= BATCH_ROWS:
+                    yield self._emit(buffer, rng.partition, dead_letters)
+                    buffer = _Buffer()
+            if len(buffer):
+                yield self._emit(buffer, rng.partition, dead_letters)
+            if dead_letters is not None:
+                dead_letters.flush()
+        finally:
+            consumer.close()
+
+    def _emit(self, buffer: _Buffer, partition: int,
+              dead_letters: DeadLetters | None) -> pa.RecordBatch:
+        if self.plan is None:
+            return pa.RecordBatch.from_arrays([
+                pa.array(buffer.keys, pa.binary()), pa.array(buffer.values, pa.binary()),
+                pa.array([self.topic] * len(buffer), pa.string()),
+                pa.array([partition] * len(buffer), pa.int32()),
+                pa.array(buffer.offsets, pa.int64()), pa.array(buffer.timestamps, pa.int64()),
+            ], names=["key", "value", "topic", "partition", "offset", "timestamp"])
+        batch = parse_lines(buffer.values, self.plan, fallback_ts=buffer.timestamps)
+        if dead_letters is not None:
+            status = batch.column(STATUS).to_pylist()
+            errors = batch.column(ERROR).to_pylist()
+            for i, st in enumerate(status):
+                if st == MALFORMED:
+                    dead_letters.send(buffer, i, partition, errors[i] or "malformed")
+        return batch
+
+
+class _Buffer:
+    __slots__ = ("keys", "offsets", "timestamps", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int | None] = []
+
+    def add(self, msg: Any) -> None:
+        self.keys.append(msg.key())
+        self.values.append(msg.value())
+        self.offsets.append(msg.offset())
+        kind, ts = msg.timestamp()
+        self.timestamps.append(ts if kind else None)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+class DeadLetters:
+    """Malformed logs → the dead-letter topic: the original key and bytes, the reason and the
+    origin in headers, keyed deterministically (a retried task overwrites, never adds)."""
+
+    def __init__(self, config: dict[str, str], topic: str, source_topic: str) -> None:
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.source_topic = source_topic
+        self.producer = Producer({"enable.idempotence": True, "linger.ms": 20,
+                                  "log_level": "3", **config})
+        self.errors: list[str] = []
+        self.sent = 0
+
+    def send(self, buffer: _Buffer, i: int, partition: int, reason: str) -> None:
+        origin = f"{self.source_topic}/{partition}/{buffer.offsets[i]}"
+        self.producer.produce(
+            self.topic, value=buffer.values[i],
+            key=buffer.keys[i] if buffer.keys[i] is not None else origin.encode(),
+            headers=[("l2m.error", reason.encode()), ("l2m.origin", origin.encode())],
+            on_delivery=self._delivered,
+        )
+        self.sent += 1
+        self.producer.poll(0)
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+
+    def flush(self) -> None:
+        remaining = self.producer.flush(60)
+        if remaining or self.errors:
+            raise RuntimeError(f"dead-letter topic {self.topic}: {remaining} undelivered, "
+                               f"errors: {self.errors[:3]}")
+
+
+def _int_option(options: dict[str, str], name: str) -> int | None:
+    value = options.get(name)
+    return int(value) if value not in (None, "", "0") else None
+
+
+class KafkaSource(DataSource):
+    """``spark.readStream.format("l2m-kafka")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "l2m-kafka"
+
+    def schema(self) -> str:
+        plan = self.options.get("parseplan")
+        if plan:
+            return ParsePlan.from_json(plan).spark_schema_ddl()
+        return RAW_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(dict(self.options), schema)
