@@ -6,9 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from l2m.errors import Problem, RuleValidationError
 from l2m.query import QueryConfig
+
+if TYPE_CHECKING:
+    from l2m.config import JobConfig
+    from l2m.rules import RuleSet
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,19 +89,102 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_config(path: str) -> JobConfig | None:
+    from l2m.config import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"{exc} [INVALID_CONFIG]", file=sys.stderr)
+        return None
+
+
+def _rules_for(cfg: JobConfig) -> RuleSet | None:
+    from l2m.rules import load_rules
+
+    try:
+        return load_rules(cfg.rules, cfg.query_config)
+    except RuleValidationError as exc:
+        _print_problems(exc.problems)
+        return None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from l2m.runner import Runner
+
+    cfg = _load_config(args.config)
+    if cfg is None:
+        return 1
+    if args.bootstrap:
+        cfg = cfg.with_bootstrap(args.bootstrap)
+    ruleset = _rules_for(cfg)
+    if ruleset is None:
+        return 1
+    runner = Runner(cfg, ruleset.rules, once=args.once)
+    runner.install_signals()
+    print(f"l2m run: {len(ruleset.enabled)} rules, topic {cfg.topics.logs} on "
+          f"{cfg.kafka['bootstrap.servers']}, checkpoint {cfg.checkpoint}"
+          + (" (once)" if args.once else ""), file=sys.stderr, flush=True)
+    try:
+        runner.start()
+        return runner.wait(duration=args.duration)
+    finally:
+        if runner.spark is not None:
+            runner.spark.stop()
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    from l2m.topology import describe
+
+    cfg = _load_config(args.config)
+    if cfg is None:
+        return 1
+    ruleset = _rules_for(cfg)
+    if ruleset is None:
+        return 1
+    text = describe(cfg, ruleset.rules)
+    print(text)
+    if args.write:
+        Path(args.write).write_text(text)
+        print(f"wrote {args.write}", file=sys.stderr)
+    return 0
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from l2m.broker import EmbeddedBroker, create_topics
+
+    with EmbeddedBroker(port=args.port) as broker:
+        if args.topics:
+            create_topics(broker.bootstrap, args.topics, partitions=args.partitions)
+        print(f"l2m broker: Kafka-compatible broker (tansu, in memory) on {broker.bootstrap}"
+              + (f", topics {', '.join(args.topics)}" if args.topics else "")
+              + "; Ctrl-C to stop", flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            while not stop.wait(0.5):
+                if broker.process is None or broker.process.poll() is not None:
+                    print("l2m broker: tansu exited", file=sys.stderr)
+                    return 1
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Until the streaming demo lands: backfill the bundled sample with the example rules."""
-    out = Path(args.output)
-    ns = argparse.Namespace(
-        rules=[str(PACKAGE_ROOT / "rules")], input=[str(PACKAGE_ROOT / "samples")],
-        output=str(out), master="local[*]", timestamp_field="@timestamp", quiet=False,
-        text_fields=("message",), default_fields=("message",),
-    )
-    code = cmd_backfill(ns)
-    if code == 0:
-        for line in out.read_text().splitlines()[: args.show]:
-            print(line)
-    return code
+    from l2m.demo import demo_rules_path, run_demo
+    from l2m.rules import load_rules
+
+    try:
+        ruleset = load_rules([args.rules or demo_rules_path()])
+    except RuleValidationError as exc:
+        _print_problems(exc.problems)
+        return 1
+    return run_demo(ruleset.rules, duration=args.duration, rate=args.rate,
+                    hot_share=args.hot_share, port=args.port, rows=args.rows)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -146,9 +234,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-timestamp", type=float, default=0.0, help="share without @timestamp")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("demo", help="the embedded default: example rules on sample logs")
-    p.add_argument("--output", default="out/demo-samples.jsonl")
-    p.add_argument("--show", type=int, default=20, help="samples to print")
+    p = sub.add_parser("run", help="the streaming job against Kafka")
+    p.add_argument("--config", required=True, help="job configuration (see topology/)")
+    p.add_argument("--once", action="store_true",
+                   help="process everything available now, then exit (availableNow)")
+    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument("--bootstrap", help="override kafka bootstrap.servers")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("topology", help="print the streaming job's stage graph")
+    p.add_argument("--config", required=True)
+    p.add_argument("--write", metavar="FILE", help="also write it to FILE (topology/TOPOLOGY.md)")
+    p.set_defaults(func=cmd_topology)
+
+    p = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (tansu)")
+    p.add_argument("--port", type=int, default=9092)
+    p.add_argument("--topics", nargs="*", default=[], help="topics to create")
+    p.add_argument("--partitions", type=int, default=4)
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("demo", help="the embedded default: broker, log generator, streaming "
+                                    "job, live metrics")
+    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument("--rate", type=float, default=200.0, help="logs per second")
+    p.add_argument("--hot-share", type=float, default=0.0,
+                   help="share of logs sent to partition 0 (skew)")
+    p.add_argument("--port", type=int, help="broker port (default: a free one)")
+    p.add_argument("--rows", type=int, default=30, help="series shown")
+    p.add_argument("--rules", help="rules path (default: the example rules)")
     p.set_defaults(func=cmd_demo)
     return parser
 

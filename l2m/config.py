@@ -5,6 +5,7 @@ job runs the same from any working directory. Unknown keys are errors, as in rul
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,6 +59,8 @@ class JobConfig:
     """Everything ``l2m run`` needs. See ``topology/production.yaml`` for each key."""
 
     kafka: dict[str, str] = field(default_factory=lambda: {"bootstrap.servers": "127.0.0.1:9092"})
+    # Overrides of `kafka` for the metrics (sink) side, e.g. another cluster.
+    sink_kafka: dict[str, str] = field(default_factory=dict)
     topics: Topics = Topics()
     rules: tuple[str, ...] = ("rules",)
     checkpoint: str = "checkpoints/l2m"
@@ -77,11 +80,15 @@ class JobConfig:
     def query_config(self) -> QueryConfig:
         return QueryConfig(text_fields=self.text_fields, default_fields=self.default_fields)
 
+    @property
+    def sink(self) -> dict[str, str]:
+        return {**self.kafka, **self.sink_kafka}
+
     def with_bootstrap(self, bootstrap: str) -> JobConfig:
         return replace(self, kafka={**self.kafka, "bootstrap.servers": bootstrap})
 
 
-_TOP = {"kafka", "topics", "rules", "checkpoint", "trigger", "grace", "counter_ttl",
+_TOP = {"kafka", "sink_kafka", "topics", "rules", "checkpoint", "trigger", "grace", "counter_ttl",
         "counter_shards", "text_fields", "default_fields", "timestamp_field", "source", "spark"}
 
 
@@ -94,7 +101,18 @@ def load_config(path: str | Path) -> JobConfig:
         raise ConfigError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
-    return config_from_dict(data, path)
+    return config_from_dict(_expand(data), path)
+
+
+def _expand(value: Any) -> Any:
+    """``${VAR}`` in string values from the environment (secrets stay out of the file)."""
+    if isinstance(value, str):
+        return os.path.expandvars(value)
+    if isinstance(value, dict):
+        return {k: _expand(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v) for v in value]
+    return value
 
 
 def config_from_dict(data: dict[str, Any], path: Path | None = None) -> JobConfig:
@@ -127,6 +145,7 @@ def config_from_dict(data: dict[str, Any], path: Path | None = None) -> JobConfi
     spark = dict(spark)
     master = str(spark.pop("master", "local[*]"))
     kafka = {str(k): str(v) for k, v in (data.get("kafka") or {}).items()}
+    sink_kafka = {str(k): str(v) for k, v in (data.get("sink_kafka") or {}).items()}
     if "bootstrap.servers" not in kafka:
         raise ConfigError(f"{where}kafka: 'bootstrap.servers' is required")
     shards = int(data.get("counter_shards", 8))
@@ -134,6 +153,7 @@ def config_from_dict(data: dict[str, Any], path: Path | None = None) -> JobConfi
         raise ConfigError(f"{where}counter_shards: must be at least 1")
     return JobConfig(
         kafka=kafka,
+        sink_kafka=sink_kafka,
         topics=section("topics", Topics),
         rules=tuple(resolve(r) for r in rules),
         checkpoint=resolve(str(data.get("checkpoint", "checkpoints/l2m"))),

@@ -47,7 +47,8 @@ class _Producing:
         options = {k.lower(): v for k, v in options.items()}
         self.topic = options["topic"]
         self.config = kafka_config(options)
-        self.timeout = float(options.get("flushtimeoutms", "60000")) / 1000
+        default = self.config.get("message.timeout.ms", "60000")
+        self.timeout = float(options.get("flushtimeoutms", default)) / 1000
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Delivered:
         from confluent_kafka import KafkaException, Producer

@@ -260,7 +260,7 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     register(spark)
 
     def sink(frame: DataFrame, batch_id: int) -> None:
-        write_batch(frame, cfg.topics.metrics, cfg.kafka)
+        write_batch(frame, cfg.topics.metrics, cfg.sink)
 
     def start(name: str, frame: DataFrame) -> StreamingQuery:
         writer = (frame.writeStream.queryName(f"l2m-{name}").outputMode("update")

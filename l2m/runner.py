@@ -1,0 +1,160 @@
+"""Running the streaming job: session, both queries, progress lines, graceful shutdown."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from l2m.config import JobConfig
+from l2m.rules import Rule
+from l2m.session import build_session
+from l2m.streaming import STREAMING_CONF, Job, start_job
+
+
+def session_for(cfg: JobConfig) -> SparkSession:
+    conf = {**STREAMING_CONF, **cfg.spark}
+    return build_session(cfg.master, "l2m", conf)
+
+
+def lag(progress: dict[str, Any]) -> int | None:
+    """Records behind the end of the topic after this batch, over all partitions."""
+    total = 0
+    for source in progress.get("sources", []):
+        latest, end = source.get("latestOffset"), source.get("endOffset")
+        if not latest or not end:
+            return None
+        latest = json.loads(latest) if isinstance(latest, str) else latest
+        end = json.loads(end) if isinstance(end, str) else end
+        for p, offset in latest.get("partitions", {}).items():
+            total += max(0, int(offset) - int(end.get("partitions", {}).get(p, 0)))
+    return total
+
+
+def describe(name: str, progress: dict[str, Any]) -> str:
+    """One progress line: batch, rows, rates, lag, duration, state, late drops."""
+    state = progress.get("stateOperators") or []
+    rows = sum(int(s.get("numRowsTotal", 0)) for s in state)
+    dropped = sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
+    behind = lag(progress)
+    parts = [
+        f"{name:<8} batch {progress.get('batchId'):>5}",
+        f"in {int(progress.get('numInputRows', 0)):>8} rows",
+        f"{float(progress.get('inputRowsPerSecond') or 0):>9.0f}/s in",
+        f"{float(progress.get('processedRowsPerSecond') or 0):>9.0f}/s processed",
+        f"lag {behind if behind is not None else '?':>8}",
+        f"{int(progress.get('durationMs', {}).get('triggerExecution', 0)):>6} ms",
+        f"state {rows}",
+    ]
+    if dropped:
+        parts.append(f"late dropped {dropped}")
+    watermark = (progress.get("eventTime") or {}).get("watermark")
+    if watermark and not watermark.startswith("1970"):
+        parts.append(f"watermark {watermark}")
+    return "  ".join(parts)
+
+
+@dataclass
+class Runner:
+    """Starts the job and watches it. ``stop()`` (or SIGINT/SIGTERM via
+    :meth:`install_signals`) lets the running micro-batch finish, then stops both queries."""
+
+    cfg: JobConfig
+    rules: Sequence[Rule]
+    once: bool = False
+    out: TextIO = sys.stderr
+    on_progress: Callable[[str, dict[str, Any]], None] | None = None
+    spark: SparkSession | None = None
+    job: Job | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _seen: dict[str, int] = field(default_factory=dict)
+
+    def start(self) -> Job:
+        if self.spark is None:
+            self.spark = session_for(self.cfg)
+        self.job = start_job(self.spark, self.cfg, self.rules, once=self.once)
+        return self.job
+
+    def install_signals(self) -> None:
+        def handler(signum: int, _frame: Any) -> None:
+            if self._stop.is_set():  # a second Ctrl-C: stop now
+                raise KeyboardInterrupt
+            print(f"\nl2m: {signal.Signals(signum).name} received, finishing the current "
+                  "batch…", file=self.out, flush=True)
+            self._stop.set()
+
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait(self, duration: float | None = None, poll: float = 1.0) -> int:
+        """Watch until stopped, ``duration`` passes, a query fails, or (``once``) both end.
+        Returns the exit code: 0, or 1 if a query failed."""
+        assert self.job is not None
+        deadline = time.monotonic() + duration if duration else None
+        while True:
+            self._report()
+            failed = [q for q in self.job.queries if q.exception() is not None]
+            if failed:
+                for q in failed:
+                    print(f"l2m: query {q.name} failed: {_first_line(q.exception())}",
+                          file=self.out, flush=True)
+                self._shutdown()
+                return 1
+            if all(not q.isActive for q in self.job.queries):
+                self._report()
+                return 0
+            if self._stop.is_set() or (deadline is not None and time.monotonic() > deadline):
+                self._shutdown()
+                return 0
+            self._stop.wait(poll)
+
+    def _report(self) -> None:
+        assert self.job is not None
+        for query in self.job.queries:
+            name = (query.name or "query").removeprefix("l2m-")
+            for progress in query.recentProgress:
+                batch = int(progress.get("batchId", -1))
+                if batch <= self._seen.get(name, -1):
+                    continue
+                self._seen[name] = batch
+                if self.on_progress:
+                    self.on_progress(name, progress)
+                if self.out is not None:
+                    print(describe(name, progress), file=self.out, flush=True)
+
+    def _shutdown(self) -> None:
+        """Let running batches complete (their samples are flushed by the sink before the
+        batch commits), then stop the queries."""
+        assert self.job is not None
+        deadline = time.monotonic() + 120
+        for query in self.job.queries:
+            while _busy(query) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            query.stop()
+        self._report()
+
+
+def _busy(query: StreamingQuery) -> bool:
+    try:
+        return bool(query.isActive and query.status.get("isTriggerActive"))
+    except Exception:
+        return False
+
+
+def _first_line(exc: Any) -> str:
+    text = str(exc.desc if hasattr(exc, "desc") else exc).strip()
+    for line in text.splitlines():
+        if "SinkError" in line or "DataLossError" in line or "Error:" in line:
+            return line.strip()
+    return text.splitlines()[0] if text else repr(exc)

@@ -1,0 +1,94 @@
+# ruff: noqa: E501  (the rendered document has long Markdown table rows)
+"""`l2m topology`: the stage graph of the streaming job, like Kafka Streams'
+``Topology.describe()``, rendered from a job configuration and its rules."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from l2m.config import JobConfig
+from l2m.route import plan_for
+from l2m.rules import Rule
+
+
+def _fmt_ms(ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms % size == 0 and ms >= size:
+            return f"{ms // size} {unit}"
+    return f"{ms} ms"
+
+
+def _shown(path: str) -> str:
+    """A path relative to the working directory when it is below it (stable across
+    machines in the committed TOPOLOGY.md)."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
+    """Markdown description of both queries' stages, with the settings that shape them."""
+    enabled = [r for r in rules if r.enabled]
+    counters = [r for r in enabled if r.kind == "counter"]
+    gauges = [r for r in enabled if r.kind == "gauge"]
+    src = cfg.source
+    split = (f"ranges over {src.max_records_per_task:,} records split into several tasks"
+             if src.max_records_per_task else "one task per partition range")
+    limit = (f"at most {src.max_records_per_trigger:,} records per micro-batch, shared by "
+             "backlog" if src.max_records_per_trigger else "everything available per batch")
+
+    def fields(rs: list[Rule]) -> str:
+        plan = plan_for(rs, cfg.timestamp_field).plan
+        return ", ".join(u.path for u in plan.fields) or "(none)"
+
+    def rule_list(rs: list[Rule]) -> str:
+        return ", ".join(f"`{r.id}`" for r in rs) or "(none)"
+
+    return f"""# l2m streaming topology
+
+Rendered by `l2m topology --config {cfg.path or '<config>'}` — do not edit by hand.
+
+Two streaming queries in one Spark application (`{cfg.master}`), each with its own checkpoint
+under `{_shown(cfg.checkpoint)}`. Trigger: every {_fmt_ms(cfg.trigger_ms)}. Kafka:
+`{cfg.kafka.get('bootstrap.servers')}`; metrics to `{cfg.sink.get('bootstrap.servers')}`.
+
+```
+l2m-counters ({len(counters)} rules)
+  Source: l2m-kafka [{cfg.topics.logs}], parsing in the reader
+    --> Dead letters [{cfg.topics.dead_letters}]
+    --> Route: explode one row per (log, rule, series)
+    --> Pre-aggregate: Arrow, per task, per (rule, series, le, minute)
+    --> Exchange: hash(rule, shard)
+    --> Counter state: applyInPandasWithState, {cfg.counter_shards} shards per rule, TTL {_fmt_ms(cfg.counter_ttl_ms)}
+    --> Sink: l2m-kafka-sink [{cfg.topics.metrics}]
+
+l2m-gauges ({len(gauges)} rules)
+  Source: l2m-kafka [{cfg.topics.logs}], parsing in the reader
+    --> Route: explode one row per (log, rule, series, histogram le)
+    --> Watermark: max event time - {_fmt_ms(cfg.grace_ms)}
+    --> Partial aggregate per task (Spark)
+    --> Exchange: hash(window, rule, labels, le)
+    --> Window state: 1-minute tumbling, update mode, RocksDB
+    --> Format samples
+    --> Sink: l2m-kafka-sink [{cfg.topics.metrics}]
+```
+
+| stage | module | contract |
+|---|---|---|
+| source | `l2m/source.py` | Kafka → rows; offsets in the checkpoint, explicit partition assignment (no consumer group, no rebalancing); {split}; {limit}; starting offsets `{src.starting_offsets}`; failOnDataLoss `{str(src.fail_on_data_loss).lower()}` |
+| parse | `l2m/parse.py` | JSON → typed columns for the referenced fields only; event time `{cfg.timestamp_field}`, else the Kafka timestamp; malformed → `{cfg.topics.dead_letters}` with the reason (counters query only, so once) |
+| route | `l2m/route.py` | each rule's query compiled once to a Spark Column; one row per (log, rule, series) |
+| pre-aggregate | `l2m/streaming.py` (`preaggregate`) | per task, before any shuffle: one partial per (rule, series, le, minute) |
+| counters | `l2m/streaming.py` (`CounterState`) | state keyed by (rule, shard), many series per Python call; idle series dropped after the TTL |
+| gauges | `l2m/streaming.py` (`gauges_frame`) | one-minute windows, watermark = max event time − grace, update mode: corrected windows re-emitted |
+| sink | `l2m/sink.py` | idempotent producer, deterministic keys, a batch commits only when every sample is acknowledged |
+
+State schemas do not depend on the rules (rule id, labels and `le` are data): adding,
+changing or removing rules keeps both checkpoints usable.
+
+Fields parsed for counters: {fields(counters)}.
+Fields parsed for gauges: {fields(gauges)}.
+
+Counter rules: {rule_list(counters)}.
+Gauge rules: {rule_list(gauges)}.
+"""
