@@ -68,7 +68,8 @@ class EmbeddedBroker:
             if self.process.poll() is not None:
                 raise RuntimeError(f"tansu exited with code {self.process.returncode}")
             try:
-                AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=1)
+                probe = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": "0"})
+                probe.list_topics(timeout=1)
                 return self
             except KafkaException:
                 time.sleep(0.2)
@@ -98,7 +99,7 @@ def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
                   timeout: float = 15.0) -> None:
     """Create topics (existing ones are left alone). Topic configs are passed explicitly
     because tansu's DescribeConfigs answers nothing."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": "3"})
     futures = admin.create_topics(
         [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics],
         request_timeout=timeout,

@@ -135,25 +135,22 @@ def run_demo(rules: Sequence[Rule], duration: float | None = None, rate: float =
             runner.start()
             view = MetricsView(broker.bootstrap, topics.metrics)
             dead = MetricsView(broker.bootstrap, topics.dead_letters)
-            deadline = time.monotonic() + duration if duration else None
-            code = 0
-            last_draw = 0.0
-            while True:
+            last_draw = [0.0]
+
+            def tick() -> None:
                 view.poll()
                 _count_only(dead)
-                if time.monotonic() - last_draw >= 2.0:
-                    last_draw = time.monotonic()
+                if time.monotonic() - last_draw[0] >= 2.0:
+                    last_draw[0] = time.monotonic()
                     _draw(out, tty, view, producer.sent, dead.received, status, rows)
-                failed = [q for q in runner.job.queries if q.exception() is not None] \
-                    if runner.job else []
-                if failed or runner._stop.is_set() or (
-                        deadline is not None and time.monotonic() > deadline):
-                    code = runner.wait(duration=0.001) if not failed else runner.wait()
-                    break
+
+            code = runner.wait(duration=duration, poll=0.5, on_tick=tick)
             producer.stopping.set()
             producer.join(timeout=10)
             view.poll()
-            _draw(out, tty, view, producer.sent, dead.received, status, rows)
+            _draw(out, tty, view, producer.sent, dead.received, status, rows, final=True)
+            view.consumer.close()
+            dead.consumer.close()
             print(f"l2m demo: stopped; {producer.sent} logs produced, {view.received} samples "
                   f"received, {dead.received} dead letters", file=out, flush=True)
             if runner.spark is not None:
@@ -179,16 +176,20 @@ def _short(progress: dict[str, Any]) -> str:
 
 
 def _draw(out: TextIO, tty: bool, view: MetricsView, produced: int, dead: int,
-          status: dict[str, str], rows: int) -> None:
+          status: dict[str, str], rows: int, final: bool = False) -> None:
+    """Live: redraw the screen (terminal) or print the status lines (pipe); ``final``: the
+    whole table either way."""
     lines = [f"l2m demo — {time.strftime('%H:%M:%S')} — logs produced {produced}, "
              f"samples received {view.received}, dead letters {dead}"]
     lines += [f"  {name}: {text}" for name, text in sorted(status.items())]
     lines.append("")
     lines += view.render(rows)
-    if tty:
+    if tty and not final:
         out.write("\x1b[H\x1b[2J" + "\n".join(lines) + "\n")
+    elif final:
+        out.write("\n".join(lines) + "\n")
     else:
-        out.write("\n".join(lines[: 3 + len(status)]) + "\n")
+        out.write("\n".join(lines[: 1 + len(status)]) + "\n")
     out.flush()
 
 

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from pyspark.sql import SparkSession
@@ -17,7 +18,7 @@ from pyspark.sql.streaming import StreamingQuery
 from l2m.config import JobConfig
 from l2m.rules import Rule
 from l2m.session import build_session
-from l2m.streaming import STREAMING_CONF, Job, start_job
+from l2m.streaming import STREAMING_CONF, Job, start_job, stop_file
 
 
 def session_for(cfg: JobConfig) -> SparkSession:
@@ -78,6 +79,8 @@ class Runner:
     _seen: dict[str, int] = field(default_factory=dict)
 
     def start(self) -> Job:
+        marker = Path(stop_file(self.cfg))
+        marker.unlink(missing_ok=True)  # left over from a stop that did not finish
         if self.spark is None:
             self.spark = session_for(self.cfg)
         self.job = start_job(self.spark, self.cfg, self.rules, once=self.once)
@@ -97,13 +100,16 @@ class Runner:
     def stop(self) -> None:
         self._stop.set()
 
-    def wait(self, duration: float | None = None, poll: float = 1.0) -> int:
+    def wait(self, duration: float | None = None, poll: float = 1.0,
+             on_tick: Callable[[], None] | None = None) -> int:
         """Watch until stopped, ``duration`` passes, a query fails, or (``once``) both end.
         Returns the exit code: 0, or 1 if a query failed."""
         assert self.job is not None
         deadline = time.monotonic() + duration if duration else None
         while True:
             self._report()
+            if on_tick is not None:
+                on_tick()
             failed = [q for q in self.job.queries if q.exception() is not None]
             if failed:
                 for q in failed:
@@ -118,6 +124,10 @@ class Runner:
                 self._shutdown()
                 return 0
             self._stop.wait(poll)
+
+    def report(self) -> None:
+        """Print (and pass to ``on_progress``) progress of batches not reported yet."""
+        self._report()
 
     def _report(self) -> None:
         assert self.job is not None
@@ -134,14 +144,23 @@ class Runner:
                     print(describe(name, progress), file=self.out, flush=True)
 
     def _shutdown(self) -> None:
-        """Let running batches complete (their samples are flushed by the sink before the
-        batch commits), then stop the queries."""
+        """Graceful stop: the sources stop admitting data (stop file), running batches
+        complete — their samples flushed and acknowledged by the sink before they commit —
+        then the queries stop."""
         assert self.job is not None
-        deadline = time.monotonic() + 120
-        for query in self.job.queries:
-            while _busy(query) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            query.stop()
+        marker = Path(stop_file(self.cfg))
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        try:
+            deadline = time.monotonic() + 120
+            for query in self.job.queries:
+                idle = 0
+                while idle < 3 and time.monotonic() < deadline:
+                    idle = idle + 1 if not _busy(query) else 0
+                    time.sleep(0.1)
+                query.stop()
+        finally:
+            marker.unlink(missing_ok=True)
         self._report()
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -126,6 +127,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.group_id = options.get("groupid")
         self.poll_timeout = float(options.get("polltimeoutms", "120000")) / 1000
         self.dead_letters = options.get("deadlettertopic")
+        # While this file exists no new data is admitted: the running batch is the last one
+        # (a graceful stop, see l2m.runner).
+        self.stop_file = options.get("stopfile")
         plan = options.get("parseplan")
         self.plan = ParsePlan.from_json(plan) if plan else None
         self.schema = schema
@@ -196,6 +200,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if self.stop_file and os.path.exists(self.stop_file):
+            return start
         begin = self._decode(start)
         latest = self._target if self._target is not None else self._offsets("latest")
         self._latest = latest

@@ -47,6 +47,11 @@ PARTIAL_SCHEMA = ("rule string, series string, le string, window bigint, matches
 STATE_SCHEMA = "blob binary"
 
 
+def stop_file(cfg: JobConfig) -> str:
+    """While this file exists the sources admit no new data (graceful stop)."""
+    return f"{cfg.checkpoint}/STOPPING"
+
+
 def register(spark: SparkSession) -> None:
     spark.dataSource.register(KafkaSource)
     spark.dataSource.register(KafkaSink)
@@ -68,6 +73,7 @@ def source_frame(spark: SparkSession, cfg: JobConfig, plan_json: str,
                         ("minPartitions", src.min_partitions)):
         if value:
             reader = reader.option(name, str(value))
+    reader = reader.option("stopFile", stop_file(cfg))
     if dead_letters:
         reader = reader.option("deadLetterTopic", cfg.topics.dead_letters)
         if src.group_id:
