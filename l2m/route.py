@@ -159,9 +159,10 @@ def route(parsed: DataFrame, routing: Routing, with_status: bool = True,
             F.array(F.struct(F.lit("status").alias("name"), name.alias("value"))),
             F.lit(None).cast("string"), F.lit(None).cast("long"), F.lit(1.0), F.col(TIMESTAMP),
         ))
-    if not items:
-        return parsed.sparkSession.createDataFrame([], MATCH_SCHEMA)
-    matches = F.filter(F.array(*items), lambda m: m.isNotNull())
+    if items:
+        matches = F.filter(F.array(*items), lambda m: m.isNotNull())
+    else:  # no rules: no rows, but still a frame of the source's kind (streaming or not)
+        matches = F.array().cast(T.ArrayType(MATCH_SCHEMA))
     return parsed.select(F.explode(matches).alias("m")).select("m.*")
 
 
