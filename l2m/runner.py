@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import threading
@@ -171,9 +172,16 @@ def _busy(query: StreamingQuery) -> bool:
         return False
 
 
+_CAUSE = re.compile(r"^\s*(?:[\w.]+\.)?(SinkError|DataLossError|[A-Z]\w*Error): (.+)$")
+
+
 def _first_line(exc: Any) -> str:
+    """The most telling line of a query failure: l2m's own errors first, else the last
+    Python exception line, else the first line."""
     text = str(exc.desc if hasattr(exc, "desc") else exc).strip()
-    for line in text.splitlines():
-        if "SinkError" in line or "DataLossError" in line or "Error:" in line:
-            return line.strip()
+    causes = [m for m in map(_CAUSE.match, text.splitlines()) if m]
+    ours = [m for m in causes if m.group(1) in ("SinkError", "DataLossError")]
+    if ours or causes:
+        match = (ours or causes)[-1]
+        return f"{match.group(1)}: {match.group(2).strip()}"
     return text.splitlines()[0] if text else repr(exc)

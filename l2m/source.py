@@ -154,9 +154,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._admin
 
     def _partitions(self) -> list[int]:
-        meta = self._admin_client().list_topics(self.topic, timeout=30)
+        # Full metadata, not a request for this topic: brokers with topic auto-creation
+        # (tansu always) would create a mistyped topic instead of reporting it.
+        meta = self._admin_client().list_topics(timeout=30)
         topic = meta.topics.get(self.topic)
-        if topic is None or topic.error is not None:
+        if topic is None or topic.error is not None or not topic.partitions:
             error = topic.error if topic is not None else "unknown topic"
             raise RuntimeError(f"Kafka topic '{self.topic}' is not available: {error}")
         return sorted(topic.partitions)

@@ -46,7 +46,7 @@ def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
 
     return f"""# l2m streaming topology
 
-Rendered by `l2m topology --config {cfg.path or '<config>'}` — do not edit by hand.
+Rendered by `l2m topology --config {_shown(cfg.path) if cfg.path else '<config>'}` — do not edit by hand.
 
 Two streaming queries in one Spark application (`{cfg.master}`), each with its own checkpoint
 under `{_shown(cfg.checkpoint)}`. Trigger: every {_fmt_ms(cfg.trigger_ms)}. Kafka:

@@ -1,0 +1,77 @@
+"""Job configuration files and the rendered topology (no JVM)."""
+
+from __future__ import annotations
+
+import decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from l2m.config import ConfigError, config_from_dict, duration_ms, load_config
+from l2m.rules import load_rules
+from l2m.streaming import preaggregate
+from l2m.topology import describe
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_durations():
+    assert duration_ms("20 minutes") == 1_200_000
+    assert duration_ms("5s") == 5000
+    assert duration_ms("250 ms") == 250
+    assert duration_ms("7 days") == 604_800_000
+    assert duration_ms(2) == 2000
+    with pytest.raises(ConfigError, match="trigger: 'soon'"):
+        duration_ms("soon", "trigger")
+
+
+def test_example_configs_load(monkeypatch):
+    monkeypatch.setenv("L2M_KAFKA_PASSWORD", "from-env")
+    local = load_config(ROOT / "topology" / "local.yaml")
+    assert local.kafka == {"bootstrap.servers": "127.0.0.1:9092"}
+    assert local.rules == (str(ROOT / "rules"),)
+    assert local.checkpoint == str(ROOT / "checkpoints" / "local")
+    assert (local.trigger_ms, local.grace_ms, local.counter_shards) == (5000, 1_200_000, 4)
+    assert local.master == "local[2]"
+    prod = load_config(ROOT / "topology" / "production.yaml")
+    assert prod.kafka["sasl.password"] == "from-env"
+    assert prod.sink["message.timeout.ms"] == "60000"
+    assert prod.source.max_records_per_task == 200_000
+    assert prod.source.group_id == "l2m"
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ConfigError, match="unknown key\\(s\\): trigger_interval"):
+        config_from_dict({"kafka": {"bootstrap.servers": "x"}, "trigger_interval": 1})
+    with pytest.raises(ConfigError, match="source: unknown key\\(s\\): max_records"):
+        config_from_dict({"kafka": {"bootstrap.servers": "x"}, "source": {"max_records": 1}})
+    with pytest.raises(ConfigError, match=r"bootstrap\.servers"):
+        config_from_dict({"kafka": {}})
+
+
+def test_topology_md_is_current():
+    cfg = load_config(ROOT / "topology" / "local.yaml")
+    rules = load_rules(cfg.rules, cfg.query_config).rules
+    rendered = describe(cfg, rules)
+    assert (ROOT / "topology" / "TOPOLOGY.md").read_text() == rendered, (
+        "run: l2m topology --config topology/local.yaml --write topology/TOPOLOGY.md")
+
+
+def test_preaggregate_reduces_rows_with_exact_sums():
+    d = decimal.Decimal
+    batch = pa.RecordBatch.from_pydict({
+        "rule": ["r", "r", "r", "r", "s"],
+        "series": ['{"a":"1"}', '{"a":"1"}', '{"a":"1"}', '{"a":"2"}', "{}"],
+        "le": [None, None, None, None, "+Inf"],
+        "window": [60_000, 60_000, 60_000, 60_000, 0],
+        "ts": [61_000, 62_000, None, 70_000, 5],
+        "v": [0.1, 0.2, None, 1e30, 3.0],
+        "x": pa.array([d("0.1"), d("0.2"), None, None, d("3")], pa.decimal128(38, 18)),
+    })
+    out = pa.Table.from_batches(list(preaggregate(iter([batch])))).to_pylist()
+    out.sort(key=lambda r: (r["rule"], r["series"]))
+    assert [(r["series"], r["matches"], r["n"], r["exact_n"], r["ts"]) for r in out] == [
+        ('{"a":"1"}', 3, 2, 2, 62_000), ('{"a":"2"}', 1, 1, 0, 70_000), ("{}", 1, 1, 1, 5)]
+    assert out[0]["exact_sum"] == d("0.3")
+    assert out[1]["sum"] == 1e30

@@ -1,0 +1,125 @@
+"""The Kafka source: planning (unit), and the reader against the real broker — split and
+unsplit plans read the same rows, data loss fails clearly or is skipped."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from l2m.broker import create_topics
+from l2m.source import (
+    DataLossError,
+    KafkaStreamReader,
+    OffsetRange,
+    rate_limit,
+    split_ranges,
+)
+
+from .kafka_helpers import fresh_topics, produce
+
+
+def test_split_ranges_caps_records_per_task():
+    tasks = split_ranges([OffsetRange(0, 0, 700), OffsetRange(1, 10, 110),
+                          OffsetRange(2, 5, 5)], max_per_task=250)
+    assert tasks == [
+        OffsetRange(0, 0, 233), OffsetRange(0, 233, 466), OffsetRange(0, 466, 700),
+        OffsetRange(1, 10, 110),
+    ]
+    assert split_ranges([OffsetRange(0, 0, 700)], None) == [OffsetRange(0, 0, 700)]
+
+
+def test_split_ranges_min_partitions_is_proportional():
+    tasks = split_ranges([OffsetRange(0, 0, 900), OffsetRange(1, 0, 100)], None,
+                         min_partitions=10)
+    assert [(r.partition, r.size) for r in tasks] == [(0, 100)] * 9 + [(1, 100)]
+
+
+def test_rate_limit_shares_by_backlog_and_never_starves():
+    start = {0: 0, 1: 100, 2: 50}
+    latest = {0: 1000, 1: 110, 2: 50}
+    assert rate_limit(start, latest, 101) == {0: 100, 1: 101, 2: 50}
+    assert rate_limit(start, latest, 10_000) == latest
+    # a tiny backlog still moves on
+    assert rate_limit({0: 0, 1: 100}, {0: 10_000, 1: 101}, 100) == {0: 99, 1: 101}
+
+
+def reader(bootstrap: str, topic: str, **options: str) -> KafkaStreamReader:
+    return KafkaStreamReader({"kafka.bootstrap.servers": bootstrap, "topic": topic,
+                              "pollTimeoutMs": "10000", **options}, None)  # type: ignore[arg-type]
+
+
+def read_all(r: KafkaStreamReader, start: dict, end: dict) -> tuple[list, int]:
+    parts = r.partitions(start, end)
+    rows = []
+    for part in parts:
+        for batch in r.read(part):
+            d = batch.to_pydict()
+            rows += list(zip(d["partition"], d["offset"], d["value"], strict=True))
+    return sorted(rows), len(parts)
+
+
+def test_split_and_unsplit_plans_read_the_same_rows(broker):
+    t = fresh_topics(broker.bootstrap, partitions=3)
+    lines = [f'{{"i": {i}}}'.encode() for i in range(3000)]
+    # a hot partition: 80% of the records on partition 0
+    produce(t.bootstrap, t.topics.logs, lines, 3, partition_of=lambda i: 0 if i % 5 else i % 3)
+    plain = reader(t.bootstrap, t.topics.logs)
+    start = plain.initialOffset()
+    end = plain.latestOffset(start, ReadAllAvailable())
+    rows, tasks = read_all(plain, start, end)
+    split = reader(t.bootstrap, t.topics.logs, maxRecordsPerTask="300")
+    split_rows, split_tasks = read_all(split, start, end)
+    assert tasks == 3
+    assert split_tasks > 10
+    assert split_rows == rows
+    assert len(rows) == 3003  # and the three empty closing records
+    assert sorted(v for _, _, v in rows if v) == sorted(lines)
+
+
+def test_admission_control_and_available_now(broker):
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    produce(t.bootstrap, t.topics.logs, [b"{}"] * 1000, 2)
+    r = reader(t.bootstrap, t.topics.logs, maxRecordsPerTrigger="100")
+    start = r.initialOffset()
+    assert r.getDefaultReadLimit() == ReadMaxRows(100)
+    first = r.latestOffset(start, ReadMaxRows(100))
+    assert sum(first["partitions"].values()) == 100
+    r.prepareForTriggerAvailableNow()
+    produce(t.bootstrap, t.topics.logs, [b"{}"] * 10, 2)  # after the target: not read
+    everything = r.latestOffset(first, ReadAllAvailable())
+    assert everything["partitions"] == {"0": 501, "1": 501}
+    assert r.reportLatestOffset() == everything
+
+
+def test_recreated_topic_fails_clearly_or_is_skipped(broker):
+    t = fresh_topics(broker.bootstrap, partitions=1)
+    produce(t.bootstrap, t.topics.logs, [b"{}"] * 50, 1)
+    r = reader(t.bootstrap, t.topics.logs)
+    start = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    admin = AdminClient({"bootstrap.servers": t.bootstrap})
+    admin.delete_topics([t.topics.logs], operation_timeout=10)[t.topics.logs].result()
+    time.sleep(0.5)
+    create_topics(t.bootstrap, [t.topics.logs], partitions=1)
+    produce(t.bootstrap, t.topics.logs, [b'{"new": 1}'] * 5, 1)
+    with pytest.raises(DataLossError, match="went back from 51 to 6"):
+        reader(t.bootstrap, t.topics.logs).latestOffset(start, ReadAllAvailable())
+    lenient = reader(t.bootstrap, t.topics.logs, failOnDataLoss="false")
+    end = lenient.latestOffset(start, ReadAllAvailable())
+    rows, _ = read_all(lenient, start, end)
+    assert [v for _, _, v in rows if v] == [b'{"new": 1}'] * 5
+
+
+def test_unknown_topic_is_a_clear_error(broker):
+    with pytest.raises(RuntimeError, match="topic 'no-such-topic"):
+        reader(broker.bootstrap, "no-such-topic").initialOffset()
+
+
+def test_options_are_case_insensitive_and_secrets_stay_in_config():
+    r = reader("127.0.0.1:1", "x", **{"kafka.sasl.password": "s3cret",
+                                       "MAXRECORDSPERTASK": "5"})
+    assert r.max_per_task == 5
+    assert r.config["sasl.password"] == "s3cret"
+    assert "s3cret" not in repr(vars(r).get("topic"))
