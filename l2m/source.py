@@ -375,12 +375,12 @@ class DeadLetters:
     origin in headers, keyed deterministically (a retried task overwrites, never adds)."""
 
     def __init__(self, config: dict[str, str], topic: str, source_topic: str) -> None:
-        from confluent_kafka import Producer
+        from l2m.sink import cached_producer
 
         self.topic = topic
         self.source_topic = source_topic
-        self.producer = Producer({"enable.idempotence": True, "linger.ms": 20,
-                                  "log_level": "3", **config})
+        self.producer = cached_producer({"enable.idempotence": True, "linger.ms": 20,
+                                         "log_level": "3", **config})
         self.errors: list[str] = []
         self.sent = 0
 
@@ -400,8 +400,11 @@ class DeadLetters:
             self.errors.append(str(err))
 
     def flush(self) -> None:
+        from l2m.sink import drop_producer
+
         remaining = self.producer.flush(60)
         if remaining or self.errors:
+            drop_producer(self.producer)
             raise RuntimeError(f"dead-letter topic {self.topic}: {remaining} undelivered, "
                                f"errors: {self.errors[:3]}")
 
