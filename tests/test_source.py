@@ -123,3 +123,18 @@ def test_options_are_case_insensitive_and_secrets_stay_in_config():
     assert r.max_per_task == 5
     assert r.config["sasl.password"] == "s3cret"
     assert "s3cret" not in repr(vars(r).get("topic"))
+
+
+def test_processed_offsets_are_committed_to_the_lag_group(broker):
+    from confluent_kafka import Consumer, TopicPartition
+
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    produce(t.bootstrap, t.topics.logs, [b"{}"] * 20, 2)
+    r = reader(t.bootstrap, t.topics.logs, groupId="l2m-lag")
+    end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    r.commit(end)
+    consumer = Consumer({"bootstrap.servers": t.bootstrap, "group.id": "l2m-lag"})
+    committed = consumer.committed([TopicPartition(t.topics.logs, p) for p in (0, 1)],
+                                   timeout=10)
+    consumer.close()
+    assert {tp.partition: tp.offset for tp in committed} == {0: 11, 1: 11}

@@ -1,0 +1,105 @@
+"""The counters' state function without Spark: merging partials, histogram families, rule
+signature changes, idle-series TTL. GroupState is PySpark's own class, constructed as the
+worker constructs it."""
+
+from __future__ import annotations
+
+import decimal
+
+import orjson
+import pandas as pd
+from pyspark.sql import Row
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from l2m.rules import load_text
+from l2m.streaming import CounterState
+
+RULES, _ = load_text("""\
+rules:
+  - {id: c, name: c_total, kind: counter, query: "*", aggregation: count, group_by: [s]}
+  - {id: h, name: h, kind: counter, query: "*", aggregation: histogram, field: v,
+     buckets: [1, 10]}
+""")
+SCHEMA = StructType([StructField("blob", BinaryType())])
+
+
+def group_state(blob: bytes | None, now: int, timed_out: bool = False) -> GroupState:
+    return GroupState(
+        Row(blob) if blob is not None else None, now, -1,
+        GroupStateTimeout.ProcessingTimeTimeout, timed_out, False,
+        blob is not None, False, False, -1, b"", SCHEMA,
+    )
+
+
+def partial(series: str, le: str | None, n: int, total: float, ts: int) -> dict:
+    return {"rule": "x", "series": series, "le": le, "window": 0, "matches": n, "n": n,
+            "sum": total, "exact_sum": decimal.Decimal(repr(total)), "exact_n": n,
+            "min": None, "max": None, "ts": ts}
+
+
+def run(fn: CounterState, key: tuple, rows: list[dict], state: GroupState) -> list[dict]:
+    frames = [pd.DataFrame(rows)] if rows else []
+    out = list(fn(key, iter(frames), state))
+    return [orjson.loads(v) for frame in out for v in frame["value"]]
+
+
+def stored(state: GroupState) -> dict:
+    return orjson.loads(state.get[0])
+
+
+def test_counts_accumulate_across_batches_and_only_touched_series_are_emitted():
+    fn = CounterState({r.id: r for r in RULES}, ttl_ms=60_000)
+    state = group_state(None, now=1000)
+    out = run(fn, ("c", 0), [partial('{"s":"a"}', None, 2, 2.0, 10),
+                             partial('{"s":"a"}', None, 1, 1.0, 30),
+                             partial('{"s":"b"}', None, 5, 5.0, 20)], state)
+    assert [(s["labels"], s["value"], s["timestamp"]) for s in out] == [
+        ({"s": "a"}, 3.0, 30), ({"s": "b"}, 5.0, 20)]
+    state2 = group_state(state.get[0], now=2000)
+    out = run(fn, ("c", 0), [partial('{"s":"a"}', None, 4, 4.0, 25)], state2)
+    assert [(s["labels"], s["value"], s["timestamp"]) for s in out] == [({"s": "a"}, 7.0, 30)]
+
+
+def test_histogram_family_is_cumulative_with_exact_sum():
+    fn = CounterState({r.id: r for r in RULES}, ttl_ms=60_000)
+    state = group_state(None, now=1000)
+    out = run(fn, ("h", 1), [partial("{}", "1", 2, 0.3, 5), partial("{}", "+Inf", 1, 20.1, 9)],
+              state)
+    assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
+        ("h_bucket", "1", 2.0), ("h_bucket", "10", 2.0), ("h_bucket", "+Inf", 3.0),
+        ("h_sum", None, 20.4), ("h_count", None, 3.0)]
+
+
+def test_idle_series_expire_and_changed_rules_restart():
+    fn = CounterState({r.id: r for r in RULES}, ttl_ms=1000)
+    state = group_state(None, now=0)
+    run(fn, ("c", 0), [partial('{"s":"a"}', None, 1, 1.0, 1)], state)
+    state = group_state(state.get[0], now=500)
+    run(fn, ("c", 0), [partial('{"s":"b"}', None, 1, 1.0, 2)], state)
+    # a timeout at 1200: "a" (last seen 0) is idle past the TTL, "b" (500) is not
+    state = group_state(state.get[0], now=1200, timed_out=True)
+    assert run(fn, ("c", 0), [], state) == []
+    assert list(stored(state)["series"]) == ['{"s":"b"}']
+    # the same id with another aggregation: totals restart at 0
+    changed, _ = load_text("""\
+rules:
+  - {id: c, name: c_total, kind: counter, query: "*", aggregation: sum, field: v,
+     group_by: [s]}
+""")
+    fn2 = CounterState({r.id: r for r in changed}, ttl_ms=1000)
+    state = group_state(state.get[0], now=1300)
+    out = run(fn2, ("c", 0), [partial('{"s":"b"}', None, 1, 2.5, 3)], state)
+    assert [(s["labels"], s["value"]) for s in out] == [({"s": "b"}, 2.5)]
+
+
+def test_state_of_a_removed_rule_is_kept_until_it_expires_and_emits_nothing():
+    fn = CounterState({}, ttl_ms=1000)
+    blob = orjson.dumps({"sig": ["count", None, [], ["s"]],
+                         "series": {'{"s":"a"}': [0, {"": [1, 1, 1.0, "1", 1]}]}})
+    state = group_state(blob, now=10, timed_out=True)
+    assert run(fn, ("gone", 0), [], state) == []
+    assert state.exists
+    state = group_state(blob, now=5000, timed_out=True)
+    run(fn, ("gone", 0), [], state)
+    assert not state.exists
