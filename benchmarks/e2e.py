@@ -35,8 +35,9 @@ def machine() -> dict[str, object]:
     import pyspark
 
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cpus": os.cpu_count(), "memory_gib": round(mem, 1), "python": platform.python_version(),
-            "pyspark": pyspark.__version__, "platform": platform.platform()}
+    return {"cpus": os.cpu_count(), "memory_gib": round(mem, 1),
+            "python": platform.python_version(), "pyspark": pyspark.__version__,
+            "platform": platform.platform()}
 
 
 def preload(bootstrap: str, topic: str, n: int, partitions: int, seed: int = 1) -> float:
