@@ -41,8 +41,10 @@ def lag(progress: dict[str, Any]) -> int | None:
     return total
 
 
-def describe(name: str, progress: dict[str, Any]) -> str:
-    """One progress line: batch, rows, rates, lag, duration, state, late drops."""
+def describe(name: str, progress: dict[str, Any], reduction: tuple[int, int] | None = None
+             ) -> str:
+    """One progress line: batch, rows, rates, lag, duration, state, late drops, and the
+    pre-aggregation's rows in → out when known."""
     state = progress.get("stateOperators") or []
     rows = sum(int(s.get("numRowsTotal", 0)) for s in state)
     dropped = sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
@@ -56,6 +58,9 @@ def describe(name: str, progress: dict[str, Any]) -> str:
         f"{int(progress.get('durationMs', {}).get('triggerExecution', 0)):>6} ms",
         f"state {rows}",
     ]
+    if reduction and reduction[0]:
+        rows_in, rows_out = reduction
+        parts.append(f"preagg {rows_in}→{rows_out} ({rows_in / max(rows_out, 1):.0f}×)")
     if dropped:
         parts.append(f"late dropped {dropped}")
     watermark = (progress.get("eventTime") or {}).get("watermark")
@@ -78,6 +83,7 @@ class Runner:
     job: Job | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _seen: dict[str, int] = field(default_factory=dict)
+    _reduced: tuple[int, int] = (0, 0)
 
     def start(self) -> Job:
         marker = Path(stop_file(self.cfg))
@@ -139,10 +145,21 @@ class Runner:
                 if batch <= self._seen.get(name, -1):
                     continue
                 self._seen[name] = batch
+                reduction = self._reduction() if name == "counters" else None
                 if self.on_progress:
                     self.on_progress(name, progress)
                 if self.out is not None:
-                    print(describe(name, progress), file=self.out, flush=True)
+                    print(describe(name, progress, reduction), file=self.out, flush=True)
+
+    def _reduction(self) -> tuple[int, int] | None:
+        """Pre-aggregation rows in → out since the last report."""
+        assert self.job is not None
+        if self.job.reduction is None:
+            return None
+        now = (self.job.reduction.rows_in.value, self.job.reduction.rows_out.value)
+        delta = (now[0] - self._reduced[0], now[1] - self._reduced[1])
+        self._reduced = now
+        return delta
 
     def _shutdown(self) -> None:
         """Graceful stop: the sources stop admitting data (stop file), running batches

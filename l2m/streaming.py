@@ -22,6 +22,7 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import Accumulator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -112,6 +113,25 @@ def preaggregate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from out.to_batches(max_chunksize=10_000)
 
 
+def counted(function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+            rows_in: Accumulator[int], rows_out: Accumulator[int]
+            ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``function`` with its input and output rows counted into Spark accumulators (how the
+    pre-aggregation's reduction ratio is reported)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        def source() -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                rows_in.add(batch.num_rows)
+                yield batch
+
+        for out in function(source()):
+            rows_out.add(out.num_rows)
+            yield out
+
+    return run
+
+
 def _signature(rule: Rule) -> list[Any]:
     """What makes accumulated totals meaningful: when it changes, a series restarts at 0."""
     return [rule.aggregation, rule.field, list(rule.bucket_labels), list(rule.group_by)]
@@ -192,7 +212,16 @@ def _partial(stored: list[Any]) -> Partial:
                    None, None, ts)
 
 
-def counters_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule]) -> DataFrame:
+@dataclass
+class Reduction:
+    """Rows into and out of the counters' pre-aggregation, summed over the query's life."""
+
+    rows_in: Accumulator[int]
+    rows_out: Accumulator[int]
+
+
+def counters_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
+                   reduction: Reduction | None = None) -> DataFrame:
     """The counters query's output: ``key, value`` samples for every updated series."""
     routing = plan_for([r for r in rules if r.kind == "counter"], cfg.timestamp_field)
     parsed = source_frame(spark, cfg, routing.plan.to_json(), dead_letters=True)
@@ -200,7 +229,10 @@ def counters_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule]) -
         "rule", F.to_json(F.map_from_entries("labels")).alias("series"), "le", "window", "ts", "v",
         F.col("v").try_cast(EXACT).alias("x"),
     )
-    partials = routed.mapInArrow(preaggregate, PARTIAL_SCHEMA)
+    function = preaggregate
+    if reduction is not None:
+        function = counted(preaggregate, reduction.rows_in, reduction.rows_out)
+    partials = routed.mapInArrow(function, PARTIAL_SCHEMA)
     sharded = partials.withColumn(
         "shard", F.pmod(F.hash("rule", "series"), F.lit(cfg.counter_shards)))
     state = CounterState({r.id: r for r in routing.rules}, cfg.counter_ttl_ms)
@@ -254,6 +286,7 @@ def gauges_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule]) -> 
 class Job:
     counters: StreamingQuery
     gauges: StreamingQuery
+    reduction: Reduction | None = None
 
     @property
     def queries(self) -> list[StreamingQuery]:
@@ -281,11 +314,12 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     # Processing-time timeouts make Spark run a batch after every batch, data or not, to
     # look for timed-out keys: availableNow would never end. Counters take their timeouts
     # with the next batch that has data; the setting is captured when a query starts.
+    reduction = Reduction(spark.sparkContext.accumulator(0), spark.sparkContext.accumulator(0))
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-    counters = start("counters", counters_frame(spark, cfg, rules))
+    counters = start("counters", counters_frame(spark, cfg, rules, reduction))
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     gauges = start("gauges", gauges_frame(spark, cfg, rules))
-    return Job(counters=counters, gauges=gauges)
+    return Job(counters=counters, gauges=gauges, reduction=reduction)
 
 
 # Spark settings the streaming job needs regardless of the configuration file.
