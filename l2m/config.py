@@ -48,7 +48,8 @@ class SourceConfig:
     starting_offsets: str = "earliest"
     max_records_per_trigger: int | None = None
     max_records_per_task: int | None = 100_000
-    min_partitions: int | None = None
+    min_partitions: int | None = None  # default: Spark's default parallelism
+    planner: str = "balanced"  # or "partition": one task per partition range
     fail_on_data_loss: bool = True
     group_id: str | None = None
     poll_timeout_ms: int = 120_000

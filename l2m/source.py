@@ -5,9 +5,10 @@ confluent-kafka (``format("l2m-kafka")``).
   partitions are read by explicit assignment, never through a consumer group, so there is no
   group rebalancing. ``groupId`` optionally commits processed offsets to a group only so that
   standard lag tools can see progress.
-* Planning is skew-aware: an offset range larger than ``maxRecordsPerTask`` is split into
-  several Spark tasks, so a hot partition is read by several cores at once (like Spark's
-  ``KafkaOffsetRangeCalculator``).
+* Planning is skew-aware (:func:`plan_tasks`): the batch is cut into tasks of about equal
+  size — a hot partition split over several tasks, small partitions sharing one — with no
+  task over ``maxRecordsPerTask`` records and at least ``minPartitions`` tasks.
+  ``planner=partition`` gives the classic one-task-per-partition plan.
 * Admission control: ``maxRecordsPerTrigger`` is shared over partitions in proportion to their
   backlog, never starving a small one. ``Trigger.AvailableNow`` reads up to the end offsets
   seen when the query started.
@@ -20,12 +21,13 @@ confluent-kafka (``format("l2m-kafka")``).
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,32 +69,51 @@ class OffsetRange:
 
 
 class KafkaInputPartition(InputPartition):
-    def __init__(self, topic: str, rng: OffsetRange) -> None:
-        super().__init__((topic, rng.partition, rng.start, rng.end))
+    """One Spark task: one or more offset ranges, read one after the other."""
+
+    def __init__(self, topic: str, ranges: Sequence[OffsetRange]) -> None:
+        super().__init__((topic, tuple((r.partition, r.start, r.end) for r in ranges)))
         self.topic = topic
-        self.range = rng
+        self.ranges = tuple(ranges)
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for r in self.ranges)
 
 
-def split_ranges(ranges: list[OffsetRange], max_per_task: int | None,
-                 min_partitions: int | None = None) -> list[OffsetRange]:
-    """Split ranges into tasks: none larger than ``max_per_task``; with ``min_partitions``, at
-    least that many tasks overall, each range getting a share proportional to its size."""
+def plan_tasks(ranges: Sequence[OffsetRange], max_per_task: int | None = None,
+               min_tasks: int | None = None, balanced: bool = True) -> list[list[OffsetRange]]:
+    """Group offset ranges into tasks.
+
+    ``balanced=False`` is the classic plan: one task per partition range, however big. The
+    balanced plan decides the number of tasks — enough that none holds more than
+    ``max_per_task`` records, at least ``min_tasks`` — cuts ranges bigger than half a task's
+    share into equal pieces, and packs the pieces largest first onto the least loaded task.
+    A hot partition is so read by several tasks at once, and many small partitions share a
+    task instead of each paying a task's fixed cost."""
+    ranges = [r for r in ranges if r.size > 0]
+    if not balanced or not ranges:
+        return [[r] for r in ranges]
     total = sum(r.size for r in ranges)
-    out: list[OffsetRange] = []
+    tasks = max(min_tasks or 1, math.ceil(total / max_per_task) if max_per_task else 1)
+    tasks = min(tasks, total)
+    piece = max(1, math.ceil(total / tasks / 2))
+    pieces: list[OffsetRange] = []
     for rng in ranges:
-        if rng.size <= 0:
-            continue
-        parts = 1
-        if max_per_task:
-            parts = max(parts, math.ceil(rng.size / max_per_task))
-        if min_partitions and total:
-            parts = max(parts, round(rng.size / total * min_partitions))
-        parts = min(parts, rng.size)
-        for i in range(parts):
-            start = rng.start + rng.size * i // parts
-            end = rng.start + rng.size * (i + 1) // parts
-            out.append(OffsetRange(rng.partition, start, end))
-    return out
+        count = math.ceil(rng.size / piece) if rng.size > piece else 1
+        for i in range(count):
+            start = rng.start + rng.size * i // count
+            end = rng.start + rng.size * (i + 1) // count
+            pieces.append(OffsetRange(rng.partition, start, end))
+    pieces.sort(key=lambda r: (-r.size, r.partition, r.start))
+    loads = [(0, i) for i in range(tasks)]
+    heapq.heapify(loads)
+    bins: list[list[OffsetRange]] = [[] for _ in range(tasks)]
+    for rng in pieces:
+        load, i = heapq.heappop(loads)
+        bins[i].append(rng)
+        heapq.heappush(loads, (load + rng.size, i))
+    return [sorted(b, key=lambda r: (r.partition, r.start)) for b in bins if b]
 
 
 def rate_limit(start: dict[int, int], latest: dict[int, int], limit: int) -> dict[int, int]:
@@ -123,6 +144,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_per_trigger = _int_option(options, "maxrecordspertrigger")
         self.max_per_task = _int_option(options, "maxrecordspertask")
         self.min_partitions = _int_option(options, "minpartitions")
+        self.balanced = options.get("planner", "balanced").lower() != "partition"
         self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
         self.group_id = options.get("groupid")
         self.poll_timeout = float(options.get("polltimeoutms", "120000")) / 1000
@@ -240,8 +262,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                     f"(retention): {low - first} records lost")
                     first = low
             ranges.append(OffsetRange(p, first, stop))
-        tasks = split_ranges(ranges, self.max_per_task, self.min_partitions)
-        return [KafkaInputPartition(self.topic, r) for r in tasks]
+        tasks = plan_tasks(ranges, self.max_per_task, self.min_partitions, self.balanced)
+        return [KafkaInputPartition(self.topic, t) for t in tasks]
 
     def _data_loss(self, message: str) -> None:
         if self.fail_on_data_loss:
@@ -272,10 +294,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaInputPartition)
-        rng = partition.range
-        if rng.size <= 0:
+        if partition.size <= 0:
             return
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        from confluent_kafka import Consumer
 
         consumer = Consumer({
             "group.id": f"l2m-reader-{self.topic}",  # required by the client; never joined
@@ -290,46 +311,55 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         dead_letters = DeadLetters(self.config, self.dead_letters, self.topic) \
             if self.dead_letters and self.plan else None
         try:
-            consumer.assign([TopicPartition(self.topic, rng.partition, rng.start)])
-            buffer = _Buffer()
-            next_offset = rng.start
-            deadline = time.monotonic() + self.poll_timeout
-            while next_offset < rng.end:
-                messages = consumer.consume(num_messages=min(BATCH_ROWS, rng.end - next_offset),
-                                            timeout=1.0)
-                if not messages and time.monotonic() > deadline:
-                    raise DataLossError(
-                        f"no records from {self.topic}-{rng.partition} at offset {next_offset} "
-                        f"within {self.poll_timeout:.0f}s (expected up to {rng.end})")
-                for msg in messages:
-                    error = msg.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            continue
-                        if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                            self._data_loss(f"offset {next_offset} of {self.topic}-"
-                                            f"{rng.partition} is out of range")
-                            next_offset = rng.end
-                            break
-                        raise RuntimeError(f"Kafka error reading {self.topic}-"
-                                           f"{rng.partition}: {error}")
-                    offset = msg.offset()
-                    if offset >= rng.end:
-                        next_offset = rng.end
-                        break
-                    buffer.add(msg)
-                    next_offset = offset + 1
-                if messages:
-                    deadline = time.monotonic() + self.poll_timeout
-                if len(buffer) >= BATCH_ROWS:
-                    yield self._emit(buffer, rng.partition, dead_letters)
-                    buffer = _Buffer()
-            if len(buffer):
-                yield self._emit(buffer, rng.partition, dead_letters)
+            for rng in partition.ranges:
+                yield from self._read_range(consumer, rng, dead_letters)
             if dead_letters is not None:
                 dead_letters.flush()
         finally:
             consumer.close()
+
+    def _read_range(self, consumer: Any, rng: OffsetRange,
+                    dead_letters: DeadLetters | None) -> Iterator[pa.RecordBatch]:
+        from confluent_kafka import KafkaError, TopicPartition
+
+        if rng.size <= 0:
+            return
+        consumer.assign([TopicPartition(self.topic, rng.partition, rng.start)])
+        buffer = _Buffer()
+        next_offset = rng.start
+        deadline = time.monotonic() + self.poll_timeout
+        while next_offset < rng.end:
+            messages = consumer.consume(num_messages=min(BATCH_ROWS, rng.end - next_offset),
+                                        timeout=1.0)
+            if not messages and time.monotonic() > deadline:
+                raise DataLossError(
+                    f"no records from {self.topic}-{rng.partition} at offset {next_offset} "
+                    f"within {self.poll_timeout:.0f}s (expected up to {rng.end})")
+            for msg in messages:
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                        self._data_loss(f"offset {next_offset} of {self.topic}-"
+                                        f"{rng.partition} is out of range")
+                        next_offset = rng.end
+                        break
+                    raise RuntimeError(f"Kafka error reading {self.topic}-"
+                                       f"{rng.partition}: {error}")
+                offset = msg.offset()
+                if offset >= rng.end:
+                    next_offset = rng.end
+                    break
+                buffer.add(msg)
+                next_offset = offset + 1
+            if messages:
+                deadline = time.monotonic() + self.poll_timeout
+            if len(buffer) >= BATCH_ROWS:
+                yield self._emit(buffer, rng.partition, dead_letters)
+                buffer = _Buffer()
+        if len(buffer):
+            yield self._emit(buffer, rng.partition, dead_letters)
 
     def _emit(self, buffer: _Buffer, partition: int,
               dead_letters: DeadLetters | None) -> pa.RecordBatch:

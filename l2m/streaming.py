@@ -66,12 +66,14 @@ def source_frame(spark: SparkSession, cfg: JobConfig, plan_json: str,
               .option("parsePlan", plan_json)
               .option("startingOffsets", src.starting_offsets)
               .option("failOnDataLoss", str(src.fail_on_data_loss).lower())
-              .option("pollTimeoutMs", str(src.poll_timeout_ms)))
+              .option("pollTimeoutMs", str(src.poll_timeout_ms))
+              .option("planner", src.planner)
+              .option("minPartitions",
+                      str(src.min_partitions or spark.sparkContext.defaultParallelism)))
     for key, value in cfg.kafka.items():
         reader = reader.option(f"kafka.{key}", value)
     for name, value in (("maxRecordsPerTrigger", src.max_records_per_trigger),
-                        ("maxRecordsPerTask", src.max_records_per_task),
-                        ("minPartitions", src.min_partitions)):
+                        ("maxRecordsPerTask", src.max_records_per_task)):
         if value:
             reader = reader.option(name, str(value))
     reader = reader.option("stopFile", stop_file(cfg))

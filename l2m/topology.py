@@ -32,8 +32,12 @@ def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
     counters = [r for r in enabled if r.kind == "counter"]
     gauges = [r for r in enabled if r.kind == "gauge"]
     src = cfg.source
-    split = (f"ranges over {src.max_records_per_task:,} records split into several tasks"
-             if src.max_records_per_task else "one task per partition range")
+    if src.planner == "partition":
+        split = "one task per partition range"
+    else:
+        split = ("balanced plan: tasks of about equal size, a hot partition split over several"
+                 + (f", about {src.max_records_per_task:,} records at most"
+                    if src.max_records_per_task else ""))
     limit = (f"at most {src.max_records_per_trigger:,} records per micro-batch, shared by "
              "backlog" if src.max_records_per_trigger else "everything available per batch")
 

@@ -14,27 +14,43 @@ from l2m.source import (
     DataLossError,
     KafkaStreamReader,
     OffsetRange,
+    plan_tasks,
     rate_limit,
-    split_ranges,
 )
 
 from .kafka_helpers import fresh_topics, produce
 
 
-def test_split_ranges_caps_records_per_task():
-    tasks = split_ranges([OffsetRange(0, 0, 700), OffsetRange(1, 10, 110),
-                          OffsetRange(2, 5, 5)], max_per_task=250)
+def test_balanced_plan_splits_hot_ranges_and_packs_small_ones():
+    tasks = plan_tasks([OffsetRange(0, 0, 700), OffsetRange(1, 10, 110), OffsetRange(2, 5, 5)],
+                       max_per_task=250)
     assert tasks == [
-        OffsetRange(0, 0, 233), OffsetRange(0, 233, 466), OffsetRange(0, 466, 700),
-        OffsetRange(1, 10, 110),
+        [OffsetRange(0, 0, 100), OffsetRange(0, 400, 500)],
+        [OffsetRange(0, 100, 200), OffsetRange(0, 500, 600)],
+        [OffsetRange(0, 200, 300), OffsetRange(0, 600, 700)],
+        [OffsetRange(0, 300, 400), OffsetRange(1, 10, 110)],
     ]
-    assert split_ranges([OffsetRange(0, 0, 700)], None) == [OffsetRange(0, 0, 700)]
+    # the classic plan: one task per partition range
+    assert plan_tasks([OffsetRange(0, 0, 700), OffsetRange(1, 0, 5)], 250, balanced=False) == [
+        [OffsetRange(0, 0, 700)], [OffsetRange(1, 0, 5)]]
+    # small batch, two cores: two tasks share the partitions
+    small = plan_tasks([OffsetRange(p, 0, 10) for p in range(16)], 100_000, min_tasks=2)
+    assert [sum(r.size for r in t) for t in small] == [80, 80]
 
 
-def test_split_ranges_min_partitions_is_proportional():
-    tasks = split_ranges([OffsetRange(0, 0, 900), OffsetRange(1, 0, 100)], None,
-                         min_partitions=10)
-    assert [(r.partition, r.size) for r in tasks] == [(0, 100)] * 9 + [(1, 100)]
+@pytest.mark.parametrize(("hot_share", "total"), [(0.7, 160_000), (0.7, 1_000_000),
+                                                  (0.9, 50_000), (0.0625, 160_000)])
+def test_balanced_plan_evens_out_a_hot_partition(hot_share, total):
+    hot = int(total * hot_share)
+    rest = (total - hot) // 15
+    ranges = [OffsetRange(0, 0, hot)] + [OffsetRange(p, 0, rest) for p in range(1, 16)]
+    tasks = plan_tasks(ranges, max_per_task=total // 16, min_tasks=2)
+    loads = [sum(r.size for r in t) for t in tasks]
+    assert sum(loads) == hot + 15 * rest
+    assert max(loads) / (sum(loads) / len(loads)) <= 1.25
+    classic = [r.size for t in plan_tasks(ranges, balanced=False) for r in t]
+    if hot_share == 0.7:
+        assert max(classic) / (sum(classic) / len(classic)) > 11
 
 
 def test_rate_limit_shares_by_backlog_and_never_starves():
@@ -66,11 +82,11 @@ def test_split_and_unsplit_plans_read_the_same_rows(broker):
     lines = [f'{{"i": {i}}}'.encode() for i in range(3000)]
     # a hot partition: 80% of the records on partition 0
     produce(t.bootstrap, t.topics.logs, lines, 3, partition_of=lambda i: 0 if i % 5 else i % 3)
-    plain = reader(t.bootstrap, t.topics.logs)
+    plain = reader(t.bootstrap, t.topics.logs, planner="partition")
     start = plain.initialOffset()
     end = plain.latestOffset(start, ReadAllAvailable())
     rows, tasks = read_all(plain, start, end)
-    split = reader(t.bootstrap, t.topics.logs, maxRecordsPerTask="300")
+    split = reader(t.bootstrap, t.topics.logs, maxRecordsPerTask="300", planner="balanced")
     split_rows, split_tasks = read_all(split, start, end)
     assert tasks == 3
     assert split_tasks > 10
