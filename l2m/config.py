@@ -50,6 +50,7 @@ class SourceConfig:
     max_records_per_task: int | None = 100_000
     min_partitions: int | None = None  # default: Spark's default parallelism
     planner: str = "balanced"  # or "partition": one task per partition range
+    plan_log: str | None = None  # benchmarks: a file each batch's task sizes are appended to
     fail_on_data_loss: bool = True
     group_id: str | None = None
     poll_timeout_ms: int = 120_000

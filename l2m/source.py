@@ -152,6 +152,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # While this file exists no new data is admitted: the running batch is the last one
         # (a graceful stop, see l2m.runner).
         self.stop_file = options.get("stopfile")
+        # Benchmarks: append each batch's task plan (records per task) to this file.
+        self.plan_log = options.get("planlog")
         plan = options.get("parseplan")
         self.plan = ParsePlan.from_json(plan) if plan else None
         self.schema = schema
@@ -263,6 +265,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     first = low
             ranges.append(OffsetRange(p, first, stop))
         tasks = plan_tasks(ranges, self.max_per_task, self.min_partitions, self.balanced)
+        if self.plan_log and tasks:
+            with open(self.plan_log, "a") as log:
+                log.write(json.dumps({"time": time.time(),
+                                      "tasks": [sum(r.size for r in t) for t in tasks]}) + "\n")
         return [KafkaInputPartition(self.topic, t) for t in tasks]
 
     def _data_loss(self, message: str) -> None:

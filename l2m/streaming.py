@@ -59,7 +59,7 @@ def register(spark: SparkSession) -> None:
 
 
 def source_frame(spark: SparkSession, cfg: JobConfig, plan_json: str,
-                 dead_letters: bool) -> DataFrame:
+                 dead_letters: bool, name: str = "") -> DataFrame:
     src = cfg.source
     reader = (spark.readStream.format("l2m-kafka")
               .option("topic", cfg.topics.logs)
@@ -72,11 +72,13 @@ def source_frame(spark: SparkSession, cfg: JobConfig, plan_json: str,
                       str(src.min_partitions or spark.sparkContext.defaultParallelism)))
     for key, value in cfg.kafka.items():
         reader = reader.option(f"kafka.{key}", value)
-    for name, value in (("maxRecordsPerTrigger", src.max_records_per_trigger),
-                        ("maxRecordsPerTask", src.max_records_per_task)):
+    for option, value in (("maxRecordsPerTrigger", src.max_records_per_trigger),
+                          ("maxRecordsPerTask", src.max_records_per_task)):
         if value:
-            reader = reader.option(name, str(value))
+            reader = reader.option(option, str(value))
     reader = reader.option("stopFile", stop_file(cfg))
+    if src.plan_log:
+        reader = reader.option("planLog", f"{src.plan_log}.{name}" if name else src.plan_log)
     if dead_letters:
         reader = reader.option("deadLetterTopic", cfg.topics.dead_letters)
         if src.group_id:
@@ -226,7 +228,8 @@ def counters_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                    reduction: Reduction | None = None) -> DataFrame:
     """The counters query's output: ``key, value`` samples for every updated series."""
     routing = plan_for([r for r in rules if r.kind == "counter"], cfg.timestamp_field)
-    parsed = source_frame(spark, cfg, routing.plan.to_json(), dead_letters=True)
+    parsed = source_frame(spark, cfg, routing.plan.to_json(), dead_letters=True,
+                          name="counters")
     routed = route(parsed, routing, with_status=True, minute_for_counters=True).select(
         "rule", F.to_json(F.map_from_entries("labels")).alias("series"), "le", "window", "ts", "v",
         F.col("v").try_cast(EXACT).alias("x"),
@@ -270,7 +273,8 @@ def format_gauges(rules: dict[str, Rule]) -> Callable[[Iterator[pa.RecordBatch]]
 def gauges_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule]) -> DataFrame:
     """The gauges query's output: ``key, value`` samples for every updated window."""
     routing = plan_for([r for r in rules if r.kind == "gauge"], cfg.timestamp_field)
-    parsed = source_frame(spark, cfg, routing.plan.to_json(), dead_letters=False)
+    parsed = source_frame(spark, cfg, routing.plan.to_json(), dead_letters=False,
+                          name="gauges")
     routed = (route(parsed, routing, with_status=False, cumulative=True)
               .withColumn("event_time", F.timestamp_millis("et"))
               .withWatermark("event_time", f"{cfg.grace_ms} milliseconds"))

@@ -1,0 +1,243 @@
+"""The benchmark harness: ``python -m benchmarks [--quick] [--out DIR]`` (or ``l2m bench``).
+
+Runs the scenarios side by side in one invocation on one embedded broker, prints a table,
+writes ``DIR/latest.json`` (``quick.json`` for ``--quick``) with the targets, PNG plots and
+``DIR/RESULTS.md`` naming the machine, versions and date.
+
+Measured so far: the machine's read + parse ceiling, and drain throughput of a backlog under
+partition skew (uniform, one hot partition, Zipf) with skew-aware and per-partition planning
+in ``local[2]``, with records per task per micro-batch. Targets not measured yet are listed
+with ``measured: null``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.drain import DrainCase, run_drain
+from benchmarks.limits import consume_rate, parse_rate
+from benchmarks.load import Skew
+from l2m.broker import EmbeddedBroker
+from l2m.config import JobConfig
+from l2m.rules import load_rules
+from l2m.runner import session_for
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+PROFILES = {
+    # records, partitions, per micro-batch, per task (balanced plan), limit records
+    "quick": {"records": 6_000, "partitions": 4, "per_batch": 6_000, "per_task": 3_000,
+              "limit_records": 20_000, "skews": [Skew("uniform"), Skew("hot", 0.7)]},
+    "full": {"records": 480_000, "partitions": 16, "per_batch": 160_000, "per_task": 40_000,
+             "limit_records": 400_000,
+             "skews": [Skew("uniform"), Skew("hot", 0.7), Skew("zipf", zipf_s=1.2)]},
+}
+
+
+def machine() -> dict[str, Any]:
+    import pyarrow
+    import pyspark
+
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    java = shutil.which("java") or "java"
+    return {"cpus": os.cpu_count(), "memory_gib": round(mem, 1),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "pyspark": pyspark.__version__, "pyarrow": pyarrow.__version__, "java": java,
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def targets(drains: list[dict[str, Any]], limit: dict[str, Any]) -> list[dict[str, Any]]:
+    def find(skew: str, planner: str) -> dict[str, Any] | None:
+        return next((d for d in drains if d["skew"] == skew and d["planner"] == planner), None)
+
+    uniform = find("uniform", "balanced")
+    hot = find("hot 70%", "balanced")
+    hot_classic = find("hot 70%", "partition")
+    out = []
+    ratio = round(hot["logs_per_s"] / uniform["logs_per_s"], 2) if hot and uniform else None
+    out.append({"name": "hot-partition drain throughput, skew-aware / uniform",
+                "goal": ">= 0.9", "measured": ratio,
+                "met": None if ratio is None else ratio >= 0.9})
+    spread = hot["records_per_task_max_over_mean"] if hot else None
+    out.append({"name": "records per task max/mean, hot partition, skew-aware",
+                "goal": "<= 1.25", "measured": spread,
+                "met": None if spread is None else spread <= 1.25})
+    classic = hot_classic["records_per_task_max_over_mean"] if hot_classic else None
+    out.append({"name": "records per task max/mean, hot partition, per-partition plan",
+                "goal": "≈ 11 (reference)", "measured": classic, "met": None})
+    share = None
+    if uniform and limit.get("read_parse_per_s"):
+        share = round(uniform["logs_per_s"] / limit["read_parse_per_s"], 3)
+    out.append({"name": "end-to-end drain / machine limit (read + parse)", "goal": ">= 0.40",
+                "measured": share, "met": None if share is None else share >= 0.4})
+    for name, goal in (("end-to-end drain / Quix Streams peer", ">= 10"),
+                       ("p99 end-to-end latency at half max throughput, trigger intervals",
+                        "<= 2"),
+                       ("first sample after restart with 1M counter series, s", "<= 30"),
+                       ("delay from losing one executor, micro-batches", "<= 1")):
+        out.append({"name": name, "goal": goal, "measured": None, "met": None,
+                    "note": "not measured yet"})
+    return out
+
+
+def plot(result: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drains = result["drain"]
+    files = []
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels = [d["case"] for d in drains]
+    ax.barh(labels, [d["logs_per_s"] for d in drains],
+            color=["#2b8cbe" if d["planner"] == "balanced" else "#fdae6b" for d in drains])
+    limit = result["limit"].get("read_parse_per_s")
+    if limit:
+        ax.axvline(limit, color="grey", linestyle="--", label="machine read+parse limit")
+        ax.legend(loc="lower right")
+    ax.set_xlabel("logs/s (both queries, logs topic → metrics topic)")
+    ax.set_title(f"Drain throughput, {result['profile']} profile, "
+                 f"{result['machine']['cpus']} cores")
+    fig.tight_layout()
+    path = out / "throughput.png"
+    fig.savefig(path, dpi=110)
+    files.append(path.name)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for d in drains:
+        series = [b["max_over_mean"] for b in d["plans"]]
+        ax.plot(range(len(series)), series, marker="o", label=d["case"])
+    ax.axhline(1.25, color="grey", linestyle="--", label="target 1.25")
+    ax.set_xlabel("micro-batch")
+    ax.set_ylabel("records per task, max / mean")
+    ax.set_ylim(bottom=0.9)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_title("Task balance per micro-batch (counters query)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "records_per_task.png"
+    fig.savefig(path, dpi=110)
+    files.append(path.name)
+    plt.close(fig)
+    return files
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Generated by `python -m benchmarks{' --quick' if result['profile'] == 'quick' else ''}`"
+        f" on {m['date']}. Machine: {m['cpus']} cores, {m['memory_gib']} GiB, {m['platform']};"
+        f" Python {m['python']}, PySpark {m['pyspark']}, pyarrow {m['pyarrow']}. Broker: tansu"
+        " (embedded, in memory) on the same machine. Spark `local[2]`.",
+        "",
+        "## Targets",
+        "",
+        "| target | goal | measured | met |",
+        "|---|---|---|---|",
+    ]
+    for t in result["targets"]:
+        met = "—" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        measured = "not measured yet" if t["measured"] is None else t["measured"]
+        lines.append(f"| {t['name']} | {t['goal']} | {measured} | {met} |")
+    lim = result["limit"]
+    lines += [
+        "",
+        "## Machine limit (read + parse)",
+        "",
+        f"- raw confluent-kafka consume: {lim['consume']['per_s']:,} records/s "
+        f"({lim['consume']['processes']} processes, {lim['consume']['records']:,} records)",
+        f"- pyarrow JSON parse: {lim['parse']['per_s']:,} logs/s "
+        f"({lim['parse']['mb_per_s']} MB/s, {lim['parse']['avg_log_bytes']} bytes per log)",
+        f"- combined ceiling (consume then parse, same cores): {lim['read_parse_per_s']:,} logs/s",
+        "",
+        "## Drain of a backlog",
+        "",
+        "| scenario | records | partitions | drain s | logs/s | batches | median batch ms |"
+        " records/task max/mean (worst batch) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for d in result["drain"]:
+        lines.append(f"| {d['case']} | {d['records']:,} | {d['partitions']} | {d['drain_s']} |"
+                     f" {d['logs_per_s']:,} | {d['batches']} | {d['median_batch_ms']} |"
+                     f" {d['records_per_task_max_over_mean']} |")
+    lines += ["", *[f"![{p}]({p})" for p in result.get("plots", [])], ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks")
+    ap.add_argument("--quick", action="store_true", help="tiny data, under 2 minutes")
+    ap.add_argument("--out", default=str(RESULTS), help="results folder")
+    args = ap.parse_args(argv)
+    profile_name = "quick" if args.quick else "full"
+    profile = PROFILES[profile_name]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rules = list(load_rules([ROOT / "benchmarks" / "rules.yaml"]).rules)
+    started = time.monotonic()
+    result: dict[str, Any] = {"profile": profile_name, "machine": machine()}
+    with tempfile.TemporaryDirectory() as tmp, \
+            EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
+        consume = consume_rate(broker.bootstrap, profile["limit_records"], profile["partitions"],
+                               processes=os.cpu_count() or 2)
+        parse = parse_rate(min(profile["limit_records"], 200_000))
+        per_core_parse = parse["per_s"] / (os.cpu_count() or 1)
+        per_core_consume = consume["per_s"] / consume["processes"]
+        cores = os.cpu_count() or 1
+        combined = cores / (1 / per_core_consume + 1 / per_core_parse)
+        result["limit"] = {"consume": consume, "parse": parse,
+                           "read_parse_per_s": round(combined)}
+        print(f"machine limit: consume {consume['per_s']:,}/s, parse {parse['per_s']:,}/s, "
+              f"read+parse {round(combined):,}/s", file=sys.stderr)
+        spark = session_for(JobConfig(master="local[2]",
+                                      spark={"spark.sql.shuffle.partitions": "2"}))
+        # Warm the JVM, the Python workers and the state store code before measuring: the
+        # first micro-batch of a session costs about 10 s that no later scenario pays.
+        run_drain(spark, broker.bootstrap, DrainCase(2_000, 2, Skew(), "balanced", 2_000, 1_000),
+                  rules, Path(tmp))
+        drains = []
+        for skew in profile["skews"]:
+            for planner in ("balanced", "partition"):
+                case = DrainCase(profile["records"], profile["partitions"], skew, planner,
+                                 profile["per_batch"], profile["per_task"])
+                res = run_drain(spark, broker.bootstrap, case, rules, Path(tmp))
+                print(f"{res['case']:<32} {res['logs_per_s']:>8,} logs/s  "
+                      f"tasks max/mean {res['records_per_task_max_over_mean']}",
+                      file=sys.stderr)
+                drains.append(res)
+        spark.stop()
+    result["drain"] = drains
+    result["targets"] = targets(drains, result["limit"])
+    result["seconds"] = round(time.monotonic() - started, 1)
+    result["plots"] = plot(result, out)
+    name = "quick.json" if args.quick else "latest.json"
+    (out / name).write_text(json.dumps(result, indent=2))
+    (out / ("QUICK.md" if args.quick else "RESULTS.md")).write_text(render_markdown(result))
+    if not args.quick and out == RESULTS:
+        (ROOT / "benchmarks" / "RESULTS.md").write_text(
+            render_markdown(result).replace("](", "](results/"))
+    print(f"{'scenario':<32} {'logs/s':>9} {'max/mean':>9}")
+    for d in drains:
+        print(f"{d['case']:<32} {d['logs_per_s']:>9,} {d['records_per_task_max_over_mean']!s:>9}")
+    for t in result["targets"]:
+        print(f"target: {t['name']}: goal {t['goal']}, measured {t['measured']}, met {t['met']}")
+    print(f"({result['seconds']} s; results in {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

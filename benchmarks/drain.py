@@ -1,0 +1,92 @@
+"""Drain scenario: a pre-loaded backlog, uniform or skewed over partitions, drained by the
+streaming job (both queries, availableNow) with the balanced or the classic plan. Measures
+throughput and, per micro-batch, records per task (max/mean) from the source's plan log."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from benchmarks.load import LoadSpec, Skew, preload
+from l2m.broker import create_topics
+from l2m.config import JobConfig, SourceConfig, Topics
+from l2m.rules import Rule
+from l2m.streaming import start_job
+
+
+@dataclass(frozen=True)
+class DrainCase:
+    records: int
+    partitions: int
+    skew: Skew
+    planner: str  # balanced | partition
+    per_batch: int
+    per_task: int
+
+    @property
+    def name(self) -> str:
+        plan = "skew-aware" if self.planner == "balanced" else "per-partition"
+        return f"{self.skew.label}, {plan}"
+
+
+def balance(plan_log: Path) -> list[dict[str, float]]:
+    """Per planned batch: tasks, max, mean and max/mean records per task."""
+    out = []
+    if not plan_log.exists():
+        return out
+    for line in plan_log.read_text().splitlines():
+        tasks = json.loads(line)["tasks"]
+        mean = sum(tasks) / len(tasks)
+        out.append({"tasks": len(tasks), "max": max(tasks), "mean": round(mean, 1),
+                    "max_over_mean": round(max(tasks) / mean, 3)})
+    return out
+
+
+def run_drain(spark: SparkSession, bootstrap: str, case: DrainCase, rules: list[Rule],
+              workdir: Path) -> dict[str, Any]:
+    suffix = uuid.uuid4().hex[:6]
+    topics = Topics(logs=f"bench-logs-{suffix}", metrics=f"bench-metrics-{suffix}",
+                    dead_letters=f"bench-dead-{suffix}")
+    create_topics(bootstrap, [topics.logs], partitions=case.partitions)
+    create_topics(bootstrap, [topics.metrics, topics.dead_letters])
+    load_s = preload(LoadSpec(bootstrap, topics.logs, case.partitions, case.records, case.skew))
+    plan_log = workdir / f"plan-{suffix}"
+    cfg = JobConfig(
+        kafka={"bootstrap.servers": bootstrap}, topics=topics,
+        checkpoint=str(workdir / f"ck-{suffix}"), counter_shards=4,
+        source=SourceConfig(max_records_per_trigger=case.per_batch,
+                            max_records_per_task=case.per_task, planner=case.planner,
+                            plan_log=str(plan_log)),
+    )
+    started = time.monotonic()
+    job = start_job(spark, cfg, rules, once=True)
+    for query in job.queries:
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(f"{query.name} failed: {query.exception()}")
+    elapsed = time.monotonic() - started
+    batches = {q.name: [p for p in q.recentProgress if p["numInputRows"]] for q in job.queries}
+    durations = [p["durationMs"]["triggerExecution"] for ps in batches.values() for p in ps]
+    plans = balance(Path(f"{plan_log}.counters"))
+    data_plans = [b for b in plans if b["tasks"] > 0]
+    return {
+        "case": case.name,
+        "skew": case.skew.label,
+        "planner": case.planner,
+        **{k: v for k, v in asdict(case).items() if k not in ("skew", "planner")},
+        "preload_s": round(load_s, 1),
+        "drain_s": round(elapsed, 2),
+        "logs_per_s": round(case.records / elapsed),
+        "batches": len(batches.get("l2m-counters", [])),
+        "median_batch_ms": statistics.median(durations) if durations else None,
+        "records_per_task_max_over_mean": max((b["max_over_mean"] for b in data_plans),
+                                              default=None),
+        "plans": data_plans,
+    }

@@ -1,0 +1,128 @@
+"""Load generator for the benchmarks: realistic JSON logs (300–600 bytes) on a configurable
+number of partitions, with partition skew (uniform, one hot partition, Zipf), key skew (a few
+services carrying most logs), late records, as a pre-loaded backlog (parallel producer
+processes) or at a fixed rate."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import Producer
+
+from l2m.generator import SERVICES, GeneratorConfig, LogGenerator
+
+
+@dataclass(frozen=True)
+class Skew:
+    """How records spread over partitions."""
+
+    mode: str = "uniform"  # uniform | hot | zipf
+    hot_share: float = 0.7  # hot: share of records on partition 0
+    zipf_s: float = 1.2  # zipf: exponent
+
+    def weights(self, partitions: int) -> list[float]:
+        if self.mode == "uniform" or partitions == 1:
+            return [1.0 / partitions] * partitions
+        if self.mode == "hot":
+            rest = (1.0 - self.hot_share) / (partitions - 1)
+            return [self.hot_share] + [rest] * (partitions - 1)
+        if self.mode == "zipf":
+            raw = [1.0 / (k ** self.zipf_s) for k in range(1, partitions + 1)]
+            total = sum(raw)
+            return [w / total for w in raw]
+        raise ValueError(f"unknown skew mode {self.mode!r}")
+
+    @property
+    def label(self) -> str:
+        if self.mode == "hot":
+            return f"hot {self.hot_share:.0%}"
+        if self.mode == "zipf":
+            return f"zipf s={self.zipf_s:g}"
+        return "uniform"
+
+
+def partition_counts(n: int, weights: Sequence[float]) -> list[int]:
+    """Exact record counts per partition for ``n`` records (largest remainders)."""
+    raw = [n * w for w in weights]
+    counts = [int(x) for x in raw]
+    order = sorted(range(len(raw)), key=lambda i: raw[i] - counts[i], reverse=True)
+    for i in order[: n - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    bootstrap: str
+    topic: str
+    partitions: int
+    records: int
+    skew: Skew = Skew()
+    key_skew: float = 0.0  # > 0: services drawn Zipf(key_skew) instead of uniformly
+    late_ratio: float = 0.0
+    malformed_ratio: float = 0.0
+    start_ms: int = 1_795_341_600_000
+    seed: int = 11
+
+
+def _produce_slice(spec: LoadSpec, worker: int, workers: int, counts: list[int]) -> int:
+    """Produce this worker's share of every partition's records."""
+    gen = LogGenerator(GeneratorConfig(seed=spec.seed + worker, start_ms=spec.start_ms,
+                                       rate_per_s=2000, late_ratio=spec.late_ratio,
+                                       malformed_ratio=spec.malformed_ratio))
+    if spec.key_skew > 0:
+        services = list(SERVICES)
+        weights = [1.0 / (k ** spec.key_skew) for k in range(1, len(services) + 1)]
+        rng = random.Random(spec.seed * 31 + worker)
+        original = gen._request
+
+        def skewed_request(ts: int) -> dict:
+            doc = original(ts)
+            doc["service"] = rng.choices(services, weights)[0]
+            return doc
+
+        gen._request = skewed_request  # type: ignore[method-assign]
+    producer = Producer({"bootstrap.servers": spec.bootstrap, "linger.ms": 50,
+                         "batch.num.messages": 10_000, "queue.buffering.max.messages": 500_000,
+                         "log_level": "3"})
+    sent = 0
+    for partition, count in enumerate(counts):
+        mine = count // workers + (1 if worker < count % workers else 0)
+        for _ in range(mine):
+            while True:
+                try:
+                    producer.produce(spec.topic, value=gen.next_line(), partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            sent += 1
+            if sent % 20_000 == 0:
+                producer.poll(0)
+    producer.flush(300)
+    return sent
+
+
+def preload(spec: LoadSpec, workers: int = 2) -> float:
+    """Produce the backlog with ``workers`` processes, then close every partition with a
+    one-record batch (tansu's end offset only covers complete batches). Returns seconds."""
+    counts = partition_counts(spec.records, spec.skew.weights(spec.partitions))
+    started = time.monotonic()
+    if workers <= 1:
+        _produce_slice(spec, 0, 1, counts)
+    else:
+        ctx = mp.get_context("spawn")
+        with ctx.Pool(workers) as pool:
+            pool.starmap(_produce_slice, [(spec, w, workers, counts) for w in range(workers)])
+    close_partitions(spec.bootstrap, spec.topic, spec.partitions)
+    return time.monotonic() - started
+
+
+def close_partitions(bootstrap: str, topic: str, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "log_level": "3"})
+    for p in range(partitions):
+        producer.produce(topic, value=b"", partition=p)
+        producer.flush(30)
