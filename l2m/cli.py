@@ -187,6 +187,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     hot_share=args.hot_share, port=args.port, rows=args.rows)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """The benchmark harness in ``benchmarks/`` (a folder of the source tree, not of the
+    installed package: run from a checkout)."""
+    if not (PACKAGE_ROOT / "benchmarks" / "__main__.py").exists():
+        print("l2m bench needs the source checkout (benchmarks/ is not installed)",
+              file=sys.stderr)
+        return 1
+    sys.path.insert(0, str(PACKAGE_ROOT))
+    from benchmarks.__main__ import main as bench_main
+
+    argv = (["--quick"] if args.quick else []) + (["--out", args.out] if args.out else [])
+    return bench_main(argv)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     import gzip
 
@@ -252,6 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topics", nargs="*", default=[], help="topics to create")
     p.add_argument("--partitions", type=int, default=4)
     p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("bench", help="run the benchmark harness (benchmarks/)")
+    p.add_argument("--quick", action="store_true", help="tiny data, under 2 minutes")
+    p.add_argument("--out", help="results folder (default benchmarks/results)")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("demo", help="the embedded default: broker, log generator, streaming "
                                     "job, live metrics")

@@ -21,7 +21,6 @@ confluent-kafka (``format("l2m-kafka")``).
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import os
@@ -87,33 +86,34 @@ def plan_tasks(ranges: Sequence[OffsetRange], max_per_task: int | None = None,
 
     ``balanced=False`` is the classic plan: one task per partition range, however big. The
     balanced plan decides the number of tasks — enough that none holds more than
-    ``max_per_task`` records, at least ``min_tasks`` — cuts ranges bigger than half a task's
-    share into equal pieces, and packs the pieces largest first onto the least loaded task.
-    A hot partition is so read by several tasks at once, and many small partitions share a
-    task instead of each paying a task's fixed cost."""
-    ranges = [r for r in ranges if r.size > 0]
+    ``max_per_task`` records, at least ``min_tasks`` — and lays the ranges end to end, cutting
+    the sequence into tasks of equal size. A hot partition is so read by several tasks at
+    once, small partitions share a task instead of each paying a task's fixed cost, and a
+    task holds at most one contiguous piece of each partition (read in one pass)."""
+    ranges = sorted((r for r in ranges if r.size > 0), key=lambda r: (r.partition, r.start))
     if not balanced or not ranges:
         return [[r] for r in ranges]
     total = sum(r.size for r in ranges)
     tasks = max(min_tasks or 1, math.ceil(total / max_per_task) if max_per_task else 1)
     tasks = min(tasks, total)
-    piece = max(1, math.ceil(total / tasks / 2))
-    pieces: list[OffsetRange] = []
+    bounds = [total * i // tasks for i in range(tasks + 1)]  # task i: [bounds[i], bounds[i+1])
+    plan: list[list[OffsetRange]] = [[] for _ in range(tasks)]
+    position = 0  # where this range starts in the end-to-end sequence
+    task = 0
     for rng in ranges:
-        count = math.ceil(rng.size / piece) if rng.size > piece else 1
-        for i in range(count):
-            start = rng.start + rng.size * i // count
-            end = rng.start + rng.size * (i + 1) // count
-            pieces.append(OffsetRange(rng.partition, start, end))
-    pieces.sort(key=lambda r: (-r.size, r.partition, r.start))
-    loads = [(0, i) for i in range(tasks)]
-    heapq.heapify(loads)
-    bins: list[list[OffsetRange]] = [[] for _ in range(tasks)]
-    for rng in pieces:
-        load, i = heapq.heappop(loads)
-        bins[i].append(rng)
-        heapq.heappush(loads, (load + rng.size, i))
-    return [sorted(b, key=lambda r: (r.partition, r.start)) for b in bins if b]
+        first, last = position, position + rng.size
+        while task < tasks and bounds[task] < last:
+            lo = max(first, bounds[task])
+            hi = min(last, bounds[task + 1])
+            if hi > lo:
+                plan[task].append(OffsetRange(rng.partition, rng.start + lo - first,
+                                              rng.start + hi - first))
+            if bounds[task + 1] <= last:
+                task += 1
+            else:
+                break
+        position = last
+    return [t for t in plan if t]
 
 
 def rate_limit(start: dict[int, int], latest: dict[int, int], limit: int) -> dict[int, int]:
@@ -302,7 +302,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, KafkaInputPartition)
         if partition.size <= 0:
             return
-        from confluent_kafka import Consumer
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         consumer = Consumer({
             "group.id": f"l2m-reader-{self.topic}",  # required by the client; never joined
@@ -316,64 +316,62 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         })
         dead_letters = DeadLetters(self.config, self.dead_letters, self.topic) \
             if self.dead_letters and self.plan else None
+        # All pieces at once (a task holds at most one per partition): one fetch session,
+        # no per-range re-assignment round trips.
+        ends = {r.partition: r.end for r in partition.ranges}
+        position = {r.partition: r.start for r in partition.ranges}
         try:
-            for rng in partition.ranges:
-                yield from self._read_range(consumer, rng, dead_letters)
+            consumer.assign([TopicPartition(self.topic, r.partition, r.start)
+                             for r in partition.ranges])
+            buffer = _Buffer()
+            deadline = time.monotonic() + self.poll_timeout
+            while (remaining := sum(max(0, ends[p] - position[p]) for p in ends)) > 0:
+                # Ask for no more than is still due: consume() waits for the full count.
+                messages = consumer.consume(num_messages=min(BATCH_ROWS, remaining),
+                                            timeout=1.0)
+                if not messages and time.monotonic() > deadline:
+                    behind = {p: position[p] for p in ends if position[p] < ends[p]}
+                    raise DataLossError(
+                        f"no records from {self.topic} partitions/offsets {behind} within "
+                        f"{self.poll_timeout:.0f}s (expected up to {ends})")
+                for msg in messages:
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            continue
+                        if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                            p = msg.partition()
+                            self._data_loss(f"offset {position.get(p)} of {self.topic}-{p} "
+                                            "is out of range")
+                            position[p] = ends[p]
+                            continue
+                        raise RuntimeError(f"Kafka error reading {self.topic}: {error}")
+                    p = msg.partition()
+                    offset = msg.offset()
+                    if offset < position[p] or offset >= ends[p]:
+                        continue  # fetched past this piece's end
+                    buffer.add(msg)
+                    position[p] = offset + 1
+                    if position[p] >= ends[p]:
+                        consumer.pause([TopicPartition(self.topic, p)])
+                if messages:
+                    deadline = time.monotonic() + self.poll_timeout
+                if len(buffer) >= BATCH_ROWS:
+                    yield self._emit(buffer, dead_letters)
+                    buffer = _Buffer()
+            if len(buffer):
+                yield self._emit(buffer, dead_letters)
             if dead_letters is not None:
                 dead_letters.flush()
         finally:
             consumer.close()
 
-    def _read_range(self, consumer: Any, rng: OffsetRange,
-                    dead_letters: DeadLetters | None) -> Iterator[pa.RecordBatch]:
-        from confluent_kafka import KafkaError, TopicPartition
-
-        if rng.size <= 0:
-            return
-        consumer.assign([TopicPartition(self.topic, rng.partition, rng.start)])
-        buffer = _Buffer()
-        next_offset = rng.start
-        deadline = time.monotonic() + self.poll_timeout
-        while next_offset < rng.end:
-            messages = consumer.consume(num_messages=min(BATCH_ROWS, rng.end - next_offset),
-                                        timeout=1.0)
-            if not messages and time.monotonic() > deadline:
-                raise DataLossError(
-                    f"no records from {self.topic}-{rng.partition} at offset {next_offset} "
-                    f"within {self.poll_timeout:.0f}s (expected up to {rng.end})")
-            for msg in messages:
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                        self._data_loss(f"offset {next_offset} of {self.topic}-"
-                                        f"{rng.partition} is out of range")
-                        next_offset = rng.end
-                        break
-                    raise RuntimeError(f"Kafka error reading {self.topic}-"
-                                       f"{rng.partition}: {error}")
-                offset = msg.offset()
-                if offset >= rng.end:
-                    next_offset = rng.end
-                    break
-                buffer.add(msg)
-                next_offset = offset + 1
-            if messages:
-                deadline = time.monotonic() + self.poll_timeout
-            if len(buffer) >= BATCH_ROWS:
-                yield self._emit(buffer, rng.partition, dead_letters)
-                buffer = _Buffer()
-        if len(buffer):
-            yield self._emit(buffer, rng.partition, dead_letters)
-
-    def _emit(self, buffer: _Buffer, partition: int,
-              dead_letters: DeadLetters | None) -> pa.RecordBatch:
+    def _emit(self, buffer: _Buffer, dead_letters: DeadLetters | None) -> pa.RecordBatch:
         if self.plan is None:
             return pa.RecordBatch.from_arrays([
                 pa.array(buffer.keys, pa.binary()), pa.array(buffer.values, pa.binary()),
                 pa.array([self.topic] * len(buffer), pa.string()),
-                pa.array([partition] * len(buffer), pa.int32()),
+                pa.array(buffer.partitions, pa.int32()),
                 pa.array(buffer.offsets, pa.int64()), pa.array(buffer.timestamps, pa.int64()),
             ], names=["key", "value", "topic", "partition", "offset", "timestamp"])
         batch = parse_lines(buffer.values, self.plan, fallback_ts=buffer.timestamps)
@@ -382,22 +380,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             errors = batch.column(ERROR).to_pylist()
             for i, st in enumerate(status):
                 if st == MALFORMED:
-                    dead_letters.send(buffer, i, partition, errors[i] or "malformed")
+                    dead_letters.send(buffer, i, errors[i] or "malformed")
         return batch
 
 
 class _Buffer:
-    __slots__ = ("keys", "offsets", "timestamps", "values")
+    __slots__ = ("keys", "offsets", "partitions", "timestamps", "values")
 
     def __init__(self) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
+        self.partitions: list[int] = []
         self.offsets: list[int] = []
         self.timestamps: list[int | None] = []
 
     def add(self, msg: Any) -> None:
         self.keys.append(msg.key())
         self.values.append(msg.value())
+        self.partitions.append(msg.partition())
         self.offsets.append(msg.offset())
         kind, ts = msg.timestamp()
         self.timestamps.append(ts if kind else None)
@@ -420,8 +420,8 @@ class DeadLetters:
         self.errors: list[str] = []
         self.sent = 0
 
-    def send(self, buffer: _Buffer, i: int, partition: int, reason: str) -> None:
-        origin = f"{self.source_topic}/{partition}/{buffer.offsets[i]}"
+    def send(self, buffer: _Buffer, i: int, reason: str) -> None:
+        origin = f"{self.source_topic}/{buffer.partitions[i]}/{buffer.offsets[i]}"
         self.producer.produce(
             self.topic, value=buffer.values[i],
             key=buffer.keys[i] if buffer.keys[i] is not None else origin.encode(),

@@ -1,0 +1,138 @@
+"""Steady state at a fixed input rate: end-to-end latency (log produced → its counter sample
+on the metrics topic) and per-partition lag over time.
+
+A counter sample's timestamp is the event time of the newest log counted into it, and the
+generator stamps each log with the wall clock when it produces it; the sample's Kafka
+timestamp is when the sink produced it. Their difference is the latency of the freshest log
+of each series in each micro-batch."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+
+from l2m.broker import create_topics
+from l2m.config import JobConfig, SourceConfig, Topics
+from l2m.generator import GeneratorConfig, LogGenerator
+from l2m.rules import Rule
+from l2m.runner import Runner
+
+
+class RateProducer(threading.Thread):
+    """Produces generated logs at ``rate`` per second, round-robin over partitions, each
+    stamped with the wall clock at the moment it is produced."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float) -> None:
+        super().__init__(daemon=True, name="bench-rate-producer")
+        self.gen = LogGenerator(GeneratorConfig(seed=5, rate_per_s=rate))
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                  "log_level": "3"})
+        self.topic, self.partitions, self.rate = topic, partitions, rate
+        self.sent = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        started = time.monotonic()
+        while not self.stopping.is_set():
+            due = int((time.monotonic() - started) * self.rate)
+            while self.sent < due:
+                self.gen.clock = time.time() * 1000
+                self.producer.produce(self.topic, value=self.gen.next_line(),
+                                      partition=self.sent % self.partitions)
+                self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.01)
+        self.producer.flush(30)
+
+
+def partition_lag(progress: dict[str, Any]) -> dict[str, int]:
+    source = progress["sources"][0]
+    latest = json.loads(source["latestOffset"]) if source.get("latestOffset") else None
+    end = json.loads(source["endOffset"]) if source.get("endOffset") else None
+    if not latest or not end:
+        return {}
+    return {p: max(0, int(o) - int(end["partitions"].get(p, 0)))
+            for p, o in latest["partitions"].items()}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def run_latency(spark: SparkSession, bootstrap: str, rules: list[Rule], workdir: Path,
+                rate: float, seconds: float, partitions: int = 4, trigger_ms: int = 5000,
+                warmup_s: float = 20.0) -> dict[str, Any]:
+    suffix = uuid.uuid4().hex[:6]
+    topics = Topics(logs=f"lat-logs-{suffix}", metrics=f"lat-metrics-{suffix}",
+                    dead_letters=f"lat-dead-{suffix}")
+    create_topics(bootstrap, [topics.logs], partitions=partitions)
+    create_topics(bootstrap, [topics.metrics, topics.dead_letters])
+    cfg = JobConfig(kafka={"bootstrap.servers": bootstrap}, topics=topics,
+                    checkpoint=str(workdir / f"ck-{suffix}"), counter_shards=4,
+                    trigger_ms=trigger_ms, source=SourceConfig(starting_offsets="latest"))
+    lags: list[dict[str, Any]] = []
+    started_wall = time.time()
+
+    def on_progress(name: str, progress: dict[str, Any]) -> None:
+        if name == "counters":
+            lags.append({"t": round(time.time() - started_wall, 1),
+                         "lag": partition_lag(progress),
+                         "batch_ms": progress["durationMs"].get("triggerExecution", 0),
+                         "rows": progress["numInputRows"]})
+
+    runner = Runner(cfg, rules, out=None, on_progress=on_progress, spark=spark)  # type: ignore[arg-type]
+    runner.start()
+    producer = RateProducer(bootstrap, topics.logs, partitions, rate)
+    producer.start()
+    measure_from = time.time() + warmup_s
+    runner.wait(duration=warmup_s + seconds, poll=0.5)
+    producer.stopping.set()
+    producer.join(timeout=30)
+    latencies = collect_latencies(bootstrap, topics.metrics, since_ms=measure_from * 1000)
+    return {
+        "rate": rate, "seconds": seconds, "trigger_ms": trigger_ms, "produced": producer.sent,
+        "samples": len(latencies),
+        "latency_ms": {"p50": percentile(latencies, 0.5) if latencies else None,
+                       "p99": percentile(latencies, 0.99) if latencies else None,
+                       "max": max(latencies) if latencies else None},
+        "p99_in_triggers": round(percentile(latencies, 0.99) / trigger_ms, 2)
+        if latencies else None,
+        "lag": lags,
+        "median_batch_ms": statistics.median(x["batch_ms"] for x in lags) if lags else None,
+        "cdf": sorted(latencies),
+    }
+
+
+def collect_latencies(bootstrap: str, topic: str, since_ms: float) -> list[float]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "log_level": "3"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[float] = []
+    idle = 0
+    while idle < 6:
+        messages = consumer.consume(5000, timeout=0.5)
+        idle = 0 if messages else idle + 1
+        for msg in messages:
+            if msg.error() is not None:
+                continue
+            sample = orjson.loads(msg.value())
+            produced_at = msg.timestamp()[1]
+            if sample["kind"] != "counter" or sample["rule"] == "l2m-input":
+                continue
+            if produced_at >= since_ms:
+                out.append(float(produced_at - sample["timestamp"]))
+    consumer.close()
+    return out
