@@ -27,6 +27,7 @@ from benchmarks.drain import DrainCase, run_drain
 from benchmarks.latency import run_latency
 from benchmarks.limits import consume_rate, parse_rate
 from benchmarks.load import Skew
+from benchmarks.recovery import run_recovery
 from l2m.broker import EmbeddedBroker
 from l2m.config import JobConfig
 from l2m.rules import load_rules
@@ -39,11 +40,13 @@ PROFILES = {
     # records, partitions, per micro-batch, per task (balanced plan), limit records
     "quick": {"records": 6_000, "partitions": 4, "per_batch": 6_000, "per_task": 3_000,
               "limit_records": 20_000, "skews": [Skew("uniform"), Skew("hot", 0.7)],
-              "latency": {"rate": 200, "seconds": 15, "warmup_s": 12, "trigger_ms": 3000}},
+              "latency": {"rate": 200, "seconds": 15, "warmup_s": 12, "trigger_ms": 3000},
+              "recovery": {"series": 5_000, "new_logs": 500}},
     "full": {"records": 480_000, "partitions": 16, "per_batch": 160_000, "per_task": 40_000,
              "limit_records": 400_000,
              "skews": [Skew("uniform"), Skew("hot", 0.7), Skew("zipf", zipf_s=1.2)],
-             "latency": {"rate": None, "seconds": 120, "warmup_s": 30, "trigger_ms": 5000}},
+             "latency": {"rate": None, "seconds": 120, "warmup_s": 30, "trigger_ms": 5000},
+             "recovery": {"series": 1_000_000, "new_logs": 50_000}},
 }
 
 
@@ -60,7 +63,8 @@ def machine() -> dict[str, Any]:
 
 
 def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
-            latency: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+            latency: dict[str, Any] | None = None,
+            recovery: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     def find(skew: str, planner: str) -> dict[str, Any] | None:
         return next((d for d in drains if d["skew"] == skew and d["planner"] == planner), None)
 
@@ -89,8 +93,12 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
                 "goal": "<= 2", "measured": p99, "met": None if p99 is None else p99 <= 2,
                 **({"note": f"{latency['rate']:.0f} logs/s, trigger {latency['trigger_ms']} ms"}
                    if latency else {})})
+    first = recovery.get("first_sample_s") if recovery else None
+    out.append({"name": "first sample after restart with 1M counter series, s",
+                "goal": "<= 30", "measured": first, "met": None if first is None else first <= 30,
+                **({"note": f"{recovery['series']:,} series in the checkpoint"}
+                   if recovery else {})})
     for name, goal in (("end-to-end drain / Quix Streams peer", ">= 10"),
-                       ("first sample after restart with 1M counter series, s", "<= 30"),
                        ("delay from losing one executor, micro-batches", "<= 1")):
         out.append({"name": name, "goal": goal, "measured": None, "met": None,
                     "note": "not measured yet"})
@@ -211,6 +219,17 @@ def render_markdown(result: dict[str, Any]) -> str:
             "Largest per-partition lag seen after the warm-up: "
             f"{max((max(x['lag'].values(), default=0) for x in lat['lag']), default=0)} records.",
         ]
+    rec = result.get("recovery")
+    if rec:
+        lines += [
+            "",
+            "## Recovery",
+            "",
+            f"Counters query restarted on a checkpoint holding {rec['series']:,} live counter "
+            f"series (built in {rec['initial_load_s']} s), with {rec['new_logs']:,} logs "
+            f"waiting: first sample {rec['first_sample_s']} s after the restart, caught up "
+            f"after {rec['caught_up_s']} s.",
+        ]
     lines += ["", *[f"![{p}]({p})" for p in result.get("plots", [])], ""]
     return "\n".join(lines)
 
@@ -262,10 +281,15 @@ def main(argv: list[str] | None = None) -> int:
         latency = run_latency(spark, broker.bootstrap, rules, Path(tmp), rate=rate, **lat_cfg)
         print(f"latency at {rate:.0f} logs/s: p50 {latency['latency_ms']['p50']} ms, "
               f"p99 {latency['latency_ms']['p99']} ms", file=sys.stderr)
+        recovery = run_recovery(spark, broker.bootstrap, Path(tmp), **profile["recovery"])
+        print(f"recovery with {recovery['series']:,} series: first sample after "
+              f"{recovery['first_sample_s']} s, caught up after {recovery['caught_up_s']} s",
+              file=sys.stderr)
         spark.stop()
     result["drain"] = drains
     result["latency"] = latency
-    result["targets"] = targets(drains, result["limit"], latency)
+    result["recovery"] = recovery
+    result["targets"] = targets(drains, result["limit"], latency, recovery)
     result["seconds"] = round(time.monotonic() - started, 1)
     result["plots"] = plot(result, out)
     name = "quick.json" if args.quick else "latest.json"
