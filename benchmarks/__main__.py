@@ -28,6 +28,7 @@ from benchmarks.latency import run_latency
 from benchmarks.limits import consume_rate, parse_rate
 from benchmarks.load import Skew
 from benchmarks.recovery import run_recovery
+from benchmarks.scale import model
 from l2m.broker import EmbeddedBroker
 from l2m.config import JobConfig
 from l2m.rules import load_rules
@@ -147,6 +148,27 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
     files.append(path.name)
     plt.close(fig)
 
+    scale = result.get("scale_model")
+    if scale:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        rows = scale["logs_per_s"]
+        for key in [k for k in rows[0] if "|" in k]:
+            skew, planner = key.split("|")
+            style = "-" if planner == "balanced" else "--"
+            ax.plot([r["cores"] for r in rows], [r[key] for r in rows], style, marker="o",
+                    label=f"{skew}, {'skew-aware' if planner == 'balanced' else 'per-partition'}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("cores (partitions = max(16, cores))")
+        ax.set_ylabel("modelled drain throughput, logs/s")
+        ax.set_title("Scale model: split plans vs one task per partition")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out / "scale_model.png"
+        fig.savefig(path, dpi=110)
+        files.append(path.name)
+        plt.close(fig)
+
     latency = result.get("latency")
     if latency and latency["cdf"]:
         fig, ax = plt.subplots(figsize=(8, 4))
@@ -206,6 +228,27 @@ def render_markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {d['case']} | {d['records']:,} | {d['partitions']} | {d['drain_s']} |"
                      f" {d['logs_per_s']:,} | {d['batches']} | {d['median_batch_ms']} |"
                      f" {d['records_per_task_max_over_mean']} |")
+    scale = result.get("scale_model")
+    if scale:
+        costs = scale["costs"]
+        keys = [k for k in scale["logs_per_s"][0] if "|" in k]
+        lines += [
+            "",
+            "## Scale model",
+            "",
+            f"Costs measured here: {costs['per_record_s'] * 1e6:.1f} µs of core time per log "
+            f"(both queries), {costs['per_task_s'] * 1000:.0f} ms per read task. Check against "
+            "the 2-core runs (median batch, seconds): "
+            + "; ".join(f"{c['case']} {c['measured_batch_s']:.2f} measured, "
+                        f"{c['predicted_batch_s']:.2f} modelled" for c in scale["check"]) + ".",
+            "",
+            "| cores | " + " | ".join(k.replace("|balanced", ", skew-aware")
+                                      .replace("|partition", ", per-partition") for k in keys)
+            + " |",
+            "|---|" + "---|" * len(keys),
+        ]
+        for row in scale["logs_per_s"]:
+            lines.append(f"| {row['cores']} | " + " | ".join(f"{row[k]:,}" for k in keys) + " |")
     lat = result.get("latency")
     if lat:
         lines += [
@@ -234,11 +277,33 @@ def render_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def write_outputs(result: dict[str, Any], out: Path, quick: bool) -> None:
+    result["scale_model"] = model(result["drain"], cores_measured=2)
+    result["targets"] = targets(result["drain"], result["limit"], result.get("latency"),
+                                result.get("recovery"))
+    result["plots"] = plot(result, out)
+    (out / ("quick.json" if quick else "latest.json")).write_text(json.dumps(result, indent=2))
+    markdown = render_markdown(result)
+    (out / ("QUICK.md" if quick else "RESULTS.md")).write_text(markdown)
+    if not quick and out.resolve() == RESULTS.resolve():
+        (ROOT / "benchmarks" / "RESULTS.md").write_text(markdown.replace("](", "](results/"))
+
+
+def render_only(out: Path, quick: bool) -> int:
+    result = json.loads((out / ("quick.json" if quick else "latest.json")).read_text())
+    write_outputs(result, out, quick)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
     ap.add_argument("--quick", action="store_true", help="tiny data, under 2 minutes")
     ap.add_argument("--out", default=str(RESULTS), help="results folder")
+    ap.add_argument("--render", action="store_true",
+                    help="only recompute targets, model, plots and RESULTS.md from the JSON")
     args = ap.parse_args(argv)
+    if args.render:
+        return render_only(Path(args.out), args.quick)
     profile_name = "quick" if args.quick else "full"
     profile = PROFILES[profile_name]
     out = Path(args.out)
@@ -289,15 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     result["drain"] = drains
     result["latency"] = latency
     result["recovery"] = recovery
-    result["targets"] = targets(drains, result["limit"], latency, recovery)
     result["seconds"] = round(time.monotonic() - started, 1)
-    result["plots"] = plot(result, out)
-    name = "quick.json" if args.quick else "latest.json"
-    (out / name).write_text(json.dumps(result, indent=2))
-    (out / ("QUICK.md" if args.quick else "RESULTS.md")).write_text(render_markdown(result))
-    if not args.quick and out == RESULTS:
-        (ROOT / "benchmarks" / "RESULTS.md").write_text(
-            render_markdown(result).replace("](", "](results/"))
+    write_outputs(result, out, args.quick)
     print(f"{'scenario':<32} {'logs/s':>9} {'max/mean':>9}")
     for d in drains:
         print(f"{d['case']:<32} {d['logs_per_s']:>9,} {d['records_per_task_max_over_mean']!s:>9}")

@@ -1,0 +1,146 @@
+"""The peer: the same logs-to-metrics job written with Quix Streams, the Kafka-Streams-style
+Python library — a consumer group, RocksDB state, a repartition topic by series — run as one
+process per core, draining the same backlog on the same broker.
+
+Same rules' logic: each log is parsed and matched with the compiled rule tree and the pure
+Python evaluator of ``tests/reference.py``; matches are re-keyed by series (group_by, a
+repartition through Kafka), then counters are a stateful running total and gauges a
+one-minute tumbling window with a 20-minute grace, like the old Kafka Streams aggregator."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _matches(raw: bytes | None, rules: list[Any]) -> list[dict[str, Any]]:
+    from l2m.values import label_name, lookup, number, parse_timestamp, string_form
+    from tests.reference import matches  # the spec's evaluator, shared with the tests
+
+    if not raw:
+        return []
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(doc, dict):
+        return []
+    ts = parse_timestamp(lookup(doc, "@timestamp"))
+    if ts is None:
+        return []
+    out = []
+    for rule in rules:
+        if rule.account is not None and string_form(lookup(doc, "account")) != rule.account:
+            continue
+        if not matches(rule.compiled.root, doc):
+            continue
+        labels = dict(rule.labels)
+        for field in rule.group_by:
+            text = string_form(lookup(doc, field))
+            if text is not None:
+                labels[label_name(field)] = text
+        value = 1.0 if rule.aggregation == "count" else number(lookup(doc, rule.field))
+        if value is None:
+            continue
+        les: list[str | None] = [None]
+        if rule.aggregation == "histogram":
+            les = [le for le, bound in zip(rule.bucket_labels, rule.buckets, strict=True)
+                   if value <= bound] + ["+Inf"]
+        for le in les:
+            series = orjson.dumps([rule.id, sorted(labels.items()), le]).decode()
+            out.append({"rule": rule.id, "kind": rule.kind, "series": series, "labels": labels,
+                        "le": le, "v": value, "ts": ts})
+    return out
+
+
+def _worker(bootstrap: str, logs: str, metrics: str, partitions: int, group: str,
+            state_dir: str, idle_s: float, counts: Any, index: int) -> None:
+    sys.path.insert(0, str(ROOT))
+    import logging
+
+    from quixstreams import Application
+    from quixstreams.models.topics import TopicConfig
+
+    from l2m.rules import load_rules
+
+    logging.getLogger("quixstreams").setLevel(logging.ERROR)
+    rules = [r for r in load_rules([ROOT / "benchmarks" / "rules.yaml"]).rules if r.enabled]
+    app = Application(broker_address=bootstrap, consumer_group=group,
+                      auto_offset_reset="earliest", state_dir=state_dir, loglevel="ERROR",
+                      consumer_extra_config={"log_level": 3},
+                      producer_extra_config={"log_level": 3})
+    topic_config = TopicConfig(num_partitions=partitions, replication_factor=1)
+    source = app.topic(logs, value_deserializer="bytes", config=topic_config)
+    sink = app.topic(metrics, value_serializer="json",
+                     config=TopicConfig(num_partitions=1, replication_factor=1))
+    processed = [0]
+
+    def explode(raw: bytes | None) -> list[dict[str, Any]]:
+        processed[0] += 1
+        return _matches(raw, rules)
+
+    sdf = app.dataframe(source)
+    sdf = sdf.apply(explode, expand=True)
+    sdf = sdf.set_timestamp(lambda value, _key, _ts, _headers: value["ts"])
+    sdf = sdf.group_by(lambda m: m["series"], name="series",
+                       key_serializer="str", key_deserializer="str")
+
+    def counter(m: dict[str, Any], state: Any) -> dict[str, Any]:
+        total = state.get("total", 0.0) + (m["v"] if m["le"] is None else 1.0)
+        n = state.get("n", 0) + 1
+        ts = max(state.get("ts", 0), m["ts"])
+        state.set("total", total)
+        state.set("n", n)
+        state.set("ts", ts)
+        return {"name": m["rule"], "labels": m["labels"], "value": total, "timestamp": ts}
+
+    counters = sdf.filter(lambda m: m["kind"] == "counter").apply(counter, stateful=True)
+    counters.to_topic(sink)
+
+    def init(m: dict[str, Any]) -> dict[str, Any]:
+        return {"n": 1, "sum": m["v"], "min": m["v"], "max": m["v"]}
+
+    def reduce(agg: dict[str, Any], m: dict[str, Any]) -> dict[str, Any]:
+        return {"n": agg["n"] + 1, "sum": agg["sum"] + m["v"], "min": min(agg["min"], m["v"]),
+                "max": max(agg["max"], m["v"])}
+
+    gauges = (sdf.filter(lambda m: m["kind"] == "gauge")
+              .tumbling_window(60_000, grace_ms=20 * 60_000).reduce(reduce, init).current())
+    gauges.to_topic(sink)
+    app.run(timeout=idle_s)
+    counts[index] = processed[0]
+
+
+def run_peer(bootstrap: str, logs: str, partitions: int, records: int, processes: int,
+             workdir: Path, idle_s: float = 10.0) -> dict[str, Any]:
+    """Drain ``logs`` with ``processes`` Quix Streams processes in one consumer group.
+    The drain time excludes the final idle wait that tells the processes the backlog is done."""
+    from l2m.broker import create_topics
+
+    metrics = f"peer-metrics-{uuid.uuid4().hex[:6]}"
+    create_topics(bootstrap, [metrics])
+    group = f"peer-{uuid.uuid4().hex[:6]}"
+    ctx = mp.get_context("spawn")
+    counts = ctx.Array("l", processes)
+    workers = [ctx.Process(target=_worker, args=(bootstrap, logs, metrics, partitions, group,
+                                                 str(workdir / f"quix-{group}-{i}"), idle_s,
+                                                 counts, i))
+               for i in range(processes)]
+    started = time.monotonic()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    elapsed = max(0.001, time.monotonic() - started - idle_s)
+    per_process = list(counts)
+    return {"processes": processes, "records": records, "processed": per_process,
+            "drain_s": round(elapsed, 2), "logs_per_s": round(records / elapsed),
+            "exit_codes": [w.exitcode for w in workers]}
