@@ -20,16 +20,18 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from benchmarks.drain import DrainCase, run_drain
 from benchmarks.latency import run_latency
 from benchmarks.limits import consume_rate, parse_rate
-from benchmarks.load import Skew
+from benchmarks.load import LoadSpec, Skew, preload
+from benchmarks.peer_quix import run_peer
 from benchmarks.recovery import run_recovery
 from benchmarks.scale import model
-from l2m.broker import EmbeddedBroker
+from l2m.broker import EmbeddedBroker, create_topics
 from l2m.config import JobConfig
 from l2m.rules import load_rules
 from l2m.runner import session_for
@@ -41,13 +43,15 @@ PROFILES = {
     # records, partitions, per micro-batch, per task (balanced plan), limit records
     "quick": {"records": 6_000, "partitions": 4, "per_batch": 6_000, "per_task": 3_000,
               "limit_records": 20_000, "skews": [Skew("uniform"), Skew("hot", 0.7)],
-              "latency": {"rate": 200, "seconds": 15, "warmup_s": 12, "trigger_ms": 3000},
-              "recovery": {"series": 5_000, "new_logs": 500}},
+              "latency": {"rate": 200, "seconds": 10, "warmup_s": 8, "trigger_ms": 3000},
+              "recovery": {"series": 5_000, "new_logs": 500},
+              "peer": {"records": 2_000, "idle_s": 3.0}},
     "full": {"records": 480_000, "partitions": 16, "per_batch": 160_000, "per_task": 40_000,
              "limit_records": 400_000,
              "skews": [Skew("uniform"), Skew("hot", 0.7), Skew("zipf", zipf_s=1.2)],
              "latency": {"rate": None, "seconds": 120, "warmup_s": 30, "trigger_ms": 5000},
-             "recovery": {"series": 1_000_000, "new_logs": 50_000}},
+             "recovery": {"series": 1_000_000, "new_logs": 50_000},
+             "peer": {"records": 60_000, "idle_s": 8.0}},
 }
 
 
@@ -65,7 +69,8 @@ def machine() -> dict[str, Any]:
 
 def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
             latency: dict[str, Any] | None = None,
-            recovery: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+            recovery: dict[str, Any] | None = None,
+            peer: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     def find(skew: str, planner: str) -> dict[str, Any] | None:
         return next((d for d in drains if d["skew"] == skew and d["planner"] == planner), None)
 
@@ -99,8 +104,14 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
                 "goal": "<= 30", "measured": first, "met": None if first is None else first <= 30,
                 **({"note": f"{recovery['series']:,} series in the checkpoint"}
                    if recovery else {})})
-    for name, goal in (("end-to-end drain / Quix Streams peer", ">= 10"),
-                       ("delay from losing one executor, micro-batches", "<= 1")):
+    vs_peer = None
+    if uniform and peer and peer.get("logs_per_s"):
+        vs_peer = round(uniform["logs_per_s"] / peer["logs_per_s"], 1)
+    out.append({"name": "end-to-end drain / Quix Streams peer", "goal": ">= 10",
+                "measured": vs_peer, "met": None if vs_peer is None else vs_peer >= 10,
+                **({"note": f"peer: {peer['processes']} processes, {peer['logs_per_s']:,} logs/s"}
+                   if peer else {})})
+    for name, goal in (("delay from losing one executor, micro-batches", "<= 1"),):
         out.append({"name": name, "goal": goal, "measured": None, "met": None,
                     "note": "not measured yet"})
     return out
@@ -262,6 +273,17 @@ def render_markdown(result: dict[str, Any]) -> str:
             "Largest per-partition lag seen after the warm-up: "
             f"{max((max(x['lag'].values(), default=0) for x in lat['lag']), default=0)} records.",
         ]
+    peer = result.get("peer")
+    if peer:
+        lines += [
+            "",
+            "## Peer: Quix Streams",
+            "",
+            f"The same job with Quix Streams ({peer['processes']} processes in one consumer "
+            f"group, RocksDB state, a repartition topic by series) drained {peer['records']:,} "
+            f"logs in {peer['drain_s']} s: {peer['logs_per_s']:,} logs/s; records per process "
+            f"{peer['processed']}.",
+        ]
     rec = result.get("recovery")
     if rec:
         lines += [
@@ -277,10 +299,21 @@ def render_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_peer_scenario(bootstrap: str, profile: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """The Quix Streams peer drains a uniform backlog of the same logs with the same rules."""
+    topic = f"peer-logs-{uuid.uuid4().hex[:6]}"
+    create_topics(bootstrap, [topic], partitions=profile["partitions"])
+    records = profile["peer"]["records"]
+    preload(LoadSpec(bootstrap, topic, profile["partitions"], records))
+    return run_peer(bootstrap, topic, profile["partitions"], records + profile["partitions"],
+                    processes=os.cpu_count() or 2, workdir=workdir,
+                    idle_s=profile["peer"]["idle_s"])
+
+
 def write_outputs(result: dict[str, Any], out: Path, quick: bool) -> None:
     result["scale_model"] = model(result["drain"], cores_measured=2)
     result["targets"] = targets(result["drain"], result["limit"], result.get("latency"),
-                                result.get("recovery"))
+                                result.get("recovery"), result.get("peer"))
     result["plots"] = plot(result, out)
     (out / ("quick.json" if quick else "latest.json")).write_text(json.dumps(result, indent=2))
     markdown = render_markdown(result)
@@ -347,11 +380,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"latency at {rate:.0f} logs/s: p50 {latency['latency_ms']['p50']} ms, "
               f"p99 {latency['latency_ms']['p99']} ms", file=sys.stderr)
         recovery = run_recovery(spark, broker.bootstrap, Path(tmp), **profile["recovery"])
+        spark.stop()  # the peer gets the cores to itself
+        peer = run_peer_scenario(broker.bootstrap, profile, Path(tmp))
+        print(f"peer (Quix Streams, {peer['processes']} processes): {peer['logs_per_s']:,} logs/s, "
+              f"records per process {peer['processed']}", file=sys.stderr)
         print(f"recovery with {recovery['series']:,} series: first sample after "
               f"{recovery['first_sample_s']} s, caught up after {recovery['caught_up_s']} s",
               file=sys.stderr)
-        spark.stop()
     result["drain"] = drains
+    result["peer"] = peer
     result["latency"] = latency
     result["recovery"] = recovery
     result["seconds"] = round(time.monotonic() - started, 1)

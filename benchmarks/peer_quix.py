@@ -77,10 +77,15 @@ def _worker(bootstrap: str, logs: str, metrics: str, partitions: int, group: str
                       auto_offset_reset="earliest", state_dir=state_dir, loglevel="ERROR",
                       consumer_extra_config={"log_level": 3},
                       producer_extra_config={"log_level": 3})
-    topic_config = TopicConfig(num_partitions=partitions, replication_factor=1)
+    # tansu's DescribeConfigs answers nothing: give Quix the topic configs it would read.
+    retention = {"retention.ms": "-1", "retention.bytes": "-1"}
+    topic_config = TopicConfig(num_partitions=partitions, replication_factor=1,
+                               extra_config=retention)
     source = app.topic(logs, value_deserializer="bytes", config=topic_config)
-    sink = app.topic(metrics, value_serializer="json",
-                     config=TopicConfig(num_partitions=1, replication_factor=1))
+    source.broker_config = topic_config
+    sink_config = TopicConfig(num_partitions=1, replication_factor=1, extra_config=retention)
+    sink = app.topic(metrics, value_serializer="json", config=sink_config)
+    sink.broker_config = sink_config
     processed = [0]
 
     def explode(raw: bytes | None) -> list[dict[str, Any]]:

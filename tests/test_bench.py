@@ -22,6 +22,7 @@ def test_quick_profile_writes_results_targets_and_plots(tmp_path: Path):
     assert [d["case"] for d in result["drain"]] == [
         "uniform, skew-aware", "uniform, per-partition", "hot 70%, skew-aware",
         "hot 70%, per-partition"]
+    assert result["peer"]["logs_per_s"] > 0 and sum(result["peer"]["processed"]) > 0
     assert all(d["logs_per_s"] > 0 and d["plans"] for d in result["drain"])
     names = [t["name"] for t in result["targets"]]
     assert "records per task max/mean, hot partition, skew-aware" in names
