@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.drain import DrainCase, run_drain
+from benchmarks.executor_loss import run_executor_loss
 from benchmarks.latency import run_latency
 from benchmarks.limits import consume_rate, parse_rate
 from benchmarks.load import LoadSpec, Skew, preload
@@ -51,7 +52,10 @@ PROFILES = {
              "skews": [Skew("uniform"), Skew("hot", 0.7), Skew("zipf", zipf_s=1.2)],
              "latency": {"rate": None, "seconds": 120, "warmup_s": 30, "trigger_ms": 5000},
              "recovery": {"series": 1_000_000, "new_logs": 50_000},
-             "peer": {"records": 60_000, "idle_s": 8.0}},
+             "peer": {"records": 60_000, "idle_s": 8.0},
+             "cluster": {"master": "local-cluster[2,1,1024]",
+                         "skews": [Skew("uniform"), Skew("hot", 0.7)],
+                         "loss": {"rate": 3000, "before_s": 45, "after_s": 60}}},
 }
 
 
@@ -70,7 +74,8 @@ def machine() -> dict[str, Any]:
 def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
             latency: dict[str, Any] | None = None,
             recovery: dict[str, Any] | None = None,
-            peer: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+            peer: dict[str, Any] | None = None,
+            cluster: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     def find(skew: str, planner: str) -> dict[str, Any] | None:
         return next((d for d in drains if d["skew"] == skew and d["planner"] == planner), None)
 
@@ -111,9 +116,16 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
                 "measured": vs_peer, "met": None if vs_peer is None else vs_peer >= 10,
                 **({"note": f"peer: {peer['processes']} processes, {peer['logs_per_s']:,} logs/s"}
                    if peer else {})})
-    for name, goal in (("delay from losing one executor, micro-batches", "<= 1"),):
-        out.append({"name": name, "goal": goal, "measured": None, "met": None,
-                    "note": "not measured yet"})
+    loss = cluster["executor_loss"]["delay_in_batches"] if cluster else None
+    out.append({"name": "delay from losing one executor, micro-batches", "goal": "<= 1",
+                "measured": loss, "met": None if loss is None else loss <= 1})
+    if cluster:
+        hot = next((d for d in cluster["drain"] if d["skew"] == "hot 70%"
+                    and d["planner"] == "balanced"), None)
+        spread = hot.get("records_per_executor_max_over_mean") if hot else None
+        out.append({"name": "records per executor max/mean, hot partition, skew-aware, "
+                            "2 executors", "goal": "≈ 1 (reference)", "measured": spread,
+                    "met": None})
     return out
 
 
@@ -273,6 +285,30 @@ def render_markdown(result: dict[str, Any]) -> str:
             "Largest per-partition lag seen after the warm-up: "
             f"{max((max(x['lag'].values(), default=0) for x in lat['lag']), default=0)} records.",
         ]
+    cluster = result.get("cluster")
+    if cluster:
+        loss = cluster["executor_loss"]
+        lines += [
+            "",
+            f"## Two executors (`{cluster['master']}`)",
+            "",
+            "| scenario | logs/s | records/task max/mean | records/executor max/mean "
+            "(worst batch) | tasks per executor (first batch) |",
+            "|---|---|---|---|---|",
+        ]
+        for d in cluster["drain"]:
+            first = d["executors"][0]["tasks"] if d["executors"] else []
+            lines.append(f"| {d['case']} | {d['logs_per_s']:,} | "
+                         f"{d['records_per_task_max_over_mean']} | "
+                         f"{d.get('records_per_executor_max_over_mean')} | {first} |")
+        lines += [
+            "",
+            f"Executor loss at {loss['rate']} logs/s (trigger {loss['trigger_ms']} ms): one of "
+            f"{loss['executors_before']} executor JVMs killed; the longest wait for a completed "
+            f"batch afterwards was {loss['worst_gap_after_kill_s']} s against "
+            f"{loss['normal_gap_s']} s normally: {loss['delay_in_batches']} micro-batches of "
+            "delay.",
+        ]
     peer = result.get("peer")
     if peer:
         lines += [
@@ -299,6 +335,36 @@ def render_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_cluster(bootstrap: str, profile: dict[str, Any], rules: list[Any],
+                workdir: Path) -> dict[str, Any]:
+    """Two executor JVMs (local-cluster): drains with both plans, then the loss of one
+    executor at a steady rate."""
+    spec = profile["cluster"]
+    spark = session_for(JobConfig(master=spec["master"], spark={
+        "spark.sql.shuffle.partitions": "2", "spark.executor.memory": "1g"}))
+    run_drain(spark, bootstrap, DrainCase(2_000, 2, Skew(), "balanced", 2_000, 1_000), rules,
+              workdir)  # warm-up
+    drains = []
+    for skew in spec["skews"]:
+        for planner in ("balanced", "partition"):
+            case = DrainCase(profile["records"], profile["partitions"], skew, planner,
+                             profile["per_batch"], profile["per_task"])
+            res = run_drain(spark, bootstrap, case, rules, workdir)
+            res["case"] = f"{res['case']}, 2 executors"
+            worst = max((b["records_max_over_mean"] for b in res["executors"]), default=None)
+            res["records_per_executor_max_over_mean"] = worst
+            print(f"{res['case']:<44} {res['logs_per_s']:>8,} logs/s  tasks max/mean "
+                  f"{res['records_per_task_max_over_mean']}  executors max/mean {worst}",
+                  file=sys.stderr)
+            drains.append(res)
+    loss = run_executor_loss(spark, bootstrap, rules, workdir, **spec["loss"])
+    print(f"executor loss: worst gap {loss['worst_gap_after_kill_s']} s against "
+          f"{loss['normal_gap_s']} s normally ({loss['delay_in_batches']} batches of delay)",
+          file=sys.stderr)
+    spark.stop()
+    return {"master": spec["master"], "drain": drains, "executor_loss": loss}
+
+
 def run_peer_scenario(bootstrap: str, profile: dict[str, Any], workdir: Path) -> dict[str, Any]:
     """The Quix Streams peer drains a uniform backlog of the same logs with the same rules."""
     topic = f"peer-logs-{uuid.uuid4().hex[:6]}"
@@ -313,7 +379,8 @@ def run_peer_scenario(bootstrap: str, profile: dict[str, Any], workdir: Path) ->
 def write_outputs(result: dict[str, Any], out: Path, quick: bool) -> None:
     result["scale_model"] = model(result["drain"], cores_measured=2)
     result["targets"] = targets(result["drain"], result["limit"], result.get("latency"),
-                                result.get("recovery"), result.get("peer"))
+                                result.get("recovery"), result.get("peer"),
+                                result.get("cluster"))
     result["plots"] = plot(result, out)
     (out / ("quick.json" if quick else "latest.json")).write_text(json.dumps(result, indent=2))
     markdown = render_markdown(result)
@@ -384,11 +451,14 @@ def main(argv: list[str] | None = None) -> int:
         peer = run_peer_scenario(broker.bootstrap, profile, Path(tmp))
         print(f"peer (Quix Streams, {peer['processes']} processes): {peer['logs_per_s']:,} logs/s, "
               f"records per process {peer['processed']}", file=sys.stderr)
+        cluster = run_cluster(broker.bootstrap, profile, rules, Path(tmp)) \
+            if "cluster" in profile else None
         print(f"recovery with {recovery['series']:,} series: first sample after "
               f"{recovery['first_sample_s']} s, caught up after {recovery['caught_up_s']} s",
               file=sys.stderr)
     result["drain"] = drains
     result["peer"] = peer
+    result["cluster"] = cluster
     result["latency"] = latency
     result["recovery"] = recovery
     result["seconds"] = round(time.monotonic() - started, 1)

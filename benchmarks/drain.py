@@ -49,6 +49,30 @@ def balance(plan_log: Path) -> list[dict[str, float]]:
     return out
 
 
+def executor_balance(plan_log: Path) -> list[dict[str, Any]]:
+    """Per micro-batch (tasks grouped under the latest plan before they started): tasks and
+    records per executor, and their max/mean over the executors that ran tasks."""
+    plans_path, tasks_path = Path(f"{plan_log}"), Path(f"{plan_log}.tasks")
+    if not plans_path.exists() or not tasks_path.exists():
+        return []
+    plan_times = [json.loads(x)["time"] for x in plans_path.read_text().splitlines()]
+    batches: dict[int, dict[str, list[int]]] = {}
+    for line in tasks_path.read_text().splitlines():
+        task = json.loads(line)
+        index = max((i for i, t in enumerate(plan_times) if t <= task["time"]), default=0)
+        batches.setdefault(index, {}).setdefault(task["executor"], []).append(task["records"])
+    out = []
+    for index in sorted(batches):
+        per = batches[index]
+        tasks = [len(v) for v in per.values()]
+        records = [sum(v) for v in per.values()]
+        out.append({"batch": index, "executors": len(per), "tasks": tasks, "records": records,
+                    "tasks_max_over_mean": round(max(tasks) / (sum(tasks) / len(tasks)), 3),
+                    "records_max_over_mean": round(max(records) / (sum(records) / len(records)),
+                                                   3)})
+    return out
+
+
 def run_drain(spark: SparkSession, bootstrap: str, case: DrainCase, rules: list[Rule],
               workdir: Path) -> dict[str, Any]:
     suffix = uuid.uuid4().hex[:6]
@@ -76,6 +100,8 @@ def run_drain(spark: SparkSession, bootstrap: str, case: DrainCase, rules: list[
     durations = [p["durationMs"]["triggerExecution"] for ps in batches.values() for p in ps]
     plans = balance(Path(f"{plan_log}.counters"))
     data_plans = [b for b in plans if b["tasks"] > 0]
+    executors = [b for b in executor_balance(Path(f"{plan_log}.counters"))
+                 if sum(b["records"]) >= case.partitions * 10]  # not the closing batch
     return {
         "case": case.name,
         "skew": case.skew.label,
@@ -89,4 +115,6 @@ def run_drain(spark: SparkSession, bootstrap: str, case: DrainCase, rules: list[
         "records_per_task_max_over_mean": max((b["max_over_mean"] for b in data_plans),
                                               default=None),
         "plans": data_plans,
+        "executors": executors,
+        "master": spark.sparkContext.master,
     }

@@ -320,6 +320,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # no per-range re-assignment round trips.
         ends = {r.partition: r.end for r in partition.ranges}
         position = {r.partition: r.start for r in partition.ranges}
+        started = time.time()
         try:
             consumer.assign([TopicPartition(self.topic, r.partition, r.start)
                              for r in partition.ranges])
@@ -363,8 +364,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield self._emit(buffer, dead_letters)
             if dead_letters is not None:
                 dead_letters.flush()
+            if self.plan_log:
+                self._log_task(started, partition.size)
         finally:
             consumer.close()
+
+    def _log_task(self, started: float, records: int) -> None:
+        """Benchmarks: which executor read how many records (the Python worker's parent is
+        its executor's worker daemon, one per executor)."""
+        import socket
+
+        with open(f"{self.plan_log}.tasks", "a") as log:
+            log.write(json.dumps({"time": started, "records": records,
+                                  "executor": f"{socket.gethostname()}:{os.getppid()}"}) + "\n")
 
     def _emit(self, buffer: _Buffer, dead_letters: DeadLetters | None) -> pa.RecordBatch:
         if self.plan is None:
