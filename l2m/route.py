@@ -38,9 +38,6 @@ class Routing:
     rules: tuple[Rule, ...]
     plan: ParsePlan
 
-    def rule(self, rule_id: str) -> Rule | None:
-        return next((r for r in self.rules if r.id == rule_id), None)
-
 
 def plan_for(rules: Sequence[Rule], timestamp_field: str = "@timestamp") -> Routing:
     """Collect the fields of enabled rules (queries, group-by, value, account) into one plan."""

@@ -132,10 +132,6 @@ class Runner:
                 return 0
             self._stop.wait(poll)
 
-    def report(self) -> None:
-        """Print (and pass to ``on_progress``) progress of batches not reported yet."""
-        self._report()
-
     def _report(self) -> None:
         assert self.job is not None
         for query in self.job.queries:

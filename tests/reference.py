@@ -29,7 +29,15 @@ from l2m.query import (
     TextWildcard,
 )
 from l2m.rules import Rule
-from l2m.values import label_name, lookup, number, parse_timestamp, string_form, text_tokens
+from l2m.values import (
+    label_name,
+    lookup,
+    number,
+    parse_timestamp,
+    string_form,
+    text_tokens,
+    window_start,
+)
 
 
 def _wildcard_regex(parts: tuple[str, ...]) -> re.Pattern[str]:
@@ -125,7 +133,7 @@ def backfill(rules: list[Rule], lines: list[str]) -> list[dict[str, Any]]:
             value = 1.0 if rule.aggregation == "count" else number(lookup(doc, rule.field))
             if value is None:
                 continue
-            window = ts // 60000 * 60000 if rule.kind == "gauge" else None
+            window = window_start(ts) if rule.kind == "gauge" else None
             state = acc[(index, tuple(sorted(labels.items())), window)]
             state["n"] += 1
             state["sum"] += Decimal(repr(value))
