@@ -84,22 +84,33 @@ class MetricsView:
                 self.latest[msg.key()] = orjson.loads(msg.value())
                 self.received += 1
 
-    def render(self, rows: int) -> list[str]:
+    def render(self, rows: int, per_metric: int = 2) -> list[str]:
+        """The newest sample of a few series of every metric (histogram buckets hidden:
+        their ``_sum`` and ``_count`` stand for them), so every rule shows on one screen."""
         by_series: dict[tuple[str, str], dict[str, Any]] = {}
         for s in self.latest.values():
+            if s["name"].endswith("_bucket"):
+                continue
             series = (s["name"], _labels(s["labels"]))
             old = by_series.get(series)
             if old is None or s["timestamp"] >= old["timestamp"]:
                 by_series[series] = s
         ordered = sorted(by_series.values(), key=lambda s: (s["kind"], s["name"],
                                                              _labels(s["labels"])))
+        shown: list[dict[str, Any]] = []
+        per_name: dict[str, int] = {}
+        for s in ordered:
+            if per_name.get(s["name"], 0) < per_metric:
+                per_name[s["name"]] = per_name.get(s["name"], 0) + 1
+                shown.append(s)
         lines = [f"{'metric':<44} {'labels':<46} {'value':>12}  {'kind':<7} time"]
-        for s in ordered[:rows]:
+        for s in shown[:rows]:
             stamp = time.strftime("%H:%M:%S", time.gmtime(s["timestamp"] / 1000))
             lines.append(f"{s['name'][:44]:<44} {_labels(s['labels'])[:46]:<46} "
                          f"{s['value']:>12.6g}  {s['kind']:<7} {stamp}")
-        if len(ordered) > rows:
-            lines.append(f"… and {len(ordered) - rows} more series")
+        hidden = len(by_series) - min(len(shown), rows)
+        if hidden > 0:
+            lines.append(f"… {hidden} more series (histogram buckets not shown)")
         return lines
 
 

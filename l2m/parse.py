@@ -124,7 +124,9 @@ def parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
             blank = line is not None and not line.strip()
             status_out.append(BLANK if blank else MALFORMED)
             error_out.append(None if blank else error)
-            ts_out.append(None)
+            # No event time in a malformed log; the record's own time (streaming) still
+            # dates the input counter's sample.
+            ts_out.append(fallback_ts[row] if fallback_ts is not None else None)
             continue
         docs.append(doc)
         ts = parse_timestamp(lookup(doc, ts_path))

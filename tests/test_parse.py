@@ -45,10 +45,10 @@ def test_statuses_and_errors():
 
 
 def test_fallback_timestamp_replaces_missing_event_time():
-    batch = parse_lines([b'{"a": 1}', b'{"@timestamp": "bad"}', b'{"@timestamp": 5}'], PLAN,
-                        fallback_ts=[111, 222, 333]).to_pydict()
-    assert batch["_ts"] == [111, 222, 5]
-    assert batch["_status"] == [OK, OK, OK]
+    batch = parse_lines([b'{"a": 1}', b'{"@timestamp": "bad"}', b'{"@timestamp": 5}',
+                         b"not json"], PLAN, fallback_ts=[111, 222, 333, 444]).to_pydict()
+    assert batch["_ts"] == [111, 222, 5, 444]
+    assert batch["_status"] == [OK, OK, OK, MALFORMED]
 
 
 def test_custom_timestamp_field_nested():
