@@ -10,48 +10,28 @@ from __future__ import annotations
 
 import json
 import statistics
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from l2m.broker import create_topics
 from l2m.config import JobConfig, SourceConfig, Topics
-from l2m.generator import GeneratorConfig, LogGenerator
+from l2m.demo import LogProducer
 from l2m.rules import Rule
 from l2m.runner import Runner
 
 
-class RateProducer(threading.Thread):
-    """Produces generated logs at ``rate`` per second, round-robin over partitions, each
-    stamped with the wall clock at the moment it is produced."""
+class RateProducer(LogProducer):
+    """The demo's producer without malformed or late logs: every log is stamped with the wall
+    clock when it is produced, round-robin over partitions."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float) -> None:
-        super().__init__(daemon=True, name="bench-rate-producer")
-        self.gen = LogGenerator(GeneratorConfig(seed=5, rate_per_s=rate))
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                                  "log_level": "3"})
-        self.topic, self.partitions, self.rate = topic, partitions, rate
-        self.sent = 0
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        started = time.monotonic()
-        while not self.stopping.is_set():
-            due = int((time.monotonic() - started) * self.rate)
-            while self.sent < due:
-                self.gen.clock = time.time() * 1000
-                self.producer.produce(self.topic, value=self.gen.next_line(),
-                                      partition=self.sent % self.partitions)
-                self.sent += 1
-            self.producer.poll(0)
-            time.sleep(0.01)
-        self.producer.flush(30)
+        super().__init__(bootstrap, topic, rate, partitions=partitions, seed=5,
+                         malformed_ratio=0.0, late_ratio=0.0)
 
 
 def partition_lag(progress: dict[str, Any]) -> dict[str, int]:

@@ -28,19 +28,23 @@ PARTITIONS = 4
 
 
 class LogProducer(threading.Thread):
-    """Produces generated logs at about ``rate`` per second; with ``hot_share`` that share of
-    the logs goes to partition 0 (a hot partition)."""
+    """Produces generated logs at about ``rate`` per second, each stamped with the wall clock
+    when it is produced; round-robin over ``partitions``, or with ``hot_share`` that share of
+    the logs on partition 0 (a hot partition)."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: float, hot_share: float = 0.0,
-                 seed: int = 7) -> None:
-        super().__init__(name="l2m-demo-producer", daemon=True)
+    def __init__(self, bootstrap: str, topic: str, rate: float, partitions: int = PARTITIONS,
+                 hot_share: float = 0.0, seed: int = 7, malformed_ratio: float = 0.005,
+                 late_ratio: float = 0.02) -> None:
+        super().__init__(name="l2m-log-producer", daemon=True)
         now = int(time.time() * 1000)
         self.gen = LogGenerator(GeneratorConfig(seed=seed, start_ms=now, rate_per_s=rate,
-                                                malformed_ratio=0.005, late_ratio=0.02))
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
+                                                malformed_ratio=malformed_ratio,
+                                                late_ratio=late_ratio))
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
                                   "log_level": "3"})
         self.topic = topic
         self.rate = rate
+        self.partitions = partitions
         self.hot_share = hot_share
         self.sent = 0
         self.stopping = threading.Event()
@@ -56,11 +60,11 @@ class LogProducer(threading.Thread):
                 if self.hot_share and self.gen.rng.random() < self.hot_share:
                     partition = 0
                 else:
-                    partition = self.sent % PARTITIONS
+                    partition = self.sent % self.partitions
                 self.producer.produce(self.topic, value=line, partition=partition)
                 self.sent += 1
             self.producer.poll(0)
-            time.sleep(0.05)
+            time.sleep(0.01)
         self.producer.flush(10)
 
 
@@ -132,7 +136,7 @@ def run_demo(rules: Sequence[Rule], duration: float | None = None, rate: float =
             print(f"l2m demo: broker on {broker.bootstrap}, topics {topics.logs} "
                   f"({PARTITIONS} partitions), {topics.metrics}, {topics.dead_letters}; "
                   f"{rate:.0f} logs/s; Ctrl-C to stop", file=out, flush=True)
-            producer = LogProducer(broker.bootstrap, topics.logs, rate, hot_share)
+            producer = LogProducer(broker.bootstrap, topics.logs, rate, hot_share=hot_share)
             producer.start()
             cfg = JobConfig(kafka={"bootstrap.servers": broker.bootstrap}, topics=topics,
                             checkpoint=str(workdir / "checkpoint"), trigger_ms=2000,
