@@ -7,16 +7,14 @@ from __future__ import annotations
 import json
 import statistics
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
-from benchmarks.load import LoadSpec, Skew, preload
-from l2m.broker import create_topics
-from l2m.config import JobConfig, SourceConfig, Topics
+from benchmarks.load import LoadSpec, Skew, fresh_topics, preload
+from l2m.config import JobConfig, SourceConfig
 from l2m.rules import Rule
 from l2m.streaming import start_job
 
@@ -75,11 +73,8 @@ def executor_balance(plan_log: Path) -> list[dict[str, Any]]:
 
 def run_drain(spark: SparkSession, bootstrap: str, case: DrainCase, rules: list[Rule],
               workdir: Path) -> dict[str, Any]:
-    suffix = uuid.uuid4().hex[:6]
-    topics = Topics(logs=f"bench-logs-{suffix}", metrics=f"bench-metrics-{suffix}",
-                    dead_letters=f"bench-dead-{suffix}")
-    create_topics(bootstrap, [topics.logs], partitions=case.partitions)
-    create_topics(bootstrap, [topics.metrics, topics.dead_letters])
+    topics = fresh_topics(bootstrap, "bench", case.partitions)
+    suffix = topics.logs.rsplit("-", 1)[1]
     load_s = preload(LoadSpec(bootstrap, topics.logs, case.partitions, case.records, case.skew))
     plan_log = workdir / f"plan-{suffix}"
     cfg = JobConfig(

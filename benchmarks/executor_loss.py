@@ -11,15 +11,14 @@ import signal
 import statistics
 import subprocess
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from benchmarks.latency import RateProducer
-from l2m.broker import create_topics
-from l2m.config import JobConfig, SourceConfig, Topics
+from benchmarks.load import fresh_topics
+from l2m.config import JobConfig, SourceConfig
 from l2m.rules import Rule
 from l2m.runner import Runner
 
@@ -38,11 +37,8 @@ def _end_time(progress: dict[str, Any]) -> float:
 def run_executor_loss(spark: SparkSession, bootstrap: str, rules: list[Rule], workdir: Path,
                       rate: float, before_s: float, after_s: float, partitions: int = 4,
                       trigger_ms: int = 3000) -> dict[str, Any]:
-    suffix = uuid.uuid4().hex[:6]
-    topics = Topics(logs=f"loss-logs-{suffix}", metrics=f"loss-metrics-{suffix}",
-                    dead_letters=f"loss-dead-{suffix}")
-    create_topics(bootstrap, [topics.logs], partitions=partitions)
-    create_topics(bootstrap, [topics.metrics, topics.dead_letters])
+    topics = fresh_topics(bootstrap, "loss", partitions)
+    suffix = topics.logs.rsplit("-", 1)[1]
     cfg = JobConfig(kafka={"bootstrap.servers": bootstrap}, topics=topics,
                     checkpoint=str(workdir / f"ck-{suffix}"), counter_shards=4,
                     trigger_ms=trigger_ms, source=SourceConfig(starting_offsets="latest"))

@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 from pyspark.sql import SparkSession
 
-from l2m.broker import create_topics
-from l2m.config import JobConfig, SourceConfig, Topics
+from benchmarks.load import fresh_topics
+from l2m.config import JobConfig, SourceConfig
 from l2m.demo import LogProducer
 from l2m.rules import Rule
 from l2m.runner import Runner
@@ -53,11 +53,8 @@ def percentile(values: list[float], q: float) -> float:
 def run_latency(spark: SparkSession, bootstrap: str, rules: list[Rule], workdir: Path,
                 rate: float, seconds: float, partitions: int = 4, trigger_ms: int = 5000,
                 warmup_s: float = 20.0) -> dict[str, Any]:
-    suffix = uuid.uuid4().hex[:6]
-    topics = Topics(logs=f"lat-logs-{suffix}", metrics=f"lat-metrics-{suffix}",
-                    dead_letters=f"lat-dead-{suffix}")
-    create_topics(bootstrap, [topics.logs], partitions=partitions)
-    create_topics(bootstrap, [topics.metrics, topics.dead_letters])
+    topics = fresh_topics(bootstrap, "lat", partitions)
+    suffix = topics.logs.rsplit("-", 1)[1]
     cfg = JobConfig(kafka={"bootstrap.servers": bootstrap}, topics=topics,
                     checkpoint=str(workdir / f"ck-{suffix}"), counter_shards=4,
                     trigger_ms=trigger_ms, source=SourceConfig(starting_offsets="latest"))

@@ -8,11 +8,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import random
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
+from l2m.broker import create_topics
+from l2m.config import Topics
 from l2m.generator import SERVICES, GeneratorConfig, LogGenerator
 
 
@@ -126,3 +129,13 @@ def close_partitions(bootstrap: str, topic: str, partitions: int) -> None:
     for p in range(partitions):
         producer.produce(topic, value=b"", partition=p)
         producer.flush(30)
+
+
+def fresh_topics(bootstrap: str, prefix: str, partitions: int) -> Topics:
+    """Create a scenario's own logs (``partitions``), metrics and dead-letter topics."""
+    suffix = uuid.uuid4().hex[:6]
+    topics = Topics(logs=f"{prefix}-logs-{suffix}", metrics=f"{prefix}-metrics-{suffix}",
+                    dead_letters=f"{prefix}-dead-{suffix}")
+    create_topics(bootstrap, [topics.logs], partitions=partitions)
+    create_topics(bootstrap, [topics.metrics, topics.dead_letters])
+    return topics

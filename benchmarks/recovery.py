@@ -12,9 +12,8 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
-from benchmarks.load import close_partitions
-from l2m.broker import create_topics
-from l2m.config import JobConfig, SourceConfig, Topics
+from benchmarks.load import close_partitions, fresh_topics
+from l2m.config import JobConfig, SourceConfig
 from l2m.rules import load_text
 from l2m.sink import write_batch
 from l2m.streaming import counters_frame, register
@@ -75,11 +74,8 @@ def first_sample_after(bootstrap: str, topic: str, since_ms: float) -> float | N
 def run_recovery(spark: SparkSession, bootstrap: str, workdir: Path, series: int,
                  new_logs: int, partitions: int = 4) -> dict[str, Any]:
     rules, _ = load_text(RULES)
-    suffix = uuid.uuid4().hex[:6]
-    topics = Topics(logs=f"rec-logs-{suffix}", metrics=f"rec-metrics-{suffix}",
-                    dead_letters=f"rec-dead-{suffix}")
-    create_topics(bootstrap, [topics.logs], partitions=partitions)
-    create_topics(bootstrap, [topics.metrics, topics.dead_letters])
+    topics = fresh_topics(bootstrap, "rec", partitions)
+    suffix = topics.logs.rsplit("-", 1)[1]
     cfg = JobConfig(kafka={"bootstrap.servers": bootstrap}, topics=topics,
                     checkpoint=str(workdir / f"ck-{suffix}"), counter_shards=16,
                     source=SourceConfig(max_records_per_trigger=250_000,
