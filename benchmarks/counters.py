@@ -2,7 +2,7 @@
 
     python -m benchmarks.counters --series 100000 --batches 4
 
-Only the counters query runs. Prints per-batch durations, writes
+The rule set has counters only. Prints per-batch durations, writes
 benchmarks/results/counters.json, names the machine."""
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from l2m.broker import EmbeddedBroker, create_topics
 from l2m.config import JobConfig, SourceConfig, Topics
 from l2m.rules import load_text
 from l2m.runner import session_for
-from l2m.sink import write_batch
-from l2m.streaming import counters_frame, register
+from l2m.streaming import start_job
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = """\
@@ -67,13 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                         source=SourceConfig(max_records_per_trigger=args.series,
                                             max_records_per_task=args.series // 4))
         spark = session_for(cfg)
-        register(spark)
-        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         started = time.monotonic()
-        query = (counters_frame(spark, cfg, rules).writeStream.outputMode("update")
-                 .foreachBatch(lambda df, _i: write_batch(df, topics.metrics, cfg.kafka))
-                 .option("checkpointLocation", f"{tmp}/ck/counters")
-                 .trigger(availableNow=True).start())
+        query = start_job(spark, cfg, rules, once=True).query
         query.awaitTermination()
         elapsed = time.monotonic() - started
         batches = [p for p in query.recentProgress if p["numInputRows"] >= args.series // 2]

@@ -1,5 +1,5 @@
 """Drain scenario: a pre-loaded backlog, uniform or skewed over partitions, drained by the
-streaming job (both queries, availableNow) with the balanced or the classic plan. Measures
+streaming job (availableNow) with the balanced or the classic plan. Measures
 throughput and, per micro-batch, records per task (max/mean) from the source's plan log."""
 
 from __future__ import annotations
@@ -93,9 +93,9 @@ def run_drain(spark: SparkSession, bootstrap: str, case: DrainCase, rules: list[
     elapsed = time.monotonic() - started
     batches = {q.name: [p for p in q.recentProgress if p["numInputRows"]] for q in job.queries}
     durations = [p["durationMs"]["triggerExecution"] for ps in batches.values() for p in ps]
-    plans = balance(Path(f"{plan_log}.counters"))
+    plans = balance(plan_log)
     data_plans = [b for b in plans if b["tasks"] > 0]
-    executors = [b for b in executor_balance(Path(f"{plan_log}.counters"))
+    executors = [b for b in executor_balance(plan_log)
                  if sum(b["records"]) >= case.partitions * 10]  # not the closing batch
     return {
         "case": case.name,
@@ -105,7 +105,7 @@ def run_drain(spark: SparkSession, bootstrap: str, case: DrainCase, rules: list[
         "preload_s": round(load_s, 1),
         "drain_s": round(elapsed, 2),
         "logs_per_s": round(case.records / elapsed),
-        "batches": len(batches.get("l2m-counters", [])),
+        "batches": len(batches.get("l2m-metrics", [])),
         "median_batch_ms": statistics.median(durations) if durations else None,
         "records_per_task_max_over_mean": max((b["max_over_mean"] for b in data_plans),
                                               default=None),

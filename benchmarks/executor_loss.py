@@ -45,7 +45,7 @@ def run_executor_loss(spark: SparkSession, bootstrap: str, rules: list[Rule], wo
     batches: list[dict[str, Any]] = []
 
     def on_progress(name: str, progress: dict[str, Any]) -> None:
-        if name == "counters":
+        if name == "metrics":
             batches.append({"end": _end_time(progress), "rows": progress["numInputRows"],
                             "ms": progress["durationMs"].get("triggerExecution", 0)})
 

@@ -62,7 +62,7 @@ def run_latency(spark: SparkSession, bootstrap: str, rules: list[Rule], workdir:
     started_wall = time.time()
 
     def on_progress(name: str, progress: dict[str, Any]) -> None:
-        if name == "counters":
+        if name == "metrics":
             lags.append({"t": round(time.time() - started_wall, 1),
                          "lag": partition_lag(progress),
                          "batch_ms": progress["durationMs"].get("triggerExecution", 0),

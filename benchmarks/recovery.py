@@ -15,8 +15,7 @@ from pyspark.sql import SparkSession
 from benchmarks.load import close_partitions, fresh_topics
 from l2m.config import JobConfig, SourceConfig
 from l2m.rules import load_text
-from l2m.sink import write_batch
-from l2m.streaming import counters_frame, register
+from l2m.streaming import start_job
 
 RULES = """\
 rules:
@@ -43,13 +42,8 @@ def _produce(bootstrap: str, topic: str, partitions: int, users: range, start_ms
     close_partitions(bootstrap, topic, partitions)
 
 
-def _run_counters(spark: SparkSession, cfg: JobConfig, rules: list, name: str) -> Any:
-    register(spark)
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-    return (counters_frame(spark, cfg, rules).writeStream.queryName(name).outputMode("update")
-            .foreachBatch(lambda df, _i: write_batch(df, cfg.topics.metrics, cfg.kafka))
-            .option("checkpointLocation", f"{cfg.checkpoint}/counters")
-            .trigger(availableNow=True).start())
+def _run_counters(spark: SparkSession, cfg: JobConfig, rules: list) -> Any:
+    return start_job(spark, cfg, rules, once=True).query
 
 
 def first_sample_after(bootstrap: str, topic: str, since_ms: float) -> float | None:
@@ -83,7 +77,7 @@ def run_recovery(spark: SparkSession, bootstrap: str, workdir: Path, series: int
     start_ms = 1_795_341_600_000
     _produce(bootstrap, topics.logs, partitions, range(series), start_ms)
     started = time.monotonic()
-    query = _run_counters(spark, cfg, rules, "recovery-load")
+    query = _run_counters(spark, cfg, rules)
     query.awaitTermination()
     load_s = time.monotonic() - started
     state_rows = sum(s["numRowsTotal"] for s in query.lastProgress["stateOperators"])
@@ -92,7 +86,7 @@ def run_recovery(spark: SparkSession, bootstrap: str, workdir: Path, series: int
              start_ms + series)
     restart_wall = time.time() * 1000
     started = time.monotonic()
-    query = _run_counters(spark, cfg, rules, "recovery-restart")
+    query = _run_counters(spark, cfg, rules)
     query.awaitTermination()
     caught_up_s = time.monotonic() - started
     first = first_sample_after(bootstrap, topics.metrics, restart_wall)

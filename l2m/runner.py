@@ -1,4 +1,4 @@
-"""Running the streaming job: session, both queries, progress lines, graceful shutdown."""
+"""Running the streaming job: session, the query, progress lines, graceful shutdown."""
 
 from __future__ import annotations
 
@@ -41,13 +41,13 @@ def lag(progress: dict[str, Any]) -> int | None:
     return total
 
 
-def describe(name: str, progress: dict[str, Any], reduction: tuple[int, int] | None = None
-             ) -> str:
-    """One progress line: batch, rows, rates, lag, duration, state, late drops, and the
-    pre-aggregation's rows in → out when known."""
+def describe(name: str, progress: dict[str, Any], reduction: tuple[int, int] | None = None,
+             late: int = 0) -> str:
+    """One progress line: batch, rows, rates, lag, duration, state, the pre-aggregation's
+    rows in → out and the logs dropped past the watermark, when known."""
     state = progress.get("stateOperators") or []
     rows = sum(int(s.get("numRowsTotal", 0)) for s in state)
-    dropped = sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
+    dropped = late + sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
     behind = lag(progress)
     parts = [
         f"{name:<8} batch {progress.get('batchId'):>5}",
@@ -72,7 +72,7 @@ def describe(name: str, progress: dict[str, Any], reduction: tuple[int, int] | N
 @dataclass
 class Runner:
     """Starts the job and watches it. ``stop()`` (or SIGINT/SIGTERM via
-    :meth:`install_signals`) lets the running micro-batch finish, then stops both queries."""
+    :meth:`install_signals`) lets the running micro-batch finish, then stops the query."""
 
     cfg: JobConfig
     rules: Sequence[Rule]
@@ -83,7 +83,7 @@ class Runner:
     job: Job | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _seen: dict[str, int] = field(default_factory=dict)
-    _reduced: tuple[int, int] = (0, 0)
+    _counted: tuple[int, int, int] = (0, 0, 0)
 
     def start(self) -> Job:
         marker = Path(stop_file(self.cfg))
@@ -109,7 +109,7 @@ class Runner:
 
     def wait(self, duration: float | None = None, poll: float = 1.0,
              on_tick: Callable[[], None] | None = None) -> int:
-        """Watch until stopped, ``duration`` passes, a query fails, or (``once``) both end.
+        """Watch until stopped, ``duration`` passes, the query fails, or (``once``) it ends.
         Returns the exit code: 0, or 1 if a query failed."""
         assert self.job is not None
         deadline = time.monotonic() + duration if duration else None
@@ -141,20 +141,22 @@ class Runner:
                 if batch <= self._seen.get(name, -1):
                     continue
                 self._seen[name] = batch
-                reduction = self._reduction() if name == "counters" else None
+                rows_in, rows_out, late = self._counts()
                 if self.on_progress:
                     self.on_progress(name, progress)
                 if self.out is not None:
-                    print(describe(name, progress, reduction), file=self.out, flush=True)
+                    print(describe(name, progress, (rows_in, rows_out), late), file=self.out,
+                          flush=True)
 
-    def _reduction(self) -> tuple[int, int] | None:
-        """Pre-aggregation rows in → out since the last report."""
+    def _counts(self) -> tuple[int, int, int]:
+        """Pre-aggregation rows in and out, and late logs dropped, since the last report."""
         assert self.job is not None
-        if self.job.reduction is None:
-            return None
-        now = (self.job.reduction.rows_in.value, self.job.reduction.rows_out.value)
-        delta = (now[0] - self._reduced[0], now[1] - self._reduced[1])
-        self._reduced = now
+        if self.job.counts is None:
+            return 0, 0, 0
+        c = self.job.counts
+        now = (c.reduction.rows_in.value, c.reduction.rows_out.value, c.late.value)
+        delta = (now[0] - self._counted[0], now[1] - self._counted[1], now[2] - self._counted[2])
+        self._counted = now
         return delta
 
     def _shutdown(self) -> None:

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 import orjson
+import pandas as pd
 
 from l2m.rules import Rule
 
@@ -137,6 +138,34 @@ def cumulative_row_samples(rule: Rule, labels: Iterable[tuple[str, str]], le: st
         sample(rule, f"{rule.name}_sum", dict(base), agg.total, timestamp),
         sample(rule, f"{rule.name}_count", dict(base), agg.n, timestamp),
     ]
+
+
+def frame_partials(frame: pd.DataFrame) -> Iterator[tuple[str, str, Partial]]:
+    """(series, le or "", partial) of each row of a pre-aggregated frame."""
+    columns = [frame[c].tolist() for c in ("series", "le", "matches", "n", "sum", "exact_sum",
+                                           "exact_n", "min", "max", "ts")]
+    for name, le, matches, n, total, exact, exact_n, lo, hi, ts in zip(*columns, strict=True):
+        yield name, le if isinstance(le, str) else "", Partial(
+            int(matches), int(n), _float(total) or 0.0,
+            _exact(exact, int(exact_n), int(n)),
+            _float(lo), _float(hi), None if ts is None or ts != ts else int(ts))
+
+
+def _exact(exact: Any, exact_n: int, n: int) -> Decimal | None:
+    """A partial's exact sum; one without values sums to an exact 0 (SQL's sum is null)."""
+    if n == 0:
+        return Decimal(0)
+    return exact if isinstance(exact, Decimal) and exact_n == n else None
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None or value != value else float(value)
+
+
+def samples_frame(samples: list[dict[str, Any]]) -> pd.DataFrame:
+    """The state stage's output rows: deterministic Kafka key and JSON value per sample."""
+    return pd.DataFrame({"key": [series_key(s).decode() for s in samples],
+                         "value": [orjson.dumps(s).decode() for s in samples]})
 
 
 def series_key(s: Mapping[str, Any]) -> bytes:

@@ -27,7 +27,7 @@ def _shown(path: str) -> str:
 
 
 def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
-    """Markdown description of both queries' stages, with the settings that shape them."""
+    """Markdown description of the query's stages, with the settings that shape them."""
     enabled = [r for r in rules if r.enabled]
     counters = [r for r in enabled if r.kind == "counter"]
     gauges = [r for r in enabled if r.kind == "gauge"]
@@ -40,10 +40,7 @@ def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
                     if src.max_records_per_task else ""))
     limit = (f"at most {src.max_records_per_trigger:,} records per micro-batch, shared by "
              "backlog" if src.max_records_per_trigger else "everything available per batch")
-
-    def fields(rs: list[Rule]) -> str:
-        plan = plan_for(rs, cfg.timestamp_field).plan
-        return ", ".join(u.path for u in plan.fields) or "(none)"
+    fields = ", ".join(u.path for u in plan_for(enabled, cfg.timestamp_field).plan.fields)
 
     def rule_list(rs: list[Rule]) -> str:
         return ", ".join(f"`{r.id}`" for r in rs) or "(none)"
@@ -52,46 +49,38 @@ def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
 
 Rendered by `l2m topology --config {_shown(cfg.path) if cfg.path else '<config>'}` — do not edit by hand.
 
-Two streaming queries in one Spark application (`{cfg.master}`), each with its own checkpoint
-under `{_shown(cfg.checkpoint)}`. Trigger: every {_fmt_ms(cfg.trigger_ms)}. Kafka:
+One streaming query in one Spark application (`{cfg.master}`), checkpoint
+`{_shown(cfg.checkpoint)}/metrics`. Trigger: every {_fmt_ms(cfg.trigger_ms)}. Kafka:
 `{cfg.kafka.get('bootstrap.servers')}`; metrics to `{cfg.sink.get('bootstrap.servers')}`.
 
 ```
-l2m-counters ({len(counters)} rules)
+l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
   Source: l2m-kafka [{cfg.topics.logs}], parsing in the reader
     --> Dead letters [{cfg.topics.dead_letters}]
-    --> Route: explode one row per (log, rule, series)
-    --> Pre-aggregate: Arrow, per task, per (rule, series, le, minute)
-    --> Exchange: hash(rule, shard)
-    --> Counter state: applyInPandasWithState, {cfg.counter_shards} shards per rule, TTL {_fmt_ms(cfg.counter_ttl_ms)}
-    --> Sink: l2m-kafka-sink [{cfg.topics.metrics}]
-
-l2m-gauges ({len(gauges)} rules)
-  Source: l2m-kafka [{cfg.topics.logs}], parsing in the reader
-    --> Route: explode one row per (log, rule, series, histogram le)
+    --> Route: explode one row per (log, rule, series), plus one status row per log
+    --> Pre-aggregate: Arrow, per task, per (rule, series, le, window)
     --> Watermark: max event time - {_fmt_ms(cfg.grace_ms)}
-    --> Partial aggregate per task (Spark)
-    --> Exchange: hash(window, rule, labels, le)
-    --> Window state: 1-minute tumbling, update mode, RocksDB
-    --> Format samples
+    --> Exchange: hash(rule, shard, window)
+    --> State: applyInPandasWithState, RocksDB
+          counters: per (rule, shard), {cfg.counter_shards} shards per rule, TTL {_fmt_ms(cfg.counter_ttl_ms)}
+          gauges:   per (rule, shard, 1-minute window), until the watermark passes the window
     --> Sink: l2m-kafka-sink [{cfg.topics.metrics}]
 ```
 
 | stage | module | contract |
 |---|---|---|
 | source | `l2m/source.py` | Kafka → rows; offsets in the checkpoint, explicit partition assignment (no consumer group, no rebalancing); {split}; {limit}; starting offsets `{src.starting_offsets}`; failOnDataLoss `{str(src.fail_on_data_loss).lower()}` |
-| parse | `l2m/parse.py` | JSON → typed columns for the referenced fields only; event time `{cfg.timestamp_field}`, else the Kafka timestamp; malformed → `{cfg.topics.dead_letters}` with the reason (counters query only, so once) |
+| parse | `l2m/parse.py` | JSON → typed columns for the referenced fields only; event time `{cfg.timestamp_field}`, else the Kafka timestamp; malformed → `{cfg.topics.dead_letters}` with the reason |
 | route | `l2m/route.py` | each rule's query compiled once to a Spark Column; one row per (log, rule, series) |
-| pre-aggregate | `l2m/streaming.py` (`preaggregate`) | per task, before any shuffle: one partial per (rule, series, le, minute) |
-| counters | `l2m/streaming.py` (`CounterState`) | state keyed by (rule, shard), many series per Python call; idle series dropped after the TTL |
-| gauges | `l2m/streaming.py` (`gauges_frame`) | one-minute windows, watermark = max event time − grace, update mode: corrected windows re-emitted |
+| pre-aggregate | `l2m/preaggregate.py` | per task, before any shuffle: one partial per (rule, series, le, window); counters have no window |
+| counters | `l2m/counters.py` (`CounterState`) | state keyed by (rule, shard), many series per Python call; idle series dropped after the TTL |
+| gauges | `l2m/gauges.py` (`GaugeState`) | state keyed by (rule, shard, window); watermark = max event time − grace; corrected windows re-emitted; logs for windows past the watermark dropped and counted |
 | sink | `l2m/sink.py` | idempotent producer, deterministic keys, a batch commits only when every sample is acknowledged |
 
-State schemas do not depend on the rules (rule id, labels and `le` are data): adding,
-changing or removing rules keeps both checkpoints usable.
+The state schema does not depend on the rules (rule id, labels and `le` are data): adding,
+changing or removing rules keeps the checkpoint usable.
 
-Fields parsed for counters: {fields(counters)}.
-Fields parsed for gauges: {fields(gauges)}.
+Fields parsed: {fields or "(none)"}.
 
 Counter rules: {rule_list(counters)}.
 Gauge rules: {rule_list(gauges)}.

@@ -33,9 +33,9 @@ spark: {{master: "local[2]", spark.sql.shuffle.partitions: 2}}
                           "--once"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "l2m run: 17 rules" in res.stderr
-    assert "counters batch     0  in      402 rows" in res.stderr
+    assert "metrics  batch     0  in      402 rows" in res.stderr
     assert "preagg " in res.stderr  # the reduction ratio of the pre-aggregation
-    assert (tmp_path / "checkpoint" / "counters" / "offsets").is_dir()
+    assert (tmp_path / "checkpoint" / "metrics" / "offsets").is_dir()
     samples = latest_samples(consume_all(t.bootstrap, t.topics.metrics))
     rules = {s["rule"] for s in samples}
     assert {"http-requests", "http-latency-avg", "l2m-input"} <= rules

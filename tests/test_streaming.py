@@ -14,7 +14,7 @@ from l2m.backfill import run_backfill
 from l2m.config import JobConfig
 from l2m.generator import GeneratorConfig, LogGenerator
 from l2m.rules import load_rules, load_text
-from l2m.streaming import start_job
+from l2m.streaming import Job, start_job
 
 from .kafka_helpers import (
     canonical,
@@ -30,13 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 T0 = 1795341600000  # 2026-11-22T10:00:00Z
 
 
-def run_once(spark, cfg: JobConfig, rules) -> list[dict]:
-    """Process everything available with both queries; return their last progress."""
+def run_once(spark, cfg: JobConfig, rules) -> Job:
+    """Process everything available; return the finished job."""
     job = start_job(spark, cfg, rules, once=True)
-    for query in job.queries:
-        query.awaitTermination(300)
-        assert query.exception() is None, query.exception()
-    return [q.lastProgress for q in job.queries]
+    job.query.awaitTermination(300)
+    assert job.query.exception() is None, job.query.exception()
+    return job
 
 
 def backfill_samples(spark, rules, lines: list[bytes], tmp: Path) -> list[dict]:
@@ -139,10 +138,8 @@ def test_late_data_within_grace_corrects_beyond_grace_is_dropped(spark, broker, 
     produce(t.bootstrap, t.topics.logs, [log(w0 + 40 * 60_000, 2)], 1)
     run_once(spark, cfg, rules)
     produce(t.bootstrap, t.topics.logs, [log(w0 + 4000, 1000)], 1)
-    progress = run_once(spark, cfg, rules)
-    gauges = progress[1]
-    dropped = sum(s["numRowsDroppedByWatermark"] for s in gauges["stateOperators"])
-    assert dropped == 1
+    job = run_once(spark, cfg, rules)
+    assert job.counts is not None and job.counts.late.value == 1
     by_window = {s["timestamp"]: s["value"] for s in metrics(t)}
     assert by_window == {w0: 30.0, w0 + 10 * 60_000: 1.0, w0 + 40 * 60_000: 2.0}
 

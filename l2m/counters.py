@@ -1,0 +1,87 @@
+"""Counters stage (SPEC §3): cumulative totals per (rule, series) since first seen, in the
+state of a (rule, shard) key; idle series expire after the TTL."""
+
+from __future__ import annotations
+
+import decimal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pandas as pd
+from pyspark.sql.streaming.state import GroupState
+
+from l2m.route import STATUS_RULE
+from l2m.rules import Rule
+from l2m.samples import Partial, family_samples, frame_partials, samples_frame, series_samples
+
+# The input counter l2m keeps about itself: logs per parse status (ok, malformed, …).
+INPUT_RULE = Rule(id="l2m-input", name="l2m_input_logs_total", kind="counter", query="*",
+                  aggregation="count", file="<l2m>")
+
+
+def signature(rule: Rule) -> list[Any]:
+    """What makes accumulated values meaningful: when it changes, a series restarts."""
+    return [rule.aggregation, rule.field, list(rule.bucket_labels), list(rule.group_by)]
+
+
+@dataclass
+class CounterState:
+    """Counter keys of the state function, keyed by (rule, shard, …).
+
+    State: one blob per key — orjson of ``{"sig": signature, "series": {series: [last_seen_ms,
+    {le: [matches, n, sum, exact|None, ts]}]}}`` — so many series are updated per Python call
+    and the state schema does not depend on the rules. Series idle for longer than the TTL
+    are dropped (a later log restarts them at 0, a counter reset for PromQL)."""
+
+    rules: dict[str, Rule]
+    ttl_ms: int
+
+    def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
+                 state: GroupState) -> Iterator[pd.DataFrame]:
+        rule_id = key[0]
+        rule = INPUT_RULE if rule_id == STATUS_RULE else self.rules.get(rule_id)
+        now = state.getCurrentProcessingTimeMs()
+        stored = orjson.loads(state.get[0]) if state.exists else {}
+        series: dict[str, list[Any]] = stored.get("series", {})
+        if rule is not None and stored.get("sig") not in (None, signature(rule)):
+            series = {}
+        touched: set[str] = set()
+        if not state.hasTimedOut:
+            for frame in frames:
+                for name, le, part in frame_partials(frame):
+                    entry = series.setdefault(name, [now, {}])
+                    entry[0] = now
+                    old = entry[1].get(le)
+                    merged = part if old is None else _partial(old).merge(part)
+                    entry[1][le] = [merged.matches, merged.n, merged.sum,
+                                    None if merged.exact is None else str(merged.exact),
+                                    merged.ts]
+                    touched.add(name)
+        cutoff = now - self.ttl_ms
+        series = {s: v for s, v in series.items() if v[0] >= cutoff}
+        if not series:
+            state.remove()
+        else:
+            sig = signature(rule) if rule is not None else stored.get("sig")
+            state.update((orjson.dumps({"sig": sig, "series": series}),))
+            state.setTimeoutDuration(self.ttl_ms)
+        if rule is None or not touched:
+            return
+        produced: list[dict[str, Any]] = []
+        for name in sorted(touched):
+            labels = list(orjson.loads(name).items())
+            parts = {le: _partial(v) for le, v in series[name][1].items()}
+            if rule.aggregation == "histogram":
+                produced += family_samples(rule, labels, None, parts)
+            else:
+                agg = next(iter(parts.values()))
+                produced += series_samples(rule, labels, agg.ts or 0, agg)
+        yield samples_frame(produced)
+
+
+def _partial(stored: list[Any]) -> Partial:
+    matches, n, total, exact, ts = stored
+    return Partial(matches, n, total, None if exact is None else decimal.Decimal(exact),
+                   None, None, ts)

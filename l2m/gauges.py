@@ -1,0 +1,85 @@
+"""Gauges stage (SPEC §3): one-minute tumbling windows per series, in the state of a
+(rule, shard, window) key.
+
+The watermark is Spark's (``withWatermark`` on the partials' event time: the largest event
+time seen minus the grace, advanced at the end of each micro-batch). A window stays open —
+each batch that changes it re-emits its corrected value — until the watermark passes its
+end; then its state goes, and logs that still arrive for it are dropped and counted."""
+
+from __future__ import annotations
+
+import decimal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pandas as pd
+from pyspark import Accumulator
+from pyspark.sql.streaming.state import GroupState
+
+from l2m.counters import signature
+from l2m.rules import Rule
+from l2m.samples import Partial, family_samples, frame_partials, samples_frame, series_samples
+
+WINDOW_MS = 60_000
+
+
+@dataclass
+class GaugeState:
+    """Gauge keys of the state function, keyed by (rule, shard, window start).
+
+    State: orjson of ``{"sig": signature, "series": {series: {le: [matches, n, sum,
+    exact|None, min, max, ts]}}}``. A key that gets no data is looked at again every
+    ``recheck_ms`` of processing time, to let its window go once the watermark has passed."""
+
+    rules: dict[str, Rule]
+    late: Accumulator[int] | None = None
+    recheck_ms: int = 60_000
+
+    def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
+                 state: GroupState) -> Iterator[pd.DataFrame]:
+        rule_id, _shard, window = key
+        rule = self.rules.get(rule_id)
+        if int(window) + WINDOW_MS <= state.getCurrentWatermarkMs():
+            if not state.hasTimedOut and self.late is not None:
+                self.late.add(sum(int(f["matches"].sum()) for f in frames))
+            state.remove()
+            return
+        if rule is None:  # a removed rule: nothing more will come for it
+            state.remove()
+            return
+        stored = orjson.loads(state.get[0]) if state.exists else {}
+        series: dict[str, dict[str, list[Any]]] = stored.get("series", {})
+        if stored.get("sig") not in (None, signature(rule)):
+            series = {}
+        touched: set[str] = set()
+        if not state.hasTimedOut:
+            for frame in frames:
+                for name, le, part in frame_partials(frame):
+                    buckets = series.setdefault(name, {})
+                    old = buckets.get(le)
+                    merged = part if old is None else _partial(old).merge(part)
+                    buckets[le] = [merged.matches, merged.n, merged.sum,
+                                   None if merged.exact is None else str(merged.exact),
+                                   merged.min, merged.max, merged.ts]
+                    touched.add(name)
+        state.update((orjson.dumps({"sig": signature(rule), "series": series}),))
+        state.setTimeoutDuration(self.recheck_ms)
+        if not touched:
+            return
+        produced: list[dict[str, Any]] = []
+        for name in sorted(touched):
+            labels = list(orjson.loads(name).items())
+            parts = {le: _partial(v) for le, v in series[name].items()}
+            if rule.aggregation == "histogram":
+                produced += family_samples(rule, labels, int(window), parts)
+            else:
+                produced += series_samples(rule, labels, int(window), next(iter(parts.values())))
+        yield samples_frame(produced)
+
+
+def _partial(stored: list[Any]) -> Partial:
+    matches, n, total, exact, lo, hi, ts = stored
+    return Partial(matches, n, total, None if exact is None else decimal.Decimal(exact),
+                   lo, hi, ts)
