@@ -84,83 +84,82 @@ def value_column(rule: Rule, plan: ParsePlan) -> Column:
     return F.col(plan.column(rule.field, "n"))
 
 
-def window_column(rule: Rule, minute_for_counters: bool = False) -> Column:
-    """Gauges: the one-minute window start; counters: null, or the minute when the streaming
-    pre-aggregation wants it."""
-    if rule.kind != "gauge" and not minute_for_counters:
+def window_column(rule: Rule) -> Column:
+    """Gauges: the one-minute window start; counters: null."""
+    if rule.kind != "gauge":
         return F.lit(None).cast("long")
     return F.floor(F.col(TIMESTAMP) / F.lit(60_000)).cast("long") * F.lit(60_000)
 
 
+def series_column(rule: Rule, plan: ParsePlan) -> Column:
+    """The labels as one compact JSON object, sorted by name, absent group-by fields left out
+    (``to_json`` drops null fields): what the streaming state keys its series by. Cheaper
+    than building the label array and encoding it per match row."""
+    entries: list[tuple[str, Column]] = [(k, F.lit(v)) for k, v in rule.labels]
+    entries += [(label, F.col(plan.column(f, "s"))) for label, f in rule.group_labels]
+    if not entries:
+        return F.lit("{}")
+    entries.sort(key=lambda e: e[0])
+    return F.to_json(F.struct(*[v.alias(k) for k, v in entries]))
+
+
 def _match(rule_id: Column, labels: Column, le: Column, window: Column, value: Column,
-           ts: Column) -> Column:
+           ts: Column, series: bool) -> Column:
     return F.struct(
         rule_id.alias("rule"),
-        labels.alias("labels"),
+        labels.alias("series" if series else "labels"),
         le.alias("le"),
         window.alias("window"),
         ts.alias("ts"),
         value.cast("double").alias("v"),
-        F.col(TIMESTAMP).alias("et"),  # the log's event time, for the gauges' watermark
     )
 
 
-def rule_matches(rule: Rule, plan: ParsePlan, minute_for_counters: bool = False,
-                 cumulative: bool = False) -> list[Column]:
-    """The match structs one rule contributes to a log (null where it does not match).
+def rule_matches(rule: Rule, plan: ParsePlan, series: bool = False) -> list[Column]:
+    """The match struct one rule contributes to a log (null where it does not match).
 
-    Histograms come in two shapes. By default one row per match whose ``le`` is the bucket
-    the value falls in (the first bound ≥ value, ``"+Inf"`` above them all or without a
-    value): cheap, and the consumer makes the counts cumulative per family
-    (:class:`l2m.samples.HistogramFamily`). With ``cumulative`` — for the streaming gauge
-    windows, whose update-mode output shows only changed groups — each ``le`` is its own
-    series: one row per bound whose ``v`` is the value when ≤ the bound (so ``count(v)`` is
-    the cumulative count, 0 included), plus ``"+Inf"`` carrying every match."""
+    A histogram match's ``le`` is the bucket the value falls in (the first bound ≥ value,
+    ``"+Inf"`` above them all or without a value); the consumer makes the counts cumulative
+    per family (:func:`l2m.samples.family_samples`)."""
     cond = rule_condition(rule, plan)
-    labels = labels_column(rule, plan)
-    window = window_column(rule, minute_for_counters)
+    labels = series_column(rule, plan) if series else labels_column(rule, plan)
+    window = window_column(rule)
     value = value_column(rule, plan)
     rule_id = F.lit(rule.id)
     # Event time only of logs that count into the series: the counter sample's timestamp.
     ts = F.when(value.isNotNull(), F.col(TIMESTAMP))
-    if rule.aggregation != "histogram":
-        return [F.when(cond, _match(rule_id, labels, F.lit(None).cast("string"), window, value,
-                                    ts))]
-    if not cumulative:
+    le = F.lit(None).cast("string")
+    if rule.aggregation == "histogram":
         le = F.lit("+Inf")
         for bound, label in reversed(list(zip(rule.buckets, rule.bucket_labels, strict=True))):
             le = F.when(value <= F.lit(bound), F.lit(label)).otherwise(le)
-        return [F.when(cond, _match(rule_id, labels, le, window, value, ts))]
-    items = [
-        F.when(cond & value.isNotNull(),
-               _match(rule_id, labels, F.lit(le), window,
-                      F.when(value <= F.lit(bound), value), ts))
-        for bound, le in zip(rule.buckets, rule.bucket_labels, strict=True)
-    ]
-    items.append(F.when(cond, _match(rule_id, labels, F.lit("+Inf"), window, value, ts)))
-    return items
+    return [F.when(cond, _match(rule_id, labels, le, window, value, ts, series))]
 
 
 def route(parsed: DataFrame, routing: Routing, with_status: bool = True,
-          minute_for_counters: bool = False, cumulative: bool = False) -> DataFrame:
+          series: bool = False) -> DataFrame:
     """Rows ``rule, labels, le, window, ts, v``: one per (log, matching rule, series), plus
-    (``with_status``) one status row per log: rule ``__status__``, label ``status``."""
+    (``with_status``) one status row per log: rule ``__status__``, label ``status``. With
+    ``series`` the labels come as their JSON object (:func:`series_column`)."""
     items: list[Column] = []
     for rule in routing.rules:
-        items.extend(rule_matches(rule, routing.plan, minute_for_counters, cumulative))
+        items.extend(rule_matches(rule, routing.plan, series))
     if with_status:
         name = F.element_at(F.array(*[F.lit(n) for n in STATUS_NAMES]),
                             F.col(STATUS).cast("int") + 1)
-        items.append(_match(
-            F.lit(STATUS_RULE),
-            F.array(F.struct(F.lit("status").alias("name"), name.alias("value"))),
-            F.lit(None).cast("string"), F.lit(None).cast("long"), F.lit(1.0), F.col(TIMESTAMP),
-        ))
-    if items:
-        matches = F.filter(F.array(*items), lambda m: m.isNotNull())
-    else:  # no rules: no rows, but still a frame of the source's kind (streaming or not)
-        matches = F.array().cast(T.ArrayType(MATCH_SCHEMA))
-    return parsed.select(F.explode(matches).alias("m")).select("m.*")
+        labels = (F.to_json(F.struct(name.alias("status"))) if series else
+                  F.array(F.struct(F.lit("status").alias("name"), name.alias("value"))))
+        items.append(_match(F.lit(STATUS_RULE), labels, F.lit(None).cast("string"),
+                            F.lit(None).cast("long"), F.lit(1.0), F.col(TIMESTAMP), series))
+    if not items:  # no rules: no rows, but still a frame of the source's kind
+        schema = T.StructType([T.StructField("series", T.StringType()) if series and
+                               f.name == "labels" else f for f in MATCH_SCHEMA.fields])
+        return parsed.select(F.explode(F.array().cast(T.ArrayType(schema))).alias("m")
+                             ).select("m.*")
+    # Explode first and drop the non-matches after: a higher-order filter over the array
+    # would evaluate every rule's struct through a lambda per log.
+    return (parsed.select(F.explode(F.array(*items)).alias("m"))
+            .where(F.col("m").isNotNull()).select("m.*"))
 
 
 MATCH_SCHEMA = T.StructType([
@@ -170,5 +169,4 @@ MATCH_SCHEMA = T.StructType([
     T.StructField("window", T.LongType()),
     T.StructField("ts", T.LongType()),
     T.StructField("v", T.DoubleType()),
-    T.StructField("et", T.LongType()),
 ])

@@ -121,25 +121,6 @@ def family_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int
     return out
 
 
-def cumulative_row_samples(rule: Rule, labels: Iterable[tuple[str, str]], le: str | None,
-                           timestamp: int, agg: Partial) -> list[dict[str, Any]]:
-    """Samples of one row of a cumulative histogram (each ``le`` its own group, see
-    :func:`l2m.route.rule_matches`) or of a plain series."""
-    if rule.aggregation != "histogram":
-        return series_samples(rule, labels, timestamp, agg)
-    base = dict(labels)
-    if le != "+Inf":
-        # A bucket row exists only when its series has values; its count may be 0.
-        return [sample(rule, f"{rule.name}_bucket", {**base, "le": le or ""}, agg.n, timestamp)]
-    if agg.n <= 0:
-        return []
-    return [
-        sample(rule, f"{rule.name}_bucket", {**base, "le": "+Inf"}, agg.n, timestamp),
-        sample(rule, f"{rule.name}_sum", dict(base), agg.total, timestamp),
-        sample(rule, f"{rule.name}_count", dict(base), agg.n, timestamp),
-    ]
-
-
 def frame_partials(frame: pd.DataFrame) -> Iterator[tuple[str, str, Partial]]:
     """(series, le or "", partial) of each row of a pre-aggregated frame."""
     columns = [frame[c].tolist() for c in ("series", "le", "matches", "n", "sum", "exact_sum",

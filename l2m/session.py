@@ -10,12 +10,16 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
+JIT = "-XX:-DontCompileHugeMethods"
 
 DEFAULTS: dict[str, str] = {
     # Loopback only: nothing of ours listens on other interfaces.
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+    # Routing many rules generates methods past HotSpot's 8000-byte JIT limit; left
+    # interpreted they ran routing 2-3x slower (benchmarks/README.md, "JIT").
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J} {JIT}",
+    "spark.executor.extraJavaOptions": JIT,
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",

@@ -94,10 +94,8 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     window."""
     routing = plan_for(rules, cfg.timestamp_field)
     parsed = source_frame(spark, cfg, routing.plan.to_json())
-    routed = route(parsed, routing, with_status=True).select(
-        "rule", F.to_json(F.map_from_entries("labels")).alias("series"), "le", "window", "ts",
-        "v", F.col("v").try_cast(EXACT).alias("x"),
-    )
+    routed = route(parsed, routing, with_status=True, series=True).withColumn(
+        "x", F.col("v").try_cast(EXACT))
     function = preaggregate if counts is None else counted(preaggregate, counts.reduction)
     partials = (routed.mapInArrow(function, PARTIAL_SCHEMA)
                 .withColumn("window", F.coalesce("window", F.lit(CUMULATIVE)))
