@@ -145,7 +145,7 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
     if limit:
         ax.axvline(limit, color="grey", linestyle="--", label="machine read+parse limit")
         ax.legend(loc="lower right")
-    ax.set_xlabel("logs/s (both queries, logs topic → metrics topic)")
+    ax.set_xlabel("logs/s (logs topic → metrics topic)")
     ax.set_title(f"Drain throughput, {result['profile']} profile, "
                  f"{result['machine']['cpus']} cores")
     fig.tight_layout()
@@ -163,7 +163,7 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
     ax.set_ylabel("records per task, max / mean")
     ax.set_ylim(bottom=0.9)
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_title("Task balance per micro-batch (counters query)")
+    ax.set_title("Task balance per micro-batch")
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = out / "records_per_task.png"
@@ -260,7 +260,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             "## Scale model",
             "",
             f"Costs measured here: {costs['per_record_s'] * 1e6:.1f} µs of core time per log "
-            f"(both queries), {costs['per_task_s'] * 1000:.0f} ms per read task. Check against "
+            f"(read to sample), {costs['per_task_s'] * 1000:.0f} ms per read task. Check against "
             "the 2-core runs (median batch, seconds): "
             + "; ".join(f"{c['case']} {c['measured_batch_s']:.2f} measured, "
                         f"{c['predicted_batch_s']:.2f} modelled" for c in scale["check"]) + ".",

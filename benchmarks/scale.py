@@ -1,12 +1,13 @@
 """Scale model: drain throughput for 4 … 256 cores with one-task-per-partition plans versus
 split (skew-aware) plans, from the per-record and per-task costs measured on this machine.
 
-A micro-batch is modelled as the read tasks of both queries (counters and gauges plan the
-same ranges) scheduled greedily on the cores — each task a fixed cost plus a cost per
-record, everything downstream of the read included — so the batch takes as long as its most
-loaded core. The two costs are calibrated on the 2-core uniform drains (the skew-aware plan
-has few tasks, the per-partition plan many) and the model is checked against the measured
-median batch of every 2-core scenario before it is extrapolated."""
+A micro-batch is modelled as the read tasks of the query (``queries`` > 1 models the older
+layout where counters and gauges each read the same ranges) scheduled greedily on the
+cores — each task a fixed cost plus a cost per record, everything downstream of the read
+included — so the batch takes as long as its most loaded core. The two costs are calibrated
+on the 2-core uniform drains (the skew-aware plan has few tasks, the per-partition plan many)
+and the model is checked against the measured median batch of every 2-core scenario before
+it is extrapolated."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def makespan(task_seconds: list[float], cores: int) -> float:
 
 def batch_seconds(records: int, partitions: int, skew: Skew, cores: int, planner: str,
                   per_record_s: float, per_task_s: float, max_per_task: int,
-                  queries: int = 2) -> float:
+                  queries: int = 1) -> float:
     """One micro-batch: each query reads the same plan; ``per_record_s`` is the cost of a
     log through all queries."""
     counts = partition_counts(records, skew.weights(partitions))
@@ -46,7 +47,7 @@ def _tasks(d: dict[str, Any], cores: int) -> int:
     return max(cores, math.ceil(d["per_batch"] / d["per_task"]))
 
 
-def calibrate(drains: list[dict[str, Any]], cores: int, queries: int = 2) -> dict[str, float]:
+def calibrate(drains: list[dict[str, Any]], cores: int, queries: int = 1) -> dict[str, float]:
     """Per-record and per-task costs from the uniform drains' median batch: cores × batch =
     queries × tasks × per_task + records × per_record, for the two plans."""
     def find(planner: str) -> dict[str, Any]:
