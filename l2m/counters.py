@@ -14,11 +14,18 @@ from pyspark.sql.streaming.state import GroupState
 
 from l2m.route import STATUS_RULE
 from l2m.rules import Rule
-from l2m.samples import Partial, family_samples, frame_partials, samples_frame, series_samples
+from l2m.samples import (
+    Partial,
+    family_samples,
+    frame_partials,
+    samples_frame,
+    series_labels,
+    series_samples,
+)
 
 # The input counter l2m keeps about itself: logs per parse status (ok, malformed, …).
 INPUT_RULE = Rule(id="l2m-input", name="l2m_input_logs_total", kind="counter", query="*",
-                  aggregation="count", file="<l2m>")
+                  aggregation="count", group_by=("status",), file="<l2m>")
 
 
 def signature(rule: Rule) -> list[Any]:
@@ -71,7 +78,7 @@ class CounterState:
             return
         produced: list[dict[str, Any]] = []
         for name in sorted(touched):
-            labels = list(orjson.loads(name).items())
+            labels = series_labels(rule, name)
             parts = {le: _partial(v) for le, v in series[name][1].items()}
             if rule.aggregation == "histogram":
                 produced += family_samples(rule, labels, None, parts)

@@ -20,7 +20,14 @@ from pyspark.sql.streaming.state import GroupState
 
 from l2m.counters import signature
 from l2m.rules import Rule
-from l2m.samples import Partial, family_samples, frame_partials, samples_frame, series_samples
+from l2m.samples import (
+    Partial,
+    family_samples,
+    frame_partials,
+    samples_frame,
+    series_labels,
+    series_samples,
+)
 
 WINDOW_MS = 60_000
 
@@ -70,7 +77,7 @@ class GaugeState:
             return
         produced: list[dict[str, Any]] = []
         for name in sorted(touched):
-            labels = list(orjson.loads(name).items())
+            labels = series_labels(rule, name)
             parts = {le: _partial(v) for le, v in series[name].items()}
             if rule.aggregation == "histogram":
                 produced += family_samples(rule, labels, int(window), parts)

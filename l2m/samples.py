@@ -143,6 +143,22 @@ def _float(value: Any) -> float | None:
     return None if value is None or value != value else float(value)
 
 
+def series_labels(rule: Rule, key: str) -> list[tuple[str, str]]:
+    """The labels of a series from its key (:func:`l2m.route.series_column`): the rule's
+    static labels plus one per present group-by value, sorted by name."""
+    labels = list(rule.labels)
+    pos = 0
+    for label, _field in rule.group_labels:
+        if key[pos] == "-":
+            pos += 1
+            continue
+        colon = key.index(":", pos)
+        end = colon + 1 + int(key[pos:colon])
+        labels.append((label, key[colon + 1:end]))
+        pos = end
+    return sorted(labels)
+
+
 def samples_frame(samples: list[dict[str, Any]]) -> pd.DataFrame:
     """The state stage's output rows: deterministic Kafka key and JSON value per sample."""
     return pd.DataFrame({"key": [series_key(s).decode() for s in samples],

@@ -51,20 +51,20 @@ def stored(state: GroupState) -> dict:
 def test_counts_accumulate_across_batches_and_only_touched_series_are_emitted():
     fn = CounterState({r.id: r for r in RULES}, ttl_ms=60_000)
     state = group_state(None, now=1000)
-    out = run(fn, ("c", 0), [partial('{"s":"a"}', None, 2, 2.0, 10),
-                             partial('{"s":"a"}', None, 1, 1.0, 30),
-                             partial('{"s":"b"}', None, 5, 5.0, 20)], state)
+    out = run(fn, ("c", 0), [partial("1:a", None, 2, 2.0, 10),
+                             partial("1:a", None, 1, 1.0, 30),
+                             partial("1:b", None, 5, 5.0, 20)], state)
     assert [(s["labels"], s["value"], s["timestamp"]) for s in out] == [
         ({"s": "a"}, 3.0, 30), ({"s": "b"}, 5.0, 20)]
     state2 = group_state(state.get[0], now=2000)
-    out = run(fn, ("c", 0), [partial('{"s":"a"}', None, 4, 4.0, 25)], state2)
+    out = run(fn, ("c", 0), [partial("1:a", None, 4, 4.0, 25)], state2)
     assert [(s["labels"], s["value"], s["timestamp"]) for s in out] == [({"s": "a"}, 7.0, 30)]
 
 
 def test_histogram_family_is_cumulative_with_exact_sum():
     fn = CounterState({r.id: r for r in RULES}, ttl_ms=60_000)
     state = group_state(None, now=1000)
-    out = run(fn, ("h", 1), [partial("{}", "1", 2, 0.3, 5), partial("{}", "+Inf", 1, 20.1, 9)],
+    out = run(fn, ("h", 1), [partial("", "1", 2, 0.3, 5), partial("", "+Inf", 1, 20.1, 9)],
               state)
     assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
         ("h_bucket", "1", 2.0), ("h_bucket", "10", 2.0), ("h_bucket", "+Inf", 3.0),
@@ -74,13 +74,13 @@ def test_histogram_family_is_cumulative_with_exact_sum():
 def test_idle_series_expire_and_changed_rules_restart():
     fn = CounterState({r.id: r for r in RULES}, ttl_ms=1000)
     state = group_state(None, now=0)
-    run(fn, ("c", 0), [partial('{"s":"a"}', None, 1, 1.0, 1)], state)
+    run(fn, ("c", 0), [partial("1:a", None, 1, 1.0, 1)], state)
     state = group_state(state.get[0], now=500)
-    run(fn, ("c", 0), [partial('{"s":"b"}', None, 1, 1.0, 2)], state)
+    run(fn, ("c", 0), [partial("1:b", None, 1, 1.0, 2)], state)
     # a timeout at 1200: "a" (last seen 0) is idle past the TTL, "b" (500) is not
     state = group_state(state.get[0], now=1200, timed_out=True)
     assert run(fn, ("c", 0), [], state) == []
-    assert list(stored(state)["series"]) == ['{"s":"b"}']
+    assert list(stored(state)["series"]) == ["1:b"]
     # the same id with another aggregation: totals restart at 0
     changed, _ = load_text("""\
 rules:
@@ -89,14 +89,14 @@ rules:
 """)
     fn2 = CounterState({r.id: r for r in changed}, ttl_ms=1000)
     state = group_state(state.get[0], now=1300)
-    out = run(fn2, ("c", 0), [partial('{"s":"b"}', None, 1, 2.5, 3)], state)
+    out = run(fn2, ("c", 0), [partial("1:b", None, 1, 2.5, 3)], state)
     assert [(s["labels"], s["value"]) for s in out] == [({"s": "b"}, 2.5)]
 
 
 def test_state_of_a_removed_rule_is_kept_until_it_expires_and_emits_nothing():
     fn = CounterState({}, ttl_ms=1000)
     blob = orjson.dumps({"sig": ["count", None, [], ["s"]],
-                         "series": {'{"s":"a"}': [0, {"": [1, 1, 1.0, "1", 1]}]}})
+                         "series": {"1:a": [0, {"": [1, 1, 1.0, "1", 1]}]}})
     state = group_state(blob, now=10, timed_out=True)
     assert run(fn, ("gone", 0), [], state) == []
     assert state.exists

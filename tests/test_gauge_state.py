@@ -59,25 +59,25 @@ def run(fn: GaugeState, key: tuple, rows: list[dict], state: GroupState) -> list
 def test_a_window_accumulates_and_re_emits_its_corrected_value():
     fn = GaugeState({r.id: r for r in RULES})
     state = group_state(None, watermark=0)
-    out = run(fn, ("a", 0, W), [partial('{"s":"x"}', None, [0.1, 0.2], W + 5),
-                                partial('{"s":"y"}', None, [], W + 6)], state)
+    out = run(fn, ("a", 0, W), [partial("1:x", None, [0.1, 0.2], W + 5),
+                                partial("1:y", None, [], W + 6)], state)
     # y had no values: nothing to say about it
     assert [(s["labels"], s["value"], s["timestamp"]) for s in out] == [
         ({"s": "x"}, 0.15, W)]  # exact: (0.1 + 0.2) / 2
     later = group_state(state.get[0], watermark=W)  # still open: the end is W + 60 s
-    out = run(fn, ("a", 0, W), [partial('{"s":"x"}', None, [0.6], W + 9)], later)
+    out = run(fn, ("a", 0, W), [partial("1:x", None, [0.6], W + 9)], later)
     assert [(s["labels"], s["value"]) for s in out] == [({"s": "x"}, 0.3)]  # (0.1+0.2+0.6)/3
 
 
 def test_min_and_max_survive_the_state_and_histograms_emit_the_whole_family():
     fn = GaugeState({r.id: r for r in RULES})
     state = group_state(None, watermark=0)
-    run(fn, ("m", 1, W), [partial("{}", None, [3.0, 7.5], W)], state)
-    out = run(fn, ("m", 1, W), [partial("{}", None, [5.0], W)],
+    run(fn, ("m", 1, W), [partial("", None, [3.0, 7.5], W)], state)
+    out = run(fn, ("m", 1, W), [partial("", None, [5.0], W)],
               group_state(state.get[0], watermark=0))
     assert [s["value"] for s in out] == [7.5]
     hist = group_state(None, watermark=0)
-    out = run(fn, ("h", 0, W), [partial("{}", "1", [0.5], W), partial("{}", "+Inf", [20.0], W)],
+    out = run(fn, ("h", 0, W), [partial("", "1", [0.5], W), partial("", "+Inf", [20.0], W)],
               hist)
     assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
         ("h_bucket", "1", 1.0), ("h_bucket", "10", 1.0), ("h_bucket", "+Inf", 2.0),
@@ -88,13 +88,13 @@ def test_a_window_past_the_watermark_closes_and_late_logs_are_counted():
     late = Count()
     fn = GaugeState({r.id: r for r in RULES}, late=late)
     state = group_state(None, watermark=0)
-    run(fn, ("m", 0, W), [partial("{}", None, [1.0], W)], state)
+    run(fn, ("m", 0, W), [partial("", None, [1.0], W)], state)
     # a timeout while the window is open keeps it, and emits nothing
     kept = group_state(state.get[0], watermark=W + 59_999, timed_out=True)
     assert run(fn, ("m", 0, W), [], kept) == []
     assert kept.exists
     # the watermark reaches the end: the window goes; logs for it are dropped and counted
     closed = group_state(kept.get[0], watermark=W + 60_000)
-    assert run(fn, ("m", 0, W), [partial("{}", None, [9.0, 9.5], W)], closed) == []
+    assert run(fn, ("m", 0, W), [partial("", None, [9.0, 9.5], W)], closed) == []
     assert not closed.exists
     assert late.value == 2
