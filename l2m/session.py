@@ -27,6 +27,7 @@ DEFAULTS: dict[str, str] = {
     "spark.driver.memory": "2g",
     "spark.sql.adaptive.enabled": "true",
     "spark.python.worker.reuse": "true",
+    "spark.python.daemon.module": "l2m.daemon",
 }
 
 
