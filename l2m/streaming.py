@@ -94,8 +94,12 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     window."""
     routing = plan_for(rules, cfg.timestamp_field)
     parsed = source_frame(spark, cfg, routing.plan.to_json())
+    # Exact decimal sums only where a sample shows a sum (sum, avg, a histogram's _sum):
+    # casting and summing decimals is most of the pre-aggregation's cost.
+    exact = [r.id for r in routing.rules if r.aggregation in ("sum", "avg", "histogram")]
     routed = route(parsed, routing, with_status=True, series=True).withColumn(
-        "x", F.col("v").try_cast(EXACT))
+        "x", F.when(F.col("rule").isin(exact), F.col("v").try_cast(EXACT))
+        if exact else F.lit(None).cast(EXACT))
     function = preaggregate if counts is None else counted(preaggregate, counts.reduction)
     partials = (routed.mapInArrow(function, PARTIAL_SCHEMA)
                 .withColumn("window", F.coalesce("window", F.lit(CUMULATIVE)))
