@@ -14,14 +14,7 @@ from pyspark.sql.streaming.state import GroupState
 
 from l2m.route import STATUS_RULE
 from l2m.rules import Rule
-from l2m.samples import (
-    Partial,
-    family_samples,
-    frame_partials,
-    samples_frame,
-    series_labels,
-    series_samples,
-)
+from l2m.samples import Partial, frame_partials, rule_samples, samples_frame, series_labels
 
 # The input counter l2m keeps about itself: logs per parse status (ok, malformed, …).
 INPUT_RULE = Rule(id="l2m-input", name="l2m_input_logs_total", kind="counter", query="*",
@@ -76,16 +69,10 @@ class CounterState:
             state.setTimeoutDuration(self.ttl_ms)
         if rule is None or not touched:
             return
-        produced: list[dict[str, Any]] = []
-        for name in sorted(touched):
-            labels = series_labels(rule, name)
-            parts = {le: _partial(v) for le, v in series[name][1].items()}
-            if rule.aggregation == "histogram":
-                produced += family_samples(rule, labels, None, parts)
-            else:
-                agg = next(iter(parts.values()))
-                produced += series_samples(rule, labels, agg.ts or 0, agg)
-        yield samples_frame(produced)
+        yield samples_frame([
+            s for name in sorted(touched)
+            for s in rule_samples(rule, series_labels(rule, name), None,
+                                  {le: _partial(v) for le, v in series[name][1].items()})])
 
 
 def _partial(stored: list[Any]) -> Partial:

@@ -20,14 +20,7 @@ from pyspark.sql.streaming.state import GroupState
 
 from l2m.counters import signature
 from l2m.rules import Rule
-from l2m.samples import (
-    Partial,
-    family_samples,
-    frame_partials,
-    samples_frame,
-    series_labels,
-    series_samples,
-)
+from l2m.samples import Partial, frame_partials, rule_samples, samples_frame, series_labels
 
 WINDOW_MS = 60_000
 
@@ -75,15 +68,10 @@ class GaugeState:
         state.setTimeoutDuration(self.recheck_ms)
         if not touched:
             return
-        produced: list[dict[str, Any]] = []
-        for name in sorted(touched):
-            labels = series_labels(rule, name)
-            parts = {le: _partial(v) for le, v in series[name].items()}
-            if rule.aggregation == "histogram":
-                produced += family_samples(rule, labels, int(window), parts)
-            else:
-                produced += series_samples(rule, labels, int(window), next(iter(parts.values())))
-        yield samples_frame(produced)
+        yield samples_frame([
+            s for name in sorted(touched)
+            for s in rule_samples(rule, series_labels(rule, name), int(window),
+                                  {le: _partial(v) for le, v in series[name].items()})])
 
 
 def _partial(stored: list[Any]) -> Partial:

@@ -143,6 +143,17 @@ def _float(value: Any) -> float | None:
     return None if value is None or value != value else float(value)
 
 
+def rule_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int | None,
+                 parts: Mapping[str, Partial]) -> list[dict[str, Any]]:
+    """The samples of one series from its partials keyed by ``le`` ("" outside histograms).
+    ``timestamp`` None means: the largest event time counted (counters)."""
+    if rule.aggregation == "histogram":
+        return family_samples(rule, labels, timestamp, parts)
+    agg = next(iter(parts.values()))
+    return series_samples(rule, labels, (agg.ts or 0) if timestamp is None else timestamp,
+                          agg)
+
+
 def series_labels(rule: Rule, key: str) -> list[tuple[str, str]]:
     """The labels of a series from its key (:func:`l2m.route.series_column`): the rule's
     static labels plus one per present group-by value, sorted by name."""
