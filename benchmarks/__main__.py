@@ -326,7 +326,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             "",
             "## Recovery",
             "",
-            f"Counters query restarted on a checkpoint holding {rec['series']:,} live counter "
+            f"The job restarted on a checkpoint holding {rec['series']:,} live counter "
             f"series (built in {rec['initial_load_s']} s), with {rec['new_logs']:,} logs "
             f"waiting: first sample {rec['first_sample_s']} s after the restart, caught up "
             f"after {rec['caught_up_s']} s.",

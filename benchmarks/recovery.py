@@ -1,4 +1,4 @@
-"""Recovery: restart the counters query on a checkpoint holding many live counter series and
+"""Recovery: restart the job on a checkpoint holding many live counter series and
 measure the time to the first sample and to caught up with the logs that arrived meanwhile."""
 
 from __future__ import annotations
