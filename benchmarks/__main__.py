@@ -230,6 +230,9 @@ def render_markdown(result: dict[str, Any]) -> str:
         met = "—" if t["met"] is None else ("yes" if t["met"] else "**no**")
         measured = "not measured yet" if t["measured"] is None else t["measured"]
         lines.append(f"| {t['name']} | {t['goal']} | {measured} | {met} |")
+    if any(t["met"] is False for t in result["targets"]):
+        lines += ["", "What limits the missed targets, and where the time goes: "
+                  "[README.md](README.md#where-the-time-goes-profiles-2-cores)."]
     lim = result["limit"]
     lines += [
         "",
