@@ -232,7 +232,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {t['name']} | {t['goal']} | {measured} | {met} |")
     if any(t["met"] is False for t in result["targets"]):
         lines += ["", "What limits the missed targets, and where the time goes: "
-                  "[README.md](README.md#where-the-time-goes-profiles-2-cores)."]
+                  "[benchmarks/README.md](../README.md#where-the-time-goes-profiles-2-cores)."]
     lim = result["limit"]
     lines += [
         "",
@@ -389,7 +389,9 @@ def write_outputs(result: dict[str, Any], out: Path, quick: bool) -> None:
     markdown = render_markdown(result)
     (out / ("QUICK.md" if quick else "RESULTS.md")).write_text(markdown)
     if not quick and out.resolve() == RESULTS.resolve():
-        (ROOT / "benchmarks" / "RESULTS.md").write_text(markdown.replace("](", "](results/"))
+        # The copy beside README.md: its links to results/ files gain the folder.
+        (ROOT / "benchmarks" / "RESULTS.md").write_text(
+            markdown.replace("](", "](results/").replace("](results/../", "]("))
 
 
 def render_only(out: Path, quick: bool) -> int:
