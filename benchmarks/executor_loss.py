@@ -16,9 +16,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from benchmarks.latency import RateProducer
-from benchmarks.load import fresh_topics
-from l2m.config import JobConfig, SourceConfig
+from benchmarks.latency import RateProducer, steady_config
 from l2m.rules import Rule
 from l2m.runner import Runner
 
@@ -37,11 +35,8 @@ def _end_time(progress: dict[str, Any]) -> float:
 def run_executor_loss(spark: SparkSession, bootstrap: str, rules: list[Rule], workdir: Path,
                       rate: float, before_s: float, after_s: float, partitions: int = 4,
                       trigger_ms: int = 3000) -> dict[str, Any]:
-    topics = fresh_topics(bootstrap, "loss", partitions)
-    suffix = topics.logs.rsplit("-", 1)[1]
-    cfg = JobConfig(kafka={"bootstrap.servers": bootstrap}, topics=topics,
-                    checkpoint=str(workdir / f"ck-{suffix}"), counter_shards=4,
-                    trigger_ms=trigger_ms, source=SourceConfig(starting_offsets="latest"))
+    cfg = steady_config(bootstrap, "loss", partitions, workdir, trigger_ms)
+    topics = cfg.topics
     batches: list[dict[str, Any]] = []
 
     def on_progress(name: str, progress: dict[str, Any]) -> None:

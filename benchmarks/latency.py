@@ -50,14 +50,22 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+def steady_config(bootstrap: str, prefix: str, partitions: int, workdir: Path,
+                  trigger_ms: int) -> JobConfig:
+    """A job on fresh topics that starts at the end of the logs topic: for scenarios that
+    produce at a fixed rate while it runs."""
+    topics = fresh_topics(bootstrap, prefix, partitions)
+    suffix = topics.logs.rsplit("-", 1)[1]
+    return JobConfig(kafka={"bootstrap.servers": bootstrap}, topics=topics,
+                     checkpoint=str(workdir / f"ck-{suffix}"), counter_shards=4,
+                     trigger_ms=trigger_ms, source=SourceConfig(starting_offsets="latest"))
+
+
 def run_latency(spark: SparkSession, bootstrap: str, rules: list[Rule], workdir: Path,
                 rate: float, seconds: float, partitions: int = 4, trigger_ms: int = 5000,
                 warmup_s: float = 20.0) -> dict[str, Any]:
-    topics = fresh_topics(bootstrap, "lat", partitions)
-    suffix = topics.logs.rsplit("-", 1)[1]
-    cfg = JobConfig(kafka={"bootstrap.servers": bootstrap}, topics=topics,
-                    checkpoint=str(workdir / f"ck-{suffix}"), counter_shards=4,
-                    trigger_ms=trigger_ms, source=SourceConfig(starting_offsets="latest"))
+    cfg = steady_config(bootstrap, "lat", partitions, workdir, trigger_ms)
+    topics = cfg.topics
     lags: list[dict[str, Any]] = []
     started_wall = time.time()
 

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _matches(raw: bytes | None, rules: list[Any]) -> list[dict[str, Any]]:
-    from l2m.values import label_name, lookup, number, parse_timestamp, string_form
-    from tests.reference import matches  # the spec's evaluator, shared with the tests
+    from l2m.values import lookup, parse_timestamp
+    from tests.reference import rule_match  # the spec's evaluator, shared with the tests
 
     if not raw:
         return []
@@ -38,18 +38,10 @@ def _matches(raw: bytes | None, rules: list[Any]) -> list[dict[str, Any]]:
         return []
     out = []
     for rule in rules:
-        if rule.account is not None and string_form(lookup(doc, "account")) != rule.account:
+        match = rule_match(rule, doc)
+        if match is None:
             continue
-        if not matches(rule.compiled.root, doc):
-            continue
-        labels = dict(rule.labels)
-        for field in rule.group_by:
-            text = string_form(lookup(doc, field))
-            if text is not None:
-                labels[label_name(field)] = text
-        value = 1.0 if rule.aggregation == "count" else number(lookup(doc, rule.field))
-        if value is None:
-            continue
+        labels, value = match
         les: list[str | None] = [None]
         if rule.aggregation == "histogram":
             les = [le for le, bound in zip(rule.bucket_labels, rule.buckets, strict=True)

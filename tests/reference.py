@@ -102,6 +102,23 @@ def matches(node: Node, doc: dict[str, Any]) -> bool:
     raise TypeError(node)
 
 
+def rule_match(rule: Rule, doc: dict[str, Any]) -> tuple[dict[str, str], float] | None:
+    """The labels and value one rule takes from one log, or None when it does not count it
+    (no match, another account, no numeric value)."""
+    if rule.account is not None and string_form(lookup(doc, "account")) != rule.account:
+        return None
+    assert rule.compiled is not None
+    if not matches(rule.compiled.root, doc):
+        return None
+    labels = dict(rule.labels)
+    for field in rule.group_by:
+        text = string_form(lookup(doc, field))
+        if text is not None:
+            labels[label_name(field)] = text
+    value = 1.0 if rule.aggregation == "count" else number(lookup(doc, rule.field))
+    return None if value is None else (labels, value)
+
+
 def backfill(rules: list[Rule], lines: list[str]) -> list[dict[str, Any]]:
     """Final samples as SPEC §3–4 define them, in backfill order."""
     enabled = [r for r in rules if r.enabled]
@@ -120,19 +137,10 @@ def backfill(rules: list[Rule], lines: list[str]) -> list[dict[str, Any]]:
         if ts is None:
             continue
         for index, rule in enumerate(enabled):
-            if rule.account is not None and string_form(lookup(doc, "account")) != rule.account:
+            match = rule_match(rule, doc)
+            if match is None:
                 continue
-            assert rule.compiled is not None
-            if not matches(rule.compiled.root, doc):
-                continue
-            labels = dict(rule.labels)
-            for field in rule.group_by:
-                value = string_form(lookup(doc, field))
-                if value is not None:
-                    labels[label_name(field)] = value
-            value = 1.0 if rule.aggregation == "count" else number(lookup(doc, rule.field))
-            if value is None:
-                continue
+            labels, value = match
             window = window_start(ts) if rule.kind == "gauge" else None
             state = acc[(index, tuple(sorted(labels.items())), window)]
             state["n"] += 1
