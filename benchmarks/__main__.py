@@ -129,6 +129,16 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
     return out
 
 
+def _save(fig: Any, path: Path) -> str:
+    """Write a finished figure as PNG and release it; returns the file name."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
 def plot(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib
 
@@ -148,11 +158,7 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
     ax.set_xlabel("logs/s (logs topic → metrics topic)")
     ax.set_title(f"Drain throughput, {result['profile']} profile, "
                  f"{result['machine']['cpus']} cores")
-    fig.tight_layout()
-    path = out / "throughput.png"
-    fig.savefig(path, dpi=110)
-    files.append(path.name)
-    plt.close(fig)
+    files.append(_save(fig, out / "throughput.png"))
 
     fig, ax = plt.subplots(figsize=(8, 4))
     for d in drains:
@@ -165,11 +171,7 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title("Task balance per micro-batch")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "records_per_task.png"
-    fig.savefig(path, dpi=110)
-    files.append(path.name)
-    plt.close(fig)
+    files.append(_save(fig, out / "records_per_task.png"))
 
     scale = result.get("scale_model")
     if scale:
@@ -186,11 +188,7 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
         ax.set_ylabel("modelled drain throughput, logs/s")
         ax.set_title("Scale model: split plans vs one task per partition")
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out / "scale_model.png"
-        fig.savefig(path, dpi=110)
-        files.append(path.name)
-        plt.close(fig)
+        files.append(_save(fig, out / "scale_model.png"))
 
     latency = result.get("latency")
     if latency and latency["cdf"]:
@@ -203,11 +201,7 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
         ax.set_ylabel("fraction of samples")
         ax.set_title(f"Latency CDF at {latency['rate']:.0f} logs/s")
         ax.legend()
-        fig.tight_layout()
-        path = out / "latency_cdf.png"
-        fig.savefig(path, dpi=110)
-        files.append(path.name)
-        plt.close(fig)
+        files.append(_save(fig, out / "latency_cdf.png"))
     return files
 
 
