@@ -120,7 +120,7 @@ def _match(rule_id: Column, labels: Column, le: Column, window: Column, value: C
     )
 
 
-def rule_matches(rule: Rule, plan: ParsePlan, series: bool = False) -> list[Column]:
+def rule_match(rule: Rule, plan: ParsePlan, series: bool = False) -> Column:
     """The match struct one rule contributes to a log (null where it does not match).
 
     A histogram match's ``le`` is the bucket the value falls in (the first bound ≥ value,
@@ -138,7 +138,7 @@ def rule_matches(rule: Rule, plan: ParsePlan, series: bool = False) -> list[Colu
         le = F.lit("+Inf")
         for bound, label in reversed(list(zip(rule.buckets, rule.bucket_labels, strict=True))):
             le = F.when(value <= F.lit(bound), F.lit(label)).otherwise(le)
-    return [F.when(cond, _match(rule_id, labels, le, window, value, ts, series))]
+    return F.when(cond, _match(rule_id, labels, le, window, value, ts, series))
 
 
 def route(parsed: DataFrame, routing: Routing, with_status: bool = True,
@@ -146,9 +146,7 @@ def route(parsed: DataFrame, routing: Routing, with_status: bool = True,
     """Rows ``rule, labels, le, window, ts, v``: one per (log, matching rule, series), plus
     (``with_status``) one status row per log: rule ``__status__``, label ``status``. With
     ``series`` the labels come as their JSON object (:func:`series_column`)."""
-    items: list[Column] = []
-    for rule in routing.rules:
-        items.extend(rule_matches(rule, routing.plan, series))
+    items = [rule_match(rule, routing.plan, series) for rule in routing.rules]
     if with_status:
         name = F.element_at(F.array(*[F.lit(n) for n in STATUS_NAMES]),
                             F.col(STATUS).cast("int") + 1)
