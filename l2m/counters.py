@@ -3,7 +3,6 @@ state of a (rule, shard) key; idle series expire after the TTL."""
 
 from __future__ import annotations
 
-import decimal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,7 @@ class CounterState:
     """Counter keys of the state function, keyed by (rule, shard, …).
 
     State: one blob per key — orjson of ``{"sig": signature, "series": {series: [last_seen_ms,
-    {le: [matches, n, sum, exact|None, ts]}]}}`` — so many series are updated per Python call
+    {le: Partial.dump()}]}}`` — so many series are updated per Python call
     and the state schema does not depend on the rules. Series idle for longer than the TTL
     are dropped (a later log restarts them at 0, a counter reset for PromQL)."""
 
@@ -53,11 +52,7 @@ class CounterState:
                 for name, le, part in frame_partials(frame):
                     entry = series.setdefault(name, [now, {}])
                     entry[0] = now
-                    old = entry[1].get(le)
-                    merged = part if old is None else _partial(old).merge(part)
-                    entry[1][le] = [merged.matches, merged.n, merged.sum,
-                                    None if merged.exact is None else str(merged.exact),
-                                    merged.ts]
+                    entry[1][le] = part.merged_into(entry[1].get(le))
                     touched.add(name)
         cutoff = now - self.ttl_ms
         series = {s: v for s, v in series.items() if v[0] >= cutoff}
@@ -72,10 +67,4 @@ class CounterState:
         yield samples_frame([
             s for name in sorted(touched)
             for s in rule_samples(rule, series_labels(rule, name), None,
-                                  {le: _partial(v) for le, v in series[name][1].items()})])
-
-
-def _partial(stored: list[Any]) -> Partial:
-    matches, n, total, exact, ts = stored
-    return Partial(matches, n, total, None if exact is None else decimal.Decimal(exact),
-                   None, None, ts)
+                                  {le: Partial.load(v) for le, v in series[name][1].items()})])

@@ -8,7 +8,6 @@ end; then its state goes, and logs that still arrive for it are dropped and coun
 
 from __future__ import annotations
 
-import decimal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +28,9 @@ WINDOW_MS = 60_000
 class GaugeState:
     """Gauge keys of the state function, keyed by (rule, shard, window start).
 
-    State: orjson of ``{"sig": signature, "series": {series: {le: [matches, n, sum,
-    exact|None, min, max, ts]}}}``. A key that gets no data is looked at again every
-    ``recheck_ms`` of processing time, to let its window go once the watermark has passed."""
+    State: orjson of ``{"sig": signature, "series": {series: {le: Partial.dump()}}}``. A
+    key that gets no data is looked at again every ``recheck_ms`` of processing time, to let
+    its window go once the watermark has passed."""
 
     rules: dict[str, Rule]
     late: Accumulator[int] | None = None
@@ -58,11 +57,7 @@ class GaugeState:
             for frame in frames:
                 for name, le, part in frame_partials(frame):
                     buckets = series.setdefault(name, {})
-                    old = buckets.get(le)
-                    merged = part if old is None else _partial(old).merge(part)
-                    buckets[le] = [merged.matches, merged.n, merged.sum,
-                                   None if merged.exact is None else str(merged.exact),
-                                   merged.min, merged.max, merged.ts]
+                    buckets[le] = part.merged_into(buckets.get(le))
                     touched.add(name)
         state.update((orjson.dumps({"sig": signature(rule), "series": series}),))
         state.setTimeoutDuration(self.recheck_ms)
@@ -71,10 +66,5 @@ class GaugeState:
         yield samples_frame([
             s for name in sorted(touched)
             for s in rule_samples(rule, series_labels(rule, name), int(window),
-                                  {le: _partial(v) for le, v in series[name].items()})])
+                                  {le: Partial.load(v) for le, v in series[name].items()})])
 
-
-def _partial(stored: list[Any]) -> Partial:
-    matches, n, total, exact, lo, hi, ts = stored
-    return Partial(matches, n, total, None if exact is None else decimal.Decimal(exact),
-                   lo, hi, ts)

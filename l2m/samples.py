@@ -54,6 +54,20 @@ class Partial:
             _pick(max, self.ts, other.ts),
         )
 
+    def dump(self) -> list[Any]:
+        """The JSON-able form the streaming state stores (exact sum as a string)."""
+        return [self.matches, self.n, self.sum, None if self.exact is None else str(self.exact),
+                self.min, self.max, self.ts]
+
+    @classmethod
+    def load(cls, stored: list[Any]) -> Partial:
+        matches, n, total, exact, lo, hi, ts = stored
+        return cls(matches, n, total, None if exact is None else Decimal(exact), lo, hi, ts)
+
+    def merged_into(self, stored: list[Any] | None) -> list[Any]:
+        """The stored form of ``stored`` (if any) merged with this partial."""
+        return (self if stored is None else Partial.load(stored).merge(self)).dump()
+
     @property
     def total(self) -> float:
         """The sum: exact when possible, else the double sum."""

@@ -96,7 +96,7 @@ rules:
 def test_state_of_a_removed_rule_is_kept_until_it_expires_and_emits_nothing():
     fn = CounterState({}, ttl_ms=1000)
     blob = orjson.dumps({"sig": ["count", None, [], ["s"]],
-                         "series": {"1:a": [0, {"": [1, 1, 1.0, "1", 1]}]}})
+                         "series": {"1:a": [0, {"": [1, 1, 1.0, "1", None, None, 1]}]}})
     state = group_state(blob, now=10, timed_out=True)
     assert run(fn, ("gone", 0), [], state) == []
     assert state.exists
