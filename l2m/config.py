@@ -13,15 +13,12 @@ from typing import Any
 
 import yaml
 
+from l2m.errors import ConfigError
 from l2m.query import QueryConfig
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?|"
                        r"d|days?)\s*")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-class ConfigError(ValueError):
-    """An invalid job configuration; the message names the file and the key."""
 
 
 def duration_ms(text: str | int | float, key: str = "duration") -> int:
@@ -68,6 +65,9 @@ class JobConfig:
     checkpoint: str = "checkpoints/l2m"
     trigger_ms: int = 5_000
     grace_ms: int = 20 * 60_000
+    # Event times further ahead of their record's Kafka time are counted as `future` and
+    # dead-lettered instead of moving the watermark.
+    max_future_ms: int = 5 * 60_000
     counter_ttl_ms: int = 7 * 86_400_000
     counter_shards: int = 8
     text_fields: tuple[str, ...] = ("message",)
@@ -91,7 +91,8 @@ class JobConfig:
 
 
 _TOP = {"kafka", "sink_kafka", "topics", "rules", "checkpoint", "trigger", "grace", "counter_ttl",
-        "counter_shards", "text_fields", "default_fields", "timestamp_field", "source", "spark"}
+        "counter_shards", "max_future_skew", "text_fields", "default_fields", "timestamp_field",
+        "source", "spark"}
 
 
 def load_config(path: str | Path) -> JobConfig:
@@ -161,6 +162,7 @@ def config_from_dict(data: dict[str, Any], path: Path | None = None) -> JobConfi
         checkpoint=resolve(str(data.get("checkpoint", "checkpoints/l2m"))),
         trigger_ms=duration_ms(data.get("trigger", "5 seconds"), "trigger"),
         grace_ms=duration_ms(data.get("grace", "20 minutes"), "grace"),
+        max_future_ms=duration_ms(data.get("max_future_skew", "5 minutes"), "max_future_skew"),
         counter_ttl_ms=duration_ms(data.get("counter_ttl", "7 days"), "counter_ttl"),
         counter_shards=shards,
         text_fields=tuple(data.get("text_fields", ["message"])),

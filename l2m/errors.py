@@ -1,5 +1,12 @@
 """Stable error codes with message templates, in the manner of PySpark's error classes.
 
+Two families:
+
+* validation findings (:class:`Problem`, :class:`QueryError`): a rule file's error with its
+  position, one code per kind of mistake (:data:`ERROR_CLASSES`);
+* operator errors (:class:`L2mError` and its subclasses): why a command or a job stopped,
+  one stable code per class, shown as ``l2m: error [CODE]: message`` (:func:`describe`).
+
 Tests assert the code and the position, never the wording; the wording may improve."""
 
 from __future__ import annotations
@@ -105,3 +112,76 @@ class RuleValidationError(Exception):
         self.problems = problems
         errors = [p for p in problems if p.severity == "error"]
         super().__init__("\n".join(str(p) for p in errors))
+
+
+# --- operator errors -----------------------------------------------------------------------
+
+
+class L2mError(Exception):
+    """Base of every error l2m reports to an operator. ``code`` is stable per class; the
+    message says what failed, the real cause, and what to do."""
+
+    code = "L2M"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def render(self) -> str:
+        """The one line a user sees."""
+        return f"l2m: error [{self.code}]: {self.message}"
+
+
+class ConfigError(L2mError, ValueError):
+    """An invalid job configuration or command line; the message names the file, the key and
+    its line."""
+
+    code = "CONFIG"
+
+
+class InputError(L2mError):
+    """Input that cannot be read as asked (missing, unreadable, corrupt with ``--strict``,
+    an output that would overwrite an input)."""
+
+    code = "INPUT"
+
+
+class DataLossError(L2mError, RuntimeError):
+    """Offsets the query needs are gone (retention, a recreated or truncated topic)."""
+
+    code = "DATA_LOSS"
+
+
+class SinkError(L2mError, RuntimeError):
+    """Samples (or dead letters) could not be delivered to Kafka."""
+
+    code = "SINK"
+
+
+class KafkaUnavailableError(L2mError, RuntimeError):
+    """Kafka could not be reached (metadata, offsets or records): transient, retried."""
+
+    code = "KAFKA_UNAVAILABLE"
+
+
+class StateFormatError(L2mError, RuntimeError):
+    """A checkpoint written in a state format this l2m does not read."""
+
+    code = "STATE_FORMAT"
+
+
+class SparkError(L2mError):
+    """Spark failed; the message is the underlying Java or Python exception's own."""
+
+    code = "SPARK"
+
+
+# Class name → class, to recognise l2m's errors inside Spark's failure text (an exception
+# raised in a Python worker reaches the driver as text, wrapped by Spark and py4j).
+OPERATOR_ERRORS: dict[str, type[L2mError]] = {
+    cls.__name__: cls for cls in (ConfigError, InputError, DataLossError, SinkError,
+                                  KafkaUnavailableError, StateFormatError)
+}

@@ -5,6 +5,15 @@ extracted (string form, number, presence, text tokens — :class:`~l2m.query.Fie
 the semantics of :mod:`l2m.values`. The same function serves the batch backfill (inside
 ``mapInArrow``) and the streaming source (inside the Kafka reader), so both see identical
 values. Malformed lines are rows with a status and a reason, never an exception.
+
+Input: JSON lines (bytes or str, ``None`` for a Kafka tombstone) and, in streaming, each
+record's Kafka timestamp. Output: one Arrow batch with ``ParsePlan.schema()`` — the field
+columns, ``_ts`` (event time, ms), ``_status`` (:data:`STATUS_NAMES`) and ``_error``.
+
+Event time is bounded (streaming): a log dated more than ``max_future_ms`` ahead of its
+record's Kafka time — or, without its own time, a record dated that far ahead of the clock —
+is ``future``: counted and dead-lettered, never routed, so one bad clock cannot move the
+watermark and close every gauge window early.
 """
 
 from __future__ import annotations
@@ -24,8 +33,17 @@ from l2m.values import lookup, number, padded_tokens, parse_timestamp, string_fo
 
 OK = 0
 MALFORMED = 1
-NO_TIMESTAMP = 2
-BLANK = 3  # an empty line in a JSON-lines file: skipped, not a log
+NO_TIMESTAMP = 2  # no usable event time: skipped (backfill, or streaming without Kafka time)
+BLANK = 3  # an empty line in a JSON-lines file or an empty Kafka record: skipped, not a log
+KAFKA_TIME = 4  # streaming: no usable event time, dated by the Kafka record instead; routed
+FUTURE = 5  # streaming: event time too far ahead of the record's time; not routed
+
+# Index = status code: the ``status`` label of ``l2m_input_logs_total`` and the backfill
+# summary. A log dated by its Kafka time is still reported as ``no_timestamp``.
+STATUS_NAMES = ("ok", "malformed", "no_timestamp", "blank", "no_timestamp", "future")
+ROUTED = (OK, KAFKA_TIME)  # statuses whose logs the rules see
+DEAD_LETTERED = (MALFORMED, FUTURE)  # statuses whose records go to the dead-letter topic
+MAX_FUTURE_MS = 5 * 60_000
 
 STATUS = "_status"
 TIMESTAMP = "_ts"
@@ -38,9 +56,11 @@ class ParsePlan:
 
     fields: tuple[FieldUse, ...]
     timestamp_field: str = "@timestamp"
+    max_future_ms: int = MAX_FUTURE_MS
 
     @staticmethod
-    def merge(uses: Iterable[FieldUse], timestamp_field: str = "@timestamp") -> ParsePlan:
+    def merge(uses: Iterable[FieldUse], timestamp_field: str = "@timestamp",
+              max_future_ms: int = MAX_FUTURE_MS) -> ParsePlan:
         merged: dict[str, FieldUse] = {}
         for use in uses:
             old = merged.get(use.path, FieldUse(use.path))
@@ -48,16 +68,19 @@ class ParsePlan:
                 use.path, old.string or use.string, old.number or use.number,
                 old.exists or use.exists, old.text or use.text,
             )
-        return ParsePlan(tuple(sorted(merged.values(), key=lambda u: u.path)), timestamp_field)
+        return ParsePlan(tuple(sorted(merged.values(), key=lambda u: u.path)), timestamp_field,
+                         max_future_ms)
 
     def to_json(self) -> str:
         return json.dumps({"timestamp_field": self.timestamp_field,
+                           "max_future_ms": self.max_future_ms,
                            "fields": [dataclasses.asdict(u) for u in self.fields]})
 
     @staticmethod
     def from_json(text: str) -> ParsePlan:
         data = json.loads(text)
-        return ParsePlan(tuple(FieldUse(**u) for u in data["fields"]), data["timestamp_field"])
+        return ParsePlan(tuple(FieldUse(**u) for u in data["fields"]), data["timestamp_field"],
+                         int(data.get("max_future_ms", MAX_FUTURE_MS)))
 
     def index(self, path: str) -> int:
         for i, use in enumerate(self.fields):
@@ -106,35 +129,54 @@ def decode(line: str | bytes) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
-                fallback_ts: Sequence[int | None] | None = None) -> pa.RecordBatch:
+                fallback_ts: Sequence[int | None] | None = None,
+                now_ms: int | None = None) -> pa.RecordBatch:
     """Parse JSON log lines into one Arrow record batch with ``plan.schema()``.
 
     ``fallback_ts`` (streaming: the Kafka record timestamps) replaces an event time that is
-    missing or unusable; without it such logs get status ``NO_TIMESTAMP``."""
+    missing or unusable (status ``KAFKA_TIME``); without it such logs get ``NO_TIMESTAMP``.
+    With ``fallback_ts``, event times more than ``plan.max_future_ms`` ahead of the record's
+    time (or a fallback that far ahead of ``now_ms``) get ``FUTURE``."""
     docs: list[dict[str, Any]] = []
     ts_out: list[int | None] = []
     status_out: list[int] = []
     error_out: list[str | None] = []
     empty: dict[str, Any] = {}
     ts_path = plan.timestamp_field
+    skew = plan.max_future_ms
     for row, line in enumerate(lines):
-        doc, error = decode(line) if line else (None, "empty record")
+        record_ts = fallback_ts[row] if fallback_ts is not None else None
+        doc, error = decode(line) if line else (None, None)
         if doc is None:
             docs.append(empty)
-            blank = line is not None and not line.strip()
+            blank = error is None or not line.strip()  # type: ignore[union-attr]
             status_out.append(BLANK if blank else MALFORMED)
             error_out.append(None if blank else error)
             # No event time in a malformed log; the record's own time (streaming) still
             # dates the input counter's sample.
-            ts_out.append(fallback_ts[row] if fallback_ts is not None else None)
+            ts_out.append(record_ts)
             continue
         docs.append(doc)
         ts = parse_timestamp(lookup(doc, ts_path))
-        if ts is None and fallback_ts is not None:
-            ts = fallback_ts[row]
+        status = OK
+        reason = None
+        if fallback_ts is not None:
+            if ts is None:
+                ts, status = record_ts, KAFKA_TIME
+                if ts is not None and now_ms is not None and ts > now_ms + skew:
+                    status = FUTURE
+                    reason = (f"future: the record's Kafka time {ts} is {(ts - now_ms) / 1000:.0f}"
+                              f" s ahead of the clock (limit {skew / 1000:.0f} s)")
+            elif record_ts is not None and ts > record_ts + skew:
+                status = FUTURE
+                reason = (f"future: event time {ts} is {(ts - record_ts) / 1000:.0f} s ahead of "
+                          f"the record's Kafka time (limit {skew / 1000:.0f} s)")
+                ts = record_ts
+        if ts is None:
+            status = NO_TIMESTAMP
         ts_out.append(ts)
-        status_out.append(OK if ts is not None else NO_TIMESTAMP)
-        error_out.append(None)
+        status_out.append(status)
+        error_out.append(reason)
     schema = plan.schema()
     columns = _extractor(plan)(docs)
     arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=False)]

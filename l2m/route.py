@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from l2m.columns import to_column
-from l2m.parse import OK, STATUS, TIMESTAMP, ParsePlan
+from l2m.parse import MAX_FUTURE_MS, ROUTED, STATUS, STATUS_NAMES, TIMESTAMP, ParsePlan
 from l2m.query import FieldUse
 from l2m.rules import Rule
 
@@ -28,7 +28,6 @@ LABELS_TYPE = T.ArrayType(
 # job yields both the metrics and the run's summary; streaming counts them as the
 # ``l2m_input_logs_total`` counter.
 STATUS_RULE = "__status__"
-STATUS_NAMES = ("ok", "malformed", "no_timestamp", "blank")  # index = parse status code
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,8 @@ class Routing:
     plan: ParsePlan
 
 
-def plan_for(rules: Sequence[Rule], timestamp_field: str = "@timestamp") -> Routing:
+def plan_for(rules: Sequence[Rule], timestamp_field: str = "@timestamp",
+             max_future_ms: int = MAX_FUTURE_MS) -> Routing:
     """Collect the fields of enabled rules (queries, group-by, value, account) into one plan."""
     enabled = tuple(r for r in rules if r.enabled)
     uses: list[FieldUse] = []
@@ -51,13 +51,13 @@ def plan_for(rules: Sequence[Rule], timestamp_field: str = "@timestamp") -> Rout
             uses.append(FieldUse(rule.field, number=True))
         if rule.account is not None:
             uses.append(FieldUse("account", string=True))
-    return Routing(enabled, ParsePlan.merge(uses, timestamp_field))
+    return Routing(enabled, ParsePlan.merge(uses, timestamp_field, max_future_ms))
 
 
 def rule_condition(rule: Rule, plan: ParsePlan) -> Column:
     """Query and account scope of one rule, for a successfully parsed log."""
     assert rule.compiled is not None
-    cond = (F.col(STATUS) == F.lit(OK)) & to_column(rule.compiled.root, plan)
+    cond = F.col(STATUS).isin(*ROUTED) & to_column(rule.compiled.root, plan)
     if rule.account is not None:
         cond = cond & F.coalesce(F.col(plan.column("account", "s")) == F.lit(rule.account),
                                  F.lit(False))

@@ -30,11 +30,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from l2m.errors import SinkError
 from l2m.source import kafka_config
-
-
-class SinkError(RuntimeError):
-    """Samples could not be delivered to Kafka."""
 
 
 @dataclass

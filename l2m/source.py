@@ -40,15 +40,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from l2m.parse import ERROR, MALFORMED, STATUS, ParsePlan, parse_lines
+from l2m.errors import DataLossError
+from l2m.parse import DEAD_LETTERED, ERROR, STATUS, ParsePlan, parse_lines
 
 RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, "
               "timestamp bigint")
 BATCH_ROWS = 10_000
-
-
-class DataLossError(RuntimeError):
-    """Offsets the query needs are gone (retention, a recreated or truncated topic)."""
 
 
 def kafka_config(options: dict[str, str]) -> dict[str, str]:
@@ -386,12 +383,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 pa.array(buffer.partitions, pa.int32()),
                 pa.array(buffer.offsets, pa.int64()), pa.array(buffer.timestamps, pa.int64()),
             ], names=["key", "value", "topic", "partition", "offset", "timestamp"])
-        batch = parse_lines(buffer.values, self.plan, fallback_ts=buffer.timestamps)
+        batch = parse_lines(buffer.values, self.plan, fallback_ts=buffer.timestamps,
+                            now_ms=int(time.time() * 1000))
         if dead_letters is not None:
             status = batch.column(STATUS).to_pylist()
             errors = batch.column(ERROR).to_pylist()
             for i, st in enumerate(status):
-                if st == MALFORMED:
+                if st in DEAD_LETTERED:
                     dead_letters.send(buffer, i, errors[i] or "malformed")
         return batch
 

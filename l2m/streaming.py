@@ -92,7 +92,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                   counts: Counts | None = None) -> DataFrame:
     """The query's output: ``key, value`` samples of every updated counter series and gauge
     window."""
-    routing = plan_for(rules, cfg.timestamp_field)
+    routing = plan_for(rules, cfg.timestamp_field, cfg.max_future_ms)
     parsed = source_frame(spark, cfg, routing.plan.to_json())
     # Exact decimal sums only where a sample shows a sum (sum, avg, a histogram's _sum):
     # casting and summing decimals is most of the pre-aggregation's cost.

@@ -82,17 +82,25 @@ def padded_tokens(text: str) -> str:
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
+# Event times l2m accepts: years 0001–9999, what ISO-8601 can write. Anything outside (1e20,
+# 2^63, int64's minimum) has no usable time: it would overflow Spark's microsecond timestamps
+# and the window arithmetic.
+MIN_TIMESTAMP_MS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // _MILLISECOND
+MAX_TIMESTAMP_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - _EPOCH) // _MILLISECOND
 
 
 def parse_timestamp(value: Any) -> int | None:
     """Event time in epoch milliseconds: a JSON number is epoch ms (fraction floored); a
-    string must be ISO-8601 with ``Z`` or an offset. ``None`` when unusable."""
+    string must be ISO-8601 with ``Z`` or an offset. ``None`` when unusable, including times
+    outside years 0001–9999."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return value if MIN_TIMESTAMP_MS <= value <= MAX_TIMESTAMP_MS else None
     if isinstance(value, float):
-        return math.floor(value) if math.isfinite(value) else None
+        if not MIN_TIMESTAMP_MS <= value < MAX_TIMESTAMP_MS + 1:  # also NaN and ±inf
+            return None
+        return math.floor(value)
     if not isinstance(value, str) or len(value) < 11 or not value[:4].isdigit():
         return None
     try:
@@ -102,7 +110,11 @@ def parse_timestamp(value: Any) -> int | None:
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         return None
     # Aware subtraction and floor division are exact (and 3× faster than via time tuples).
-    return (parsed - _EPOCH) // _MILLISECOND
+    try:
+        ms = (parsed - _EPOCH) // _MILLISECOND
+    except OverflowError:  # year 1 with a positive offset: before datetime's minimum
+        return None
+    return ms if MIN_TIMESTAMP_MS <= ms <= MAX_TIMESTAMP_MS else None
 
 
 def label_name(field: str) -> str:

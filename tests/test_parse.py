@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from l2m.parse import BLANK, MALFORMED, NO_TIMESTAMP, OK, ParsePlan, parse_lines
+from l2m.parse import BLANK, KAFKA_TIME, MALFORMED, NO_TIMESTAMP, OK, ParsePlan, parse_lines
 from l2m.query import FieldUse
 from l2m.values import lookup, number, padded_tokens, string_form
 
@@ -31,12 +31,11 @@ def test_statuses_and_errors():
         None,
         '{"@timestamp": "2026-11-22T10:00:00Z", "message": "Hello World"}',
     ], PLAN).to_pydict()
-    assert batch["_status"] == [OK, NO_TIMESTAMP, MALFORMED, MALFORMED, BLANK, BLANK, MALFORMED,
-                                OK]
+    assert batch["_status"] == [OK, NO_TIMESTAMP, MALFORMED, MALFORMED, BLANK, BLANK, BLANK, OK]
     assert batch["_ts"] == [1000, None, None, None, None, None, None, 1795341600000]
     assert batch["_error"][2].startswith("invalid JSON")
     assert batch["_error"][3] == "not a JSON object (a list)"
-    assert batch["_error"][6] == "empty record"
+    assert batch["_error"][6] is None  # a Kafka tombstone is blank, not malformed
     col = PLAN.column
     assert batch[col("status", "s")] == ["500", "1", None, None, None, None, None, None]
     assert batch[col("status", "n")][:2] == [500.0, 1.0]
@@ -48,7 +47,7 @@ def test_fallback_timestamp_replaces_missing_event_time():
     batch = parse_lines([b'{"a": 1}', b'{"@timestamp": "bad"}', b'{"@timestamp": 5}',
                          b"not json"], PLAN, fallback_ts=[111, 222, 333, 444]).to_pydict()
     assert batch["_ts"] == [111, 222, 5, 444]
-    assert batch["_status"] == [OK, OK, OK, MALFORMED]
+    assert batch["_status"] == [KAFKA_TIME, KAFKA_TIME, OK, MALFORMED]
 
 
 def test_custom_timestamp_field_nested():
