@@ -13,7 +13,7 @@ corrected windows re-emitted, logs for windows past the watermark dropped and co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pyspark import Accumulator
@@ -88,12 +88,19 @@ class Counts:
         return Counts(Reduction(sc.accumulator(0), sc.accumulator(0)), sc.accumulator(0))
 
 
+# A parsed source: given the parse plan (JSON), a streaming DataFrame with the plan's schema.
+Source = Callable[[str], DataFrame]
+# A sink: called with each micro-batch's ``key, value`` samples and the batch id.
+Sink = Callable[[DataFrame, int], None]
+
+
 def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
-                  counts: Counts | None = None) -> DataFrame:
+                  counts: Counts | None = None, source: Source | None = None) -> DataFrame:
     """The query's output: ``key, value`` samples of every updated counter series and gauge
-    window."""
+    window. ``source`` replaces the Kafka source (the in-memory test harness)."""
     routing = plan_for(rules, cfg.timestamp_field, cfg.max_future_ms)
-    parsed = source_frame(spark, cfg, routing.plan.to_json())
+    plan_json = routing.plan.to_json()
+    parsed = source(plan_json) if source is not None else source_frame(spark, cfg, plan_json)
     # Exact decimal sums only where a sample shows a sum (sum, avg, a histogram's _sum):
     # casting and summing decimals is most of the pre-aggregation's cost.
     exact = [r.id for r in routing.rules if r.aggregation in ("sum", "avg", "histogram")]
@@ -130,16 +137,18 @@ class Job:
 
 
 def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
-              once: bool = False) -> Job:
-    """Start the query; ``once`` processes what is available now and stops."""
+              once: bool = False, source: Source | None = None,
+              sink: Sink | None = None) -> Job:
+    """Start the query; ``once`` processes what is available now and stops. ``source`` and
+    ``sink`` replace Kafka (the in-memory test harness, :mod:`l2m.memory`)."""
     register(spark)
 
-    def sink(frame: DataFrame, batch_id: int) -> None:
+    def kafka_sink(frame: DataFrame, batch_id: int) -> None:
         write_batch(frame, cfg.topics.metrics, cfg.sink)
 
     counts = Counts.create(spark)
-    writer = (metrics_frame(spark, cfg, rules, counts).writeStream
-              .queryName(f"l2m-{QUERY}").outputMode("update").foreachBatch(sink)
+    writer = (metrics_frame(spark, cfg, rules, counts, source).writeStream
+              .queryName(f"l2m-{QUERY}").outputMode("update").foreachBatch(sink or kafka_sink)
               .option("checkpointLocation", f"{cfg.checkpoint}/{QUERY}"))
     if once:
         writer = writer.trigger(availableNow=True)
