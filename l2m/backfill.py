@@ -3,28 +3,36 @@
 read text → parse (Python, ``mapInArrow``) → route → aggregate → final samples written by
 the driver as JSON lines, one per gauge series-window and one per counter series. One pass
 over the input yields both the samples and the run's summary (status rows, see
-:mod:`l2m.route`)."""
+:mod:`l2m.route`).
+
+No input line can fail the job: lines are read as bytes (invalid UTF-8 is a malformed line,
+not a decoding error), and every ``.gz`` file is checked first, in parallel — a corrupt or
+truncated one is reported by name and skipped (``--strict``: the job fails instead). The
+output is written to ``<output>.partial`` and renamed at the end; a failed run removes it."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from l2m.aggregate import aggregate
+from l2m.errors import InputError
 from l2m.parse import ParsePlan, parse_lines
 from l2m.progress import JobProgress
 from l2m.route import STATUS_RULE, Routing, plan_for, route
 from l2m.rules import Rule
-from l2m.samples import Partial, family_samples, series_samples, to_json_lines
+from l2m.samples import Partial, family_samples, is_finite_sample, series_samples
 
 
 @dataclass
@@ -37,9 +45,11 @@ class BackfillSummary:
     no_timestamp: int = 0
     blank_lines: int = 0
     samples: int = 0
+    nonfinite: int = 0  # samples whose value left the double range (+Inf, -Inf, NaN)
     seconds: float = 0.0
     matches: dict[str, int] = field(default_factory=dict)
     series: dict[str, int] = field(default_factory=dict)
+    skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
 
     def count_status(self, status: str, count: int) -> None:
         if status == "blank":
@@ -59,7 +69,10 @@ class BackfillSummary:
             f"logs read:          {self.logs}",
             f"malformed lines:    {self.malformed}",
             f"without timestamp:  {self.no_timestamp} (skipped)",
-            f"samples written:    {self.samples}",
+            f"corrupt files:      {len(self.skipped_files)} (skipped)",
+            *[f"  {path}: {reason}" for path, reason in self.skipped_files],
+            f"samples written:    {self.samples}"
+            + (f" ({self.nonfinite} non-finite: +Inf/-Inf/NaN)" if self.nonfinite else ""),
             f"time:               {self.seconds:.1f}s ({rate:,.0f} logs/s)",
             "matches per rule:",
         ]
@@ -70,7 +83,7 @@ class BackfillSummary:
 
 
 def parse_frame(raw: DataFrame, plan: ParsePlan) -> DataFrame:
-    """Parse a DataFrame whose first column holds JSON lines."""
+    """Parse a DataFrame whose first column holds JSON lines (bytes or strings)."""
 
     def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -79,33 +92,99 @@ def parse_frame(raw: DataFrame, plan: ParsePlan) -> DataFrame:
     return raw.mapInArrow(parse_batches, plan.spark_schema_ddl())
 
 
-def input_bytes(inputs: Sequence[str]) -> int:
-    total = 0
+def check_paths(inputs: Sequence[str], output: str | Path) -> None:
+    """Refuse inputs that do not exist, and an output that is an input file or lies inside an
+    input directory (it would be overwritten, or read by the next run)."""
+    missing = [p for p in inputs if not Path(p).exists()]
+    if missing:
+        raise InputError("; ".join(f"{p}: no such file or directory" for p in missing))
+    out = Path(output).resolve()
+    for item in inputs:
+        path = Path(item).resolve()
+        if out == path:
+            raise InputError(f"--output {output} is the input file {item}: it would be "
+                             "overwritten; write the samples somewhere else")
+        if path.is_dir() and path in out.parents:
+            raise InputError(f"--output {output} is inside the input directory {item}: the "
+                             "next run would read it as logs; write it somewhere else")
+    if out.is_dir():
+        raise InputError(f"--output {output} is a directory; give a file name")
+
+
+def input_files(inputs: Sequence[str]) -> list[Path]:
+    """Every file to read, in a stable order: files as given, directories recursively
+    (skipping names that start with ``.`` or ``_``, as Spark does). An unreadable file or
+    directory is an :class:`InputError`."""
+    files: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(path: Path) -> None:
+        if not os.access(path, os.R_OK):
+            raise InputError(f"{path}: cannot read (permission denied)")
+        if path.resolve() not in seen:
+            seen.add(path.resolve())
+            files.append(path)
+
+    def unreadable(exc: OSError) -> None:
+        raise InputError(f"{exc.filename}: cannot read directory ({exc.strerror})")
+
     for item in inputs:
         path = Path(item)
-        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-        total += sum(p.stat().st_size for p in files)
-    return total
+        if not path.is_dir():
+            add(path)
+            continue
+        for root, dirs, names in os.walk(path, onerror=unreadable):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+            for name in sorted(names):
+                if not name.startswith((".", "_")):
+                    add(Path(root) / name)
+    return files
 
 
-def read_lines(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
-    """JSON-lines files (``.gz`` too), files or directories (recursively)."""
+def _check_gzip(path: str) -> str | None:
+    """Why a gzip file cannot be read to its end, or None. Runs in a Spark task."""
+    import gzip
+    import zlib
+
+    try:
+        with gzip.open(path, "rb") as f:
+            while f.read(1 << 20):
+                pass
+    except (OSError, EOFError, zlib.error) as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
+def corrupt_gzip_files(spark: SparkSession, files: Sequence[Path]) -> list[tuple[str, str]]:
+    """(path, reason) of every ``.gz`` file that does not decompress to its end, checked in
+    parallel: Spark's reader would fail the whole job on it, after reading part of it."""
+    gz = [str(f) for f in files if f.suffix == ".gz"]
+    if not gz:
+        return []
+    checked = spark.sparkContext.parallelize(gz, len(gz)).map(
+        lambda p: (p, _check_gzip(p))).collect()
+    return [(path, reason) for path, reason in checked if reason is not None]
+
+
+def read_lines(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
+    """The lines of JSON-lines files (``.gz`` too) as bytes: a line that is not valid UTF-8
+    stays a line (malformed for the parse stage), never a decoding failure."""
     parallelism = spark.sparkContext.defaultParallelism
     # About four splits per core: even work at the tail of the job, finer progress. Spark's
     # default (128 MB splits) gives a 400 MB file three tasks, one of them alone at the end.
-    split = input_bytes(inputs) // (4 * parallelism)
+    split = sum(f.stat().st_size for f in files) // (4 * parallelism)
     split = min(max(split, 8 << 20), 128 << 20)
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(split))
-    raw = spark.read.option("recursiveFileLookup", "true").text(list(inputs))
+    raw = spark.read.text([str(f) for f in files]).select(F.col("value").cast("binary"))
     # gzip is not splittable: spread a few big files over all cores before parsing.
     if raw.rdd.getNumPartitions() < parallelism:
         raw = raw.repartition(parallelism)
     return raw
 
 
-def final_aggregates(spark: SparkSession, inputs: Sequence[str], routing: Routing) -> DataFrame:
+def final_aggregates(spark: SparkSession, files: Sequence[Path], routing: Routing) -> DataFrame:
     """Aggregates in output order: rules as loaded, then labels, window and bucket bound."""
-    parsed = parse_frame(read_lines(spark, inputs), routing.plan)
+    parsed = parse_frame(read_lines(spark, files), routing.plan)
     ids = [F.lit(r.id) for r in routing.rules]
     rule_order = F.array_position(F.array(*ids), F.col("rule")) if ids else F.lit(0)
     le_order = F.when(F.col("le") == "+Inf", F.lit(float("inf"))).otherwise(
@@ -142,23 +221,45 @@ def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: Backf
 
 def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[str],
                  output: str | Path, timestamp_field: str = "@timestamp",
-                 progress: bool = True) -> BackfillSummary:
+                 progress: bool = True, strict: bool = False) -> BackfillSummary:
     """Run enabled ``rules`` over ``inputs`` and write the final samples to ``output``
-    (atomically: a partial file never replaces a previous result)."""
+    (atomically: a partial file never replaces a previous result, and is removed when the run
+    fails). Corrupt ``.gz`` files are skipped and listed in the summary, or with ``strict``
+    fail the run (:class:`InputError`)."""
     started = time.monotonic()
+    check_paths(inputs, output)
     routing = plan_for(rules, timestamp_field)
     summary = BackfillSummary(matches={r.id: 0 for r in routing.rules},
                               series={r.id: 0 for r in routing.rules})
+    files = input_files(inputs)
+    summary.skipped_files = corrupt_gzip_files(spark, files)
+    if summary.skipped_files and strict:
+        path, reason = summary.skipped_files[0]
+        raise InputError(f"{path}: corrupt or truncated gzip ({reason}); "
+                         f"{len(summary.skipped_files)} such file(s) (without --strict they "
+                         "are skipped and listed)")
+    if summary.skipped_files and progress:
+        for path, reason in summary.skipped_files:
+            print(f"l2m backfill: skipping {path}: corrupt or truncated gzip ({reason})",
+                  file=sys.stderr, flush=True)
+    bad = {path for path, _ in summary.skipped_files}
+    files = [f for f in files if str(f) not in bad]
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
-    frame = final_aggregates(spark, inputs, routing)
-    with JobProgress(spark.sparkContext, "backfill", enabled=progress), \
-            partial.open("wb") as out:
-        rows = frame.toLocalIterator(prefetchPartitions=True)
-        for line in to_json_lines(samples_from_rows(rows, routing.rules, summary)):
-            out.write(line)
-            summary.samples += 1
-    os.replace(partial, output)
+    try:
+        with JobProgress(spark.sparkContext, "backfill", enabled=progress), \
+                partial.open("wb") as out:
+            if files:
+                frame = final_aggregates(spark, files, routing)
+                rows = frame.toLocalIterator(prefetchPartitions=True)
+                for sample in samples_from_rows(rows, routing.rules, summary):
+                    out.write(orjson.dumps(sample) + b"\n")
+                    summary.samples += 1
+                    summary.nonfinite += not is_finite_sample(sample)
+        os.replace(partial, output)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     summary.seconds = time.monotonic() - started
     return summary

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from l2m.errors import Problem, RuleValidationError
+from l2m.errors import L2mError, Problem, RuleValidationError
 from l2m.query import QueryConfig
 
 if TYPE_CHECKING:
@@ -65,22 +65,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     except RuleValidationError as exc:
         _print_problems(exc.problems)
         return 1
-    missing = [p for p in args.input if not Path(p).exists()]
-    if missing:
-        for path in missing:
-            print(f"{path}: no such file or directory [FILE_NOT_FOUND]", file=sys.stderr)
-        return 1
-    from l2m.backfill import run_backfill
+    from l2m.backfill import check_paths, run_backfill
     from l2m.session import build_session
 
+    check_paths(args.input, args.output)
     spark = build_session(args.master, "l2m-backfill")
     try:
         summary = run_backfill(spark, ruleset.rules, args.input, args.output,
-                               args.timestamp_field, progress=not args.quiet)
-    except Exception as exc:  # a Spark failure: say what failed, not a JVM stack trace
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"backfill failed: {first}", file=sys.stderr)
-        return 2
+                               args.timestamp_field, progress=not args.quiet,
+                               strict=args.strict)
     finally:
         spark.stop()
     if not args.quiet:
@@ -89,14 +82,10 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_config(path: str) -> JobConfig | None:
-    from l2m.config import ConfigError, load_config
+def _load_config(path: str) -> JobConfig:
+    from l2m.config import load_config
 
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        print(f"{exc} [INVALID_CONFIG]", file=sys.stderr)
-        return None
+    return load_config(path)
 
 
 def _rules_for(cfg: JobConfig) -> RuleSet | None:
@@ -113,8 +102,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from l2m.runner import Runner
 
     cfg = _load_config(args.config)
-    if cfg is None:
-        return 1
     if args.bootstrap:
         cfg = cfg.with_bootstrap(args.bootstrap)
     ruleset = _rules_for(cfg)
@@ -137,8 +124,6 @@ def cmd_topology(args: argparse.Namespace) -> int:
     from l2m.topology import describe
 
     cfg = _load_config(args.config)
-    if cfg is None:
-        return 1
     ruleset = _rules_for(cfg)
     if ruleset is None:
         return 1
@@ -220,25 +205,34 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="l2m", description="Logs to metrics on Spark.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="print the full traceback of an error")
+    parser = argparse.ArgumentParser(prog="l2m", description="Logs to metrics on Spark.",
+                                     parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("validate", help="check rule files")
+    p = sub.add_parser("validate", parents=[common],
+                       help="check rule files")
     p.add_argument("paths", nargs="+", help="rule files or directories")
     _add_query_options(p)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("backfill", help="run the rules over JSON-lines files (Spark batch)")
+    p = sub.add_parser("backfill", parents=[common],
+                       help="run the rules over JSON-lines files (Spark batch)")
     p.add_argument("--rules", nargs="+", required=True, help="rule files or directories")
     p.add_argument("--input", nargs="+", required=True, help="JSON-lines files or directories")
     p.add_argument("--output", required=True, help="file to write samples to (JSON lines)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--timestamp-field", default="@timestamp")
     p.add_argument("--quiet", action="store_true", help="no progress, no summary")
+    p.add_argument("--strict", action="store_true",
+                   help="fail on a corrupt or unreadable input file instead of skipping it")
     _add_query_options(p)
     p.set_defaults(func=cmd_backfill)
 
-    p = sub.add_parser("generate", help="write realistic JSON logs (for trying rules)")
+    p = sub.add_parser("generate", parents=[common],
+                       help="write realistic JSON logs (for trying rules)")
     p.add_argument("--lines", type=int, default=10_000)
     p.add_argument("--output", required=True, help="JSON-lines file (.gz to compress)")
     p.add_argument("--seed", type=int, default=7)
@@ -248,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-timestamp", type=float, default=0.0, help="share without @timestamp")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("run", help="the streaming job against Kafka")
+    p = sub.add_parser("run", parents=[common],
+                       help="the streaming job against Kafka")
     p.add_argument("--config", required=True, help="job configuration (see topology/)")
     p.add_argument("--once", action="store_true",
                    help="process everything available now, then exit (availableNow)")
@@ -256,24 +251,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", help="override kafka bootstrap.servers")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("topology", help="print the streaming job's stage graph")
+    p = sub.add_parser("topology", parents=[common],
+                       help="print the streaming job's stage graph")
     p.add_argument("--config", required=True)
     p.add_argument("--write", metavar="FILE", help="also write it to FILE (topology/TOPOLOGY.md)")
     p.set_defaults(func=cmd_topology)
 
-    p = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (tansu)")
+    p = sub.add_parser("broker", parents=[common],
+                       help="run the embedded Kafka-compatible broker (tansu)")
     p.add_argument("--port", type=int, default=9092)
     p.add_argument("--topics", nargs="*", default=[], help="topics to create")
     p.add_argument("--partitions", type=int, default=4)
     p.set_defaults(func=cmd_broker)
 
-    p = sub.add_parser("bench", help="run the benchmark harness (benchmarks/)")
+    p = sub.add_parser("bench", parents=[common],
+                       help="run the benchmark harness (benchmarks/)")
     p.add_argument("--quick", action="store_true", help="tiny data, under 2 minutes")
     p.add_argument("--out", help="results folder (default benchmarks/results)")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("demo", help="the embedded default: broker, log generator, streaming "
-                                    "job, live metrics")
+    p = sub.add_parser("demo", parents=[common],
+                       help="the embedded default: broker, log generator, "
+                       "streaming job, live metrics")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument("--rate", type=float, default=200.0, help="logs per second")
     p.add_argument("--hot-share", type=float, default=0.0,
@@ -286,8 +285,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Errors are one line, ``l2m: error [CODE]: message`` with the real cause
+    (exit 1); ``--debug`` adds the traceback."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    debug = getattr(args, "debug", False)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("l2m: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        from l2m.failures import failure
+
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        error = exc if isinstance(exc, L2mError) else failure(exc)
+        print(error.render(), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

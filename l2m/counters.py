@@ -7,17 +7,31 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pandas as pd
+from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
 from l2m.route import STATUS_RULE
 from l2m.rules import Rule
-from l2m.samples import Partial, frame_partials, rule_samples, samples_frame, series_labels
+from l2m.samples import (
+    Partial,
+    frame_partials,
+    rule_samples,
+    samples_frame,
+    series_labels,
+    series_samples,
+)
+from l2m.statefmt import dump_blob, load_blob
+
+WINDOW_MS = 60_000
 
 # The input counter l2m keeps about itself: logs per parse status (ok, malformed, …).
 INPUT_RULE = Rule(id="l2m-input", name="l2m_input_logs_total", kind="counter", query="*",
                   aggregation="count", group_by=("status",), file="<l2m>")
+# Logs that arrived after the watermark had closed their one-minute window: the gauges
+# ignored them (counters still counted them).
+LATE_RULE = Rule(id="l2m-late", name="l2m_late_logs_total", kind="counter", query="*",
+                 aggregation="count", file="<l2m>")
 
 
 def signature(rule: Rule) -> list[Any]:
@@ -29,42 +43,66 @@ def signature(rule: Rule) -> list[Any]:
 class CounterState:
     """Counter keys of the state function, keyed by (rule, shard, …).
 
-    State: one blob per key — orjson of ``{"sig": signature, "series": {series: [last_seen_ms,
-    {le: Partial.dump()}]}}`` — so many series are updated per Python call
-    and the state schema does not depend on the rules. Series idle for longer than the TTL
-    are dropped (a later log restarts them at 0, a counter reset for PromQL)."""
+    State: a blob (:mod:`l2m.state`) of ``{"sig": signature, "series": {series: [last_seen_ms,
+    {le: partial}]}}``, so many series are updated per Python call and the state schema does
+    not depend on the rules. Series idle for longer than the TTL are dropped (a later log
+    restarts them at 0, a counter reset for PromQL).
+
+    The input-status key (rule ``__status__``, one shard) also counts late logs: its status
+    partials carry each log's one-minute window in ``le``, and a log whose window the
+    watermark has closed — the gauges ignore it — is added to ``"late"``, emitted as
+    ``l2m_late_logs_total``. Counting here, once per log and in the checkpoint, keeps the
+    count exact across restarts."""
 
     rules: dict[str, Rule]
     ttl_ms: int
+    late: Accumulator[int] | None = None  # late logs, for the progress line
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
         rule_id = key[0]
-        rule = INPUT_RULE if rule_id == STATUS_RULE else self.rules.get(rule_id)
+        status = rule_id == STATUS_RULE
+        rule = INPUT_RULE if status else self.rules.get(rule_id)
         now = state.getCurrentProcessingTimeMs()
-        stored = orjson.loads(state.get[0]) if state.exists else {}
+        stored = load_blob(state.get[0]) if state.exists else {}
         series: dict[str, list[Any]] = stored.get("series", {})
+        late = stored.get("late")
+        late_before = Partial.load(late).matches if late else 0
         if rule is not None and stored.get("sig") not in (None, signature(rule)):
             series = {}
         touched: set[str] = set()
         if not state.hasTimedOut:
+            watermark = state.getCurrentWatermarkMs() if status else 0
             for frame in frames:
                 for name, le, part in frame_partials(frame):
+                    if status:
+                        if le and int(le) + WINDOW_MS <= watermark:
+                            late = part.merged_into(late)
+                        le = ""
                     entry = series.setdefault(name, [now, {}])
                     entry[0] = now
                     entry[1][le] = part.merged_into(entry[1].get(le))
                     touched.add(name)
         cutoff = now - self.ttl_ms
         series = {s: v for s, v in series.items() if v[0] >= cutoff}
-        if not series:
+        if not series and not late:
             state.remove()
         else:
             sig = signature(rule) if rule is not None else stored.get("sig")
-            state.update((orjson.dumps({"sig": sig, "series": series}),))
+            content: dict[str, Any] = {"sig": sig, "series": series}
+            if late:
+                content["late"] = late
+            state.update((dump_blob(content),))
             state.setTimeoutDuration(self.ttl_ms)
         if rule is None or not touched:
             return
-        yield samples_frame([
+        samples = [
             s for name in sorted(touched)
             for s in rule_samples(rule, series_labels(rule, name), None,
-                                  {le: Partial.load(v) for le, v in series[name][1].items()})])
+                                  {le: Partial.load(v) for le, v in series[name][1].items()})]
+        if late and Partial.load(late).matches > late_before:
+            counted = Partial.load(late)
+            samples += series_samples(LATE_RULE, [], counted.ts or 0, counted)
+            if self.late is not None:
+                self.late.add(counted.matches - late_before)
+        yield samples_frame(samples)

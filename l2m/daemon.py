@@ -35,4 +35,8 @@ _without_bundled_zips()
 if __name__ == "__main__":
     from pyspark.daemon import manager
 
+    # Its own process group: a signal sent to the driver's group (SIGTERM for a graceful
+    # stop, SIGINT from a terminal) must not kill the workers of the batch being finished.
+    # The daemon still exits when its JVM does (it watches its stdin).
+    os.setpgrp()
     manager()

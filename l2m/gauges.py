@@ -12,28 +12,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pandas as pd
-from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
-from l2m.counters import signature
+from l2m.counters import WINDOW_MS, signature
 from l2m.rules import Rule
 from l2m.samples import Partial, frame_partials, rule_samples, samples_frame, series_labels
-
-WINDOW_MS = 60_000
+from l2m.statefmt import dump_blob, load_blob
 
 
 @dataclass
 class GaugeState:
     """Gauge keys of the state function, keyed by (rule, shard, window start).
 
-    State: orjson of ``{"sig": signature, "series": {series: {le: Partial.dump()}}}``. A
+    State: a blob (:mod:`l2m.state`) of ``{"sig", "series": {series: {le: partial}}}``. A
     key that gets no data is looked at again every ``recheck_ms`` of processing time, to let
     its window go once the watermark has passed."""
 
     rules: dict[str, Rule]
-    late: Accumulator[int] | None = None
     recheck_ms: int = 60_000
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
@@ -41,14 +37,14 @@ class GaugeState:
         rule_id, _shard, window = key
         rule = self.rules.get(rule_id)
         if int(window) + WINDOW_MS <= state.getCurrentWatermarkMs():
-            if not state.hasTimedOut and self.late is not None:
-                self.late.add(sum(int(f["matches"].sum()) for f in frames))
+            # Closed: the logs still arriving for it are counted as late by the input-status
+            # key (l2m_late_logs_total), which sees every log once.
             state.remove()
             return
         if rule is None:  # a removed rule: nothing more will come for it
             state.remove()
             return
-        stored = orjson.loads(state.get[0]) if state.exists else {}
+        stored = load_blob(state.get[0]) if state.exists else {}
         series: dict[str, dict[str, list[Any]]] = stored.get("series", {})
         if stored.get("sig") not in (None, signature(rule)):
             series = {}
@@ -59,7 +55,7 @@ class GaugeState:
                     buckets = series.setdefault(name, {})
                     buckets[le] = part.merged_into(buckets.get(le))
                     touched.add(name)
-        state.update((orjson.dumps({"sig": signature(rule), "series": series}),))
+        state.update((dump_blob({"sig": signature(rule), "series": series}),))
         state.setTimeoutDuration(self.recheck_ms)
         if not touched:
             return

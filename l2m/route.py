@@ -88,7 +88,12 @@ def window_column(rule: Rule) -> Column:
     """Gauges: the one-minute window start; counters: null."""
     if rule.kind != "gauge":
         return F.lit(None).cast("long")
-    return F.floor(F.col(TIMESTAMP) / F.lit(60_000)).cast("long") * F.lit(60_000)
+    return window_start(F.col(TIMESTAMP))
+
+
+def window_start(ts: Column) -> Column:
+    """Start of the one-minute window holding ``ts`` (ms)."""
+    return F.floor(ts / F.lit(60_000)).cast("long") * F.lit(60_000)
 
 
 def series_column(rule: Rule, plan: ParsePlan) -> Column:
@@ -152,7 +157,11 @@ def route(parsed: DataFrame, routing: Routing, with_status: bool = True,
                             F.col(STATUS).cast("int") + 1)
         labels = (encoded_values([name]) if series else
                   F.array(F.struct(F.lit("status").alias("name"), name.alias("value"))))
-        items.append(_match(F.lit(STATUS_RULE), labels, F.lit(None).cast("string"),
+        # Streaming: a routed log's one-minute window rides in `le`, so the input-status
+        # state can count the logs that come after their window closed (l2m.counters).
+        minute = (F.when(F.col(STATUS).isin(*ROUTED), window_start(F.col(TIMESTAMP))
+                         .cast("string")) if series else F.lit(None).cast("string"))
+        items.append(_match(F.lit(STATUS_RULE), labels, minute,
                             F.lit(None).cast("long"), F.lit(1.0), F.col(TIMESTAMP), series))
     if not items:  # no rules: no rows, but still a frame of the source's kind
         schema = T.StructType([T.StructField("series", T.StringType()) if series and

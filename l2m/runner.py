@@ -1,9 +1,15 @@
-"""Running the streaming job: session, the query, progress lines, graceful shutdown."""
+"""Running the streaming job: session, the query, progress lines, graceful shutdown, and
+riding out Kafka outages.
+
+Input: a :class:`~l2m.config.JobConfig` and the rules. Output: the running query, one progress
+line per micro-batch on ``out``, and an exit code (0 stopped or finished, 1 failed). A query
+that fails because Kafka cannot be reached (sink, dead letters, offsets, records) is started
+again on the same checkpoint after a backoff (1 s doubling to 60 s), for as long as the outage
+lasts; the batch it was running is replayed."""
 
 from __future__ import annotations
 
 import json
-import re
 import signal
 import sys
 import threading
@@ -17,6 +23,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from l2m.config import JobConfig
+from l2m.errors import L2mError
+from l2m.failures import failure, retriable
 from l2m.rules import Rule
 from l2m.session import build_session
 from l2m.streaming import STREAMING_CONF, Job, start_job, stop_file
@@ -31,14 +39,29 @@ def lag(progress: dict[str, Any]) -> int | None:
     """Records behind the end of the topic after this batch, over all partitions."""
     total = 0
     for source in progress.get("sources", []):
-        latest, end = source.get("latestOffset"), source.get("endOffset")
-        if not latest or not end:
+        # A replayed batch (after a crash) is not planned again, so the source never computes
+        # its latest offsets: Spark reports null, and the lag is unknown for that batch.
+        latest = _offsets(source.get("latestOffset"))
+        end = _offsets(source.get("endOffset"))
+        if latest is None or end is None:
             return None
-        latest = json.loads(latest) if isinstance(latest, str) else latest
-        end = json.loads(end) if isinstance(end, str) else end
-        for p, offset in latest.get("partitions", {}).items():
-            total += max(0, int(offset) - int(end.get("partitions", {}).get(p, 0)))
+        for p, offset in latest.items():
+            total += max(0, int(offset) - int(end.get(p, 0)))
     return total
+
+
+def _offsets(value: Any) -> dict[str, Any] | None:
+    """The ``partitions`` of a source offset as Spark reports it (JSON text, a dict, or
+    null), or None."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, dict):
+        return None
+    partitions = value.get("partitions")
+    return partitions if isinstance(partitions, dict) else None
 
 
 def describe(name: str, progress: dict[str, Any], reduction: tuple[int, int] | None = None,
@@ -81,9 +104,14 @@ class Runner:
     on_progress: Callable[[str, dict[str, Any]], None] | None = None
     spark: SparkSession | None = None
     job: Job | None = None
+    retry: bool = True  # restart the query after Kafka outages (backoff) instead of failing
+    max_backoff_s: float = 60.0
+    error: L2mError | None = None  # why the job failed, when it did
+    restarts: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _seen: dict[str, int] = field(default_factory=dict)
     _counted: tuple[int, int, int] = (0, 0, 0)
+    _progressed: bool = False
 
     def start(self) -> Job:
         marker = Path(stop_file(self.cfg))
@@ -91,6 +119,7 @@ class Runner:
         if self.spark is None:
             self.spark = session_for(self.cfg)
         self.job = start_job(self.spark, self.cfg, self.rules, once=self.once)
+        self._counted = (0, 0, 0)  # a new query has new accumulators
         return self.job
 
     def install_signals(self) -> None:
@@ -113,17 +142,39 @@ class Runner:
         Returns the exit code: 0, or 1 if a query failed."""
         assert self.job is not None
         deadline = time.monotonic() + duration if duration else None
+        backoff = 1.0
         while True:
             self._report()
             if on_tick is not None:
                 on_tick()
             failed = [q for q in self.job.queries if q.exception() is not None]
             if failed:
-                for q in failed:
-                    print(f"l2m: query {q.name} failed: {_first_line(q.exception())}",
-                          file=self.out, flush=True)
+                error = failure(failed[0].exception())
                 self._shutdown()
-                return 1
+                if not (self.retry and retriable(error)):
+                    self.error = error
+                    self._say(error.render())
+                    return 1
+                self._say(f"l2m: {error.code.lower().replace('_', ' ')}: {error.message}; "
+                          f"retrying in {backoff:.0f} s (the batch will be replayed)")
+                if self._stop.wait(backoff) or (deadline is not None
+                                                and time.monotonic() > deadline):
+                    return 0
+                backoff = min(backoff * 2, self.max_backoff_s)
+                self.restarts += 1
+                try:
+                    self.start()
+                except Exception as exc:  # Kafka still down while the query starts
+                    error = failure(exc)
+                    if not retriable(error):
+                        self.error = error
+                        self._say(error.render())
+                        return 1
+                    self._say(f"l2m: {error.message}; retrying")
+                continue
+            if self._progressed:
+                backoff = 1.0  # progress again: the next outage starts from a short wait
+                self._progressed = False
             if all(not q.isActive for q in self.job.queries):
                 self._report()
                 return 0
@@ -131,6 +182,10 @@ class Runner:
                 self._shutdown()
                 return 0
             self._stop.wait(poll)
+
+    def _say(self, line: str) -> None:
+        if self.out is not None:
+            print(line, file=self.out, flush=True)
 
     def _report(self) -> None:
         assert self.job is not None
@@ -141,6 +196,7 @@ class Runner:
                 if batch <= self._seen.get(name, -1):
                     continue
                 self._seen[name] = batch
+                self._progressed = True
                 rows_in, rows_out, late = self._counts()
                 if self.on_progress:
                     self.on_progress(name, progress)
@@ -185,18 +241,3 @@ def _busy(query: StreamingQuery) -> bool:
         return bool(query.isActive and query.status.get("isTriggerActive"))
     except Exception:
         return False
-
-
-_CAUSE = re.compile(r"^\s*(?:[\w.]+\.)?(SinkError|DataLossError|[A-Z]\w*Error): (.+)$")
-
-
-def _first_line(exc: Any) -> str:
-    """The most telling line of a query failure: l2m's own errors first, else the last
-    Python exception line, else the first line."""
-    text = str(exc.desc if hasattr(exc, "desc") else exc).strip()
-    causes = [m for m in map(_CAUSE.match, text.splitlines()) if m]
-    ours = [m for m in causes if m.group(1) in ("SinkError", "DataLossError")]
-    if ours or causes:
-        match = (ours or causes)[-1]
-        return f"{match.group(1)}: {match.group(2).strip()}"
-    return text.splitlines()[0] if text else repr(exc)

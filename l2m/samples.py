@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import decimal
 import hashlib
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -14,6 +15,7 @@ import orjson
 import pandas as pd
 
 from l2m.rules import Rule
+from l2m.statefmt import dump_float, load_float
 
 # Exact sums: wide enough that adding never rounds; past ±1e20 (what Spark's decimal(38,18)
 # holds) a sum falls back to doubles, as the Spark aggregate does.
@@ -55,14 +57,17 @@ class Partial:
         )
 
     def dump(self) -> list[Any]:
-        """The JSON-able form the streaming state stores (exact sum as a string)."""
-        return [self.matches, self.n, self.sum, None if self.exact is None else str(self.exact),
-                self.min, self.max, self.ts]
+        """The JSON-able form the streaming state stores (:mod:`l2m.state`, format 1: exact
+        sum as a string, non-finite floats as strings)."""
+        return [self.matches, self.n, dump_float(self.sum),
+                None if self.exact is None else str(self.exact),
+                dump_float(self.min), dump_float(self.max), self.ts]
 
     @classmethod
     def load(cls, stored: list[Any]) -> Partial:
         matches, n, total, exact, lo, hi, ts = stored
-        return cls(matches, n, total, None if exact is None else Decimal(exact), lo, hi, ts)
+        return cls(matches, n, load_float(total) or 0.0,
+                   None if exact is None else Decimal(exact), load_float(lo), load_float(hi), ts)
 
     def merged_into(self, stored: list[Any] | None) -> list[Any]:
         """The stored form of ``stored`` (if any) merged with this partial."""
@@ -82,13 +87,27 @@ def _pick(fn: Any, a: Any, b: Any) -> Any:
     return fn(a, b)
 
 
+def sample_value(value: float) -> float | str:
+    """A sample's value: a finite number as itself; a sum that left the double range as
+    Prometheus writes it, the string ``"+Inf"``, ``"-Inf"`` or ``"NaN"`` (JSON has no such
+    numbers, and ``null`` would hide it)."""
+    value = float(value)
+    if math.isfinite(value):
+        return value
+    return dump_float(value)  # type: ignore[return-value]
+
+
+def is_finite_sample(s: Mapping[str, Any]) -> bool:
+    return not isinstance(s["value"], str)
+
+
 def sample(rule: Rule, name: str, labels: dict[str, str], value: float,
            timestamp: int) -> dict[str, Any]:
     return {
         "name": name,
         "kind": rule.kind,
         "labels": labels,
-        "value": float(value),
+        "value": sample_value(value),
         "timestamp": int(timestamp),
         "account": rule.target_account,
         "rule": rule.id,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -44,6 +46,22 @@ def build_session(master: str = "local[*]", app_name: str = "l2m",
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = _without_sigterm(builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _without_sigterm(launch):  # type: ignore[no-untyped-def]
+    """Launch the JVM with SIGTERM ignored. l2m's driver stops the job gracefully on SIGTERM
+    (the running batch finishes and commits); a SIGTERM sent to the whole process group —
+    `kill -TERM -PGID`, a terminal, some supervisors — would otherwise also reach the JVM,
+    which would exit at once and fail the batch. A JVM started with SIGTERM ignored leaves it
+    ignored (as pyspark does for SIGINT); it still exits when the driver process ends."""
+    if threading.current_thread() is not threading.main_thread():
+        return launch()
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        return launch()
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

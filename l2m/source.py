@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from l2m.errors import DataLossError
+from l2m.errors import DataLossError, KafkaUnavailableError, SinkError
 from l2m.parse import DEAD_LETTERED, ERROR, STATUS, ParsePlan, parse_lines
 
 RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, "
@@ -175,13 +175,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._admin
 
     def _partitions(self) -> list[int]:
+        from confluent_kafka import KafkaException
+
         # Full metadata, not a request for this topic: brokers with topic auto-creation
         # (tansu always) would create a mistyped topic instead of reporting it.
-        meta = self._admin_client().list_topics(timeout=30)
+        try:
+            meta = self._admin_client().list_topics(timeout=30)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(f"cannot read Kafka metadata: {exc}") from None
         topic = meta.topics.get(self.topic)
         if topic is None or topic.error is not None or not topic.partitions:
             error = topic.error if topic is not None else "unknown topic"
-            raise RuntimeError(f"Kafka topic '{self.topic}' is not available: {error}")
+            # Retried like an outage: a topic being created or a broker restarting.
+            raise KafkaUnavailableError(f"Kafka topic '{self.topic}' is not available: {error}")
         return sorted(topic.partitions)
 
     def _offsets(self, spec: str) -> dict[int, int]:
@@ -190,8 +196,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         make = OffsetSpec.earliest if spec == "earliest" else OffsetSpec.latest
         request = {TopicPartition(self.topic, p): make() for p in self._partitions()}
-        futures = self._admin_client().list_offsets(request, request_timeout=30)
-        return {tp.partition: fut.result().offset for tp, fut in futures.items()}
+        try:
+            futures = self._admin_client().list_offsets(request, request_timeout=30)
+            return {tp.partition: fut.result().offset for tp, fut in futures.items()}
+        except Exception as exc:  # KafkaException, or a timeout inside the future
+            raise KafkaUnavailableError(f"cannot list {spec} offsets of Kafka topic "
+                                        f"'{self.topic}': {exc}") from None
 
     def _encode(self, offsets: dict[int, int]) -> dict[str, Any]:
         return {"topic": self.topic,
@@ -329,7 +339,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                             timeout=1.0)
                 if not messages and time.monotonic() > deadline:
                     behind = {p: position[p] for p in ends if position[p] < ends[p]}
-                    raise DataLossError(
+                    raise KafkaUnavailableError(
                         f"no records from {self.topic} partitions/offsets {behind} within "
                         f"{self.poll_timeout:.0f}s (expected up to {ends})")
                 for msg in messages:
@@ -343,7 +353,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                             "is out of range")
                             position[p] = ends[p]
                             continue
-                        raise RuntimeError(f"Kafka error reading {self.topic}: {error}")
+                        raise KafkaUnavailableError(f"Kafka error reading {self.topic}: {error}")
                     p = msg.partition()
                     offset = msg.offset()
                     if offset < position[p] or offset >= ends[p]:
@@ -416,15 +426,24 @@ class _Buffer:
         return len(self.values)
 
 
-class DeadLetters:
-    """Malformed logs → the dead-letter topic: the original key and bytes, the reason and the
-    origin in headers, keyed deterministically (a retried task overwrites, never adds)."""
+# Dead letters keep at most this many bytes of the original record: a 5 MB log must not be
+# refused by the dead-letter topic (its broker limit is unknown; tansu answers no
+# DescribeConfigs) and fail the job. Its full size is in the `l2m.size` header.
+DEAD_LETTER_MAX_BYTES = 256 * 1024
 
-    def __init__(self, config: dict[str, str], topic: str, source_topic: str) -> None:
+
+class DeadLetters:
+    """Malformed logs → the dead-letter topic: the original key and bytes (truncated past
+    ``max_bytes``), the reason, the origin and the original size in headers, keyed
+    deterministically (a retried task overwrites, never adds)."""
+
+    def __init__(self, config: dict[str, str], topic: str, source_topic: str,
+                 max_bytes: int = DEAD_LETTER_MAX_BYTES) -> None:
         from l2m.sink import cached_producer
 
         self.topic = topic
         self.source_topic = source_topic
+        self.max_bytes = max_bytes
         self.producer = cached_producer({"enable.idempotence": True, "linger.ms": 20,
                                          "log_level": "3", **config})
         self.errors: list[str] = []
@@ -432,12 +451,24 @@ class DeadLetters:
 
     def send(self, buffer: _Buffer, i: int, reason: str) -> None:
         origin = f"{self.source_topic}/{buffer.partitions[i]}/{buffer.offsets[i]}"
-        self.producer.produce(
-            self.topic, value=buffer.values[i],
-            key=buffer.keys[i] if buffer.keys[i] is not None else origin.encode(),
-            headers=[("l2m.error", reason.encode()), ("l2m.origin", origin.encode())],
-            on_delivery=self._delivered,
-        )
+        value = buffer.values[i]
+        key = buffer.keys[i] if buffer.keys[i] is not None else origin.encode()
+        headers = [("l2m.error", reason[:1024].encode("utf-8", "replace")),
+                   ("l2m.origin", origin.encode())]
+        if value is not None:
+            headers.append(("l2m.size", str(len(value)).encode()))
+            if len(value) > self.max_bytes:
+                value = value[:self.max_bytes]
+                headers.append(("l2m.truncated", b"true"))
+        if key is not None and len(key) > self.max_bytes // 4:
+            key = origin.encode()
+        while True:
+            try:
+                self.producer.produce(self.topic, value=value, key=key, headers=headers,
+                                      on_delivery=self._delivered)
+                break
+            except BufferError:  # local queue full: let deliveries drain
+                self.producer.poll(0.1)
         self.sent += 1
         self.producer.poll(0)
 
@@ -451,8 +482,8 @@ class DeadLetters:
         remaining = self.producer.flush(60)
         if remaining or self.errors:
             drop_producer(self.producer)
-            raise RuntimeError(f"dead-letter topic {self.topic}: {remaining} undelivered, "
-                               f"errors: {self.errors[:3]}")
+            raise SinkError(f"dead-letter topic {self.topic}: {remaining} undelivered, "
+                            f"errors: {self.errors[:3]}")
 
 
 def _int_option(options: dict[str, str], name: str) -> int | None:

@@ -5,19 +5,38 @@ State is keyed by (rule, shard, window): counters by (rule, shard) with window
 window), so a batch touches only the windows its logs fall in. The value is one opaque
 blob per key, so the state schema never depends on the rules. Running both in one query
 means each log is read, parsed and routed once (Spark's own window aggregation cannot share a
-query with ``applyInPandasWithState`` in update mode, hence gauges are ours too)."""
+query with ``applyInPandasWithState`` in update mode, hence gauges are ours too).
+
+State outlives releases: every blob is orjson of a mapping with ``"v"``, the format version
+(:data:`STATE_FORMAT`). :func:`load_blob` reads every version l2m has written since versions
+exist (``tests/golden/`` pins each) and refuses anything else with ``[STATE_FORMAT]``, naming
+the version it found and what to do. The checkpoint folder carries the same version in
+``l2m.json`` (:func:`check_checkpoint`), so a wrong checkpoint is refused before Spark starts.
+
+Layouts (version 1):
+
+* counter key: ``{"v": 1, "sig": signature, "series": {series: [last_seen_ms, {le:
+  partial}]}}``; the input-status key (rule ``__status__``) adds ``"late": partial`` — logs
+  that came after the watermark had closed their window;
+* gauge key: ``{"v": 1, "sig": signature, "series": {series: {le: partial}}}``;
+* partial: ``[matches, n, sum, exact_sum (decimal string or null), min, max, ts]``; a
+  non-finite float is stored as ``"+Inf"``, ``"-Inf"`` or ``"NaN"``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from pyspark.sql.streaming.state import GroupState
 
 from l2m.counters import CounterState
+from l2m.errors import StateFormatError
 from l2m.gauges import GaugeState
+from l2m.statefmt import STATE_FORMAT, UPGRADE_HINT
 
 CUMULATIVE = -1  # the window of every counter key
 OUTPUT_SCHEMA = "key string, value string"
@@ -37,3 +56,39 @@ class MetricState:
         if key[2] == CUMULATIVE:
             return self.counters(key, frames, state)
         return self.gauges(key, frames, state)
+
+
+CHECKPOINT_MARKER = "l2m.json"
+
+
+def check_checkpoint(checkpoint: str, query_dir: str) -> None:
+    """Refuse a checkpoint this l2m cannot continue, before Spark starts; mark a new one.
+
+    A checkpoint with a query folder but no ``l2m.json`` was written before state versions
+    (or by the two-query layout); one whose version is not :data:`STATE_FORMAT` by another
+    release. Only local (and mounted) paths are checked; object-store URIs rely on the
+    blobs' own versions."""
+    if "://" in checkpoint and not checkpoint.startswith("file://"):
+        return
+    root = Path(checkpoint.removeprefix("file://"))
+    marker = root / CHECKPOINT_MARKER
+    if marker.exists():
+        try:
+            found = json.loads(marker.read_text()).get("state_format")
+        except (OSError, ValueError, AttributeError):
+            found = "unreadable"
+        if found != STATE_FORMAT:
+            raise StateFormatError(
+                f"checkpoint {checkpoint} holds state format {found}; this l2m reads format "
+                f"{STATE_FORMAT}. {UPGRADE_HINT}")
+        return
+    started = (root / query_dir / "offsets").is_dir() or (root / "counters").is_dir() \
+        or (root / "gauges").is_dir()
+    if started:
+        raise StateFormatError(
+            f"checkpoint {checkpoint} was written by an l2m before state format versions "
+            f"(format 0); this l2m reads format {STATE_FORMAT}. {UPGRADE_HINT}")
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"state_format": STATE_FORMAT}) + "\n")
+    tmp.replace(marker)

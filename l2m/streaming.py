@@ -26,14 +26,17 @@ from l2m.aggregate import EXACT
 from l2m.config import JobConfig
 from l2m.counters import CounterState
 from l2m.gauges import GaugeState
+from l2m.parse import ROUTED, STATUS_NAMES
 from l2m.preaggregate import PARTIAL_SCHEMA, Reduction, counted, preaggregate
-from l2m.route import plan_for, route
+from l2m.route import STATUS_RULE, plan_for, route
 from l2m.rules import Rule
 from l2m.sink import KafkaSink, write_batch
 from l2m.source import KafkaSource
-from l2m.state import CUMULATIVE, OUTPUT_SCHEMA, STATE_SCHEMA, MetricState
+from l2m.state import CUMULATIVE, OUTPUT_SCHEMA, STATE_SCHEMA, MetricState, check_checkpoint
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
+# Series keys (l2m.route.encoded_values) of the input statuses whose logs are routed.
+ROUTED_STATUS_SERIES = sorted({f"{len(n)}:{n}" for n in (STATUS_NAMES[c] for c in ROUTED)})
 
 
 def stop_file(cfg: JobConfig) -> str:
@@ -76,8 +79,9 @@ def source_frame(spark: SparkSession, cfg: JobConfig, plan_json: str,
 
 @dataclass
 class Counts:
-    """What the job counts about itself, summed over the query's life (Spark accumulators):
-    the pre-aggregation's rows in → out, and logs dropped for arriving past the watermark."""
+    """What the job counts about itself for its progress lines, summed over the query's life
+    (Spark accumulators): the pre-aggregation's rows in → out, and logs that came after their
+    gauge window closed. The late count that persists is ``l2m_late_logs_total``."""
 
     reduction: Reduction
     late: Accumulator[int]
@@ -108,19 +112,24 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         "x", F.when(F.col("rule").isin(exact), F.col("v").try_cast(EXACT))
         if exact else F.lit(None).cast(EXACT))
     function = preaggregate if counts is None else counted(preaggregate, counts.reduction)
+    status = F.col("rule") == F.lit(STATUS_RULE)
+    # Only the times of logs the rules see move the watermark: a malformed or future-dated
+    # record (dated by its Kafka time, which may itself be wrong) must not close windows.
+    unrouted = status & ~F.col("series").isin(*ROUTED_STATUS_SERIES)
     partials = (routed.mapInArrow(function, PARTIAL_SCHEMA)
                 .withColumn("window", F.coalesce("window", F.lit(CUMULATIVE)))
-                .withColumn("shard", F.pmod(F.hash("rule", "series"),
-                                            F.lit(cfg.counter_shards)))
+                # The input statuses share one key: one exact late-log count (l2m.counters).
+                .withColumn("shard", F.when(status, F.lit(0)).otherwise(
+                    F.pmod(F.hash("rule", "series"), F.lit(cfg.counter_shards))))
                 # The watermark's event time: every log has a status row carrying its own.
                 .withColumn("event_time", F.timestamp_millis(
-                    F.coalesce("ts", F.greatest("window", F.lit(0)))))
+                    F.when(unrouted, F.lit(0)).otherwise(
+                        F.coalesce("ts", F.greatest("window", F.lit(0))))))
                 .withWatermark("event_time", f"{cfg.grace_ms} milliseconds"))
     state = MetricState(
         CounterState({r.id: r for r in routing.rules if r.kind == "counter"},
-                     cfg.counter_ttl_ms),
-        GaugeState({r.id: r for r in routing.rules if r.kind == "gauge"},
-                   None if counts is None else counts.late),
+                     cfg.counter_ttl_ms, None if counts is None else counts.late),
+        GaugeState({r.id: r for r in routing.rules if r.kind == "gauge"}),
     )
     return partials.groupBy("rule", "shard", "window").applyInPandasWithState(
         state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)
@@ -142,6 +151,7 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     """Start the query; ``once`` processes what is available now and stops. ``source`` and
     ``sink`` replace Kafka (the in-memory test harness, :mod:`l2m.memory`)."""
     register(spark)
+    check_checkpoint(cfg.checkpoint, QUERY)
 
     def kafka_sink(frame: DataFrame, batch_id: int) -> None:
         write_batch(frame, cfg.topics.metrics, cfg.sink)

@@ -24,10 +24,11 @@ rules:
 SCHEMA = StructType([StructField("blob", BinaryType())])
 
 
-def group_state(blob: bytes | None, now: int, timed_out: bool = False) -> GroupState:
+def group_state(blob: bytes | None, now: int, timed_out: bool = False,
+                watermark: int = -1) -> GroupState:
     return GroupState(
-        Row(blob) if blob is not None else None, now, -1,
-        GroupStateTimeout.ProcessingTimeTimeout, timed_out, False,
+        Row(blob) if blob is not None else None, now, watermark,
+        GroupStateTimeout.ProcessingTimeTimeout, timed_out, watermark >= 0,
         blob is not None, False, False, -1, b"", SCHEMA,
     )
 
@@ -95,7 +96,7 @@ rules:
 
 def test_state_of_a_removed_rule_is_kept_until_it_expires_and_emits_nothing():
     fn = CounterState({}, ttl_ms=1000)
-    blob = orjson.dumps({"sig": ["count", None, [], ["s"]],
+    blob = orjson.dumps({"v": 1, "sig": ["count", None, [], ["s"]],
                          "series": {"1:a": [0, {"": [1, 1, 1.0, "1", None, None, 1]}]}})
     state = group_state(blob, now=10, timed_out=True)
     assert run(fn, ("gone", 0), [], state) == []
@@ -103,3 +104,46 @@ def test_state_of_a_removed_rule_is_kept_until_it_expires_and_emits_nothing():
     state = group_state(blob, now=5000, timed_out=True)
     run(fn, ("gone", 0), [], state)
     assert not state.exists
+
+
+class Count:
+    """Stands in for the Spark accumulator of late logs (the progress line)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def add(self, n: int) -> None:
+        self.value += n
+
+
+W = 1_795_341_600_000  # a window start
+
+
+def test_input_statuses_count_logs_whose_window_the_watermark_closed_once_and_exactly():
+    late = Count()
+    fn = CounterState({}, ttl_ms=60_000, late=late)
+    # status partials carry each routed log's minute in `le`; unrouted statuses carry none
+    state = group_state(None, now=1000, watermark=W + 60_000)
+    out = run(fn, ("__status__", 0), [partial("2:ok", str(W), 3, 3.0, W + 5),
+                                     partial("2:ok", str(W + 60_000), 2, 2.0, W + 60_001),
+                                     partial("9:malformed", None, 1, 1.0, W + 70_000)], state)
+    by_name = {(s["name"], tuple(s["labels"].items())): (s["value"], s["timestamp"])
+               for s in out}
+    assert by_name == {
+        ("l2m_input_logs_total", (("status", "ok"),)): (5.0, W + 60_001),
+        ("l2m_input_logs_total", (("status", "malformed"),)): (1.0, W + 70_000),
+        ("l2m_late_logs_total", ()): (3.0, W + 5),  # only the window that had closed
+    }
+    assert late.value == 3
+    # the late count is state: it continues across batches (and restarts), and is emitted
+    # only when it grows
+    state2 = group_state(state.get[0], now=2000, watermark=W + 120_000)
+    out = run(fn, ("__status__", 0), [partial("2:ok", str(W + 120_000), 1, 1.0, W + 120_000)],
+              state2)
+    assert [s["name"] for s in out] == ["l2m_input_logs_total"]
+    state3 = group_state(state2.get[0], now=3000, watermark=W + 120_000)
+    out = run(fn, ("__status__", 0), [partial("2:ok", str(W), 4, 4.0, W + 7)], state3)
+    assert {s["name"]: s["value"] for s in out} == {"l2m_input_logs_total": 10.0,
+                                                   "l2m_late_logs_total": 7.0}
+    assert late.value == 7
+    assert stored(state3)["v"] == 1

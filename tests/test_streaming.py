@@ -48,7 +48,7 @@ def backfill_samples(spark, rules, lines: list[bytes], tmp: Path) -> list[dict]:
 
 def metrics(t, *, without_input: bool = True) -> list[dict]:
     samples = latest_samples(consume_all(t.bootstrap, t.topics.metrics))
-    return [s for s in samples if not (without_input and s["rule"] == "l2m-input")]
+    return [s for s in samples if not (without_input and s["rule"] in ("l2m-input", "l2m-late"))]
 
 
 def input_counts(t) -> dict[str, float]:
@@ -142,6 +142,10 @@ def test_late_data_within_grace_corrects_beyond_grace_is_dropped(spark, broker, 
     assert job.counts is not None and job.counts.late.value == 1
     by_window = {s["timestamp"]: s["value"] for s in metrics(t)}
     assert by_window == {w0: 30.0, w0 + 10 * 60_000: 1.0, w0 + 40 * 60_000: 2.0}
+    # the late log is counted where it lasts: l2m's own counter, in the checkpoint
+    late = [s for s in metrics(t, without_input=False) if s["rule"] == "l2m-late"]
+    assert [(s["name"], s["value"], s["timestamp"]) for s in late] == [
+        ("l2m_late_logs_total", 1.0, w0 + 4000)]
 
 
 def test_rules_changed_between_restarts(spark, broker, tmp_path):

@@ -1,0 +1,97 @@
+"""Crash-safe restarts, in the spirit of Spark's ``runStressTest`` and Kafka's EOS system tests:
+produce logs in chunks while ``l2m run`` (a real subprocess against the real broker) is killed
+with SIGKILL — the whole process group: Python driver, JVM, Python workers — at random
+moments (starting, planning, reading, state commit, sink, commit), restarted on the same
+checkpoint each time, and finally finished with ``--once``. The last sample of every counter
+and gauge series must equal ``l2m backfill`` over the same logs: nothing lost, nothing
+counted twice.
+
+Bounded (about two minutes); the seed is printed, and ``L2M_STRESS_SEED=<seed>`` replays a
+run's choices (chunk sizes and kill moments; the machine's timing still varies)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from l2m.rules import load_rules
+
+from .kafka_helpers import canonical, consume_all, fresh_topics, latest_samples, produce
+from .test_streaming import backfill_samples, generated
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parent.parent
+KILLS = 10
+OWN_COUNTERS = ("l2m-input", "l2m-late")
+
+
+def start(config: Path, log: Path, once: bool = False) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "l2m.cli", "run", "--config", str(config)]
+    with log.open("ab") as out:
+        return subprocess.Popen(args + (["--once"] if once else []), stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker, tmp_path):
+    seed = int(os.environ.get("L2M_STRESS_SEED", random.randrange(1 << 30)))
+    print(f"\nkill -9 stress test: seed {seed} (replay with L2M_STRESS_SEED={seed})")
+    rng = random.Random(seed)
+    t = fresh_topics(broker.bootstrap, partitions=3)
+    rules = load_rules([ROOT / "rules"]).rules
+    lines = generated(6000, seed=seed % 1000, malformed_ratio=0.01)
+    config = tmp_path / "job.yaml"
+    config.write_text(f"""\
+kafka: {{bootstrap.servers: "{t.bootstrap}"}}
+topics: {{logs: {t.topics.logs}, metrics: {t.topics.metrics},
+          dead_letters: {t.topics.dead_letters}}}
+rules: [{ROOT / 'rules'}]
+checkpoint: checkpoint
+trigger: 1 second
+counter_shards: 2
+source: {{max_records_per_trigger: 400, max_records_per_task: 200}}
+spark: {{master: "local[2]", spark.sql.shuffle.partitions: 2}}
+""")
+    log = tmp_path / "runs.log"
+    cuts = sorted(rng.sample(range(1, len(lines)), KILLS - 1))
+    chunks = [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)], strict=True)]
+    moments = []
+    for chunk in chunks:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": t.bootstrap, "log_level": "3"})
+        for i, line in enumerate(chunk):
+            producer.produce(t.topics.logs, value=line, partition=i % t.partitions)
+        producer.flush(30)
+        job = start(config, log)
+        # Spark takes 5-8 s to start here: moments from 2 s to 14 s fall into start-up,
+        # the first batch (Python workers, state load) and steady batches alike.
+        moment = rng.uniform(2.0, 14.0)
+        time.sleep(moment)
+        exited = job.poll()
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+        assert exited is None, f"l2m run exited by itself ({exited}) before the kill:\n" \
+                               + log.read_text()[-3000:]
+        moments.append(round(moment, 1))
+    print(f"killed {len(moments)} times, at {moments} s after start")
+
+    produce(t.bootstrap, t.topics.logs, [], t.partitions)  # closers: every record visible
+    final = start(config, log, once=True)
+    assert final.wait(300) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "Traceback" not in text, text[-3000:]
+
+    expected = backfill_samples(spark, rules, lines, tmp_path)
+    got = [s for s in latest_samples(consume_all(t.bootstrap, t.topics.metrics))
+           if s["rule"] not in OWN_COUNTERS]
+    kinds = {s["kind"] for s in expected}
+    print(f"compared {len(expected)} samples ({', '.join(sorted(kinds))}) with backfill")
+    assert kinds == {"counter", "gauge"}
+    assert canonical(got) == canonical(expected)
