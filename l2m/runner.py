@@ -27,7 +27,8 @@ from l2m.errors import L2mError
 from l2m.failures import failure, retriable
 from l2m.rules import Rule
 from l2m.session import build_session
-from l2m.streaming import STREAMING_CONF, Job, start_job, stop_file
+from l2m.state import check_checkpoint
+from l2m.streaming import QUERY, STREAMING_CONF, Job, start_job, stop_file
 
 
 def session_for(cfg: JobConfig) -> SparkSession:
@@ -116,6 +117,7 @@ class Runner:
     def start(self) -> Job:
         marker = Path(stop_file(self.cfg))
         marker.unlink(missing_ok=True)  # left over from a stop that did not finish
+        check_checkpoint(self.cfg.checkpoint, QUERY)  # before the slow part: Spark
         if self.spark is None:
             self.spark = session_for(self.cfg)
         self.job = start_job(self.spark, self.cfg, self.rules, once=self.once)

@@ -39,6 +39,13 @@ def start(config: Path, log: Path, once: bool = False) -> subprocess.Popen[bytes
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def last_batch(folder: Path) -> int:
+    """The highest batch id with a file in a checkpoint folder (offsets or commits), or -1."""
+    if not folder.is_dir():
+        return -1
+    return max((int(p.name) for p in folder.iterdir() if p.name.isdigit()), default=-1)
+
+
 def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker, tmp_path):
     seed = int(os.environ.get("L2M_STRESS_SEED", random.randrange(1 << 30)))
     print(f"\nkill -9 stress test: seed {seed} (replay with L2M_STRESS_SEED={seed})")
@@ -61,7 +68,9 @@ spark: {{master: "local[2]", spark.sql.shuffle.partitions: 2}}
     log = tmp_path / "runs.log"
     cuts = sorted(rng.sample(range(1, len(lines)), KILLS - 1))
     chunks = [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)], strict=True)]
-    moments = []
+    moments: list[str] = []
+    in_flight = 0
+    checkpoint = tmp_path / "checkpoint" / "metrics"
     for chunk in chunks:
         from confluent_kafka import Producer
 
@@ -69,18 +78,33 @@ spark: {{master: "local[2]", spark.sql.shuffle.partitions: 2}}
         for i, line in enumerate(chunk):
             producer.produce(t.topics.logs, value=line, partition=i % t.partitions)
         producer.flush(30)
+        planned = last_batch(checkpoint / "offsets")
         job = start(config, log)
-        # Spark takes 5-8 s to start here: moments from 2 s to 14 s fall into start-up,
-        # the first batch (Python workers, state load) and steady batches alike.
-        moment = rng.uniform(2.0, 14.0)
-        time.sleep(moment)
+        if rng.random() < 0.3:
+            # during start-up: session, JVM, query start, the first planning
+            delay = rng.uniform(1.0, 8.0)
+            time.sleep(delay)
+            moment = f"start+{delay:.1f}s"
+        else:
+            # inside a batch: after it is planned (offsets written), while it reads, parses,
+            # updates state, produces samples and commits
+            deadline = time.monotonic() + 90
+            while last_batch(checkpoint / "offsets") <= planned and job.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            delay = rng.uniform(0.0, 2.5)
+            time.sleep(delay)
+            moment = f"batch {last_batch(checkpoint / 'offsets')}+{delay:.1f}s"
         exited = job.poll()
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)
         assert exited is None, f"l2m run exited by itself ({exited}) before the kill:\n" \
                                + log.read_text()[-3000:]
-        moments.append(round(moment, 1))
-    print(f"killed {len(moments)} times, at {moments} s after start")
+        in_flight += last_batch(checkpoint / "offsets") > last_batch(checkpoint / "commits")
+        moments.append(moment)
+    print(f"killed {len(moments)} times ({in_flight} with a batch planned but not committed):"
+          f" {', '.join(moments)}")
+    assert len(moments) >= KILLS
 
     produce(t.bootstrap, t.topics.logs, [], t.partitions)  # closers: every record visible
     final = start(config, log, once=True)

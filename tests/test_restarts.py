@@ -1,0 +1,99 @@
+"""Restart paths of ``l2m run`` as an operator meets them: a batch planned but not committed
+(what a crash leaves) is replayed; SIGTERM to the whole process group of an idle job stops it
+cleanly; a checkpoint of another state format is refused before Spark starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .kafka_helpers import consume_all, fresh_topics, latest_samples, produce
+from .test_streaming import generated
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_config(t, tmp: Path, trigger: str = "5 seconds") -> Path:  # type: ignore[no-untyped-def]
+    config = tmp / "job.yaml"
+    config.write_text(f"""\
+kafka: {{bootstrap.servers: "{t.bootstrap}"}}
+topics: {{logs: {t.topics.logs}, metrics: {t.topics.metrics},
+          dead_letters: {t.topics.dead_letters}}}
+rules: [{ROOT / 'rules'}]
+checkpoint: checkpoint
+trigger: {trigger}
+counter_shards: 2
+spark: {{master: "local[2]", spark.sql.shuffle.partitions: 2}}
+""")
+    return config
+
+
+def run(config: Path, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "l2m.cli", "run", "--config", str(config),
+                           *extra], capture_output=True, text=True, timeout=timeout)
+
+
+def input_total(t) -> float:  # type: ignore[no-untyped-def]
+    samples = latest_samples(consume_all(t.bootstrap, t.topics.metrics))
+    return sum(s["value"] for s in samples if s["rule"] == "l2m-input"
+               and s["labels"]["status"] == "ok")
+
+
+def test_a_batch_planned_but_not_committed_is_replayed_exactly(broker, tmp_path):
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    config = write_config(t, tmp_path)
+    lines = generated(200, seed=51)
+    produce(t.bootstrap, t.topics.logs, lines[:100], t.partitions)
+    assert run(config, "--once").returncode == 0
+    produce(t.bootstrap, t.topics.logs, lines[100:], t.partitions)
+    assert run(config, "--once").returncode == 0
+    commits = tmp_path / "checkpoint" / "metrics" / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(last)).unlink()  # what kill -9 between the sink and the commit leaves
+    res = run(config, "--once")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr
+    assert f"batch {last:>5}" in res.stderr and "lag        ?" in res.stderr
+    assert input_total(t) == 200.0
+
+
+def test_sigterm_to_the_process_group_of_an_idle_job_exits_zero(broker, tmp_path):
+    t = fresh_topics(broker.bootstrap, partitions=1)
+    config = write_config(t, tmp_path, trigger="1 second")
+    produce(t.bootstrap, t.topics.logs, generated(50, seed=52), t.partitions)
+    job = subprocess.Popen([sys.executable, "-m", "l2m.cli", "run", "--config", str(config)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    deadline = time.monotonic() + 120
+    committed = tmp_path / "checkpoint" / "metrics" / "commits" / "0"
+    while not committed.exists() and time.monotonic() < deadline and job.poll() is None:
+        time.sleep(0.5)
+    time.sleep(3)  # idle: nothing more to read
+    os.killpg(job.pid, signal.SIGTERM)  # as a terminal or a supervisor signals a group
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err[-3000:]
+    assert "SIGTERM received" in err and "Traceback" not in err
+
+
+def test_a_checkpoint_of_another_state_format_is_refused_with_its_code(tmp_path):
+    t = type("T", (), {"bootstrap": "127.0.0.1:1", "topics": type(
+        "Topics", (), {"logs": "l", "metrics": "m", "dead_letters": "d"})()})()
+    config = write_config(t, tmp_path)
+    old = tmp_path / "checkpoint" / "metrics" / "offsets"
+    old.mkdir(parents=True)  # a checkpoint written before state format versions
+    res = run(config, "--once", timeout=60)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1].startswith("l2m: error [STATE_FORMAT]: ")
+    assert "format 0" in res.stderr and "Upgrading" in res.stderr
+    assert "Traceback" not in res.stderr
+    (tmp_path / "checkpoint" / "l2m.json").write_text(json.dumps({"state_format": 99}))
+    res = run(config, "--once", timeout=60)
+    assert res.returncode == 1 and "holds state format 99" in res.stderr
