@@ -32,7 +32,8 @@ def failure(exc: Any) -> L2mError:
     if isinstance(exc, L2mError):
         return exc
     text = str(exc.desc if hasattr(exc, "desc") else exc).strip()
-    if not _CAUSE.match(text.splitlines()[0] if text else "") and _plain(exc):
+    if isinstance(exc, BaseException) and _plain(exc) \
+            and not any(map(_CAUSE.match, text.splitlines())):
         # An exception of the driver's own Python code (OSError, ValueError…): its message
         # is the cause.
         return SparkError(f"{type(exc).__name__}: {text}") if text else SparkError(repr(exc))

@@ -74,7 +74,10 @@ spark: {{master: "local[2]", spark.sql.shuffle.partitions: 2}}
     for chunk in chunks:
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": t.bootstrap, "log_level": "3"})
+        # Small producer batches: tansu shows a reader only up to the last batch's first
+        # record, so each chunk is visible to the running job but for a few records.
+        producer = Producer({"bootstrap.servers": t.bootstrap, "log_level": "3",
+                             "batch.num.messages": 20, "linger.ms": 0})
         for i, line in enumerate(chunk):
             producer.produce(t.topics.logs, value=line, partition=i % t.partitions)
         producer.flush(30)
