@@ -95,9 +95,12 @@ spark: {{master: "local[2]", spark.sql.shuffle.partitions: 2}}
             while last_batch(checkpoint / "offsets") <= planned and job.poll() is None \
                     and time.monotonic() < deadline:
                 time.sleep(0.05)
-            delay = rng.uniform(0.0, 2.5)
+            # a run's first batch takes 10-15 s here (Python workers, JIT, state load)
+            delay = rng.uniform(0.0, 12.0)
             time.sleep(delay)
-            moment = f"batch {last_batch(checkpoint / 'offsets')}+{delay:.1f}s"
+            batch = last_batch(checkpoint / "offsets")
+            done = "committed" if last_batch(checkpoint / "commits") >= batch else "running"
+            moment = f"batch {batch} planned+{delay:.1f}s ({done})"
         exited = job.poll()
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)
