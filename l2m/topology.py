@@ -59,7 +59,7 @@ l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
     --> Dead letters [{cfg.topics.dead_letters}]
     --> Route: explode one row per (log, rule, series), plus one status row per log
     --> Pre-aggregate: Arrow, per task, per (rule, series, le, window)
-    --> Watermark: max event time - {_fmt_ms(cfg.grace_ms)}
+    --> Watermark: max event time of routed logs - {_fmt_ms(cfg.grace_ms)}
     --> Exchange: hash(rule, shard, window)
     --> State: applyInPandasWithState, RocksDB
           counters: per (rule, shard), {cfg.counter_shards} shards per rule, TTL {_fmt_ms(cfg.counter_ttl_ms)}
@@ -70,15 +70,16 @@ l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
 | stage | module | contract |
 |---|---|---|
 | source | `l2m/source.py` | Kafka → rows; offsets in the checkpoint, explicit partition assignment (no consumer group, no rebalancing); {split}; {limit}; starting offsets `{src.starting_offsets}`; failOnDataLoss `{str(src.fail_on_data_loss).lower()}` |
-| parse | `l2m/parse.py` | JSON → typed columns for the referenced fields only; event time `{cfg.timestamp_field}`, else the Kafka timestamp; malformed → `{cfg.topics.dead_letters}` with the reason |
+| parse | `l2m/parse.py` | JSON → typed columns for the referenced fields only; event time `{cfg.timestamp_field}`, else the Kafka timestamp; more than {_fmt_ms(cfg.max_future_ms)} ahead of the record: `future`; malformed and future → `{cfg.topics.dead_letters}` with the reason (records over 256 KiB cut) |
 | route | `l2m/route.py` | each rule's query compiled once to a Spark Column; one row per (log, rule, series) |
 | pre-aggregate | `l2m/preaggregate.py` | per task, before any shuffle: one partial per (rule, series, le, window); counters have no window |
-| counters | `l2m/counters.py` (`CounterState`) | state keyed by (rule, shard), many series per Python call; idle series dropped after the TTL |
-| gauges | `l2m/gauges.py` (`GaugeState`) | state keyed by (rule, shard, window); watermark = max event time − grace; corrected windows re-emitted; logs for windows past the watermark dropped and counted |
+| counters | `l2m/counters.py` (`CounterState`) | state keyed by (rule, shard), many series per Python call; idle series dropped after the TTL; the input statuses (one key) also count late logs, `l2m_late_logs_total` |
+| gauges | `l2m/gauges.py` (`GaugeState`) | state keyed by (rule, shard, window); watermark = max event time − grace; corrected windows re-emitted; logs for windows past the watermark dropped |
 | sink | `l2m/sink.py` | idempotent producer, deterministic keys, a batch commits only when every sample is acknowledged |
 
 The state schema does not depend on the rules (rule id, labels and `le` are data): adding,
-changing or removing rules keeps the checkpoint usable.
+changing or removing rules keeps the checkpoint usable. State blobs carry their format
+version (`l2m/statefmt.py`, format 1).
 
 Fields parsed: {fields or "(none)"}.
 
