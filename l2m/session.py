@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -10,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from l2m.errors import ConfigError
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
 JIT = "-XX:-DontCompileHugeMethods"
@@ -33,10 +36,21 @@ DEFAULTS: dict[str, str] = {
 }
 
 
+# The master URLs Spark 4 accepts. Checked here because a bad one makes spark-submit exit
+# before the JVM gateway starts, and all pyspark can say then is JAVA_GATEWAY_EXITED.
+MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|"
+                    r"spark://\S+|k8s://\S+|yarn")
+
+
 def build_session(master: str = "local[*]", app_name: str = "l2m",
                   conf: Mapping[str, str] | None = None) -> SparkSession:
     """A Spark session whose Python workers run this interpreter (so they see l2m and its
-    dependencies, with or without an activated venv)."""
+    dependencies, with or without an activated venv). A master URL Spark would not accept is
+    a :class:`~l2m.errors.ConfigError`."""
+    if not MASTER.fullmatch(master):
+        raise ConfigError(f"Spark master '{master}' is not one Spark accepts: local, local[N], "
+                          "local[*], local-cluster[N,CORES,MEMORY_MB], spark://HOST:PORT, "
+                          "k8s://URL or yarn")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -114,7 +114,7 @@ def test_a_bad_master_is_one_line_and_debug_shows_the_traceback(tmp_path):
     assert res.returncode == 1
     assert "Traceback" not in res.stderr
     last = res.stderr.strip().splitlines()[-1]
-    assert last.startswith("l2m: error [SPARK]: ") and "bogus://nowhere" in last
+    assert last.startswith("l2m: error [CONFIG]: ") and "bogus://nowhere" in last
     res = cli("--debug", *args)
     assert res.returncode == 1 and "Traceback" in res.stderr
     assert not (tmp_path / "out.jsonl.partial").exists()
