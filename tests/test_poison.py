@@ -140,7 +140,7 @@ def test_a_failed_backfill_removes_its_partial_output(spark, tmp_path, monkeypat
     logs.write_bytes(orjson.dumps({"@timestamp": T0, "svc": "a"}) + b"\n")
 
     def broken(*_args: object) -> object:
-        yield {"rule": "n"}
+        yield {"rule": "n", "value": 1.0}  # the output has begun when the failure comes
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(backfill, "samples_from_rows", broken)
