@@ -1,13 +1,13 @@
-"""The streaming job against the real embedded broker: produce, process (availableNow), stop,
-restart from the checkpoint, and check exact results — in the manner of Spark's StreamTest."""
+"""The streaming job end to end against the real embedded broker: produce, process
+(availableNow), stop, restart from the checkpoint, and check exact results. Stateful semantics
+(late data, the watermark, rule changes) are tested without the broker, faster, in
+tests/test_harness.py."""
 
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
-import orjson
 import pytest
 
 from l2m.backfill import run_backfill
@@ -112,83 +112,3 @@ GAUGE_RULES = """\
 rules:
   - {id: avg, name: latency_avg, kind: gauge, query: "*", aggregation: avg, field: ms}
 """
-
-
-def log(ts: int, ms: float) -> bytes:
-    return orjson.dumps({"@timestamp": ts, "ms": ms})
-
-
-def test_late_data_within_grace_corrects_beyond_grace_is_dropped(spark, broker, tmp_path):
-    t = fresh_topics(broker.bootstrap, partitions=1)
-    rules, _ = load_text(GAUGE_RULES)
-    cfg = job_config(t, tmp_path)
-    w0 = T0
-    # 1: window w0 gets 10 and 20
-    produce(t.bootstrap, t.topics.logs, [log(w0 + 1000, 10), log(w0 + 2000, 20)], 1)
-    run_once(spark, cfg, rules)
-    # 2: event time moves 10 minutes on (watermark = w0 + 10 min − 20 min: w0 still open)
-    produce(t.bootstrap, t.topics.logs, [log(w0 + 10 * 60_000, 1)], 1)
-    run_once(spark, cfg, rules)
-    # 3: a late log for w0, within the grace: the window is corrected and re-emitted
-    produce(t.bootstrap, t.topics.logs, [log(w0 + 3000, 60)], 1)
-    run_once(spark, cfg, rules)
-    by_window = {s["timestamp"]: s["value"] for s in metrics(t)}
-    assert by_window[w0] == 30.0
-    # 4: event time moves 40 minutes on: w0 is past the watermark; a log for it is dropped
-    produce(t.bootstrap, t.topics.logs, [log(w0 + 40 * 60_000, 2)], 1)
-    run_once(spark, cfg, rules)
-    produce(t.bootstrap, t.topics.logs, [log(w0 + 4000, 1000)], 1)
-    job = run_once(spark, cfg, rules)
-    assert job.counts is not None and job.counts.late.value == 1
-    by_window = {s["timestamp"]: s["value"] for s in metrics(t)}
-    assert by_window == {w0: 30.0, w0 + 10 * 60_000: 1.0, w0 + 40 * 60_000: 2.0}
-    # the late log is counted where it lasts: l2m's own counter, in the checkpoint
-    late = [s for s in metrics(t, without_input=False) if s["rule"] == "l2m-late"]
-    assert [(s["name"], s["value"], s["timestamp"]) for s in late] == [
-        ("l2m_late_logs_total", 1.0, w0 + 4000)]
-
-
-def test_rules_changed_between_restarts(spark, broker, tmp_path):
-    t = fresh_topics(broker.bootstrap, partitions=2)
-    before = textwrap.dedent("""\
-        rules:
-          - {id: same, name: same_total, kind: counter, query: "*", aggregation: count}
-          - {id: changed, name: changed_total, kind: counter, query: "service:web",
-             aggregation: count}
-          - {id: removed, name: removed_total, kind: counter, query: "*", aggregation: count}
-          - {id: g, name: g_max, kind: gauge, query: "*", aggregation: max,
-             field: http.bytes}
-        """)
-    after = textwrap.dedent("""\
-        rules:
-          - {id: added, name: added_total, kind: counter, query: "*", aggregation: count}
-          - {id: same, name: same_total, kind: counter, query: "*", aggregation: count}
-          - {id: changed, name: changed_total, kind: counter, query: "service:cart",
-             aggregation: count}
-          - {id: g2, name: g2_min, kind: gauge, query: "*", aggregation: min,
-             field: http.bytes, group_by: [service]}
-        """)
-    rules_a, _ = load_text(before)
-    rules_b, _ = load_text(after)
-    first = generated(800, seed=21)
-    second = generated(600, seed=22)
-    cfg = job_config(t, tmp_path)
-    produce(t.bootstrap, t.topics.logs, first, t.partitions)
-    run_once(spark, cfg, rules_a)
-    produce(t.bootstrap, t.topics.logs, second, t.partitions)
-    run_once(spark, cfg, rules_b)  # both checkpoints load with a different rule set
-
-    def service_count(lines: list[bytes], service: str) -> int:
-        return sum(1 for x in lines if orjson.loads(x).get("service") == service)
-
-    totals = {s["rule"]: s["value"] for s in metrics(t) if s["kind"] == "counter"}
-    assert totals == {
-        "same": float(len(first) + len(second)),
-        "changed": float(service_count(first, "web") + service_count(second, "cart")),
-        "removed": float(len(first)),
-        "added": float(len(second)),
-    }
-    g2 = [s for s in metrics(t) if s["rule"] == "g2"]
-    expected_g2 = [s for s in backfill_samples(spark, rules_b, second, tmp_path)
-                   if s["rule"] == "g2"]
-    assert canonical(g2) == canonical(expected_g2)
