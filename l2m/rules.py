@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from l2m import yamlsafe
 from l2m.errors import Problem, QueryError, RuleValidationError, render
 from l2m.query import CompiledQuery, QueryConfig, parse_query
 from l2m.values import label_name, string_form
@@ -79,20 +81,8 @@ class RuleSet:
 # --- YAML with positions -------------------------------------------------------------------
 
 
-class _Loader(yaml.SafeLoader):
-    """YAML 1.2 booleans: only true/false. YAML 1.1's yes/no/on/off would turn an id like
-    ``off`` or a label value ``no`` into a boolean behind the user's back."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool",
-    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-    list("tTfF"),
-)
+# Bounded aliases, YAML 1.2 booleans, no echo of the text in errors (l2m.yamlsafe).
+_Loader = yamlsafe.SafeLoader
 
 
 class _Ctx:
@@ -146,20 +136,41 @@ def _mapping_items(node: yaml.MappingNode, ctx: _Ctx, rule_id: str | None
 
 
 def rule_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
-    """Expand files and directories (recursively, ``*.yaml``/``*.yml``) in a stable order."""
+    """Expand files and directories (recursively, ``*.yaml``/``*.yml``) in a stable order.
+
+    A file given twice, or reached both directly and through a directory, is loaded once (it
+    would otherwise count every log twice). An unreadable directory anywhere below is an
+    error, not silently skipped."""
     files: list[Path] = []
     problems: list[Problem] = []
+    seen: set[Path] = set()
+
+    def add(path: Path) -> None:
+        real = path.resolve()
+        if real not in seen:
+            seen.add(real)
+            files.append(path)
+
+    def unreadable(exc: OSError) -> None:
+        problems.append(Problem("FILE_UNREADABLE", str(exc.filename), 1, 1, None,
+                                render("FILE_UNREADABLE", {"reason": exc.strerror or exc})))
+
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")
-                           and p.is_file())
-            if not found:
+            found: list[Path] = []
+            before = len(problems)
+            for root, dirs, names in os.walk(path, onerror=unreadable):
+                dirs.sort()
+                found.extend(Path(root) / n for n in names
+                             if n.endswith((".yaml", ".yml")) and (Path(root) / n).is_file())
+            if not found and len(problems) == before:
                 problems.append(Problem("NO_RULE_FILES", str(path), 1, 1, None,
                                         render("NO_RULE_FILES", {})))
-            files.extend(found)
+            for found_path in sorted(found):
+                add(found_path)
         elif path.is_file():
-            files.append(path)
+            add(path)
         else:
             problems.append(Problem("FILE_NOT_FOUND", str(path), 1, 1, None,
                                     render("FILE_NOT_FOUND", {})))
@@ -175,6 +186,11 @@ def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None) -
     first_seen: dict[str, str] = {}
     for path in files:
         try:
+            size = path.stat().st_size
+            if size > yamlsafe.MAX_FILE_BYTES:
+                problems.append(Problem("FILE_TOO_LARGE", str(path), 1, 1, None, render(
+                    "FILE_TOO_LARGE", {"size": size, "limit": yamlsafe.MAX_FILE_BYTES})))
+                continue
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(Problem("FILE_UNREADABLE", str(path), 1, 1, None,
@@ -205,15 +221,20 @@ def load_text(text: str, file: str = "<memory>", config: QueryConfig | None = No
 
 def _read(text: str, file: str, config: QueryConfig) -> _Ctx:
     ctx = _Ctx(file, text)
-    try:
-        root = yaml.compose(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        ctx.add("YAML_SYNTAX", None, None, line=(mark.line + 1) if mark else 1,
-                column=(mark.column + 1) if mark else 1, reason=exc.problem or str(exc))
+    if len(text) > yamlsafe.MAX_FILE_BYTES:
+        ctx.add("FILE_TOO_LARGE", None, None, size=len(text), limit=yamlsafe.MAX_FILE_BYTES)
         return ctx
+    try:
+        root = yamlsafe.compose(text)
     except yaml.YAMLError as exc:
-        ctx.add("YAML_SYNTAX", None, None, reason=str(exc))
+        line, column, problem = yamlsafe.position(exc)
+        code = getattr(exc, "code", "YAML_SYNTAX")
+        ctx.add(code, None, None, line=line, column=column, reason=problem)
+        return ctx
+    bad_tags = yamlsafe.tag_problems(root)
+    for code, mark, problem in bad_tags:
+        ctx.add(code, None, None, line=mark.line + 1, column=mark.column + 1, reason=problem)
+    if bad_tags:
         return ctx
     rules_node = None
     if isinstance(root, yaml.MappingNode):
@@ -402,6 +423,10 @@ def _group_by(raw, ctx, rule_id, bad) -> tuple[str, ...]:  # type: ignore[no-unt
             ctx.add("INVALID_FIELD_NAME", item_node, rule_id, "group_by", key="group_by")
         elif item in fields:
             ctx.add("DUPLICATE_GROUP_BY", item_node, rule_id, "group_by", value=item)
+        elif not LABEL_RE.fullmatch(label_name(item)) or label_name(item).startswith("__"):
+            # Prometheus: [a-zA-Z_][a-zA-Z0-9_]*, and names starting with __ are reserved
+            ctx.add("INVALID_GROUP_BY_LABEL", item_node, rule_id, "group_by", field=item,
+                    label=label_name(item))
         else:
             fields.append(item)
     return tuple(fields)
