@@ -19,6 +19,11 @@ ERROR_CLASSES: dict[str, str] = {
     "FILE_UNREADABLE": "cannot read file: {reason}",
     "NO_RULE_FILES": "no *.yaml or *.yml files under this directory",
     "YAML_SYNTAX": "invalid YAML: {reason}",
+    "FILE_TOO_LARGE": "file is {size} bytes; the limit is {limit}",
+    "YAML_ALIAS_LIMIT": "{reason}",
+    "YAML_TOO_DEEP": "YAML nesting is too deep",
+    "YAML_UNKNOWN_TAG": "{reason}: only plain YAML values are allowed",
+    "YAML_INVALID_VALUE": "{reason}",
     "INVALID_DOCUMENT": "top level must be a mapping with a 'rules' list",
     "DUPLICATE_KEY": "key '{key}' appears more than once",
     # rule structure
@@ -43,6 +48,10 @@ ERROR_CLASSES: dict[str, str] = {
     "INVALID_BUCKETS": "{reason}",
     "INVALID_FIELD_NAME": "a field name must be a non-empty string",
     "DUPLICATE_GROUP_BY": "field '{value}' is listed twice",
+    "INVALID_GROUP_BY_LABEL": (
+        "field '{field}' would become the label '{label}', which is not a valid Prometheus "
+        "label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)"
+    ),
     "INVALID_LABEL_NAME": (
         "'{value}' is not a valid label name [a-zA-Z_][a-zA-Z0-9_]* (and must not start with __)"
     ),
@@ -56,6 +65,11 @@ ERROR_CLASSES: dict[str, str] = {
     "QUERY_UNSUPPORTED": "{construct} is not supported{hint}",
     "REGEX_TOO_LONG": "regular expression is {length} characters long; the limit is {limit}",
     "REGEX_INVALID": "invalid regular expression: {reason}",
+    "QUERY_TOO_MANY_TERMS": "query has {count} terms; the limit is {limit}",
+    "PATTERN_TOO_COMPLEX": (
+        "pattern is too complex: {positions} positions once counted repetitions are expanded; "
+        "the limit is {limit}"
+    ),
 }
 
 # Not errors: reported by `l2m validate`, the rule still loads.
