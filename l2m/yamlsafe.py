@@ -158,6 +158,11 @@ def position(exc: yaml.YAMLError) -> tuple[int, int, str]:
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
+        context = exc.context_mark
+        if exc.context and exc.problem and context is not None and mark is not None \
+                and context.line != mark.line:
+            # e.g. an unterminated quote: found at the end, started where the user looks
+            problem += f" ({exc.context} at line {context.line + 1}, column {context.column + 1})"
         if mark is not None:
             return mark.line + 1, mark.column + 1, problem
         return 1, 1, problem

@@ -75,3 +75,53 @@ def test_preaggregate_reduces_rows_with_exact_sums():
         ('{"a":"1"}', 3, 2, 2, 62_000), ('{"a":"2"}', 1, 1, 0, 70_000), ("{}", 1, 1, 1, 5)]
     assert out[0]["exact_sum"] == d("0.3")
     assert out[1]["sum"] == 1e30
+
+
+@pytest.mark.parametrize(("text", "where", "problem"), [
+    ("counter_shards: abc\n", ":2: counter_shards: ", "expected an integer, got string 'abc'"),
+    ("counter_shards: 0\n", ":2: counter_shards: ", "must be at least 1"),
+    ("source:\n  max_records_per_task: x\n", ":3: source.max_records_per_task: ",
+     "expected an integer"),
+    ("source:\n  fail_on_data_loss: maybe\n", ":3: source.fail_on_data_loss: ",
+     "expected true or false"),
+    ("source:\n  planner: fast\n", ":3: source.planner: ", "expected balanced or partition"),
+    ("trigger: 5 parsecs\n", ":2: trigger: ", "is not a duration"),
+    ("text_fields: {a: 1}\n", ":2: text_fields: ", "expected a list of strings"),
+    ("spark: [1, 2]\n", ":2: spark: ", "expected a mapping"),
+])
+def test_values_are_checked_by_type_with_the_keys_line(tmp_path, text, where, problem):
+    path = tmp_path / "job.yaml"
+    path.write_text('kafka: {bootstrap.servers: "x:1"}\n' + text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert err.value.code == "CONFIG"
+    assert str(err.value).startswith(f"{path}{where}")
+    assert problem in str(err.value)
+
+
+SECRET = "hunter2-Zq9"
+
+
+@pytest.mark.parametrize("broken", [
+    f"  sasl.password: {SECRET} : oops\n",        # a syntax error on the secret's line
+    f"  sasl.password: '{SECRET}\n",              # an unterminated quote
+    f"  sasl.password: [{SECRET}]\n",             # a list where a string belongs
+    f"  sasl.password: !!int {SECRET}\n",         # a bad typed value
+    f"  sasl.password: {{x: {SECRET}}}\n",        # a mapping
+])
+def test_secrets_are_never_printed_even_when_the_yaml_around_them_is_broken(tmp_path, broken):
+    path = tmp_path / "job.yaml"
+    path.write_text("kafka:\n  bootstrap.servers: x:1\n" + broken + "trigger: 5s\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert SECRET not in str(err.value)
+    assert str(err.value).startswith(f"{path}:3") or "at line 3" in str(err.value)
+
+
+def test_client_booleans_are_spelled_as_librdkafka_expects(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("kafka: {bootstrap.servers: 'x:1', enable.ssl.certificate.verification: "
+                    "false}\nsource: {starting_offsets: {'0': 5, '1': -2}}\n")
+    cfg = load_config(path)
+    assert cfg.kafka["enable.ssl.certificate.verification"] == "false"
+    assert cfg.source.starting_offsets == '{"0": 5, "1": -2}'
