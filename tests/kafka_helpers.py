@@ -87,3 +87,23 @@ def job_config(t: TestTopics, tmp: Path, **source: Any) -> JobConfig:
     return JobConfig(kafka={"bootstrap.servers": t.bootstrap}, topics=t.topics,
                      checkpoint=str(tmp / "checkpoint"), counter_shards=2,
                      source=SourceConfig(poll_timeout_ms=20_000, **source))
+
+
+EXAMPLE_RULES = Path(__file__).resolve().parent.parent / "rules"
+
+
+def job_yaml(t: TestTopics, folder: Path, *extra: str) -> Path:
+    """A job configuration file for ``l2m run`` against ``t``'s topics (the example rules,
+    two shards, ``local[2]``), with ``extra`` YAML lines (``"trigger: 1 second"``)."""
+    config = folder / "job.yaml"
+    config.write_text("\n".join([
+        f'kafka: {{bootstrap.servers: "{t.bootstrap}"}}',
+        f"topics: {{logs: {t.topics.logs}, metrics: {t.topics.metrics}, "
+        f"dead_letters: {t.topics.dead_letters}}}",
+        f"rules: [{EXAMPLE_RULES}]",
+        "checkpoint: checkpoint",
+        "counter_shards: 2",
+        'spark: {master: "local[2]", spark.sql.shuffle.partitions: 2}',
+        *extra,
+    ]) + "\n")
+    return config

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .kafka_helpers import consume_all, fresh_topics, latest_samples, produce
+from .kafka_helpers import consume_all, fresh_topics, job_yaml, latest_samples, produce
 from .test_streaming import generated
 
 pytestmark = pytest.mark.spark
@@ -19,16 +19,7 @@ def test_run_once_processes_everything_and_exits_zero(broker, tmp_path):
     t = fresh_topics(broker.bootstrap, partitions=2)
     lines = generated(400, seed=41, malformed_ratio=0.02)
     produce(t.bootstrap, t.topics.logs, lines, t.partitions)
-    config = tmp_path / "job.yaml"
-    config.write_text(f"""\
-kafka: {{bootstrap.servers: "{t.bootstrap}"}}
-topics: {{logs: {t.topics.logs}, metrics: {t.topics.metrics},
-          dead_letters: {t.topics.dead_letters}}}
-rules: [{ROOT / 'rules'}]
-checkpoint: checkpoint
-counter_shards: 2
-spark: {{master: "local[2]", spark.sql.shuffle.partitions: 2}}
-""")
+    config = job_yaml(t, tmp_path)
     res = subprocess.run([sys.executable, "-m", "l2m.cli", "run", "--config", str(config),
                           "--once"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

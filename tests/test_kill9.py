@@ -23,7 +23,14 @@ import pytest
 
 from l2m.rules import load_rules
 
-from .kafka_helpers import canonical, consume_all, fresh_topics, latest_samples, produce
+from .kafka_helpers import (
+    canonical,
+    consume_all,
+    fresh_topics,
+    job_yaml,
+    latest_samples,
+    produce,
+)
 from .test_streaming import backfill_samples, generated
 
 pytestmark = pytest.mark.spark
@@ -53,18 +60,8 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
     t = fresh_topics(broker.bootstrap, partitions=3)
     rules = load_rules([ROOT / "rules"]).rules
     lines = generated(4000, seed=seed % 1000, malformed_ratio=0.01)
-    config = tmp_path / "job.yaml"
-    config.write_text(f"""\
-kafka: {{bootstrap.servers: "{t.bootstrap}"}}
-topics: {{logs: {t.topics.logs}, metrics: {t.topics.metrics},
-          dead_letters: {t.topics.dead_letters}}}
-rules: [{ROOT / 'rules'}]
-checkpoint: checkpoint
-trigger: 1 second
-counter_shards: 2
-source: {{max_records_per_trigger: 400, max_records_per_task: 200}}
-spark: {{master: "local[2]", spark.sql.shuffle.partitions: 2}}
-""")
+    config = job_yaml(t, tmp_path, "trigger: 1 second",
+                      "source: {max_records_per_trigger: 400, max_records_per_task: 200}")
     log = tmp_path / "runs.log"
     cuts = sorted(rng.sample(range(1, len(lines)), KILLS - 1))
     chunks = [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)], strict=True)]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .kafka_helpers import consume_all, fresh_topics, latest_samples, produce
+from .kafka_helpers import consume_all, fresh_topics, job_yaml, latest_samples, produce
 from .test_streaming import generated
 
 pytestmark = pytest.mark.spark
@@ -23,20 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def write_config(t, tmp: Path, trigger: str = "5 seconds",  # type: ignore[no-untyped-def]
                  max_records_per_trigger: int = 0) -> Path:
-    config = tmp / "job.yaml"
-    source = (f"source: {{max_records_per_trigger: {max_records_per_trigger}}}\n"
-              if max_records_per_trigger else "")
-    config.write_text(f"""\
-kafka: {{bootstrap.servers: "{t.bootstrap}"}}
-topics: {{logs: {t.topics.logs}, metrics: {t.topics.metrics},
-          dead_letters: {t.topics.dead_letters}}}
-rules: [{ROOT / 'rules'}]
-checkpoint: checkpoint
-trigger: {trigger}
-counter_shards: 2
-{source}spark: {{master: "local[2]", spark.sql.shuffle.partitions: 2}}
-""")
-    return config
+    extra = [f"source: {{max_records_per_trigger: {max_records_per_trigger}}}"] \
+        if max_records_per_trigger else []
+    return job_yaml(t, tmp, f"trigger: {trigger}", *extra)
 
 
 def run(config: Path, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
