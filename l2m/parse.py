@@ -10,6 +10,11 @@ Input: JSON lines (bytes or str, ``None`` for a Kafka tombstone) and, in streami
 record's Kafka timestamp. Output: one Arrow batch with ``ParsePlan.schema()`` — the field
 columns, ``_ts`` (event time, ms), ``_status`` (:data:`STATUS_NAMES`) and ``_error``.
 
+Patterns (regexes and wildcards) are evaluated here too, vectorised with RE2
+(:mod:`l2m.patterns`): one boolean column per distinct (field, pattern), which the route
+stage only reads. RE2 is linear in the input, so no pattern can stall the job, and it is the
+engine ``l2m validate`` checked them with.
+
 Event time is bounded (streaming): a log dated more than ``max_future_ms`` ahead of its
 record's Kafka time — or, without its own time, a record dated that far ahead of the clock —
 is ``future``: counted and dead-lettered, never routed, so one bad clock cannot move the
@@ -28,6 +33,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from l2m.patterns import match_any_token, match_whole
 from l2m.query import FieldUse
 from l2m.values import lookup, number, padded_tokens, parse_timestamp, string_form
 
@@ -52,7 +58,8 @@ ERROR = "_error"
 
 @dataclass(frozen=True)
 class ParsePlan:
-    """Which fields to extract and the column name of each form."""
+    """Which fields to extract, which patterns to evaluate on them, and the column name of
+    each. Serialisable (:meth:`to_json`): the streaming source receives it as an option."""
 
     fields: tuple[FieldUse, ...]
     timestamp_field: str = "@timestamp"
@@ -63,11 +70,9 @@ class ParsePlan:
               max_future_ms: int = MAX_FUTURE_MS) -> ParsePlan:
         merged: dict[str, FieldUse] = {}
         for use in uses:
-            old = merged.get(use.path, FieldUse(use.path))
-            merged[use.path] = FieldUse(
-                use.path, old.string or use.string, old.number or use.number,
-                old.exists or use.exists, old.text or use.text,
-            )
+            # Through merged() even when alone: each field's patterns sorted and unique, so
+            # equal rule sets give equal plans (and one pattern column per field and pattern).
+            merged[use.path] = merged.get(use.path, FieldUse(use.path)).merged(use)
         return ParsePlan(tuple(sorted(merged.values(), key=lambda u: u.path)), timestamp_field,
                          max_future_ms)
 
@@ -79,7 +84,10 @@ class ParsePlan:
     @staticmethod
     def from_json(text: str) -> ParsePlan:
         data = json.loads(text)
-        return ParsePlan(tuple(FieldUse(**u) for u in data["fields"]), data["timestamp_field"],
+        fields = tuple(
+            FieldUse(**{k: tuple(v) if isinstance(v, list) else v for k, v in u.items()})
+            for u in data["fields"])
+        return ParsePlan(fields, data["timestamp_field"],
                          int(data.get("max_future_ms", MAX_FUTURE_MS)))
 
     def index(self, path: str) -> int:
@@ -92,6 +100,15 @@ class ParsePlan:
         """Column name of ``form`` (``s`` string, ``n`` number, ``x`` exists, ``t`` text)."""
         return f"f{self.index(path)}_{form}"
 
+    def pattern_column(self, path: str, text: bool, regex: str) -> str:
+        """Column name of the boolean match of ``regex`` against ``path``: its whole string
+        form, or (``text``) any of its tokens. False, never null, when the field is missing."""
+        i = self.index(path)
+        use = self.fields[i]
+        if text:
+            return f"f{i}_tm{use.text_patterns.index(regex)}"
+        return f"f{i}_km{use.keyword_patterns.index(regex)}"
+
     def schema(self) -> pa.Schema:
         cols: list[pa.Field] = []
         for i, use in enumerate(self.fields):
@@ -103,6 +120,9 @@ class ParsePlan:
                 cols.append(pa.field(f"f{i}_x", pa.bool_()))
             if use.text:
                 cols.append(pa.field(f"f{i}_t", pa.string()))
+            cols += [pa.field(f"f{i}_km{j}", pa.bool_())
+                     for j in range(len(use.keyword_patterns))]
+            cols += [pa.field(f"f{i}_tm{j}", pa.bool_()) for j in range(len(use.text_patterns))]
         cols += [
             pa.field(TIMESTAMP, pa.int64()),
             pa.field(STATUS, pa.int8()),
@@ -178,22 +198,40 @@ def parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
         status_out.append(status)
         error_out.append(reason)
     schema = plan.schema()
-    columns = _extractor(plan)(docs)
-    arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=False)]
-    arrays += [pa.array(ts_out, pa.int64()), pa.array(status_out, pa.int8()),
-               pa.array(error_out, pa.string())]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    names, extract = _extractor(plan)
+    forms = {name: pa.array(col, type=_FORM_TYPES[name[-1]])
+             for name, col in zip(names, extract(docs), strict=True)}
+    columns = dict(forms)
+    for i, use in enumerate(plan.fields):
+        for j, regex in enumerate(use.keyword_patterns):
+            columns[f"f{i}_km{j}"] = match_whole(forms[f"f{i}_s"], regex)
+        for j, regex in enumerate(use.text_patterns):
+            columns[f"f{i}_tm{j}"] = match_any_token(forms[f"f{i}_t"], regex)
+    columns[TIMESTAMP] = pa.array(ts_out, pa.int64())
+    columns[STATUS] = pa.array(status_out, pa.int8())
+    columns[ERROR] = pa.array(error_out, pa.string())
+    # A form only patterns needed (a string form no rule reads as such) is not emitted.
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+
+
+_FORM_TYPES = {"s": pa.string(), "n": pa.float64(), "x": pa.bool_(), "t": pa.string()}
 
 
 @functools.lru_cache(maxsize=32)
-def _extractor(plan: ParsePlan) -> Callable[[list[dict[str, Any]]], list[list[Any]]]:
+def _extractor(plan: ParsePlan) -> tuple[list[str], Callable[[list[dict[str, Any]]],
+                                                              list[list[Any]]]]:
     """A loop specialised for ``plan``: one straight-line block per field with the lookup and
     conversions inlined. Extraction is the parse stage's hot spot (≈4× the cost of decoding
     the JSON with the generic per-field function calls), so it is generated once per plan.
-    The semantics stay those of :mod:`l2m.values` (``tests/test_parse.py`` checks both)."""
+    The semantics stay those of :mod:`l2m.values` (``tests/test_parse.py`` checks both).
+
+    Returns the column names (``f<i>_<form>``) of the forms it extracts — those the plan
+    emits, plus the string form and tokens its patterns are matched against."""
     body: list[str] = []
     outs: list[str] = []
-    for i, use in enumerate(plan.fields):
+    for i, raw_use in enumerate(plan.fields):
+        use = dataclasses.replace(raw_use, string=raw_use.string or bool(raw_use.keyword_patterns),
+                                  text=raw_use.text or bool(raw_use.text_patterns))
         parts = use.path.split(".")
         body.append(f"        v = doc.get({use.path!r})")
         if len(parts) > 1:
@@ -221,7 +259,7 @@ def _extractor(plan: ParsePlan) -> Callable[[list[dict[str, Any]]], list[list[An
     namespace: dict[str, Any] = {"string_form": string_form, "number": number, "text": _text}
     # Field paths enter the source only through repr(): no injection from rule files.
     exec("\n".join(lines), namespace)
-    return namespace["extract"]  # type: ignore[no-any-return]
+    return [f"f{name[1:]}_{name[0]}" for name in outs], namespace["extract"]
 
 
 def _text(value: Any) -> str | None:

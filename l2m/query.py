@@ -19,7 +19,13 @@ from luqum.parser import parser as _luqum_parser
 from luqum.visitor import TreeVisitor
 
 from l2m.errors import QueryError
-from l2m.values import NUMERIC_STRING, text_tokens
+from l2m.patterns import (
+    MAX_PATTERN_POSITIONS,
+    regex_problem,
+    wildcard_positions,
+    wildcard_regex,
+)
+from l2m.values import NUMERIC_STRING, TOKEN, text_tokens
 
 MAX_QUERY_LENGTH = 4096
 MAX_NESTING = 64
@@ -27,6 +33,10 @@ MAX_REGEX_LENGTH = 256
 # Guards recursion on pathological trees (e.g. a thousand chained NOTs) that the
 # parenthesis limit does not catch.
 MAX_TREE_DEPTH = 4 * MAX_NESTING
+# Terms (words, phrases, regexes, ranges, _exists_) per query. Keeps the Spark expression of
+# one rule small enough to analyse and generate code for; 4096 characters could otherwise
+# hold about 2000 one-letter terms.
+MAX_TERMS = 1024
 
 # ply's parser keeps state on the module-level object: one parse at a time.
 _PARSE_LOCK = threading.Lock()
@@ -137,13 +147,29 @@ class Clauses(Node):
 
 @dataclass(frozen=True)
 class FieldUse:
-    """What the parse stage must extract for one field path."""
+    """What the parse stage must extract for one field path. Patterns are RE2 regexes (see
+    :func:`pattern_of`) the parse stage evaluates into one boolean column each: against the
+    whole string form (``keyword_patterns``) or against each token (``text_patterns``)."""
 
     path: str
     string: bool = False  # string form
     number: bool = False  # numeric value
     exists: bool = False  # present and not null
     text: bool = False  # padded lower-case tokens
+    keyword_patterns: tuple[str, ...] = ()
+    text_patterns: tuple[str, ...] = ()
+
+    def merged(self, other: FieldUse) -> FieldUse:
+        """Both uses of the same path in one: every form either needs, each pattern once."""
+        return FieldUse(
+            self.path,
+            self.string or other.string,
+            self.number or other.number,
+            self.exists or other.exists,
+            self.text or other.text,
+            tuple(sorted({*self.keyword_patterns, *other.keyword_patterns})),
+            tuple(sorted({*self.text_patterns, *other.text_patterns})),
+        )
 
 
 @dataclass(frozen=True)
@@ -172,8 +198,8 @@ def parse_query(query: str, config: QueryConfig | None = None) -> CompiledQuery:
         except (IllegalCharacterError, ParseError) as exc:
             pos = _error_pos(str(exc), query)
             raise QueryError("QUERY_SYNTAX", pos, reason=_reason(exc)) from None
-    _check_depth(tree)
-    root = QueryCompiler(config).compile(tree)
+    _check_tree(tree)
+    root = normalize(QueryCompiler(config).compile(tree))
     return CompiledQuery(query, root, tuple(collect_fields(root)))
 
 
@@ -245,13 +271,22 @@ def _lexical_checks(query: str) -> None:
         raise QueryError("QUERY_SYNTAX", opened[-1], reason="unbalanced '('")
 
 
-def _check_depth(tree: lq.Item) -> None:
+def _check_tree(tree: lq.Item) -> None:
+    """Depth and term limits, before the (recursive) compiler sees the tree."""
+    terms: list[int] = []
     stack = [(tree, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > MAX_TREE_DEPTH:
             raise QueryError("QUERY_TOO_DEEP", node.pos or 0, limit=MAX_NESTING)
+        if isinstance(node, lq.Term | lq.Range | lq.OpenRange):
+            terms.append(node.pos or 0)  # a range's bounds are part of its one term
+            continue
         stack.extend((child, depth + 1) for child in node.children)
+    if len(terms) > MAX_TERMS:
+        terms.sort()
+        raise QueryError("QUERY_TOO_MANY_TERMS", terms[MAX_TERMS], count=len(terms),
+                         limit=MAX_TERMS)
 
 
 def _unescape(text: str) -> str:
@@ -383,10 +418,18 @@ class QueryCompiler(TreeVisitor):
             return MatchAll() if field_name is None else Exists(field_name)
         parts = _wildcard_parts(raw)
         if parts is not None:
+            if wildcard_positions(parts) > MAX_PATTERN_POSITIONS:
+                raise QueryError("PATTERN_TOO_COMPLEX", (node.pos or 0) + _crossing(raw),
+                                 positions=wildcard_positions(parts),
+                                 limit=MAX_PATTERN_POSITIONS)
+
             def wildcard(name: str, text: bool) -> Node:
-                if text:
-                    return TextWildcard(name, tuple(p.lower() for p in parts))
-                return KeywordWildcard(name, parts)
+                if not text:
+                    return KeywordWildcard(name, parts)
+                lowered = tuple(p.lower() for p in parts)
+                if not all(p in ("*", "?") or TOKEN.fullmatch(p) for p in lowered):
+                    return MatchNone()  # no token holds a non-word character
+                return TextWildcard(name, lowered)
 
             return self._leaf(field_name, wildcard)
         value = _unescape(raw)
@@ -458,6 +501,20 @@ class QueryCompiler(TreeVisitor):
                          construct="proximity search '\"...\"~N'", hint=": use a phrase")
 
 
+def _crossing(raw: str) -> int:
+    """Offset in a wildcard term of the character past :data:`MAX_PATTERN_POSITIONS`."""
+    count = 0
+    i = 0
+    while i < len(raw):
+        escaped = raw[i] == "\\" and i + 1 < len(raw)
+        if escaped or raw[i] != "*":
+            count += 1
+            if count > MAX_PATTERN_POSITIONS:
+                return i
+        i += 2 if escaped else 1
+    return 0
+
+
 def _tilde(node: lq.BaseApprox) -> int:
     return (node.term.pos or 0) + (node.term.size or 0)
 
@@ -474,25 +531,55 @@ def _check_regex(body: str, pos: int) -> None:
             construct=f"the regex operator '{bad.group(1)}'",
             hint=f": escape it as \\{bad.group(1)} to match it literally",
         )
-    try:
-        re.compile(body)
-    except re.error as exc:
-        raise QueryError("REGEX_INVALID", pos + 1 + (exc.pos or 0), reason=exc.msg) from None
+    # Validated by RE2, the engine the parse stage runs it with (l2m.patterns).
+    problem = regex_problem(body)
+    if problem is not None:
+        raise QueryError(problem.code, pos + 1 + problem.offset, **problem.params)
+
+
+def pattern_of(node: Node) -> tuple[str, bool, str] | None:
+    """``(field, text, regex)`` of a pattern leaf — the RE2 regex the parse stage evaluates,
+    over the whole string form or (``text``) each token — or ``None`` for other nodes."""
+    match node:
+        case KeywordRegex(name, pattern):
+            return name, False, pattern
+        case TextRegex(name, pattern):
+            return name, True, pattern
+        case KeywordWildcard(name, parts):
+            return name, False, wildcard_regex(parts)
+        case TextWildcard(name, parts):
+            return name, True, wildcard_regex(parts)
+    return None
+
+
+def normalize(node: Node) -> Node:
+    """An equivalent tree, flatter: nested ``And``/``Or`` of the same kind become one,
+    duplicate children go, one-child ``And``/``Or`` become the child, ``NOT NOT x`` becomes
+    ``x``. Depth is what costs (Spark analyses expressions recursively); the result's depth
+    is at most the input's."""
+    match node:
+        case And(children) | Or(children):
+            kind = type(node)
+            flat: list[Node] = []
+            for child in map(normalize, children):
+                flat.extend(child.children if isinstance(child, kind) else (child,))
+            unique = tuple(dict.fromkeys(flat))
+            return unique[0] if len(unique) == 1 else kind(unique)
+        case Not(child):
+            inner = normalize(child)
+            return inner.child if isinstance(inner, Not) else Not(inner)
+        case Clauses(must, should, must_not):
+            return Clauses(*(tuple(dict.fromkeys(map(normalize, part)))
+                             for part in (must, should, must_not)))
+    return node
 
 
 def collect_fields(root: Node) -> list[FieldUse]:
     """The fields a compiled query reads, and in which forms, merged per path."""
     uses: dict[str, FieldUse] = {}
 
-    def add(path: str, **kind: bool) -> None:
-        old = uses.get(path, FieldUse(path))
-        uses[path] = FieldUse(
-            path,
-            string=old.string or kind.get("string", False),
-            number=old.number or kind.get("number", False),
-            exists=old.exists or kind.get("exists", False),
-            text=old.text or kind.get("text", False),
-        )
+    def add(use: FieldUse) -> None:
+        uses[use.path] = uses[use.path].merged(use) if use.path in uses else use
 
     stack: list[Node] = [root]
     while stack:
@@ -505,11 +592,17 @@ def collect_fields(root: Node) -> list[FieldUse]:
             case Clauses(must, should, must_not):
                 stack.extend(must + should + must_not)
             case Exists(name):
-                add(name, exists=True)
-            case KeywordEquals(name, _) | KeywordWildcard(name, _) | KeywordRegex(name, _):
-                add(name, string=True)
-            case TextPhrase(name, _) | TextWildcard(name, _) | TextRegex(name, _):
-                add(name, text=True)
+                add(FieldUse(name, exists=True))
+            case KeywordEquals(name, _):
+                add(FieldUse(name, string=True))
+            case TextPhrase(name, _):
+                add(FieldUse(name, text=True))
             case Range(field=name, numeric=numeric):
-                add(name, number=numeric, string=not numeric)
+                add(FieldUse(name, number=numeric, string=not numeric))
+            case _:
+                pattern = pattern_of(node)
+                if pattern is not None:
+                    name, text, regex = pattern
+                    add(FieldUse(name, text_patterns=(regex,)) if text
+                        else FieldUse(name, keyword_patterns=(regex,)))
     return list(uses.values())

@@ -1,15 +1,22 @@
 """A slow, obvious, pure-Python implementation of SPEC §2–4, written from the spec and not
 from the Spark code: differential tests compare the Spark pipeline against it. It shares
-only the rule loader, the compiled query tree and the value helpers of :mod:`l2m.values`."""
+only the rule loader, the compiled query tree and the value helpers of :mod:`l2m.values`.
+
+Regular expressions run on RE2, the engine the rules are specified for (SPEC §2), called
+through pyarrow one value at a time and anchored with ``\\A``/``\\z`` (the pipeline uses
+``^``/``$``); wildcards are matched by the classic glob algorithm (linear enough for the
+hostile-pattern tests, where a backtracking regex would never finish)."""
 
 from __future__ import annotations
 
-import re
+import functools
 from collections import defaultdict
 from decimal import Decimal
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from l2m.query import (
     And,
@@ -40,9 +47,40 @@ from l2m.values import (
 )
 
 
-def _wildcard_regex(parts: tuple[str, ...]) -> re.Pattern[str]:
-    pattern = "".join(".*" if p == "*" else "." if p == "?" else re.escape(p) for p in parts)
-    return re.compile(pattern, re.DOTALL)
+def glob(parts: tuple[str, ...], text: str) -> bool:
+    """Does ``text`` match the wildcard ``parts`` whole (``*`` any run, ``?`` one character)?
+    On a mismatch, only the last ``*`` takes one more character: O(len(text) · len(pattern))."""
+    # one item per character to match: None for "*", "" for "?" (any one character)
+    pattern: list[str | None] = []
+    for part in parts:
+        if part == "*":
+            pattern.append(None)
+        elif part == "?":
+            pattern.append("")
+        else:
+            pattern.extend(part)
+    p = t = 0
+    star = mark = -1
+    while t < len(text):
+        if p < len(pattern) and pattern[p] is not None and pattern[p] in ("", text[t]):
+            p += 1
+            t += 1
+        elif p < len(pattern) and pattern[p] is None:
+            star, mark = p, t
+            p += 1
+        elif star >= 0:
+            mark += 1
+            p, t = star + 1, mark
+        else:
+            return False
+    return all(c is None for c in pattern[p:])
+
+
+@functools.lru_cache(maxsize=4096)
+def re2_fullmatch(pattern: str, text: str) -> bool:
+    """Does RE2 match ``pattern`` against the whole of ``text``? (``.`` matches a newline.)"""
+    whole = f"(?s)\\A(?:{pattern})\\z"
+    return bool(pc.match_substring_regex(pa.array([text], pa.string()), whole)[0].as_py())
 
 
 def matches(node: Node, doc: dict[str, Any]) -> bool:
@@ -71,9 +109,9 @@ def matches(node: Node, doc: dict[str, Any]) -> bool:
         case KeywordEquals(_, value):
             return text == value
         case KeywordWildcard(_, parts):
-            return text is not None and _wildcard_regex(parts).fullmatch(text) is not None
+            return text is not None and glob(parts, text)
         case KeywordRegex(_, pattern):
-            return text is not None and re.fullmatch(pattern, text, re.DOTALL) is not None
+            return text is not None and re2_fullmatch(pattern, text)
         case TextPhrase(_, tokens):
             if text is None:
                 return False
@@ -81,10 +119,9 @@ def matches(node: Node, doc: dict[str, Any]) -> bool:
             n = len(tokens)
             return any(tuple(have[i:i + n]) == tokens for i in range(len(have) - n + 1))
         case TextWildcard(_, parts):
-            regex = _wildcard_regex(parts)
-            return text is not None and any(regex.fullmatch(t) for t in text_tokens(text))
+            return text is not None and any(glob(parts, t) for t in text_tokens(text))
         case TextRegex(_, pattern):
-            return text is not None and any(re.fullmatch(pattern, t, re.DOTALL)
+            return text is not None and any(re2_fullmatch(pattern, t)
                                             for t in text_tokens(text))
         case Range(field, low, high, include_low, include_high, numeric):
             value: Any

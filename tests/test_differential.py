@@ -72,7 +72,9 @@ def random_query(rng: random.Random, depth: int = 0) -> str:
     if kind < 0.45:
         return prefix + rng.choice(["x*", "*b*", "?", "h*o", "1*", "*"])
     if kind < 0.55 and field:
-        return f"{prefix}/{rng.choice(['x', '[a-z]+', 'h.*', '1.?', '.*'])}/"
+        regexes = ["x", "[a-z]+", "h.*", "1.?", ".*", "\\w+", "(?i)x", "a{,3}", "[[]", "x|a b",
+                   "(a+)+b", "[^a-z]*", "\\pL+", "é?.", "."]
+        return f"{prefix}/{rng.choice(regexes)}/"
     if kind < 0.8 and field:
         lo, hi = sorted(rng.sample(["-5", "0", "2.5", "10", "*", "a", "h", "z"], 2))
         return f"{prefix}{rng.choice('[{')}{lo} TO {hi}{rng.choice(']}')}"
