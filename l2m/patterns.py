@@ -2,7 +2,7 @@
 ``pyarrow.compute``.
 
 RE2 runs in time linear in the input (no backtracking), so no rule can stall the job, and the
-same library both validates a rule (:func:`regex_error`) and evaluates it in the parse stage
+same library both validates a rule (:func:`regex_problem`) and evaluates it in the parse stage
 (:func:`match_whole`, :func:`match_any_token`): what ``l2m validate`` accepts, the job runs.
 Wildcards are translated to RE2 regexes (:func:`wildcard_regex`) and take the same path.
 
@@ -22,10 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 # Positions (literal characters, classes, `.`) a pattern may have once counted repetitions
-# are expanded. RE2's cost per input character grows with the positions live at once, up to
-# this many when its DFA gives up (about 1 s per 100 kB of value on a 2-core machine in the
-# worst case, `.*a.{999}`): linear, but the constant must stay bounded. RE2 itself caps a
-# single repetition count at 1000.
+# are expanded. Where RE2's DFA gives up (too many states), its cost per input character
+# grows with the positions live at once: about 1 s per 100 kB of value on a 2-core machine
+# for `.*a.{996}c`, at this limit; 30 s for the 32,000 positions RE2's own memory budget
+# would let through. Linear, but the constant must stay bounded. RE2 itself caps a single
+# repetition count at 1000.
 MAX_PATTERN_POSITIONS = 1000
 
 _ERROR_PREFIX = "Invalid regular expression: "
