@@ -94,13 +94,15 @@ EXAMPLE_RULES = Path(__file__).resolve().parent.parent / "rules"
 
 def job_yaml(t: TestTopics, folder: Path, *extra: str) -> Path:
     """A job configuration file for ``l2m run`` against ``t``'s topics (the example rules,
-    two shards, ``local[2]``), with ``extra`` YAML lines (``"trigger: 1 second"``)."""
+    two shards, ``local[2]``), with ``extra`` YAML lines (``"trigger: 1 second"``; a
+    ``rules:`` line replaces the example rules)."""
     config = folder / "job.yaml"
+    rules = [] if any(x.startswith("rules:") for x in extra) else [f"rules: [{EXAMPLE_RULES}]"]
     config.write_text("\n".join([
         f'kafka: {{bootstrap.servers: "{t.bootstrap}"}}',
         f"topics: {{logs: {t.topics.logs}, metrics: {t.topics.metrics}, "
         f"dead_letters: {t.topics.dead_letters}}}",
-        f"rules: [{EXAMPLE_RULES}]",
+        *rules,
         "checkpoint: checkpoint",
         "counter_shards: 2",
         'spark: {master: "local[2]", spark.sql.shuffle.partitions: 2}',
