@@ -39,4 +39,13 @@ if __name__ == "__main__":
     # stop, SIGINT from a terminal) must not kill the workers of the batch being finished.
     # The daemon still exits when its JVM does (it watches its stdin).
     os.setpgrp()
+    # Workers are forked from this daemon: what it has imported, every worker has for free.
+    # l2m's stages (pandas, pyarrow, orjson, confluent-kafka) cost each new worker ~0.65 s
+    # of imports otherwise — on every restart's first batch, once per worker.
+    try:
+        import l2m.preaggregate
+        import l2m.source
+        import l2m.state  # noqa: F401
+    except Exception:  # never keep the daemon from starting: workers import on demand
+        pass
     manager()

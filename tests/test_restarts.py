@@ -4,6 +4,7 @@ cleanly; a checkpoint of another state format is refused before Spark starts."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -13,6 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+
+from l2m.config import load_config
+from l2m.rules import load_rules
+from l2m.runner import Runner
 
 from .kafka_helpers import consume_all, fresh_topics, job_yaml, latest_samples, produce
 from .test_streaming import generated
@@ -39,11 +44,15 @@ def input_total(t) -> float:  # type: ignore[no-untyped-def]
                and s["labels"]["status"] == "ok")
 
 
-def test_a_batch_planned_but_not_committed_is_replayed_exactly(broker, tmp_path):
+def test_a_batch_planned_but_not_committed_is_replayed_exactly(spark, broker, tmp_path):
     t = fresh_topics(broker.bootstrap, partitions=2)
     config = write_config(t, tmp_path, max_records_per_trigger=100)
     produce(t.bootstrap, t.topics.logs, generated(200, seed=51), t.partitions)
-    assert run(config, "--once").returncode == 0  # two batches of about 100
+    # the first run in this process (the shared session: faster), the replay as a user runs it
+    cfg = load_config(config)
+    first = Runner(cfg, load_rules(cfg.rules).rules, once=True, out=io.StringIO(), spark=spark)
+    first.start()
+    assert first.wait(poll=0.5) == 0  # two batches of about 100
     commits = tmp_path / "checkpoint" / "metrics" / "commits"
     last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
     assert last >= 1
