@@ -3,11 +3,17 @@
 read, parsed and fed to the same route → pre-aggregate → state stages as Kafka's, without a
 broker. :class:`tests.streamtest.StreamTest` drives it.
 
-Input: a folder with one sub-folder per partition (``p0``, ``p1``, …); each :func:`append`
-writes one file ``<first offset>-<count>.jsonl`` of records ``{"v": base64 | null, "ts": ms}``,
-atomically (written, then renamed). Offsets are ``{"partitions": {"0": n, …}}``, records per
-partition. Output: the rows of ``ParsePlan.schema()``, parsed by :func:`l2m.parse.parse_lines`
-with the record timestamps as fallback, exactly as the Kafka reader parses."""
+Input: a folder with one sub-folder per logical partition (``p0``, ``p1``, …); each
+:func:`append` writes one file ``<first offset>-<count>.jsonl`` of records
+``{"v": base64 | null, "ts": ms | null}``, atomically (written, then renamed), so a reader
+never sees half a file. Offsets are ``{"partitions": {"0": n, …}}``: records per partition,
+like Kafka offsets. Output: the rows of ``ParsePlan.schema()`` (the rules' field columns,
+``_ts``, ``_status``, ``_error``), parsed by :func:`l2m.parse.parse_lines` with the record
+timestamps as fallback, exactly as the Kafka reader parses; one task per partition with new
+records, so tasks run in parallel.
+
+``read()`` is stateless — it needs only the folder and the offsets in its partition — because
+Spark pickles the reader to a Python worker that is not the driver's (FACTS.md)."""
 
 from __future__ import annotations
 
@@ -24,22 +30,31 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from l2m.parse import ParsePlan, parse_lines
+from l2m.source import BATCH_ROWS
+
+NAME = "l2m-memory"
 
 
 def append(folder: str | Path, partition: int, values: Sequence[bytes | None],
-           timestamps: Sequence[int]) -> None:
-    """Append records to one partition of a memory-source folder."""
+           timestamps: Sequence[int | None]) -> tuple[int, int]:
+    """Append records (``None`` value: a tombstone; ``None`` timestamp: a record without
+    one) to one partition of a memory-source folder; returns their offsets ``[start, end)``.
+    One writer at a time: the next offset is read from the folder."""
     part = Path(folder) / f"p{partition}"
     part.mkdir(parents=True, exist_ok=True)
     start = _end(part)
     lines = [json.dumps({"v": None if v is None else base64.b64encode(v).decode(), "ts": ts})
              for v, ts in zip(values, timestamps, strict=True)]
+    if not lines:
+        return start, start
     tmp = part / f".{start:012d}.tmp"
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(part / f"{start:012d}-{len(lines)}.jsonl")
+    return start, start + len(lines)
 
 
 def _files(part: Path) -> list[tuple[int, int, Path]]:
+    """(first offset, count, path) of a partition's files, in offset order."""
     out = []
     for f in part.glob("*.jsonl"):
         first, count = f.stem.split("-")
@@ -53,6 +68,8 @@ def _end(part: Path) -> int:
 
 
 class MemoryPartition(InputPartition):
+    """One task: records ``[start, end)`` of one partition."""
+
     def __init__(self, partition: int, start: int, end: int) -> None:
         super().__init__((partition, start, end))
         self.partition, self.start, self.end = partition, start, end
@@ -60,23 +77,30 @@ class MemoryPartition(InputPartition):
 
 class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
+        # Spark hands Python data sources their option names lower-cased.
         options = {k.lower(): v for k, v in options.items()}
         self.folder = Path(options["path"])
         self.partitions_n = int(options.get("partitions", "2"))
         self.plan = ParsePlan.from_json(options["parseplan"])
         self._target: dict[str, int] | None = None
+        self._latest: dict[str, int] | None = None
 
-    def _latest(self) -> dict[str, int]:
+    def _offsets(self) -> dict[str, int]:
         return {str(p): _end(self.folder / f"p{p}") for p in range(self.partitions_n)}
 
     def initialOffset(self) -> dict[str, Any]:
         return {"partitions": {str(p): 0 for p in range(self.partitions_n)}}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._latest()
+        self._target = self._offsets()
 
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
-        return {"partitions": self._target if self._target is not None else self._latest()}
+        # No admission control: a test decides batch sizes by when it calls process().
+        self._latest = self._target if self._target is not None else self._offsets()
+        return {"partitions": self._latest}
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return None if self._latest is None else {"partitions": self._latest}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, until = start["partitions"], end["partitions"]
@@ -84,7 +108,7 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for p, stop in sorted(until.items()) if int(stop) > int(begin.get(p, 0))]
 
     def commit(self, end: dict[str, Any]) -> None:
-        pass
+        pass  # the test owns the folder; nothing is ever deleted
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MemoryPartition)
@@ -99,9 +123,12 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     values.append(None if record["v"] is None
                                   else base64.b64decode(record["v"]))
                     stamps.append(record["ts"])
-        if values:
-            yield parse_lines(values, self.plan, fallback_ts=stamps,
-                              now_ms=int(time.time() * 1000))
+        # Batches of the Kafka reader's size, so a large add() reaches the pre-aggregation
+        # in several Arrow batches as Kafka input would.
+        now_ms = int(time.time() * 1000)
+        for i in range(0, len(values), BATCH_ROWS):
+            yield parse_lines(values[i:i + BATCH_ROWS], self.plan,
+                              fallback_ts=stamps[i:i + BATCH_ROWS], now_ms=now_ms)
 
 
 class MemorySource(DataSource):
@@ -110,11 +137,11 @@ class MemorySource(DataSource):
 
     @classmethod
     def name(cls) -> str:
-        return "l2m-memory"
+        return NAME
 
     def schema(self) -> str:
-        return ParsePlan.from_json(self.options["parsePlan"] if "parsePlan" in self.options
-                                   else self.options["parseplan"]).spark_schema_ddl()
+        options = {k.lower(): v for k, v in self.options.items()}
+        return ParsePlan.from_json(options["parseplan"]).spark_schema_ddl()
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return MemoryStreamReader(dict(self.options))
