@@ -101,6 +101,8 @@ def test_late_data_corrects_open_windows_and_is_dropped_from_closed_ones(stream_
     # Counters have no windows: every log is counted, late or not; the sample is dated by
     # the largest event time counted.
     assert st.values("n") == {((), w0 + 40 * MIN): 6.0}
+    # The dropped log is counted once, in l2m's own counter, dated by its event time.
+    assert st.values("l2m-late") == {((), w0 + 4000): 1.0}
     # A restart keeps the watermark and the open windows (both in the checkpoint): w0 stays
     # closed, w0+25 min continues from its state.
     st.add([log(w0 + 5000, 1000), log(w0 + 25 * MIN + 1, 9)])
@@ -108,6 +110,8 @@ def test_late_data_corrects_open_windows_and_is_dropped_from_closed_ones(stream_
     assert st.values("avg") == {((), w0): 30.0, ((), w0 + 25 * MIN): 8.0,
                                 ((), w0 + 40 * MIN): 2.0}
     assert st.values("n") == {((), w0 + 40 * MIN): 8.0}
+    # The late count is state too: it continues across the restart.
+    assert st.values("l2m-late") == {((), w0 + 5000): 2.0}
 
 
 def test_a_log_from_a_wrong_clock_does_not_close_the_windows(stream_test):
