@@ -106,9 +106,3 @@ def test_restart_continues_counters_exactly(spark, broker, tmp_path):
     run_once(spark, cfg, rules)  # same checkpoint: continues, never recounts
     expected = backfill_samples(spark, rules, lines, tmp_path)
     assert canonical(metrics(t)) == canonical(expected)
-
-
-GAUGE_RULES = """\
-rules:
-  - {id: avg, name: latency_avg, kind: gauge, query: "*", aggregation: avg, field: ms}
-"""
