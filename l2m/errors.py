@@ -24,6 +24,7 @@ ERROR_CLASSES: dict[str, str] = {
     "YAML_TOO_DEEP": "YAML nesting is too deep",
     "YAML_UNKNOWN_TAG": "{reason}: only plain YAML values are allowed",
     "YAML_INVALID_VALUE": "{reason}",
+    "YAML_COMPLEX_KEY": "a mapping key must be a plain value, not a {type}",
     "INVALID_DOCUMENT": "top level must be a mapping with a 'rules' list",
     "DUPLICATE_KEY": "key '{key}' appears more than once",
     # rule structure

@@ -11,12 +11,14 @@ import dataclasses
 import math
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.reader import ReaderError
 
 from l2m import yamlsafe
 from l2m.errors import Problem, QueryError, RuleValidationError, render
@@ -81,8 +83,95 @@ class RuleSet:
 # --- YAML with positions -------------------------------------------------------------------
 
 
-# Bounded aliases, YAML 1.2 booleans, no echo of the text in errors (l2m.yamlsafe).
-_Loader = yamlsafe.SafeLoader
+class YamlLoader(yamlsafe.SafeLoader):
+    """Bounded aliases, YAML 1.2 booleans, no echo of the text in errors (l2m.yamlsafe) — and
+    a plain ``=`` is the string ``"="``: PyYAML resolves it to YAML 1.1's ``!!value`` type,
+    which nothing constructs, so a label value ``=`` would read as an unknown tag."""
+
+
+YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:value"]
+    for first, resolvers in yamlsafe.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader = YamlLoader
+
+
+def yaml_position(exc: yaml.YAMLError, text: str) -> tuple[int, int, str]:
+    """1-based line, column and problem of a YAML error, never quoting the text. A reader
+    error (a control character, say) carries only an offset; the line and column are
+    computed from it instead of reporting 1:1."""
+    if isinstance(exc, ReaderError):
+        at = max(0, min(exc.position, len(text)))
+        line = text.count("\n", 0, at) + 1
+        column = at - (text.rfind("\n", 0, at) + 1) + 1
+        what = f" #x{exc.character:04x}" if isinstance(exc.character, int) else ""
+        return line, column, f"unacceptable character{what}: {exc.reason}"
+    return yamlsafe.position(exc)
+
+
+MAX_DEPTH = 64
+
+
+def too_deep(root: yaml.Node | None, limit: int = MAX_DEPTH) -> yaml.Node | None:
+    """The first node nested deeper than ``limit`` (aliases followed), or None.
+
+    Composing stops at Python's recursion limit, but constructing values recurses deeper per
+    level than composing: a file nested a few hundred levels composes and then crashes with a
+    RecursionError. A fixed, small bound (no rule or job file nests past a handful of levels)
+    makes the error deterministic and positioned. Iterative and memoised: alias bombs are
+    bounded already, but a shared node is measured once."""
+    if root is None:
+        return None
+    height: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in height:
+            continue
+        kids = _kids(node)
+        if children_done or not kids:
+            height[id(node)] = 1 + max((height[id(k)] for k in kids), default=0)
+            continue
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids if id(k) not in height)
+    if height[id(root)] <= limit:
+        return None
+    node = root
+    for _ in range(limit):  # follow the deepest path down to the first level past the limit
+        node = max(_kids(node), key=lambda k: height[id(k)])
+    return node
+
+
+def _kids(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def complex_keys(root: yaml.Node | None) -> list[tuple[yaml.Node, str]]:
+    """Every mapping key that is a list or a mapping (``? [a, b]``), each node looked at once.
+    Constructing such a mapping fails (an unhashable key), with an error that quotes the
+    text; no key l2m reads can be one, so they are reported up front, positioned."""
+    found: list[tuple[yaml.Node, str]] = []
+    seen: set[int] = set()
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    found.append((key, "list" if isinstance(key, yaml.SequenceNode)
+                                  else "mapping"))
+                stack.extend((key, value))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    found.sort(key=lambda item: (item[0].start_mark.line, item[0].start_mark.column))
+    return found
 
 
 class _Ctx:
@@ -138,9 +227,11 @@ def _mapping_items(node: yaml.MappingNode, ctx: _Ctx, rule_id: str | None
 def rule_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
     """Expand files and directories (recursively, ``*.yaml``/``*.yml``) in a stable order.
 
-    A file given twice, or reached both directly and through a directory, is loaded once (it
-    would otherwise count every log twice). An unreadable directory anywhere below is an
-    error, not silently skipped."""
+    A file given twice, or reached both directly and through a directory (or a symlink), is
+    loaded once: it would otherwise count every log twice. An unreadable directory anywhere
+    below is an error, not silently skipped; so is a ``*.yaml`` entry that is not a regular
+    file (a dangling symlink, a FIFO), reported when :func:`load_rules` reads it. Symlinked
+    directories are followed, each real directory walked once (no symlink loop)."""
     files: list[Path] = []
     problems: list[Problem] = []
     seen: set[Path] = set()
@@ -152,29 +243,85 @@ def rule_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
             files.append(path)
 
     def unreadable(exc: OSError) -> None:
-        problems.append(Problem("FILE_UNREADABLE", str(exc.filename), 1, 1, None,
-                                render("FILE_UNREADABLE", {"reason": exc.strerror or exc})))
+        problems.append(_file_problem("FILE_UNREADABLE", str(exc.filename),
+                                      reason=exc.strerror or exc))
 
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            found: list[Path] = []
-            before = len(problems)
-            for root, dirs, names in os.walk(path, onerror=unreadable):
-                dirs.sort()
-                found.extend(Path(root) / n for n in names
-                             if n.endswith((".yaml", ".yml")) and (Path(root) / n).is_file())
-            if not found and len(problems) == before:
-                problems.append(Problem("NO_RULE_FILES", str(path), 1, 1, None,
-                                        render("NO_RULE_FILES", {})))
-            for found_path in sorted(found):
-                add(found_path)
-        elif path.is_file():
-            add(path)
-        else:
-            problems.append(Problem("FILE_NOT_FOUND", str(path), 1, 1, None,
-                                    render("FILE_NOT_FOUND", {})))
+        try:
+            is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+        except FileNotFoundError:
+            if os.path.lexists(path):  # a dangling symlink: say so rather than "no such file"
+                add(path)
+            else:
+                problems.append(_file_problem("FILE_NOT_FOUND", str(path)))
+            continue
+        except OSError as exc:  # e.g. a parent directory that cannot be searched
+            problems.append(_file_problem("FILE_UNREADABLE", str(path),
+                                          reason=exc.strerror or exc))
+            continue
+        if not is_dir:
+            add(path)  # whatever it is: load_rules reports what is not a readable file
+            continue
+        found: list[Path] = []
+        before = len(problems)
+        walked = {os.path.realpath(path)}
+        for root, dirs, names in os.walk(path, onerror=unreadable, followlinks=True):
+            kept = []
+            for name in sorted(dirs):
+                real = os.path.realpath(os.path.join(root, name))
+                if real not in walked:
+                    walked.add(real)
+                    kept.append(name)
+            dirs[:] = kept
+            found.extend(Path(root) / n for n in names if n.endswith((".yaml", ".yml")))
+        if not found and len(problems) == before:
+            problems.append(_file_problem("NO_RULE_FILES", str(path)))
+        for found_path in sorted(found):
+            add(found_path)
     return files, problems
+
+
+def _file_problem(code: str, file: str, **params: object) -> Problem:
+    return Problem(code, file, 1, 1, None, render(code, params))
+
+
+def read_rule_file(path: Path) -> tuple[str | None, Problem | None]:
+    """The text of one rule file, or the problem that stops it being read.
+
+    Never blocks and never reads more than :data:`l2m.yamlsafe.MAX_FILE_BYTES` (+1): the file
+    is opened non-blocking (a FIFO named ``*.yaml`` would hang ``l2m validate``), must be a
+    regular file, and is read up to the cap — its size on disk is not trusted, it may grow
+    between the check and the read, and files under ``/proc`` report 0."""
+    limit = yamlsafe.MAX_FILE_BYTES
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        reason = "a broken symbolic link" if os.path.islink(path) and not path.exists() \
+            else exc.strerror or exc
+        return None, _file_problem("FILE_UNREADABLE", str(path), reason=reason)
+    try:
+        with os.fdopen(fd, "rb") as stream:
+            info = os.fstat(stream.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return None, _file_problem("FILE_UNREADABLE", str(path),
+                                           reason="not a regular file")
+            if info.st_size > limit:
+                return None, _file_problem("FILE_TOO_LARGE", str(path), size=info.st_size,
+                                           limit=limit)
+            data = stream.read(limit + 1)
+    except OSError as exc:
+        return None, _file_problem("FILE_UNREADABLE", str(path), reason=exc.strerror or exc)
+    if len(data) > limit:
+        return None, _file_problem("FILE_TOO_LARGE", str(path), size=f"more than {limit}",
+                                   limit=limit)
+    try:
+        # universal newlines, as Path.read_text reads them
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n"), None
+    except UnicodeDecodeError as exc:
+        return None, _file_problem("FILE_UNREADABLE", str(path),
+                                   reason=f"not UTF-8 (byte {exc.object[exc.start]:#04x} at "
+                                          f"offset {exc.start})")
 
 
 def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None) -> RuleSet:
@@ -185,16 +332,9 @@ def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None) -
     rules: list[Rule] = []
     first_seen: dict[str, str] = {}
     for path in files:
-        try:
-            size = path.stat().st_size
-            if size > yamlsafe.MAX_FILE_BYTES:
-                problems.append(Problem("FILE_TOO_LARGE", str(path), 1, 1, None, render(
-                    "FILE_TOO_LARGE", {"size": size, "limit": yamlsafe.MAX_FILE_BYTES})))
-                continue
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(Problem("FILE_UNREADABLE", str(path), 1, 1, None,
-                                    render("FILE_UNREADABLE", {"reason": exc})))
+        text, problem = read_rule_file(path)
+        if problem is not None or text is None:
+            problems.extend([problem] if problem else [])
             continue
         ctx = _read(text, str(path), config)
         rules.extend(ctx.rules)
@@ -225,16 +365,24 @@ def _read(text: str, file: str, config: QueryConfig) -> _Ctx:
         ctx.add("FILE_TOO_LARGE", None, None, size=len(text), limit=yamlsafe.MAX_FILE_BYTES)
         return ctx
     try:
-        root = yamlsafe.compose(text)
+        root = yamlsafe.compose(text, _Loader)
     except yaml.YAMLError as exc:
-        line, column, problem = yamlsafe.position(exc)
+        line, column, problem = yaml_position(exc, text)
         code = getattr(exc, "code", "YAML_SYNTAX")
         ctx.add(code, None, None, line=line, column=column, reason=problem)
         return ctx
-    bad_tags = yamlsafe.tag_problems(root)
+    deep = too_deep(root)
+    if deep is not None:
+        ctx.add("YAML_TOO_DEEP", deep, None)
+        return ctx
+    bad_tags = yamlsafe.tag_problems(root, _Loader)
     for code, mark, problem in bad_tags:
         ctx.add(code, None, None, line=mark.line + 1, column=mark.column + 1, reason=problem)
-    if bad_tags:
+    bad_keys = complex_keys(root)
+    for key_node, kind in bad_keys:
+        ctx.add("YAML_COMPLEX_KEY", key_node, None, type=kind)
+    if bad_tags or bad_keys:
+        # Constructing the rules would fail on these (or build what nobody wrote).
         return ctx
     rules_node = None
     if isinstance(root, yaml.MappingNode):

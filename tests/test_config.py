@@ -125,3 +125,79 @@ def test_client_booleans_are_spelled_as_librdkafka_expects(tmp_path):
     cfg = load_config(path)
     assert cfg.kafka["enable.ssl.certificate.verification"] == "false"
     assert cfg.source.starting_offsets == '{"0": 5, "1": -2}'
+
+
+def config_error(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert err.value.code == "CONFIG"
+    return str(err.value).replace(str(path), "job.yaml", 1)
+
+
+KAFKA = "kafka:\n  bootstrap.servers: x:1\n"
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    (KAFKA + "trigger: .inf\n", "job.yaml:3: trigger: "),          # was an OverflowError
+    (KAFKA + "trigger: .nan\n", "job.yaml:3: trigger: "),          # was a ValueError
+    (KAFKA + "grace: -5\n", "job.yaml:3: grace: "),                # was -5000 ms
+    (KAFKA + "counter_ttl: 99999999999999999999 days\n", "job.yaml:3: counter_ttl: "),
+    (KAFKA + "counter_shards: 99999999999\n", "job.yaml:3: counter_shards: "),
+    (KAFKA + "counter_shards: '²'\n", "job.yaml:3: counter_shards: "),  # was a ValueError
+    (KAFKA + "source:\n  max_records_per_task: false\n",          # was "no limit"
+     "job.yaml:4: source.max_records_per_task: "),
+    *[(KAFKA + f"source:\n  starting_offsets: {bad}\n", "job.yaml:4: source.starting_offsets: ")
+      for bad in ("sometimes", "{0: abc}", "'{\"x\": 1}'", "{0: -3}", "{0: true}", "[0]")],
+    (KAFKA + "rules: []\n", "job.yaml:3: rules: "),
+    (KAFKA + "trigger: 5s\ngrace: 1m\ntrigger: 6s\n", "job.yaml:5:1: "),  # the last won
+    (KAFKA + "source: {planner: partition}\nsource: {group_id: l2m}\n", "job.yaml:4:1: "),
+    (KAFKA + "spark: " + "[" * 100 + "]" * 100 + "\n", "job.yaml:3:"),  # was a RecursionError
+    (KAFKA + "trigger: 5s\x07\n", "job.yaml:3:12: "),                # was job.yaml:1:1
+])
+def test_every_value_is_checked_with_its_position(tmp_path, text, where):
+    assert config_error(tmp_path, text).startswith(where)
+
+
+def test_valid_starting_offsets(tmp_path):
+    path = tmp_path / "job.yaml"
+    for written, spec in [("earliest", "earliest"), ("{0: 5, 1: -1}", '{"0": 5, "1": -1}'),
+                          ("'{\"logs\": {\"0\": -2}}'", '{"logs": {"0": -2}}')]:
+        path.write_text(f"{KAFKA}source: {{starting_offsets: {written}}}\n")
+        assert load_config(path).source.starting_offsets == spec
+
+
+def test_merge_keys_work_as_in_yaml_safe_load(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("kafka: &client\n  bootstrap.servers: x:1\n  client.id: l2m\n"
+                    "sink_kafka:\n  <<: *client\n  client.id: l2m-sink\n  acks: all\n")
+    cfg = load_config(path)
+    assert cfg.sink_kafka == {"bootstrap.servers": "x:1", "client.id": "l2m-sink", "acks": "all"}
+
+
+def test_a_plain_equals_sign_is_a_string(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(KAFKA + "  sasl.oauthbearer.config: =\n")
+    assert load_config(path).kafka["sasl.oauthbearer.config"] == "="
+
+
+@pytest.mark.parametrize(("broken", "where"), [
+    (f"  ? [{SECRET}]\n  : 1\n", "job.yaml:3:5: "),                # was PyYAML's own message
+    (f"  sasl.password: *{SECRET}\n", "job.yaml:3:18: "),          # an undefined alias
+    (f"  sasl.password: !{SECRET}\n", "job.yaml:3:18: "),          # a tag, to YAML
+    (f"  sasl.password: !!{SECRET} x\n", "job.yaml:3:18: "),
+    (f"  sasl.password: &a x\n  sasl.username: *{SECRET}\n", "job.yaml:4:18: "),
+    ("  <<: 5\n", "job.yaml:3:7: "),                                # a merge of a scalar
+])
+def test_yaml_names_that_may_be_secrets_are_never_printed(tmp_path, broken, where):
+    message = config_error(tmp_path, KAFKA + broken)
+    assert message.startswith(where)
+    assert SECRET not in message
+
+
+def test_a_setting_typed_without_its_colon_is_not_printed(tmp_path):
+    # in a flow mapping `sasl.password s3cret` is a key without a value
+    message = config_error(tmp_path, f"kafka: {{bootstrap.servers: 'x:1', "
+                                     f"sasl.password {SECRET}}}\n")
+    assert message.startswith("job.yaml:1: kafka") and SECRET not in message

@@ -124,3 +124,101 @@ def test_an_unreadable_directory_is_an_error(tmp_path: Path, monkeypatch):
     with pytest.raises(RuleValidationError) as info:
         load_rules([tmp_path])
     assert [(p.code, p.file) for p in info.value.problems] == [("FILE_UNREADABLE", str(locked))]
+
+
+def test_a_control_character_is_a_syntax_error_at_its_position():
+    assert codes(rule_yaml(labels='{a: "x\x07"}')) == [("YAML_SYNTAX", 7, 19)]
+
+
+def test_a_syntax_error_never_quotes_the_line():
+    _, found = load_text("rules:\n  - id: token-Zq9 : oops\n", "f.yaml")
+    assert [(p.code, p.line) for p in found] == [("YAML_SYNTAX", 2)]
+    assert "Zq9" not in str(found[0])
+
+
+@pytest.mark.parametrize(("labels", "column"), [("{? [a, b] : 1}", 16), ("{? {a: 1} : 1}", 16)])
+def test_a_list_or_mapping_as_a_key_is_a_positioned_error(labels, column):
+    # constructing such a mapping raised PyYAML's "unhashable key", with a traceback
+    assert codes(rule_yaml(labels=labels)) == [("YAML_COMPLEX_KEY", 7, column)]
+
+
+@pytest.mark.parametrize("depth", [100, 250, 300])
+def test_nesting_that_composes_but_would_not_construct_is_an_error(depth):
+    # a few hundred levels passed the composer and crashed the constructor (RecursionError)
+    text = rule_yaml(labels="[" * depth + "]" * depth)
+    assert [c for c, _, _ in codes(text)] == ["YAML_TOO_DEEP"]
+
+
+def test_a_plain_equals_sign_is_a_string():
+    rules, found = load_text(rule_yaml(labels="{op: =}"), "f.yaml")
+    assert found == [] and rules[0].labels == (("op", "="),)
+
+
+def test_a_dangling_symlink_in_a_directory_is_an_error_not_skipped(tmp_path: Path):
+    (tmp_path / "ok.yaml").write_text(rule_yaml())
+    (tmp_path / "gone.yaml").symlink_to(tmp_path / "deleted.yaml")
+    with pytest.raises(RuleValidationError) as info:
+        load_rules([tmp_path])
+    assert [(p.code, p.file) for p in info.value.problems] == [
+        ("FILE_UNREADABLE", str(tmp_path / "gone.yaml"))]
+
+
+def test_a_fifo_is_an_error_and_never_blocks(tmp_path: Path):
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)  # nobody writes to it: opening it blocking would hang for ever
+    for given in ([tmp_path], [fifo]):
+        with pytest.raises(RuleValidationError) as info:
+            load_rules(given)
+        assert [(p.code, p.file) for p in info.value.problems] == [("FILE_UNREADABLE", str(fifo))]
+
+
+def test_an_unreadable_file_is_an_error_naming_it(tmp_path: Path, monkeypatch):
+    # As root, chmod 000 does not stop reading: make opening the file fail as it would for
+    # an unprivileged user.
+    (tmp_path / "a.yaml").write_text(rule_yaml())
+    locked = tmp_path / "b.yaml"
+    locked.write_text(rule_yaml(id="r2"))
+    real_open = os.open
+
+    def deny(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", deny)
+    with pytest.raises(RuleValidationError) as info:
+        load_rules([tmp_path])
+    assert [(p.code, p.file) for p in info.value.problems] == [("FILE_UNREADABLE", str(locked))]
+
+
+def test_a_file_that_is_not_utf8_is_unreadable(tmp_path: Path):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(rule_yaml(labels="{city: 'Malmö'}").encode("latin-1"))
+    with pytest.raises(RuleValidationError) as info:
+        load_rules([bad])
+    assert [p.code for p in info.value.problems] == ["FILE_UNREADABLE"]
+
+
+def test_symlinked_directories_are_followed_once_and_loops_end(tmp_path: Path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "team.yaml").write_text(rule_yaml())
+    top = tmp_path / "rules"
+    top.mkdir()
+    (top / "team").symlink_to(shared)       # a linked folder: its rules count
+    (top / "again").symlink_to(shared)      # the same folder twice: loaded once
+    (shared / "loop").symlink_to(top)       # a cycle: the walk still ends
+    ruleset = load_rules([top])
+    assert [r.id for r in ruleset.rules] == ["r1"]
+
+
+def test_a_kubernetes_configmap_mount_loads_each_rule_once(tmp_path: Path):
+    # A ConfigMap volume: real files in a timestamped folder, `..data` linking to it, and a
+    # symlink per key at the top. Every rule is reachable three ways.
+    stamp = tmp_path / "..2026_11_22_12_00_00.123"
+    stamp.mkdir()
+    (stamp / "web.yaml").write_text(rule_yaml())
+    (tmp_path / "..data").symlink_to(stamp.name)
+    (tmp_path / "web.yaml").symlink_to("..data/web.yaml")
+    ruleset = load_rules([tmp_path])
+    assert [r.id for r in ruleset.rules] == ["r1"]
