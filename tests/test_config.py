@@ -153,7 +153,7 @@ KAFKA = "kafka:\n  bootstrap.servers: x:1\n"
     (KAFKA + "rules: []\n", "job.yaml:3: rules: "),
     (KAFKA + "trigger: 5s\ngrace: 1m\ntrigger: 6s\n", "job.yaml:5:1: "),  # the last won
     (KAFKA + "source: {planner: partition}\nsource: {group_id: l2m}\n", "job.yaml:4:1: "),
-    (KAFKA + "spark: " + "[" * 100 + "]" * 100 + "\n", "job.yaml:3:"),  # was a RecursionError
+    (KAFKA + "spark: " + "[" * 100 + "]" * 100 + "\n", "job.yaml:3:71: "),  # nesting > 64
     (KAFKA + "trigger: 5s\x07\n", "job.yaml:3:12: "),                # was job.yaml:1:1
 ])
 def test_every_value_is_checked_with_its_position(tmp_path, text, where):
