@@ -18,7 +18,6 @@ import yaml
 from l2m import yamlsafe
 from l2m.errors import ConfigError
 from l2m.query import QueryConfig
-from l2m.rules import MAX_DEPTH, YamlLoader, complex_keys, too_deep, yaml_position
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?|"
                        r"d|days?)\s*")
@@ -138,11 +137,11 @@ def load_config(path: str | Path) -> JobConfig:
         raise ConfigError(f"{path}: cannot read: not UTF-8 (byte "
                           f"{exc.object[exc.start]:#04x} at offset {exc.start})") from None
     root = _compose(path, text)
-    loader = YamlLoader("")
+    loader = yamlsafe.SafeLoader("")
     try:
         parsed = loader.construct_document(root) if root is not None else {}
     except yaml.MarkedYAMLError as exc:  # not expected after the checks; never quote the text
-        line, column, problem = yaml_position(exc, text)
+        line, column, problem = yamlsafe.position(exc, text)
         raise ConfigError(f"{path}:{line}:{column}: {_redact(problem)}") from None
     finally:
         loader.dispose()
@@ -157,21 +156,21 @@ def _compose(path: Path, text: str) -> yaml.Node | None:
     """The checked node tree of a configuration: bounded aliases and nesting, merge keys
     (``<<: *base``) applied, no duplicate key, no explicit tag, every key a plain value."""
     try:
-        root = yamlsafe.compose(text, YamlLoader)
+        root = yamlsafe.compose(text)
     except yaml.YAMLError as exc:
-        line, column, problem = yaml_position(exc, text)
+        line, column, problem = yamlsafe.position(exc, text)
         raise ConfigError(f"{path}:{line}:{column}: invalid YAML: {_redact(problem)}") from None
 
     def fail(node: yaml.Node, problem: str) -> ConfigError:
         mark = node.start_mark
         return ConfigError(f"{path}:{mark.line + 1}:{mark.column + 1}: {problem}")
 
-    deep = too_deep(root)
+    deep = yamlsafe.too_deep(root)
     if deep is not None:
-        raise fail(deep, f"YAML nesting is deeper than {MAX_DEPTH} levels")
-    for key, kind in complex_keys(root):
+        raise fail(deep, f"YAML nesting is deeper than {yamlsafe.MAX_DEPTH} levels")
+    for key, kind in yamlsafe.complex_keys(root):
         raise fail(key, f"a mapping key must be a plain value, not a {kind}")
-    mappings = _mappings(root)
+    mappings = [n for n in yamlsafe.nodes(root) if isinstance(n, yaml.MappingNode)]
     for node in mappings:
         seen: dict[str, yaml.Node] = {}
         for key, _ in node.value:
@@ -183,16 +182,16 @@ def _compose(path: Path, text: str) -> yaml.Node | None:
                 # replace the first one whole.
                 raise fail(key, f"key '{_shown(key.value)}' appears twice (first at line "
                                 f"{first.start_mark.line + 1})")
-    loader = YamlLoader("")
+    loader = yamlsafe.SafeLoader("")
     try:
         for node in mappings:
             loader.flatten_mapping(node)  # merge keys, as yaml.safe_load applies them
     except yaml.MarkedYAMLError as exc:
-        line, column, problem = yaml_position(exc, text)
+        line, column, problem = yamlsafe.position(exc, text)
         raise ConfigError(f"{path}:{line}:{column}: {_redact(problem)}") from None
     finally:
         loader.dispose()
-    for code, mark, problem in yamlsafe.tag_problems(root, YamlLoader):
+    for code, mark, problem in yamlsafe.tag_problems(root):
         # an unknown tag's name is not shown: `sasl.password: !s3cret` is a tag to YAML
         what = "an explicit tag l2m does not read (only plain YAML values are allowed)" \
             if code == "YAML_UNKNOWN_TAG" else problem
@@ -221,24 +220,6 @@ def _redact(problem: str) -> str:
 
 def _shown(key: object) -> str:
     return str(key) if _KEY_NAME.fullmatch(str(key)) else "(a key not shown)"
-
-
-def _mappings(root: yaml.Node | None) -> list[yaml.Node]:
-    """Every mapping node once, parents before children."""
-    found: list[yaml.Node] = []
-    seen: set[int] = set()
-    stack = [root] if root is not None else []
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            found.append(node)
-            stack.extend(n for pair in reversed(node.value) for n in reversed(pair))
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(reversed(node.value))
-    return found
 
 
 def _lines(root: yaml.Node | None) -> dict[tuple[str, ...], int]:

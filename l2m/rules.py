@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.reader import ReaderError
 
 from l2m import yamlsafe
 from l2m.errors import Problem, QueryError, RuleValidationError, render
@@ -83,97 +82,6 @@ class RuleSet:
 # --- YAML with positions -------------------------------------------------------------------
 
 
-class YamlLoader(yamlsafe.SafeLoader):
-    """Bounded aliases, YAML 1.2 booleans, no echo of the text in errors (l2m.yamlsafe) — and
-    a plain ``=`` is the string ``"="``: PyYAML resolves it to YAML 1.1's ``!!value`` type,
-    which nothing constructs, so a label value ``=`` would read as an unknown tag."""
-
-
-YamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:value"]
-    for first, resolvers in yamlsafe.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader = YamlLoader
-
-
-def yaml_position(exc: yaml.YAMLError, text: str) -> tuple[int, int, str]:
-    """1-based line, column and problem of a YAML error, never quoting the text. A reader
-    error (a control character, say) carries only an offset; the line and column are
-    computed from it instead of reporting 1:1."""
-    if isinstance(exc, ReaderError):
-        at = max(0, min(exc.position, len(text)))
-        line = text.count("\n", 0, at) + 1
-        column = at - (text.rfind("\n", 0, at) + 1) + 1
-        what = f" #x{exc.character:04x}" if isinstance(exc.character, int) else ""
-        return line, column, f"unacceptable character{what}: {exc.reason}"
-    return yamlsafe.position(exc)
-
-
-MAX_DEPTH = 64
-
-
-def too_deep(root: yaml.Node | None, limit: int = MAX_DEPTH) -> yaml.Node | None:
-    """The first node nested deeper than ``limit`` (aliases followed), or None.
-
-    Composing stops at Python's recursion limit, but constructing values recurses deeper per
-    level than composing: a file nested a few hundred levels composes and then crashes with a
-    RecursionError. A fixed, small bound (no rule or job file nests past a handful of levels)
-    makes the error deterministic and positioned. Iterative and memoised: alias bombs are
-    bounded already, but a shared node is measured once."""
-    if root is None:
-        return None
-    height: dict[int, int] = {}
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, children_done = stack.pop()
-        if id(node) in height:
-            continue
-        kids = _kids(node)
-        if children_done or not kids:
-            height[id(node)] = 1 + max((height[id(k)] for k in kids), default=0)
-            continue
-        stack.append((node, True))
-        stack.extend((k, False) for k in kids if id(k) not in height)
-    if height[id(root)] <= limit:
-        return None
-    node = root
-    for _ in range(limit):  # follow the deepest path down to the first level past the limit
-        node = max(_kids(node), key=lambda k: height[id(k)])
-    return node
-
-
-def _kids(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    return []
-
-
-def complex_keys(root: yaml.Node | None) -> list[tuple[yaml.Node, str]]:
-    """Every mapping key that is a list or a mapping (``? [a, b]``), each node looked at once.
-    Constructing such a mapping fails (an unhashable key), with an error that quotes the
-    text; no key l2m reads can be one, so they are reported up front, positioned."""
-    found: list[tuple[yaml.Node, str]] = []
-    seen: set[int] = set()
-    stack = [root] if root is not None else []
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                if not isinstance(key, yaml.ScalarNode):
-                    found.append((key, "list" if isinstance(key, yaml.SequenceNode)
-                                  else "mapping"))
-                stack.extend((key, value))
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-    found.sort(key=lambda item: (item[0].start_mark.line, item[0].start_mark.column))
-    return found
-
-
 class _Ctx:
     """Problems collected while reading one file."""
 
@@ -195,7 +103,7 @@ class _Ctx:
 
 
 def _construct(node: yaml.Node) -> Any:
-    loader = _Loader("")
+    loader = yamlsafe.SafeLoader("")
     try:
         return loader.construct_object(node, deep=True)
     finally:
@@ -365,20 +273,20 @@ def _read(text: str, file: str, config: QueryConfig) -> _Ctx:
         ctx.add("FILE_TOO_LARGE", None, None, size=len(text), limit=yamlsafe.MAX_FILE_BYTES)
         return ctx
     try:
-        root = yamlsafe.compose(text, _Loader)
+        root = yamlsafe.compose(text)
     except yaml.YAMLError as exc:
-        line, column, problem = yaml_position(exc, text)
+        line, column, problem = yamlsafe.position(exc, text)
         code = getattr(exc, "code", "YAML_SYNTAX")
         ctx.add(code, None, None, line=line, column=column, reason=problem)
         return ctx
-    deep = too_deep(root)
+    deep = yamlsafe.too_deep(root)
     if deep is not None:
         ctx.add("YAML_TOO_DEEP", deep, None)
         return ctx
-    bad_tags = yamlsafe.tag_problems(root, _Loader)
+    bad_tags = yamlsafe.tag_problems(root)
     for code, mark, problem in bad_tags:
         ctx.add(code, None, None, line=mark.line + 1, column=mark.column + 1, reason=problem)
-    bad_keys = complex_keys(root)
+    bad_keys = yamlsafe.complex_keys(root)
     for key_node, kind in bad_keys:
         ctx.add("YAML_COMPLEX_KEY", key_node, None, type=kind)
     if bad_tags or bad_keys:

@@ -7,9 +7,14 @@ Input: YAML text. Output: the composed node tree (positions kept), or a
 * aliases may expand to at most :data:`MAX_ALIAS_NODES` nodes in all (a "billion laughs"
   bomb — also one used as a mapping key — is refused at its alias instead of taking minutes and
   gigabytes), and an alias may not refer to the node it is inside of;
-* nesting past Python's recursion limit is an error, not a RecursionError;
+* nesting past Python's recursion limit is an error, not a RecursionError, and
+  :func:`too_deep` finds the first node past :data:`MAX_DEPTH` levels;
 * :func:`tag_problems` lists explicit tags l2m does not know (``!foo``,
-  ``!!python/object``) and typed scalars that do not convert (``!!int abc``).
+  ``!!python/object``) and typed scalars that do not convert (``!!int abc``);
+  :func:`complex_keys` lists mapping keys that are lists or mappings.
+
+:func:`nodes` and :func:`children` walk a composed tree (each aliased node once) for the
+checks of the rule and job-configuration loaders.
 
 Error messages carry the position and the problem only — never a snippet of the text, which
 may hold a secret (``sasl.password``). YAML 1.2 booleans: only true/false (YAML 1.1's
@@ -18,13 +23,16 @@ yes/no/on/off would turn an id ``off`` or a label value ``no`` into a boolean)."
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
 from yaml.events import AliasEvent
+from yaml.reader import ReaderError
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_ALIAS_NODES = 10_000
+MAX_DEPTH = 64  # nesting levels: no rule or job file needs more than a handful
 
 _STD = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {f"{_STD}{t}" for t in ("str", "int", "float", "bool", "null", "timestamp")}
@@ -67,36 +75,91 @@ class SafeLoader(yaml.SafeLoader):
         return node
 
 
+# YAML 1.1's booleans go (re-added below as 1.2's), and so does its `!!value` type: a plain
+# `=` would resolve to it, which nothing constructs, so a label value `=` would read as an
+# unknown tag instead of the string "=".
 SafeLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != f"{_STD}bool"]
+    first: [(tag, regexp) for tag, regexp in resolvers
+            if tag not in (f"{_STD}bool", f"{_STD}value")]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 SafeLoader.add_implicit_resolver(
     f"{_STD}bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
-def _size(root: yaml.Node, memo: dict[int, int]) -> int:
-    """Nodes ``root`` stands for once its aliases are expanded (iterative, memoised)."""
+def _fold(root: yaml.Node, combine: Callable[[list[int]], int],
+          memo: dict[int, int]) -> int:
+    """``combine`` of the children's values, bottom-up over the node graph: each node once
+    (aliases are shared nodes), iterative (no recursion limit), memoised in ``memo``."""
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, children_done = stack.pop()
         if id(node) in memo:
             continue
-        kids = _children(node)
+        kids = children(node)
         if children_done or not kids:
-            memo[id(node)] = 1 + sum(memo.get(id(k), 1) for k in kids)
+            memo[id(node)] = combine([memo[id(k)] for k in kids])
             continue
         stack.append((node, True))
         stack.extend((k, False) for k in kids if id(k) not in memo)
     return memo[id(root)]
 
 
-def _children(node: yaml.Node) -> list[yaml.Node]:
+def _size(root: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes ``root`` stands for once its aliases are expanded."""
+    return _fold(root, lambda kids: 1 + sum(kids), memo)
+
+
+def children(node: yaml.Node) -> list[yaml.Node]:
+    """A node's children: items of a sequence, keys and values of a mapping."""
     if isinstance(node, yaml.SequenceNode):
         return list(node.value)
     if isinstance(node, yaml.MappingNode):
         return [n for pair in node.value for n in pair]
     return []
+
+
+def nodes(root: yaml.Node | None) -> Iterator[yaml.Node]:
+    """Every node of the tree once (an aliased node once), parents before children, in
+    document order."""
+    seen: set[int] = set()
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def too_deep(root: yaml.Node | None, limit: int = MAX_DEPTH) -> yaml.Node | None:
+    """The first node nested deeper than ``limit`` (aliases followed), or None.
+
+    Composing stops at Python's recursion limit, but constructing values recurses deeper per
+    level than composing: a file nested a few hundred levels composes and then crashes with a
+    RecursionError. A fixed, small bound (no rule or job file nests past a handful of levels)
+    makes the error deterministic and positioned."""
+    if root is None:
+        return None
+    height: dict[int, int] = {}
+    if _fold(root, lambda kids: 1 + max(kids, default=0), height) <= limit:
+        return None
+    node = root
+    for _ in range(limit):  # follow the deepest path down to the first level past the limit
+        node = max(children(node), key=lambda k: height[id(k)])
+    return node
+
+
+def complex_keys(root: yaml.Node | None) -> list[tuple[yaml.Node, str]]:
+    """Every mapping key that is a list or a mapping (``? [a, b]``), in file order.
+    Constructing such a mapping fails (an unhashable key), with an error that quotes the
+    text; no key l2m reads can be one, so they are reported up front, positioned."""
+    found = [(key, "list" if isinstance(key, yaml.SequenceNode) else "mapping")
+             for node in nodes(root) if isinstance(node, yaml.MappingNode)
+             for key, _ in node.value if not isinstance(key, yaml.ScalarNode)]
+    found.sort(key=lambda item: (item[0].start_mark.line, item[0].start_mark.column))
+    return found
 
 
 def compose(text: str, loader: type[SafeLoader] = SafeLoader) -> yaml.Node | None:
@@ -142,7 +205,7 @@ def tag_problems(root: yaml.Node | None, loader: type[SafeLoader] = SafeLoader
             elif tag not in (f"{_STD}seq", f"{_STD}map"):
                 found.append(("YAML_UNKNOWN_TAG", node.start_mark, f"unknown tag {_short(tag)}"))
                 continue
-            stack.extend(_children(node))
+            stack.extend(children(node))
     finally:
         constructor.dispose()
     return found
@@ -152,9 +215,16 @@ def _short(tag: str) -> str:
     return "!!" + tag[len(_STD):] if tag.startswith(_STD) else tag
 
 
-def position(exc: yaml.YAMLError) -> tuple[int, int, str]:
+def position(exc: yaml.YAMLError, text: str = "") -> tuple[int, int, str]:
     """1-based line and column and the problem of a YAML error — never the snippet
-    PyYAML's own message quotes (it may hold a secret)."""
+    PyYAML's own message quotes (it may hold a secret). A reader error (a control character,
+    say) carries only an offset into ``text``; its line and column are computed from it."""
+    if isinstance(exc, ReaderError):
+        at = max(0, min(exc.position, len(text)))
+        line = text.count("\n", 0, at) + 1
+        column = at - (text.rfind("\n", 0, at) + 1) + 1
+        what = f" #x{exc.character:04x}" if isinstance(exc.character, int) else ""
+        return line, column, f"unacceptable character{what}: {exc.reason}"
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
