@@ -100,8 +100,8 @@ class CounterState:
             s for name in sorted(touched)
             for s in rule_samples(rule, series_labels(rule, name), None,
                                   {le: Partial.load(v) for le, v in series[name][1].items()})]
-        if late and Partial.load(late).matches > late_before:
-            counted = Partial.load(late)
+        counted = Partial.load(late) if late else None
+        if counted is not None and counted.matches > late_before:
             samples += series_samples(LATE_RULE, [], counted.ts or 0, counted)
             if self.late is not None:
                 self.late.add(counted.matches - late_before)
