@@ -56,6 +56,17 @@ def cached_producer(config: dict[str, Any]) -> Any:
     return producer
 
 
+def produce(producer: Any, topic: str, **message: Any) -> None:
+    """Queue one message, waiting while the producer's local queue is full (deliveries
+    drain it) instead of failing the task."""
+    while True:
+        try:
+            producer.produce(topic, **message)
+            return
+        except BufferError:
+            producer.poll(0.1)
+
+
 def drop_producer(producer: Any) -> None:
     """Forget a producer after a failure, so the next task starts from a clean one."""
     for key, cached in list(_PRODUCERS.items()):
@@ -95,13 +106,7 @@ class _Producing:
                 keys = batch.column("key").to_pylist()
                 values = batch.column("value").to_pylist()
                 for key, value in zip(keys, values, strict=True):
-                    while True:
-                        try:
-                            producer.produce(self.topic, value=value, key=key,
-                                             on_delivery=delivered)
-                            break
-                        except BufferError:  # local queue full: let deliveries drain
-                            producer.poll(0.1)
+                    produce(producer, self.topic, value=value, key=key, on_delivery=delivered)
                     rows += 1
                 producer.poll(0)
                 if errors:

@@ -439,8 +439,9 @@ class DeadLetters:
 
     def __init__(self, config: dict[str, str], topic: str, source_topic: str,
                  max_bytes: int = DEAD_LETTER_MAX_BYTES) -> None:
-        from l2m.sink import cached_producer
+        from l2m.sink import cached_producer, produce
 
+        self._produce = produce  # sink imports this module: imported here, kept for send()
         self.topic = topic
         self.source_topic = source_topic
         self.max_bytes = max_bytes
@@ -462,13 +463,8 @@ class DeadLetters:
                 headers.append(("l2m.truncated", b"true"))
         if key is not None and len(key) > self.max_bytes // 4:
             key = origin.encode()
-        while True:
-            try:
-                self.producer.produce(self.topic, value=value, key=key, headers=headers,
-                                      on_delivery=self._delivered)
-                break
-            except BufferError:  # local queue full: let deliveries drain
-                self.producer.poll(0.1)
+        self._produce(self.producer, self.topic, value=value, key=key, headers=headers,
+                      on_delivery=self._delivered)
         self.sent += 1
         self.producer.poll(0)
 
