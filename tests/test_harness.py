@@ -18,6 +18,7 @@ from l2m.generator import GeneratorConfig, LogGenerator
 from l2m.rules import Rule, load_text
 
 from . import reference
+from .rulesets import COUNTER_RULES
 
 pytestmark = pytest.mark.spark
 T0 = 1795341600000  # 2026-11-22T10:00:00Z, where the generator starts
@@ -45,19 +46,8 @@ def expected(rules: list[Rule], lines: list[bytes], ids: tuple[str, ...] | None 
             if ids is None or s["rule"] in ids]
 
 
-COUNTERS = """\
-    rules:
-      - {id: all, name: logs_total, kind: counter, query: "*", aggregation: count,
-         group_by: [service]}
-      - {id: bytes, name: bytes_total, kind: counter, query: "_exists_:http.bytes",
-         aggregation: sum, field: http.bytes, group_by: [service]}
-      - {id: lat, name: latency, kind: counter, query: "_exists_:http.duration_ms",
-         aggregation: histogram, field: http.duration_ms, buckets: [10, 50, 250]}
-    """
-
-
 def test_counters_continue_exactly_across_batches_and_a_restart(stream_test):
-    rules = rules_of(COUNTERS)
+    rules = rules_of(COUNTER_RULES)
     lines = generated(1500, seed=8)
     st = stream_test(rules)
     st.add(lines[:500])

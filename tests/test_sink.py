@@ -16,7 +16,8 @@ from l2m.rules import load_text
 from l2m.runner import Runner
 
 from .kafka_helpers import canonical, consume_all, fresh_topics, job_config, latest_samples, produce
-from .test_streaming import COUNTER_RULES, backfill_samples, generated
+from .rulesets import COUNTER_RULES
+from .test_streaming import backfill_samples, generated
 
 pytestmark = pytest.mark.spark
 

@@ -24,6 +24,7 @@ from .kafka_helpers import (
     latest_samples,
     produce,
 )
+from .rulesets import COUNTER_RULES
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,17 +83,6 @@ def test_streaming_equals_batch_and_dead_letters(spark, broker, tmp_path):
                for m in dead)
     assert input_counts(t) == {"ok": float(len(lines) - len(malformed)),
                                "malformed": float(len(malformed)), "blank": float(closers)}
-
-
-COUNTER_RULES = """\
-rules:
-  - {id: all, name: logs_total, kind: counter, query: "*", aggregation: count,
-     group_by: [service]}
-  - {id: bytes, name: bytes_total, kind: counter, query: "_exists_:http.bytes",
-     aggregation: sum, field: http.bytes, group_by: [service]}
-  - {id: lat, name: latency, kind: counter, query: "_exists_:http.duration_ms",
-     aggregation: histogram, field: http.duration_ms, buckets: [10, 50, 250]}
-"""
 
 
 def test_restart_continues_counters_exactly(spark, broker, tmp_path):
