@@ -154,9 +154,7 @@ class Runner:
                 error = failure(failed[0].exception())
                 self._shutdown()
                 if not (self.retry and retriable(error)):
-                    self.error = error
-                    self._say(error.render())
-                    return 1
+                    return self._failed(error)
                 self._say(f"l2m: {error.code.lower().replace('_', ' ')}: {error.message}; "
                           f"retrying in {backoff:.0f} s (the batch will be replayed)")
                 if self._stop.wait(backoff) or (deadline is not None
@@ -169,9 +167,7 @@ class Runner:
                 except Exception as exc:  # Kafka still down while the query starts
                     error = failure(exc)
                     if not retriable(error):
-                        self.error = error
-                        self._say(error.render())
-                        return 1
+                        return self._failed(error)
                     self._say(f"l2m: {error.message}; retrying")
                 continue
             if self._progressed:
@@ -184,6 +180,12 @@ class Runner:
                 self._shutdown()
                 return 0
             self._stop.wait(poll)
+
+    def _failed(self, error: L2mError) -> int:
+        """Record and say why the job stops; the exit code."""
+        self.error = error
+        self._say(error.render())
+        return 1
 
     def _say(self, line: str) -> None:
         if self.out is not None:
