@@ -121,8 +121,9 @@ def input_files(inputs: Sequence[str]) -> list[Path]:
     def add(path: Path) -> None:
         if not os.access(path, os.R_OK):
             raise InputError(f"{path}: cannot read (permission denied)")
-        if path.resolve() not in seen:
-            seen.add(path.resolve())
+        real = path.resolve()
+        if real not in seen:
+            seen.add(real)
             files.append(path)
 
     def unreadable(exc: OSError) -> None:
