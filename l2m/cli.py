@@ -109,15 +109,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     runner = Runner(cfg, ruleset.rules, once=args.once)
     runner.install_signals()
+    endpoint = None
+    if cfg.monitoring.port is not None:
+        from l2m.endpoint import Endpoint
+        from l2m.telemetry import Telemetry
+
+        runner.telemetry = Telemetry(cfg, ruleset.enabled)
+        # Before Spark starts: probes get answers (not ready yet) during the slow start.
+        endpoint = Endpoint(runner.telemetry, cfg.monitoring.host, cfg.monitoring.port)
     print(f"l2m run: {len(ruleset.enabled)} rules, topic {cfg.topics.logs} on "
           f"{cfg.kafka['bootstrap.servers']}, checkpoint {cfg.checkpoint}"
-          + (" (once)" if args.once else ""), file=sys.stderr, flush=True)
+          + (" (once)" if args.once else "")
+          + (f", metrics on :{endpoint.port}/metrics" if endpoint else ""),
+          file=sys.stderr, flush=True)
     try:
         runner.start()
         return runner.wait(duration=args.duration)
     finally:
         if runner.spark is not None:
             runner.spark.stop()
+        if endpoint is not None:
+            endpoint.close()
 
 
 def cmd_topology(args: argparse.Namespace) -> int:

@@ -75,6 +75,15 @@ class SourceConfig:
 
 
 @dataclass(frozen=True)
+class MonitoringConfig:
+    """Where the driver serves ``/metrics``, ``/healthz`` and ``/readyz`` (docs/metrics.md);
+    no port: not served."""
+
+    port: int | None = None
+    host: str = "0.0.0.0"
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """Everything ``l2m run`` needs. See ``topology/production.yaml`` for each key."""
 
@@ -95,6 +104,7 @@ class JobConfig:
     default_fields: tuple[str, ...] = ("message",)
     timestamp_field: str = "@timestamp"
     source: SourceConfig = SourceConfig()
+    monitoring: MonitoringConfig = MonitoringConfig()
     master: str = "local[*]"
     spark: dict[str, str] = field(default_factory=dict)
     path: str | None = None
@@ -113,7 +123,7 @@ class JobConfig:
 
 _TOP = {"kafka", "sink_kafka", "topics", "rules", "checkpoint", "trigger", "grace", "counter_ttl",
         "counter_shards", "max_future_skew", "text_fields", "default_fields", "timestamp_field",
-        "source", "spark"}
+        "source", "spark", "monitoring"}
 _SECRET_SECTIONS = ("kafka", "sink_kafka")  # client settings: values never printed
 _MAX_INT = 2**31 - 1  # counts and limits reach Spark and Kafka as Java ints
 
@@ -274,6 +284,11 @@ def config_from_dict(data: dict[str, Any], path: Path | None = None,
     check.known(topics, ("topics",), Topics)
     source = check.mapping(data, "source")
     check.known(source, ("source",), SourceConfig)
+    monitoring = check.mapping(data, "monitoring")
+    check.known(monitoring, ("monitoring",), MonitoringConfig)
+    port = check.optional_int(monitoring, ("monitoring", "port"))
+    if port is not None and port > 65535:
+        raise check.error(("monitoring", "port"), f"{port} is not a TCP port (0-65535)")
     planner = check.string(source, ("source", "planner"), "balanced")
     if planner not in ("balanced", "partition"):
         raise check.error(("source", "planner"),
@@ -307,6 +322,8 @@ def config_from_dict(data: dict[str, Any], path: Path | None = None,
             poll_timeout_ms=check.integer(source, ("source", "poll_timeout_ms"),
                                           SourceConfig.poll_timeout_ms, minimum=1),
         ),
+        monitoring=MonitoringConfig(
+            port=port, host=check.string(monitoring, ("monitoring", "host"), "0.0.0.0")),
         master=master,
         spark=spark_conf,
         path=str(path) if path else None,

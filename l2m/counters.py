@@ -57,6 +57,9 @@ class CounterState:
     rules: dict[str, Rule]
     ttl_ms: int
     late: Accumulator[int] | None = None  # late logs, for the progress line
+    # The driver's metrics (l2m.tally.Latest): live series per key; for the input-status
+    # key its exact per-status and late counts.
+    tally: Accumulator[dict[Any, float]] | None = None
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
@@ -94,6 +97,8 @@ class CounterState:
                 content["late"] = late
             state.update((dump_blob(content),))
             state.setTimeoutDuration(self.ttl_ms)
+        if self.tally is not None:
+            self.tally.add(_tallied(key, series, late))
         if rule is None or not touched:
             return
         samples = [
@@ -106,3 +111,18 @@ class CounterState:
             if self.late is not None:
                 self.late.add(counted.matches - late_before)
         yield samples_frame(samples)
+
+
+def _tallied(key: tuple[Any, ...], series: dict[str, list[Any]],
+             late: list[Any] | None) -> dict[Any, float]:
+    """What a counter key tells the driver's metrics (:mod:`l2m.telemetry`): its live
+    series; the input-status key its totals per status (``2:ok`` → ``ok``) and late logs."""
+    rule_id, shard, window = key[0], key[1], key[2]
+    if rule_id != STATUS_RULE:
+        return {("series", rule_id, shard, window): len(series)}
+    tally: dict[Any, float] = {
+        ("input", name.partition(":")[2]): sum(Partial.load(p).matches
+                                               for p in entry[1].values())
+        for name, entry in series.items()}
+    tally[("late",)] = Partial.load(late).matches if late else 0
+    return tally

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
 from l2m.counters import WINDOW_MS, signature
@@ -31,6 +32,8 @@ class GaugeState:
 
     rules: dict[str, Rule]
     recheck_ms: int = 60_000
+    # The driver's metrics (l2m.tally.Latest): open series per (rule, shard, window) key.
+    tally: Accumulator[dict[Any, float]] | None = None
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
@@ -39,9 +42,11 @@ class GaugeState:
         if int(window) + WINDOW_MS <= state.getCurrentWatermarkMs():
             # Closed: the logs still arriving for it are counted as late by the input-status
             # key (l2m_late_logs_total), which sees every log once.
+            self._tally(key, 0)
             state.remove()
             return
         if rule is None:  # a removed rule: nothing more will come for it
+            self._tally(key, 0)
             state.remove()
             return
         stored = load_blob(state.get[0]) if state.exists else {}
@@ -57,6 +62,7 @@ class GaugeState:
                     touched.add(name)
         state.update((dump_blob({"sig": signature(rule), "series": series}),))
         state.setTimeoutDuration(self.recheck_ms)
+        self._tally(key, len(series))
         if not touched:
             return
         yield samples_frame([
@@ -64,3 +70,7 @@ class GaugeState:
             for s in rule_samples(rule, series_labels(rule, name), int(window),
                                   {le: Partial.load(v) for le, v in series[name].items()})])
 
+
+    def _tally(self, key: tuple[Any, ...], series: int) -> None:
+        if self.tally is not None:
+            self.tally.add({("series", key[0], key[1], key[2]): series})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import decimal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,24 +53,35 @@ def preaggregate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 @dataclass
 class Reduction:
-    """Rows into and out of the pre-aggregation, summed over the query's life."""
+    """Rows into and out of the pre-aggregation, summed over the query's life, and (when
+    set) the rows per rule — the logs each rule matched (:class:`l2m.tally.Sums`)."""
 
     rows_in: Accumulator[int]
     rows_out: Accumulator[int]
+    matches: Accumulator[dict[Any, float]] | None = None
 
 
 def counted(function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
             reduction: Reduction
             ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """``function`` with its input and output rows counted into the reduction's accumulators
-    (how the pre-aggregation's reduction ratio is reported)."""
-    rows_in, rows_out = reduction.rows_in, reduction.rows_out
+    (how the pre-aggregation's reduction ratio is reported), and its input rows per rule
+    (one per log and matching rule: the rule's matches)."""
+    rows_in, rows_out, matches = reduction.rows_in, reduction.rows_out, reduction.matches
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         def source() -> Iterator[pa.RecordBatch]:
+            per_rule: dict[Any, float] = {}
             for batch in batches:
                 rows_in.add(batch.num_rows)
+                if matches is not None and batch.num_rows:
+                    counts = pc.value_counts(batch.column("rule"))
+                    for rule, n in zip(counts.field("values").to_pylist(),
+                                       counts.field("counts").to_pylist(), strict=True):
+                        per_rule[("matches", rule)] = per_rule.get(("matches", rule), 0) + n
                 yield batch
+            if per_rule and matches is not None:
+                matches.add(per_rule)  # once per task: each add is pickled with the result
 
         for out in function(source()):
             rows_out.add(out.num_rows)

@@ -9,7 +9,6 @@ lasts; the batch it was running is replayed."""
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
@@ -29,6 +28,7 @@ from l2m.rules import Rule
 from l2m.session import build_session
 from l2m.state import check_checkpoint
 from l2m.streaming import QUERY, STREAMING_CONF, Job, start_job, stop_file
+from l2m.telemetry import BatchTasks, ExecutorLoad, Telemetry, partition_offsets
 
 
 def session_for(cfg: JobConfig) -> SparkSession:
@@ -42,27 +42,13 @@ def lag(progress: dict[str, Any]) -> int | None:
     for source in progress.get("sources", []):
         # A replayed batch (after a crash) is not planned again, so the source never computes
         # its latest offsets: Spark reports null, and the lag is unknown for that batch.
-        latest = _offsets(source.get("latestOffset"))
-        end = _offsets(source.get("endOffset"))
+        latest = partition_offsets(source.get("latestOffset"))
+        end = partition_offsets(source.get("endOffset"))
         if latest is None or end is None:
             return None
         for p, offset in latest.items():
             total += max(0, int(offset) - int(end.get(p, 0)))
     return total
-
-
-def _offsets(value: Any) -> dict[str, Any] | None:
-    """The ``partitions`` of a source offset as Spark reports it (JSON text, a dict, or
-    null), or None."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    if not isinstance(value, dict):
-        return None
-    partitions = value.get("partitions")
-    return partitions if isinstance(partitions, dict) else None
 
 
 def describe(name: str, progress: dict[str, Any], reduction: tuple[int, int] | None = None,
@@ -109,6 +95,8 @@ class Runner:
     max_backoff_s: float = 60.0
     error: L2mError | None = None  # why the job failed, when it did
     restarts: int = 0
+    telemetry: Telemetry | None = None  # the driver's metrics (docs/metrics.md)
+    _tasks: BatchTasks | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _seen: dict[str, int] = field(default_factory=dict)
     _counted: tuple[int, int, int] = (0, 0, 0)
@@ -122,6 +110,8 @@ class Runner:
             self.spark = session_for(self.cfg)
         self.job = start_job(self.spark, self.cfg, self.rules, once=self.once)
         self._counted = (0, 0, 0)  # a new query has new accumulators
+        if self.telemetry is not None:
+            self.telemetry.started(self.job.counts)
         return self.job
 
     def install_signals(self) -> None:
@@ -147,12 +137,16 @@ class Runner:
         backoff = 1.0
         while True:
             self._report()
+            if self.telemetry is not None:
+                self.telemetry.tick()
             if on_tick is not None:
                 on_tick()
             failed = [q for q in self.job.queries if q.exception() is not None]
             if failed:
                 error = failure(failed[0].exception())
                 self._shutdown()
+                if self.telemetry is not None:
+                    self.telemetry.failed_batch(error.code)
                 if not (self.retry and retriable(error)):
                     return self._failed(error)
                 self._say(f"l2m: {error.code.lower().replace('_', ' ')}: {error.message}; "
@@ -162,6 +156,8 @@ class Runner:
                     return 0
                 backoff = min(backoff * 2, self.max_backoff_s)
                 self.restarts += 1
+                if self.telemetry is not None:
+                    self.telemetry.restarted(error.code)
                 try:
                     self.start()
                 except Exception as exc:  # Kafka still down while the query starts
@@ -184,6 +180,8 @@ class Runner:
     def _failed(self, error: L2mError) -> int:
         """Record and say why the job stops; the exit code."""
         self.error = error
+        if self.telemetry is not None:
+            self.telemetry.failed_job()
         self._say(error.render())
         return 1
 
@@ -202,11 +200,29 @@ class Runner:
                 self._seen[name] = batch
                 self._progressed = True
                 rows_in, rows_out, late = self._counts()
+                self._observe(progress)
                 if self.on_progress:
                     self.on_progress(name, progress)
                 if self.out is not None:
                     print(describe(name, progress, (rows_in, rows_out), late), file=self.out,
                           flush=True)
+
+    def _observe(self, progress: dict[str, Any]) -> None:
+        """Hand a completed batch to the metrics, with what each executor did in it."""
+        if self.telemetry is None:
+            return
+        loads: dict[str, ExecutorLoad] | None = None
+        registered = None
+        try:
+            if self._tasks is None and self.spark is not None:
+                self._tasks = BatchTasks(self.spark)
+            if self._tasks is not None:
+                loads = self._tasks.loads(str(progress.get("runId")),
+                                          int(progress.get("batchId", -1)))
+                registered = self._tasks.registered()
+        except Exception:  # Spark's bookkeeping is best effort; the job is not
+            loads = None
+        self.telemetry.batch(progress, loads, registered)
 
     def _counts(self) -> tuple[int, int, int]:
         """Pre-aggregation rows in and out, and late logs dropped, since the last report."""
@@ -224,6 +240,8 @@ class Runner:
         complete — their samples flushed and acknowledged by the sink before they commit —
         then the queries stop."""
         assert self.job is not None
+        if self.telemetry is not None:
+            self.telemetry.stopping()
         marker = Path(stop_file(self.cfg))
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()

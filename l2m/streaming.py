@@ -33,6 +33,7 @@ from l2m.rules import Rule
 from l2m.sink import KafkaSink, write_batch
 from l2m.source import KafkaSource
 from l2m.state import CUMULATIVE, OUTPUT_SCHEMA, STATE_SCHEMA, MetricState, check_checkpoint
+from l2m.tally import Latest, Sums, Tally
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
 # Series keys (l2m.route.encoded_values) of the input statuses whose logs are routed.
@@ -79,17 +80,20 @@ def source_frame(spark: SparkSession, cfg: JobConfig, plan_json: str,
 
 @dataclass
 class Counts:
-    """What the job counts about itself for its progress lines, summed over the query's life
-    (Spark accumulators): the pre-aggregation's rows in → out, and logs that came after their
-    gauge window closed. The late count that persists is ``l2m_late_logs_total``."""
+    """What the job counts about itself for its progress lines and metrics, over the query's
+    life (Spark accumulators): the pre-aggregation's rows in → out and per rule, logs that
+    came after their gauge window closed (the late count that persists is
+    ``l2m_late_logs_total``), and what the state keys last reported (:mod:`l2m.tally`)."""
 
     reduction: Reduction
     late: Accumulator[int]
+    tally: Accumulator[Tally] | None = None
 
     @staticmethod
     def create(spark: SparkSession) -> Counts:
         sc = spark.sparkContext
-        return Counts(Reduction(sc.accumulator(0), sc.accumulator(0)), sc.accumulator(0))
+        return Counts(Reduction(sc.accumulator(0), sc.accumulator(0), sc.accumulator({}, Sums())),
+                      sc.accumulator(0), sc.accumulator({}, Latest()))
 
 
 # A parsed source: given the parse plan (JSON), a streaming DataFrame with the plan's schema.
@@ -126,10 +130,11 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                     F.when(unrouted, F.lit(0)).otherwise(
                         F.coalesce("ts", F.greatest("window", F.lit(0))))))
                 .withWatermark("event_time", f"{cfg.grace_ms} milliseconds"))
+    tally = None if counts is None else counts.tally
     state = MetricState(
         CounterState({r.id: r for r in routing.rules if r.kind == "counter"},
-                     cfg.counter_ttl_ms, None if counts is None else counts.late),
-        GaugeState({r.id: r for r in routing.rules if r.kind == "gauge"}),
+                     cfg.counter_ttl_ms, None if counts is None else counts.late, tally),
+        GaugeState({r.id: r for r in routing.rules if r.kind == "gauge"}, tally=tally),
     )
     return partials.groupBy("rule", "shard", "window").applyInPandasWithState(
         state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)
