@@ -1,0 +1,186 @@
+"""The driver's metrics from a recorded query progress and accumulator values (no JVM), and
+the HTTP endpoint that serves them."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, replace
+from typing import Any
+
+from l2m.config import JobConfig, MonitoringConfig, Topics
+from l2m.endpoint import Endpoint
+from l2m.rules import Rule
+from l2m.telemetry import ExecutorLoad, Telemetry, expected_executors
+
+RULES = [Rule(id="a", name="a_total", kind="counter", query="*", aggregation="count"),
+         Rule(id="b", name="b", kind="gauge", query="*", aggregation="max", field="x")]
+CFG = JobConfig(topics=Topics(logs="logs"), trigger_ms=10_000)
+
+# A micro-batch's progress as Spark reports it (the fields the metrics read).
+PROGRESS = {
+    "id": "q", "runId": "r", "batchId": 7, "timestamp": "2026-11-22T10:00:00.000Z",
+    "numInputRows": 1500, "inputRowsPerSecond": 150.0, "processedRowsPerSecond": 750.0,
+    "durationMs": {"triggerExecution": 2000, "addBatch": 1500},
+    "eventTime": {"watermark": "2026-11-22T09:40:00.000Z", "max": "2026-11-22T09:59:30.000Z"},
+    "stateOperators": [{"numRowsTotal": 42, "memoryUsedBytes": 4096}],
+    "sources": [{"description": "l2m-kafka", "startOffset": {"partitions": {"0": 0, "1": 0}},
+                 "endOffset": '{"partitions": {"0": 1000, "1": 500}}',
+                 "latestOffset": {"partitions": {"0": 1200, "1": 500}},
+                 "numInputRows": 1500}],
+}
+
+
+@dataclass
+class Value:
+    value: Any
+
+
+@dataclass
+class FakeReduction:
+    rows_in: Value
+    rows_out: Value
+    matches: Value | None
+
+
+@dataclass
+class FakeCounts:
+    reduction: FakeReduction
+    tally: Value | None
+
+
+def counts(rows_in: int, rows_out: int, matches: dict[Any, float],
+           tally: dict[Any, float]) -> FakeCounts:
+    return FakeCounts(FakeReduction(Value(rows_in), Value(rows_out), Value(matches)),
+                      Value(tally))
+
+
+def sample(t: Telemetry, name: str, **labels: str) -> float | None:
+    return t.registry.get_sample_value(name, labels)
+
+
+def test_a_batch_sets_the_batch_partition_executor_and_state_metrics():
+    t = Telemetry(CFG, RULES, clock=lambda: 1_795_341_600.0)  # 2026-11-22T10:00:00Z
+    t.batch(PROGRESS, {"1": ExecutorLoad(3, 1000), "2": ExecutorLoad(1, 500)}, registered=2)
+    assert sample(t, "l2m_batches_total") == 1
+    assert sample(t, "l2m_last_batch_duration_seconds") == 2.0
+    assert sample(t, "l2m_batch_duration_seconds_bucket", le="2.0") == 1
+    assert sample(t, "l2m_batch_duration_seconds_bucket", le="1.0") == 0
+    assert sample(t, "l2m_last_batch_timestamp_seconds") == 1_795_341_602.0
+    assert sample(t, "l2m_last_batch_id") == 7
+    assert sample(t, "l2m_input_records_total") == 1500
+    assert sample(t, "l2m_batch_input_records") == 1500
+    assert sample(t, "l2m_input_records_per_second") == 150
+    assert sample(t, "l2m_processed_records_per_second") == 750
+    assert sample(t, "l2m_trigger_interval_seconds") == 10
+    assert sample(t, "l2m_source_committed_offset", topic="logs", partition="0") == 1000
+    assert sample(t, "l2m_source_latest_offset", topic="logs", partition="0") == 1200
+    assert sample(t, "l2m_source_lag_records", topic="logs", partition="0") == 200
+    assert sample(t, "l2m_source_lag_records", topic="logs", partition="1") == 0
+    assert sample(t, "l2m_executors") == 2
+    assert sample(t, "l2m_executor_batch_tasks", executor="1") == 3
+    assert sample(t, "l2m_executor_batch_records", executor="2") == 500
+    assert sample(t, "l2m_batch_executor_records_max") == 1000
+    assert sample(t, "l2m_batch_executor_records_mean") == 750
+    assert sample(t, "l2m_batch_executor_tasks_max") == 3
+    assert sample(t, "l2m_batch_executor_tasks_mean") == 2
+    assert sample(t, "l2m_watermark_timestamp_seconds") == 1_795_340_400.0
+    assert sample(t, "l2m_event_time_max_timestamp_seconds") == 1_795_341_570.0
+    assert sample(t, "l2m_event_time_delay_seconds") == 30.0
+    assert sample(t, "l2m_state_rows") == 42
+    assert sample(t, "l2m_state_memory_bytes") == 4096
+    assert sample(t, "l2m_rules") == 2
+
+    # The next batch: executor 2 ran nothing (0, not its old load); a replayed batch has no
+    # latest offsets, so the lag keeps its last known value.
+    replayed = {**PROGRESS, "batchId": 8, "sources": [{**PROGRESS["sources"][0],
+                                                       "latestOffset": None}]}
+    t.batch(replayed, {"1": ExecutorLoad(2, 10)})
+    assert sample(t, "l2m_executor_batch_tasks", executor="2") == 0
+    assert sample(t, "l2m_batch_executor_records_max") == 10
+    assert sample(t, "l2m_source_lag_records", topic="logs", partition="0") == 200
+    assert sample(t, "l2m_batches_total") == 2
+
+
+def test_state_backed_counters_are_exact_and_accumulators_add_up_across_restarts():
+    t = Telemetry(CFG, RULES)
+    first = counts(100, 10, {("matches", "a"): 60, ("matches", "__status__"): 50},
+                   {("input", "ok"): 48, ("input", "malformed"): 2, ("late",): 3,
+                    ("series", "a", 0, -1): 4, ("series", "a", 1, -1): 5,
+                    ("series", "b", 0, 1_795_341_600_000): 2})
+    t.started(first)
+    t.batch(PROGRESS)
+    assert sample(t, "l2m_input_logs_total", status="ok") == 48
+    assert sample(t, "l2m_input_logs_total", status="future") == 0
+    assert sample(t, "l2m_dead_letters_total", reason="malformed") == 2
+    assert sample(t, "l2m_dead_letters_total", reason="future") == 0
+    assert sample(t, "l2m_late_logs_total") == 3
+    assert sample(t, "l2m_rule_matches_total", rule="a") == 60
+    assert sample(t, "l2m_rule_matches_total", rule="b") == 0
+    assert sample(t, "l2m_rule_series", rule="a") == 9
+    assert sample(t, "l2m_rule_series", rule="b") == 2
+    assert sample(t, "l2m_preaggregate_rows_in_total") == 100
+
+    # A restart (after a Kafka outage): new accumulators start at zero. Rates keep adding;
+    # the state's counts are absolute and replace the old ones; a window that closed is 0.
+    t.stopping()
+    t.restarted("KAFKA_UNAVAILABLE")
+    second = counts(30, 3, {("matches", "a"): 7},
+                    {("input", "ok"): 58, ("series", "b", 0, 1_795_341_600_000): 0})
+    t.started(second)
+    t.batch(PROGRESS)
+    assert sample(t, "l2m_preaggregate_rows_in_total") == 130
+    assert sample(t, "l2m_preaggregate_rows_out_total") == 13
+    assert sample(t, "l2m_rule_matches_total", rule="a") == 67
+    assert sample(t, "l2m_input_logs_total", status="ok") == 58
+    assert sample(t, "l2m_input_logs_total", status="malformed") == 2
+    assert sample(t, "l2m_rule_series", rule="b") == 0
+    assert sample(t, "l2m_query_restarts_total", code="KAFKA_UNAVAILABLE") == 1
+
+
+def test_readiness_and_health_follow_the_runner():
+    t = Telemetry(CFG, RULES)
+    assert t.healthy() and not t.ready
+    t.started(None)
+    assert t.ready and sample(t, "l2m_query_active") == 1
+    t.failed_batch("SINK")
+    t.stopping()
+    assert not t.ready and t.healthy()  # waiting out an outage is healthy
+    assert sample(t, "l2m_sink_failures_total") == 1
+    t.failed_job()
+    assert not t.healthy()
+
+
+def test_expected_executors_follow_the_configuration():
+    k8s = replace(CFG, master="k8s://https://kubernetes.default.svc",
+                  spark={"spark.executor.instances": "8"})
+    assert expected_executors(CFG) == 0
+    assert expected_executors(k8s) == 8
+    assert expected_executors(replace(k8s, spark={"spark.dynamicAllocation.enabled": "true",
+                                                  "spark.dynamicAllocation.minExecutors": "3"}
+                                      )) == 3
+    assert expected_executors(replace(CFG, master="local-cluster[2,1,1024]")) == 2
+
+
+def get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def test_the_endpoint_serves_metrics_health_and_readiness():
+    cfg = replace(CFG, monitoring=MonitoringConfig(port=0, host="127.0.0.1"))
+    t = Telemetry(cfg, RULES)
+    with Endpoint(t, "127.0.0.1", 0) as endpoint:
+        base = f"http://127.0.0.1:{endpoint.port}"
+        assert get(f"{base}/healthz")[::2] == (200, "ok\n")
+        assert get(f"{base}/readyz")[::2] == (503, "not ready\n")
+        t.started(None)
+        assert get(f"{base}/readyz")[::2] == (200, "ready\n")
+        status, content_type, body = get(f"{base}/metrics")
+        assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
+        assert "\nl2m_trigger_interval_seconds 10.0\n" in body
+        assert 'l2m_rule_matches_total{rule="a"} 0.0' in body
+        assert get(f"{base}/nothing")[0] == 404
