@@ -98,3 +98,38 @@ def test_a_checkpoint_of_another_state_format_is_refused_with_its_code(tmp_path)
     (tmp_path / "checkpoint" / "l2m.json").write_text(json.dumps({"state_format": 99}))
     res = run(config, "--once", timeout=60)
     assert res.returncode == 1 and "holds state format 99" in res.stderr
+
+
+def test_sigterm_during_a_batch_delivers_and_commits_that_batch_before_exit(broker, tmp_path):
+    """As Kubernetes stops the driver (SIGTERM to l2m, the container's main process): the
+    batch in flight when the signal comes finishes — its samples on the metrics topic, its
+    commit written — and l2m exits 0."""
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    config = write_config(t, tmp_path, trigger="1 second", max_records_per_trigger=400)
+    produce(t.bootstrap, t.topics.logs, generated(2000, seed=53), t.partitions)
+    job = subprocess.Popen([sys.executable, "-m", "l2m.cli", "run", "--config", str(config)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    query = tmp_path / "checkpoint" / "metrics"
+    in_flight = None
+    deadline = time.monotonic() + 180
+    while in_flight is None and time.monotonic() < deadline and job.poll() is None:
+        planned = {int(p.name) for p in (query / "offsets").glob("[0-9]*")}
+        done = {int(p.name) for p in (query / "commits").glob("[0-9]*")}
+        # A later batch (not the first, whose start-up dominates): planned, not committed.
+        in_flight = next((b for b in sorted(planned - done) if b >= 1), None)
+        time.sleep(0.02)
+    assert in_flight is not None, "no batch was seen in flight"
+    os.kill(job.pid, signal.SIGTERM)  # to l2m alone, as the kubelet signals PID 1
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err[-3000:]
+    assert "SIGTERM received" in err and "Traceback" not in err
+    assert (query / "commits" / str(in_flight)).exists()
+    assert f"batch {in_flight:>5}" in err
+    # Every record read up to the end of that batch is in the samples on the topic.
+    last = max(int(p.name) for p in (query / "commits").glob("[0-9]*"))
+    end = json.loads((query / "offsets" / str(last)).read_text().splitlines()[-1])
+    read = sum(int(o) for o in end["partitions"].values())
+    samples = latest_samples(consume_all(t.bootstrap, t.topics.metrics))
+    assert sum(s["value"] for s in samples if s["rule"] == "l2m-input") == read
+    assert read < 2000 + t.partitions  # it did stop in the middle
