@@ -124,6 +124,11 @@ def cmd_run(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     try:
         runner.start()
+        if not args.once:
+            # For the next start (a roll-out, a restart): about 4 s sooner (l2m/jvmcache.py).
+            from l2m.jvmcache import build_in_background
+
+            build_in_background()
         return runner.wait(duration=args.duration)
     finally:
         if runner.spark is not None:

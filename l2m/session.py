@@ -13,8 +13,11 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from l2m.errors import ConfigError
+from l2m.jvmcache import java_options
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
+# The interpreter wrapper for every Python process Spark starts (see the script).
+PYTHON = Path(__file__).parent / "bin" / "python"
 JIT = "-XX:-DontCompileHugeMethods"
 
 DEFAULTS: dict[str, str] = {
@@ -55,18 +58,35 @@ def build_session(master: str = "local[*]", app_name: str = "l2m",
         raise ConfigError(f"Spark master '{master}' is not one Spark accepts: local, local[N], "
                           "local[*], local-cluster[N,CORES,MEMORY_MB], spark://HOST:PORT, "
                           "k8s://URL or yarn")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", _worker_python())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     cores = os.cpu_count() or 2
     settings = {"spark.sql.shuffle.partitions": str(max(4, 2 * cores)), **DEFAULTS,
+                # Executors elsewhere (Kubernetes: the same image) run the same interpreter.
+                "spark.executorEnv.L2M_PYTHON": os.environ.get("L2M_PYTHON", sys.executable),
                 **(conf or {})}
+    cds = java_options()
+    if cds:
+        key = "spark.driver.extraJavaOptions"
+        settings[key] = f"{settings.get(key, '')} {cds}".strip()
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = _without_sigterm(builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _worker_python() -> str:
+    """The wrapper (``l2m/bin/python``) around this interpreter, when it can run: Spark's
+    Python processes then import the installed pyspark (bytecode cached) instead of its zip —
+    about 0.8 s less for each of the half-dozen planner, source and worker processes a
+    start waits for in turn."""
+    os.environ.setdefault("L2M_PYTHON", sys.executable)
+    if os.name == "posix" and os.access(PYTHON, os.X_OK):
+        return str(PYTHON)
+    return sys.executable
 
 
 def _without_sigterm(launch):  # type: ignore[no-untyped-def]
