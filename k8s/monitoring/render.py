@@ -188,11 +188,13 @@ def panels() -> list[dict[str, Any]]:
            q(f"max(l2m_last_batch_duration_seconds{{{SEL}}}) "
              f"/ max(l2m_trigger_interval_seconds{{{SEL}}})"), unit="percentunit",
            steps=[(None, "green"), (0.8, "orange"), (1, "red")])
-    p.stat("Executors", "Executors registered with the driver, of those expected "
-           "(spark.executor.instances; 0 in local mode).",
-           q(f"sum(l2m_executors{{{SEL}}}) - sum(l2m_executors_expected{{{SEL}}})"),
-           steps=[(None, "red"), (0, "green")],
-           mappings=[{"type": "value", "options": {"0": {"text": "all up"}}}])
+    p.stat("Executors missing", "Executors expected (spark.executor.instances or dynamic "
+           "allocation's minimum; 0 in local mode) but not registered with the driver "
+           "(L2mExecutorsBelowMinimum after 15 minutes).",
+           q(f"clamp_min(sum(l2m_executors_expected{{{SEL}}}) "
+             f"- sum(l2m_executors{{{SEL}}}), 0)"),
+           steps=[(None, "green"), (1, "red")],
+           mappings=[{"type": "value", "options": {"0": {"text": "none"}}}])
     p.stat("Query", "1 while the streaming query runs; 0 while it is restarted (Kafka "
            "outage, sink failure) or stopping.",
            q(f"min(l2m_query_active{{{SEL}}})"), steps=[(None, "red"), (1, "green")],
@@ -204,22 +206,22 @@ def panels() -> list[dict[str, Any]]:
     p.graph("Logs read by status", "Logs read per second by input status (exact counters: "
             "they continue across restarts).",
             [q(f"sum by (status) (rate(l2m_input_logs_total{{{SEL}}}[{RATE}]))",
-               "{{status}}")], unit="reqps", stack=True)
+               "{{status}}")], unit="reqps", stack=True, w=6)
     p.graph("Records read, input and processing rate", "Records read from the logs topic per "
             "second, and Spark's input and processing rates of the last batch: processing "
             "below input means the job falls behind.",
             [q(f"sum(rate(l2m_input_records_total{{{SEL}}}[{RATE}]))", "records read"),
              q(f"sum(l2m_input_records_per_second{{{SEL}}})", "input rate (last batch)"),
              q(f"sum(l2m_processed_records_per_second{{{SEL}}})",
-               "processing rate (last batch)")], unit="reqps")
+               "processing rate (last batch)")], unit="reqps", w=6)
     p.graph("Records per batch", "Records the last micro-batch read (capped by "
             "source.max_records_per_trigger while there is a backlog).",
-            [q(f"l2m_batch_input_records{{{SEL}}}", "{{pod}}")])
+            [q(f"l2m_batch_input_records{{{SEL}}}", "{{pod}}")], w=6)
     p.graph("Pre-aggregation", "Match rows into the in-task pre-aggregation and partial rows "
             "out of it (to the shuffle and state), per second: the gap is what it saves.",
             [q(f"sum(rate(l2m_preaggregate_rows_in_total{{{SEL}}}[{RATE}]))", "rows in"),
              q(f"sum(rate(l2m_preaggregate_rows_out_total{{{SEL}}}[{RATE}]))", "rows out")],
-            unit="reqps")
+            unit="reqps", w=6)
 
     p.row("Batches")
     p.graph("Batch duration vs trigger", "Duration of the last micro-batch, the median and "
