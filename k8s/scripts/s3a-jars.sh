@@ -5,10 +5,11 @@
 # client jars but no S3A classes, so an s3a:// checkpoint needs these baked into the image
 # (k8s/Dockerfile, build arg WITH_S3A=true); they cannot be fetched at run time.
 #
-#   s3a-jars.sh [--print] [--hadoop-version V] [--repo URL] DEST
+#   s3a-jars.sh [--print] [--if true|false] [--hadoop-version V] [--repo URL] DEST
 #
 # DEST      the jars folder (the image: /opt/spark/jars, i.e. pyspark's jars/)
 # --print   print "URL DEST_FILE" per jar and download nothing
+# --if      false: do nothing (the image's build arg WITH_S3A)
 # --hadoop-version V   instead of reading it from DEST/hadoop-client-api-V.jar
 # --repo URL           a Maven repository (default Maven Central, or $MAVEN_REPO)
 #
@@ -18,20 +19,27 @@
 set -euo pipefail
 
 print=false
+enabled=true
 hadoop=
 repo=${MAVEN_REPO:-https://repo1.maven.org/maven2}
 while [ $# -gt 0 ]; do
   case "$1" in
     --print) print=true; shift ;;
+    --if) enabled=${2:?--if needs true or false}; shift 2 ;;
     --hadoop-version) hadoop=${2:?--hadoop-version needs a version}; shift 2 ;;
     --repo) repo=${2:?--repo needs a URL}; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     -*) echo "s3a-jars.sh: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
 done
-[ $# -eq 1 ] || { echo "usage: $0 [--print] [--hadoop-version V] [--repo URL] DEST" >&2; exit 2; }
+[ $# -eq 1 ] || { echo "usage: $0 [--print] [--if true|false] [--hadoop-version V] [--repo URL] DEST" >&2; exit 2; }
 dest=$1
+case "$enabled" in
+  true) ;;
+  false) echo "s3a-jars.sh: skipped (WITH_S3A=false)"; exit 0 ;;
+  *) echo "s3a-jars.sh: --if takes true or false, not '$enabled'" >&2; exit 2 ;;
+esac
 
 if [ -z "$hadoop" ]; then
   api=$(find "$dest" -maxdepth 1 -name 'hadoop-client-api-*.jar' 2>/dev/null | sort | tail -n 1)
