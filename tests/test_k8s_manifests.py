@@ -610,6 +610,9 @@ def test_the_spark_application_runs_the_same_job() -> None:
     container = d["container"]
     assert app["driverArgs"] == driver("dev")["args"]
     assert app["pyFiles"] == "local:///opt/l2m/bin/l2m-main.py"
+    # l2m picks the workers' interpreter (its wrapper): the application must not override it.
+    assert "spark.pyspark.python" not in app["sparkConf"]
+    assert app["sparkConf"]["spark.pyspark.driver.python"] == "/opt/l2m/venv/bin/python"
     assert container["command"] == [ENTRYPOINT]
     image = container["image"]
     assert image != "l2m"
