@@ -31,6 +31,8 @@ from benchmarks.limits import consume_rate, parse_rate
 from benchmarks.load import LoadSpec, Skew, preload
 from benchmarks.peer_quix import run_peer
 from benchmarks.recovery import run_recovery
+from benchmarks.rollout import plot as plot_rollout
+from benchmarks.rollout import run_rollout
 from benchmarks.scale import model
 from l2m.broker import EmbeddedBroker, create_topics
 from l2m.config import JobConfig
@@ -46,13 +48,13 @@ PROFILES = {
               "limit_records": 20_000, "skews": [Skew("uniform"), Skew("hot", 0.7)],
               "latency": {"rate": 200, "seconds": 10, "warmup_s": 8, "trigger_ms": 3000},
               "recovery": {"series": 5_000, "new_logs": 500},
-              "peer": {"records": 2_000, "idle_s": 3.0}},
+              "peer": {"records": 2_000, "idle_s": 3.0}, "rollouts": 1},
     "full": {"records": 480_000, "partitions": 16, "per_batch": 160_000, "per_task": 40_000,
              "limit_records": 400_000,
              "skews": [Skew("uniform"), Skew("hot", 0.7), Skew("zipf", zipf_s=1.2)],
              "latency": {"rate": None, "seconds": 120, "warmup_s": 30, "trigger_ms": 5000},
              "recovery": {"series": 1_000_000, "new_logs": 50_000},
-             "peer": {"records": 60_000, "idle_s": 8.0},
+             "peer": {"records": 60_000, "idle_s": 8.0}, "rollouts": 3,
              "cluster": {"master": "local-cluster[2,1,1024]",
                          "skews": [Skew("uniform"), Skew("hot", 0.7)],
                          "loss": {"rate": 3000, "before_s": 45, "after_s": 60}}},
@@ -75,7 +77,8 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
             latency: dict[str, Any] | None = None,
             recovery: dict[str, Any] | None = None,
             peer: dict[str, Any] | None = None,
-            cluster: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+            cluster: dict[str, Any] | None = None,
+            rollout: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     def find(skew: str, planner: str) -> dict[str, Any] | None:
         return next((d for d in drains if d["skew"] == skew and d["planner"] == planner), None)
 
@@ -119,6 +122,11 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
     loss = cluster["executor_loss"]["delay_in_batches"] if cluster else None
     out.append({"name": "delay from losing one executor, micro-batches", "goal": "<= 1",
                 "measured": loss, "met": None if loss is None else loss <= 1})
+    gap = rollout.get("median_gap_s") if rollout else None
+    out.append({"name": "rule roll-out gap, SIGTERM → first sample of the new rule, s (median)",
+                "goal": "<= 15", "measured": gap, "met": None if gap is None else gap <= 15,
+                **({"note": f"worst of {len(rollout['rollouts'])}: {rollout['max_gap_s']} s; "
+                            "the replaced system: 45 s"} if rollout else {})})
     if cluster:
         hot = next((d for d in cluster["drain"] if d["skew"] == "hot 70%"
                     and d["planner"] == "balanced"), None)
@@ -202,6 +210,8 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
         ax.set_title(f"Latency CDF at {latency['rate']:.0f} logs/s")
         ax.legend()
         files.append(_save(fig, out / "latency_cdf.png"))
+    if result.get("rollout"):
+        files.append(plot_rollout(result["rollout"], out / "rollout.png"))
     return files
 
 
@@ -317,6 +327,21 @@ def render_markdown(result: dict[str, Any]) -> str:
             f"logs in {peer['drain_s']} s: {peer['logs_per_s']:,} logs/s; records per process "
             f"{peer['processed']}.",
         ]
+    roll = result.get("rollout")
+    if roll:
+        med = roll["median_phases_s"]
+        lines += [
+            "",
+            "## Rule roll-out",
+            "",
+            f"`l2m run` at {roll['rate']:.0f} logs/s (trigger {roll['trigger']}); a rule is "
+            "added, the process gets SIGTERM, stops gracefully and a new one starts on the same "
+            "checkpoint, as a Kubernetes roll-out does (benchmarks/rollout.py). Gap from SIGTERM "
+            f"to the new rule's first sample: median {roll['median_gap_s']} s, worst "
+            f"{roll['max_gap_s']} s over {len(roll['rollouts'])} roll-outs (the replaced system: "
+            "45 s). Median phases: " + ", ".join(f"{k} {v} s" for k, v in med.items())
+            + f". JVM class-data archive: {'yes' if roll.get('jvm_archive') else 'no'}.",
+        ]
     rec = result.get("recovery")
     if rec:
         lines += [
@@ -377,7 +402,7 @@ def write_outputs(result: dict[str, Any], out: Path, quick: bool) -> None:
     result["scale_model"] = model(result["drain"], cores_measured=2)
     result["targets"] = targets(result["drain"], result["limit"], result.get("latency"),
                                 result.get("recovery"), result.get("peer"),
-                                result.get("cluster"))
+                                result.get("cluster"), result.get("rollout"))
     result["plots"] = plot(result, out)
     (out / ("quick.json" if quick else "latest.json")).write_text(json.dumps(result, indent=2))
     markdown = render_markdown(result)
@@ -446,7 +471,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"latency at {rate:.0f} logs/s: p50 {latency['latency_ms']['p50']} ms, "
               f"p99 {latency['latency_ms']['p99']} ms", file=sys.stderr)
         recovery = run_recovery(spark, broker.bootstrap, Path(tmp), **profile["recovery"])
-        spark.stop()  # the peer gets the cores to itself
+        spark.stop()  # the peer and the roll-outs get the cores to themselves
+        rollout = run_rollout(broker.bootstrap, Path(tmp), rollouts=profile["rollouts"])
+        rollout.pop("log")
+        print(f"roll-out: median gap {rollout['median_gap_s']} s, phases "
+              f"{rollout['median_phases_s']}", file=sys.stderr)
         peer = run_peer_scenario(broker.bootstrap, profile, Path(tmp))
         print(f"peer (Quix Streams, {peer['processes']} processes): {peer['logs_per_s']:,} logs/s, "
               f"records per process {peer['processed']}", file=sys.stderr)
@@ -460,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     result["cluster"] = cluster
     result["latency"] = latency
     result["recovery"] = recovery
+    result["rollout"] = rollout
     result["seconds"] = round(time.monotonic() - started, 1)
     write_outputs(result, out, args.quick)
     print(f"{'scenario':<32} {'logs/s':>9} {'max/mean':>9}")

@@ -1,7 +1,8 @@
 """Job configuration files (``topology/*.yaml``) → a typed :class:`JobConfig`.
 
 Relative paths (rules, checkpoint) are resolved against the configuration file's folder, so a
-job runs the same from any working directory. Unknown keys are errors, as in rule files."""
+job runs the same from any working directory; a URI (``s3a://bucket/l2m``) is kept as written.
+Unknown keys are errors, as in rule files."""
 
 from __future__ import annotations
 
@@ -121,6 +122,7 @@ class JobConfig:
         return replace(self, kafka={**self.kafka, "bootstrap.servers": bootstrap})
 
 
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _TOP = {"kafka", "sink_kafka", "topics", "rules", "checkpoint", "trigger", "grace", "counter_ttl",
         "counter_shards", "max_future_skew", "text_fields", "default_fields", "timestamp_field",
         "source", "spark", "monitoring"}
@@ -270,7 +272,10 @@ def config_from_dict(data: dict[str, Any], path: Path | None = None,
     base = path.resolve().parent if path else Path.cwd()
 
     def resolve(p: str) -> str:
-        return str((base / p).resolve()) if not Path(p).is_absolute() else p
+        # A URI (s3a://bucket/p, file:///p) names its own location: kept as written.
+        if _URI.match(p) or Path(p).is_absolute():
+            return p
+        return str((base / p).resolve())
 
     kafka = check.client_settings(data, "kafka")
     sink_kafka = check.client_settings(data, "sink_kafka")

@@ -14,7 +14,8 @@ Measured here (2 cores, Java 17): session start 7.5 s → 3.9 s, the first Spark
 and a truncated archive crashes the JVM (SIGBUS) instead of being ignored, so an archive only
 ever reaches its final name whole: written under a temporary name by a JVM that exited
 normally, checked by starting a JVM on it, then renamed. A stale archive (another Java or
-Spark) simply has another name; one the JVM cannot use is ignored silently."""
+Spark) simply has another name (the two newest archives are kept, older ones deleted); one the
+JVM cannot use is ignored silently."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from pathlib import Path
 ENV = "L2M_JVM_CACHE"
 # Set by the training process for its own session: write the archive there at exit.
 DUMP_ENV = "L2M_JVM_ARCHIVE_OUT"
+KEEP = 2  # archives kept in the folder: this install's and one other (e.g. a second venv)
 QUIET = "-Xlog:cds*=off"  # an unusable archive is not worth a warning on every start
 
 
@@ -128,6 +130,25 @@ def _locked(path: Path) -> bool:
     return True
 
 
+def loads(path: Path) -> bool:
+    """A JVM starts with this archive mapped. A truncated one kills the JVM (SIGBUS) instead
+    of being ignored, so no archive takes its final name without passing this."""
+    java = _java()
+    if java is None:
+        return False
+    check = subprocess.run([str(java), f"-XX:SharedArchiveFile={path}", QUIET, "-version"],
+                           capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    return check.returncode == 0
+
+
+def _prune(folder: Path, keep: int) -> None:
+    """Delete all but the ``keep`` newest archives: each upgrade of Java or Spark names a new
+    one (about 170 MB), and the old ones would otherwise stay forever."""
+    found = sorted(folder.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in found[keep:]:
+        old.unlink(missing_ok=True)
+
+
 def build(path: Path, timeout: float = 600.0) -> bool:
     """Build the archive at ``path``: train in a child process (so its JVM has exited and
     finished writing), check the result can be mapped, then rename it into place."""
@@ -145,13 +166,11 @@ def build(path: Path, timeout: float = 600.0) -> bool:
         if res.returncode != 0 or not tmp.is_file():
             print(f"l2m jvmcache: training failed ({res.returncode})", file=sys.stderr)
             return False
-        java = _java()
-        check = subprocess.run([str(java), f"-XX:SharedArchiveFile={tmp}", QUIET, "-version"],
-                               capture_output=True, timeout=60)
-        if check.returncode != 0:
+        if not loads(tmp):
             print("l2m jvmcache: the new archive does not load; discarded", file=sys.stderr)
             return False
         os.replace(tmp, path)
+        _prune(path.parent, KEEP)
         print(f"l2m jvmcache: {path} ({path.stat().st_size / 2**20:.0f} MiB) in "
               f"{time.monotonic() - started:.0f} s", file=sys.stderr)
         return True

@@ -31,8 +31,11 @@ MAX_PATTERN_POSITIONS = 1000
 
 _ERROR_PREFIX = "Invalid regular expression: "
 _TOO_LARGE = "pattern too large"
-# One empty string: Arrow compiles a kernel's regex only when there is a row to match.
-_PROBE = pa.array([""], pa.string())
+# One empty string: Arrow compiles a kernel's regex only when there is a row to match. Built
+# from buffers, not pa.array([""]): converting Python objects makes pyarrow import pandas
+# (0.35 s), which every Spark Python process importing l2m would pay at start.
+_PROBE = pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(b"\0\0\0\0\0\0\0\0"),
+                                                pa.py_buffer(b"")])
 
 
 def anchored(regex: str) -> str:

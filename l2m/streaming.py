@@ -13,8 +13,11 @@ corrected windows re-emitted, logs for windows past the watermark dropped and co
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyspark import Accumulator
 from pyspark.sql import DataFrame, SparkSession
@@ -41,8 +44,18 @@ ROUTED_STATUS_SERIES = sorted({f"{len(n)}:{n}" for n in (STATUS_NAMES[c] for c i
 
 
 def stop_file(cfg: JobConfig) -> str:
-    """While this file exists the source admits no new data (graceful stop)."""
-    return f"{cfg.checkpoint}/STOPPING"
+    """While this file exists the source admits no new data (graceful stop).
+
+    Only the driver writes and reads it, so it lives on local disk: beside a local checkpoint,
+    and for an object-store checkpoint (``s3a://...``) in the temp folder under a name derived
+    from the URI, one marker per checkpoint."""
+    checkpoint = cfg.checkpoint
+    if checkpoint.startswith("file://"):
+        return f"{checkpoint.removeprefix('file://')}/STOPPING"
+    if "://" not in checkpoint:
+        return f"{checkpoint}/STOPPING"
+    digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / f"l2m-stop-{digest}" / "STOPPING")
 
 
 def register(spark: SparkSession) -> None:

@@ -3,6 +3,7 @@ start), created only when a test needs it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,10 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# Every `l2m run` a test starts would otherwise build the JVM class-data archive beside it
+# (45 s of a core, l2m/jvmcache.py), and later runs would start faster than earlier ones:
+# tests run on a plain JVM, and tests/test_jvmcache.py checks the archive on its own.
+os.environ.setdefault("L2M_JVM_CACHE", "off")
 
 
 @pytest.fixture(scope="session")

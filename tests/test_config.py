@@ -41,6 +41,23 @@ def test_example_configs_load(monkeypatch):
     assert prod.source.group_id == "l2m"
 
 
+def test_checkpoint_uris_are_kept_and_the_stop_marker_stays_local(tmp_path: Path) -> None:
+    from l2m.streaming import stop_file
+
+    base = {"kafka": {"bootstrap.servers": "k:9092"}}
+    s3 = config_from_dict({**base, "checkpoint": "s3a://bucket/l2m"}, tmp_path / "job.yaml")
+    assert s3.checkpoint == "s3a://bucket/l2m"
+    marker = Path(stop_file(s3))
+    assert marker.is_absolute() and marker.name == "STOPPING" and "s3a" not in str(marker)
+    other = config_from_dict({**base, "checkpoint": "s3a://bucket/other"}, tmp_path / "job.yaml")
+    assert stop_file(other) != stop_file(s3)
+    local = config_from_dict({**base, "checkpoint": "ck"}, tmp_path / "job.yaml")
+    assert stop_file(local) == str(tmp_path.resolve() / "ck" / "STOPPING")
+    uri = config_from_dict({**base, "checkpoint": f"file://{tmp_path}/ck"}, tmp_path / "job.yaml")
+    assert uri.checkpoint == f"file://{tmp_path}/ck"
+    assert stop_file(uri) == f"{tmp_path}/ck/STOPPING"
+
+
 def test_config_errors_name_the_key():
     with pytest.raises(ConfigError, match="unknown key\\(s\\): trigger_interval"):
         config_from_dict({"kafka": {"bootstrap.servers": "x"}, "trigger_interval": 1})

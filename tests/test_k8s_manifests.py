@@ -370,12 +370,6 @@ def test_the_config_loads_in_the_driver_pod(name: str, tmp_path: Path,
         executor_template(name)["spec"]["serviceAccountName"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "l2m cannot yet checkpoint to an object store: l2m/config.py resolves the checkpoint "
-    "against the configuration's folder even when it is a URI (s3a://b/p becomes "
-    "/etc/l2m/topology/s3a:/b/p), and the graceful stop's marker (l2m/streaming.py stop_file, "
-    "written with pathlib by l2m/runner.py) lives under the checkpoint. Fix in l2m: keep a "
-    "scheme:// checkpoint as written and put the marker on local disk; then drop this mark."))
 def test_the_prod_checkpoint_stays_an_object_store_uri(tmp_path: Path,
                                                       driver_environment: Any) -> None:
     from l2m.streaming import stop_file
