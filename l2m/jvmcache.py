@@ -136,8 +136,11 @@ def loads(path: Path) -> bool:
     java = _java()
     if java is None:
         return False
-    check = subprocess.run([str(java), f"-XX:SharedArchiveFile={path}", QUIET, "-version"],
-                           capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory() as scratch:  # where a crash writes its hs_err file
+        check = subprocess.run([str(java), f"-XX:SharedArchiveFile={path}", QUIET,
+                                f"-XX:ErrorFile={scratch}/hs_err.log", "-version"],
+                               capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
+                               cwd=scratch)
     return check.returncode == 0
 
 
