@@ -78,7 +78,7 @@ class SourceConfig:
 @dataclass(frozen=True)
 class MonitoringConfig:
     """Where the driver serves ``/metrics``, ``/healthz`` and ``/readyz`` (docs/metrics.md);
-    no port: not served."""
+    port 0: a free one (the endpoint reports it); no port: not served."""
 
     port: int | None = None
     host: str = "0.0.0.0"

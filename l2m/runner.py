@@ -102,12 +102,18 @@ class Runner:
     _counted: tuple[int, int, int] = (0, 0, 0)
     _progressed: bool = False
 
-    def start(self) -> Job:
+    def start(self) -> Job | None:
+        """Start the query (after the session, when there is none yet). None when a stop was
+        requested while Spark started: a query started only to be stopped at once would
+        leave its half-initialised source processes complaining."""
         marker = Path(stop_file(self.cfg))
         marker.unlink(missing_ok=True)  # left over from a stop that did not finish
         check_checkpoint(self.cfg.checkpoint, QUERY)  # before the slow part: Spark
         if self.spark is None:
             self.spark = session_for(self.cfg)
+        if self._stop.is_set():
+            self.job = None
+            return None
         self.job = start_job(self.spark, self.cfg, self.rules, once=self.once)
         self._counted = (0, 0, 0)  # a new query has new accumulators
         if self.telemetry is not None:
@@ -132,10 +138,11 @@ class Runner:
              on_tick: Callable[[], None] | None = None) -> int:
         """Watch until stopped, ``duration`` passes, the query fails, or (``once``) it ends.
         Returns the exit code: 0, or 1 if a query failed."""
-        assert self.job is not None
         deadline = time.monotonic() + duration if duration else None
         backoff = 1.0
         while True:
+            if self.job is None:  # stopped while (re)starting
+                return 0
             self._report()
             if self.telemetry is not None:
                 self.telemetry.tick()
@@ -260,6 +267,10 @@ class Runner:
 
 def _busy(query: StreamingQuery) -> bool:
     try:
-        return bool(query.isActive and query.status.get("isTriggerActive"))
+        status = query.status
+        # A query still initialising its source (the planner process starting) counts as
+        # busy: stopped then, that process dies mid-handshake with a traceback.
+        return bool(query.isActive and (status.get("isTriggerActive") or str(
+            status.get("message", "")).startswith("Initializing")))
     except Exception:
         return False

@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import sys
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -90,16 +89,36 @@ def _worker_python() -> str:
 
 
 def _without_sigterm(launch):  # type: ignore[no-untyped-def]
-    """Launch the JVM with SIGTERM ignored. l2m's driver stops the job gracefully on SIGTERM
-    (the running batch finishes and commits); a SIGTERM sent to the whole process group —
-    `kill -TERM -PGID`, a terminal, some supervisors — would otherwise also reach the JVM,
-    which would exit at once and fail the batch. A JVM started with SIGTERM ignored leaves it
-    ignored (as pyspark does for SIGINT); it still exits when the driver process ends."""
-    if threading.current_thread() is not threading.main_thread():
+    """Run ``launch`` (the session's creation) so that the JVM it starts ignores SIGTERM.
+
+    l2m's driver stops the job gracefully on SIGTERM (the running batch finishes and commits);
+    a SIGTERM sent to the whole process group — `kill -TERM -PGID`, a terminal, some
+    supervisors — would otherwise also reach the JVM, which would exit at once and fail the
+    batch. Only the child is changed: pyspark starts the JVM with ``Popen`` and a ``preexec_fn``
+    that ignores SIGINT; ours also ignores SIGTERM there, in the forked child before ``exec``
+    (an ignored signal stays ignored across ``exec``). The driver keeps its own handler the
+    whole time, so a SIGTERM during the slow start (on Kubernetes, up to 30 s waiting for
+    executors) is not lost: it requests the stop the runner acts on once the session is up.
+    The JVM still exits when the driver process ends."""
+    from pyspark import java_gateway
+
+    popen = getattr(java_gateway, "Popen", None)
+    if popen is None or os.name != "posix":
         return launch()
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def ignoring_sigterm(*args, **kwargs):  # type: ignore[no-untyped-def]
+        inner = kwargs.get("preexec_fn")
+
+        def preexec() -> None:
+            if inner is not None:
+                inner()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+        kwargs["preexec_fn"] = preexec
+        return popen(*args, **kwargs)
+
+    java_gateway.Popen = ignoring_sigterm  # type: ignore[attr-defined]
     try:
         return launch()
     finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        java_gateway.Popen = popen  # type: ignore[attr-defined]

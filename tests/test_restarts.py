@@ -84,6 +84,44 @@ def test_sigterm_to_the_process_group_of_an_idle_job_exits_zero(broker, tmp_path
     assert "SIGTERM received" in err and "Traceback" not in err
 
 
+def group_members(pgid: int) -> dict[int, str]:
+    """The processes of a process group, by pid, with their command names."""
+    members = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text[text.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid:
+            members[int(stat.parent.name)] = name
+    return members
+
+
+def test_sigterm_while_spark_starts_is_not_lost(broker, tmp_path):
+    """A roll-out can stop a driver that is still starting (on Kubernetes it waits up to 30 s
+    for executors): SIGTERM to the group while the JVM starts stops l2m, not the JVM alone."""
+    t = fresh_topics(broker.bootstrap, partitions=1)
+    config = write_config(t, tmp_path, trigger="1 second")
+    job = subprocess.Popen([sys.executable, "-m", "l2m.cli", "run", "--config", str(config)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    deadline = time.monotonic() + 60
+    while "java" not in group_members(job.pid).values() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "java" in group_members(job.pid).values(), "the JVM never started"
+    time.sleep(0.5)  # the JVM is up, the session is not
+    os.killpg(job.pid, signal.SIGTERM)
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err[-3000:]
+    assert "SIGTERM received" in err and "Traceback" not in err
+    deadline = time.monotonic() + 10
+    while group_members(job.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert group_members(job.pid) == {}, "processes outlived the driver"
+
+
 def test_a_checkpoint_of_another_state_format_is_refused_with_its_code(tmp_path):
     t = type("T", (), {"bootstrap": "127.0.0.1:1", "topics": type(
         "Topics", (), {"logs": "l", "metrics": "m", "dead_letters": "d"})()})()
