@@ -106,6 +106,7 @@ def run_drain(spark: SparkSession, bootstrap: str, case: DrainCase, rules: list[
         "drain_s": round(elapsed, 2),
         "logs_per_s": round(case.records / elapsed),
         "batches": len(batches.get("l2m-metrics", [])),
+        "durations": [p["durationMs"] for ps in batches.values() for p in ps],
         "median_batch_ms": statistics.median(durations) if durations else None,
         "records_per_task_max_over_mean": max((b["max_over_mean"] for b in data_plans),
                                               default=None),

@@ -70,13 +70,15 @@ class LoadSpec:
     malformed_ratio: float = 0.0
     start_ms: int = 1_795_341_600_000
     seed: int = 11
+    accounts: int = 0  # > 0: logs spread over this many tenant accounts (GeneratorConfig)
 
 
 def _produce_slice(spec: LoadSpec, worker: int, workers: int, counts: list[int]) -> int:
     """Produce this worker's share of every partition's records."""
     gen = LogGenerator(GeneratorConfig(seed=spec.seed + worker, start_ms=spec.start_ms,
                                        rate_per_s=2000, late_ratio=spec.late_ratio,
-                                       malformed_ratio=spec.malformed_ratio))
+                                       malformed_ratio=spec.malformed_ratio,
+                                       accounts=spec.accounts))
     if spec.key_skew > 0:
         services = list(SERVICES)
         weights = [1.0 / (k ** spec.key_skew) for k in range(1, len(services) + 1)]

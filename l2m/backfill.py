@@ -1,9 +1,10 @@
 """`l2m backfill`: the rules over JSON-lines files as one Spark batch job (SPEC §3–5).
 
-read text → parse (Python, ``mapInArrow``) → route → aggregate → final samples written by
-the driver as JSON lines, one per gauge series-window and one per counter series. One pass
-over the input yields both the samples and the run's summary (status rows, see
-:mod:`l2m.route`).
+read text → per task, in Python on Arrow: parse → route → pre-aggregate (the streaming
+job's read-task pipeline, :mod:`l2m.pipeline`) → merge the partials by (rule, series, le,
+window) → final samples written by the driver as JSON lines, one per gauge series-window and
+one per counter series. One pass over the input yields both the samples and the run's
+summary (status rows, see :mod:`l2m.routing`).
 
 No input line can fail the job: lines are read as bytes (invalid UTF-8 is a malformed line,
 not a decoding error), and every ``.gz`` file is checked first, in parallel — a corrupt or
@@ -12,11 +13,10 @@ output is written to ``<output>.partial`` and renamed at the end; a failed run r
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,20 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from l2m.aggregate import aggregate
 from l2m.errors import InputError
-from l2m.parse import ParsePlan, parse_lines
+from l2m.parse import parse_lines
+from l2m.pipeline import TaskPipeline, routing_from_option, routing_option
+from l2m.preaggregate import KEY, PARTIAL_SCHEMA
 from l2m.progress import JobProgress
-from l2m.route import STATUS_RULE, Routing, plan_for, route
+from l2m.routing import STATUS_RULE, Routing, plan_for
 from l2m.rules import Rule
-from l2m.samples import Partial, family_samples, is_finite_sample, series_samples
+from l2m.samples import (
+    Partial,
+    family_samples,
+    is_finite_sample,
+    series_labels,
+    series_samples,
+)
 
 
 @dataclass
@@ -80,16 +87,6 @@ class BackfillSummary:
         lines += [f"  {rule.ljust(width)}  {count:>10}  ({self.series.get(rule, 0)} samples)"
                   for rule, count in self.matches.items()]
         return "\n".join(lines)
-
-
-def parse_frame(raw: DataFrame, plan: ParsePlan) -> DataFrame:
-    """Parse a DataFrame whose first column holds JSON lines (bytes or strings)."""
-
-    def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            yield parse_lines(batch.column(0).to_pylist(), plan)
-
-    return raw.mapInArrow(parse_batches, plan.spark_schema_ddl())
 
 
 def check_paths(inputs: Sequence[str], output: str | Path) -> None:
@@ -183,39 +180,65 @@ def read_lines(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
     return raw
 
 
+def task_partials(routing: str) -> Callable[[Iterator[pa.RecordBatch]],
+                                            Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of one read task: its lines → its partials
+    (``PARTIAL_SCHEMA``), given the routing option (:func:`l2m.pipeline.routing_option`)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rules = routing_from_option(routing)
+        pipeline = TaskPipeline(rules)
+        for batch in batches:
+            pipeline.add(parse_lines(batch.column(0).to_pylist(), rules.plan))
+        yield from pipeline.finish()
+
+    return run
+
+
 def final_aggregates(spark: SparkSession, files: Sequence[Path], routing: Routing) -> DataFrame:
-    """Aggregates in output order: rules as loaded, then labels, window and bucket bound."""
-    parsed = parse_frame(read_lines(spark, files), routing.plan)
-    ids = [F.lit(r.id) for r in routing.rules]
-    rule_order = F.array_position(F.array(*ids), F.col("rule")) if ids else F.lit(0)
-    le_order = F.when(F.col("le") == "+Inf", F.lit(float("inf"))).otherwise(
-        F.col("le").cast("double"))
-    return aggregate(route(parsed, routing)).orderBy(rule_order, "rule", "labels", "window",
-                                                     le_order)
+    """One merged partial per (rule, series, le, window) over all the files. An exact sum
+    is known only where every task's was (``exact_n`` counts only those)."""
+    partials = read_lines(spark, files).mapInArrow(task_partials(routing_option(routing)),
+                                                   PARTIAL_SCHEMA)
+    exact = F.col("exact_sum")
+    return partials.groupBy(*KEY).agg(
+        F.sum("matches").alias("matches"), F.sum("n").alias("n"), F.sum("sum").alias("sum"),
+        F.try_sum(exact).alias("exact_sum"),
+        F.sum(F.when(exact.isNotNull(), F.col("exact_n")).otherwise(F.lit(0))).alias("exact_n"),
+        F.min("min").alias("min"), F.max("max").alias("max"), F.max("ts").alias("ts"))
+
+
+def _le_order(le: str | None) -> float:
+    return float("inf") if le == "+Inf" else float(le) if le is not None else 0.0
 
 
 def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: BackfillSummary
                       ) -> Iterator[dict[str, Any]]:
-    """Turn sorted aggregate rows into samples, counting status rows into ``summary``.
-    A histogram family's bucket rows are adjacent (same rule, labels, window)."""
+    """Merged partials → samples in output order (rules as loaded, then labels, window and
+    bucket bound), counting status rows into ``summary``."""
     by_id = {r.id: r for r in rules}
-
-    def family(row: Row) -> tuple[Any, ...]:
-        return row["rule"], tuple(row["labels"]), row["window"]
-
-    for (rule_id, labels, window), group in itertools.groupby(rows, key=family):
+    order = {r.id: i for i, r in enumerate(rules)}
+    families: dict[tuple[str, tuple[tuple[str, str], ...], int | None],
+                   dict[str | None, Partial]] = {}
+    for row in rows:
+        rule_id = row["rule"]
         if rule_id == STATUS_RULE:
-            summary.count_status(labels[0]["value"], sum(r["matches"] for r in group))
+            summary.count_status(row["series"].partition(":")[2], row["matches"])
             continue
+        labels = tuple(series_labels(by_id[rule_id], row["series"]))
+        families.setdefault((rule_id, labels, row["window"]), {})[row["le"]] = \
+            Partial.from_row(row)
+    for (rule_id, labels, window), parts in sorted(
+            families.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2] or 0)):
         rule = by_id[rule_id]
-        pairs = [(e["name"], e["value"]) for e in labels]
-        parts = {r["le"]: Partial.from_row(r) for r in group}
+        parts = dict(sorted(parts.items(), key=lambda kv: _le_order(kv[0])))
         summary.matches[rule.id] += sum(p.matches for p in parts.values())
         if rule.aggregation == "histogram":
-            produced = family_samples(rule, pairs, window, parts)
+            produced = family_samples(rule, labels, window, parts)
         else:
             (agg,) = parts.values()
-            produced = series_samples(rule, pairs, window if window is not None else agg.ts, agg)
+            produced = series_samples(rule, labels, window if window is not None else agg.ts,
+                                      agg)
         summary.series[rule.id] += len(produced)
         yield from produced
 

@@ -11,7 +11,7 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
-from l2m.route import STATUS_RULE
+from l2m.routing import STATUS_RULE
 from l2m.rules import Rule
 from l2m.samples import (
     Partial,

@@ -2,16 +2,18 @@
 one status row per log — the rows :mod:`l2m.preaggregate` reduces, in the read task itself.
 
 Input: a batch with ``ParsePlan.schema()`` (:func:`l2m.parse.parse_lines`) and the compiled
-rules (:class:`l2m.route.Routing`). Output: a table with :data:`MATCH_SCHEMA` — ``rule``,
-``series`` (the group-by values, length-prefixed as :func:`l2m.route.series_column` writes
-them), ``le`` (a histogram's bucket; a status row's one-minute window), ``window`` (gauges:
-the one-minute window start), ``ts`` (event time of logs that count), ``v`` — the same rows
-the Spark route stage (:func:`l2m.route.route` with ``series``) produces, without leaving
-Python.
+rules (:class:`l2m.routing.Routing`). Output: a table with :data:`MATCH_SCHEMA` — ``rule``,
+``series`` (the group-by values, each ``<length>:<value>``, ``-`` when absent), ``le`` (a
+histogram's bucket; a status row's one-minute window), ``window`` (gauges: the one-minute
+window start), ``ts`` (event time of logs that count), ``v`` (the value; null when the log
+has none: it counts as a match only).
 
-Rules see only what can match them: a rule scoped to an account evaluates its query only on
-that account's logs (one mask per account, shared by its rules), and every query node is
-evaluated once per batch however many rules share it (:class:`l2m.match.Matcher`).
+Rules see only what can match them: the routed logs of accounts with scoped rules are sorted
+by account once, and a rule scoped to an account reads its query's mask only over that
+account's slice — with a thousand accounts, a log meets its own account's rules, not all of
+them. Every query node is evaluated once per batch however many rules share it
+(:class:`l2m.match.Matcher`), and rules of one shape (kind, aggregation, value field, buckets,
+group-by) get their rows together, so the cost per rule is a few numpy calls.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pyarrow.compute as pc
 from l2m.match import Matcher
 from l2m.parse import ROUTED, STATUS, STATUS_NAMES, TIMESTAMP, ParsePlan
 from l2m.query import KeywordEquals
-from l2m.route import STATUS_RULE, Routing
+from l2m.routing import STATUS_RULE, Routing
 from l2m.rules import Rule
 
 MATCH_SCHEMA = pa.schema([
@@ -39,6 +41,16 @@ MINUTE = 60_000
 _STATUS_SERIES = pa.array([f"{len(n)}:{n}" for n in STATUS_NAMES], pa.string())
 
 
+# What a rule's match rows are built from besides its matches: rules of one shape (the
+# thousand tenants' "errors" rules) get their rows in one pass of takes over all their matches.
+Shape = tuple[str, str, str | None, tuple[float, ...], tuple[str, ...]]
+
+
+def _shape(rule: Rule) -> Shape:
+    return (rule.kind, rule.aggregation, rule.field, rule.buckets if rule.aggregation ==
+            "histogram" else (), tuple(f for _label, f in rule.group_labels))
+
+
 class FanOut:
     """Match rows of one batch; series encodings and masks shared between rules."""
 
@@ -48,13 +60,24 @@ class FanOut:
         self.routing = routing
         self.matcher = Matcher(batch, routing.plan)
         self._series: dict[tuple[str, ...], pa.Array] = {}
+        self._numpy: dict[object, np.ndarray] = {}
         status = batch.column(STATUS)
         self._routed = _plain(pc.is_in(status, pa.array(ROUTED, status.type)))
         self.ts = _plain(batch.column(TIMESTAMP))
 
     def table(self, with_status: bool = True) -> pa.Table:
         """Every rule's match rows, then (``with_status``) the status rows."""
-        parts = [self.rule_rows(rule) for rule in self.routing.rules]
+        matches: list[tuple[Rule, np.ndarray]] = []
+        if self.routing.unscoped:
+            routed = self._mask_np(None)
+            for rule in self.routing.unscoped:
+                assert rule.compiled is not None
+                hit = np.logical_and(routed, self._mask_np(rule.compiled.root))
+                matches.append((rule, np.flatnonzero(hit)))
+        parts = self.rows(matches)
+        scoped = self.scoped()
+        if scoped is not None:
+            parts += scoped.rows(scoped.account_matches())
         if with_status:
             parts.append(self.status_rows())
         parts = [p for p in parts if p.num_rows]
@@ -62,23 +85,53 @@ class FanOut:
             return MATCH_SCHEMA.empty_table()
         return pa.concat_tables(parts)
 
-    def condition(self, rule: Rule) -> pa.BooleanArray:
-        """Routed logs that match the rule's query and account scope."""
-        assert rule.compiled is not None
-        masks = [self._routed, self.matcher.mask(rule.compiled.root)]
-        if rule.account is not None:
-            masks.append(self.matcher.mask(KeywordEquals("account", rule.account)))
-        out = masks[0]
-        for mask in masks[1:]:
-            out = pc.and_(out, mask)
-        return out
+    def scoped(self) -> _Scoped | None:
+        """The routed logs of accounts that have rules, sorted by account, with each
+        account's slice; None when no log here can reach a scoped rule."""
+        by_account = self.routing.by_account
+        if not by_account or not self.batch.num_rows:
+            return None
+        encoded = pc.dictionary_encode(_plain(self.batch.column(self.plan.column("account",
+                                                                                   "s"))))
+        names = encoded.dictionary.to_pylist()
+        wanted = np.array([i for i, name in enumerate(names) if name in by_account], np.int64)
+        if not len(wanted):
+            return None
+        codes = pc.if_else(self._routed, pc.fill_null(encoded.indices, -1), -1)
+        codes = np.asarray(codes.to_numpy(zero_copy_only=False), np.int64)
+        rows = np.flatnonzero(np.isin(codes, wanted))
+        rows = rows[np.argsort(codes[rows], kind="stable")]
+        sorted_codes = codes[rows]
+        starts = np.searchsorted(sorted_codes, wanted, side="left")
+        ends = np.searchsorted(sorted_codes, wanted, side="right")
+        slices = [(names[code], lo, hi) for code, lo, hi in
+                  zip(wanted.tolist(), starts.tolist(), ends.tolist(), strict=True) if hi > lo]
+        return _Scoped(self.batch.take(pa.array(rows, pa.int64())), self.routing, slices)
 
-    def rule_rows(self, rule: Rule) -> pa.Table:
-        """One row per log the rule matches."""
-        rows = pc.indices_nonzero(self.condition(rule))
+    def _mask_np(self, node: object) -> np.ndarray:
+        """A node's mask (None: the routed logs) as a numpy array, converted once."""
+        found = self._numpy.get(node)
+        if found is None:
+            mask = self._routed if node is None else self.matcher.mask(node)  # type: ignore
+            found = self._numpy[node] = np.asarray(mask.to_numpy(zero_copy_only=False), bool)
+        return found
+
+    def rows(self, matches: list[tuple[Rule, np.ndarray]]) -> list[pa.Table]:
+        """Match rows of rules given the rows of this batch each matched: one table per
+        rule shape, built with one ``take`` per column."""
+        shapes: dict[Shape, list[tuple[Rule, np.ndarray]]] = {}
+        for rule, hit in matches:
+            if len(hit):
+                shapes.setdefault(_shape(rule), []).append((rule, hit))
+        return [self._shape_rows(group) for group in shapes.values()]
+
+    def _shape_rows(self, group: list[tuple[Rule, np.ndarray]]) -> pa.Table:
+        rule = group[0][0]
+        rows = pa.array(np.concatenate([hit for _rule, hit in group]), pa.int64())
         n = len(rows)
-        if not n:
-            return MATCH_SCHEMA.empty_table()
+        ids = pa.array([r.id for r, _hit in group], pa.string())
+        counts = np.fromiter((len(hit) for _rule, hit in group), np.int64, len(group))
+        rule_ids = ids.take(pa.array(np.repeat(np.arange(len(group)), counts), pa.int64()))
         ts = self.ts.take(rows)
         if rule.aggregation == "count":
             v: pa.Array = pa.repeat(pa.scalar(1.0), n)
@@ -92,7 +145,7 @@ class FanOut:
         if rule.kind == "gauge":
             window = _minute(ts)
         return pa.table({
-            "rule": pa.repeat(pa.scalar(rule.id), n),
+            "rule": rule_ids,
             "series": self.series(tuple(f for _label, f in rule.group_labels)).take(rows),
             "le": le,
             "window": window,
@@ -100,6 +153,24 @@ class FanOut:
             "ts": pc.if_else(pc.is_valid(v), ts, pa.scalar(None, pa.int64())),
             "v": v,
         }, schema=MATCH_SCHEMA)
+
+    def condition(self, rule: Rule) -> pa.BooleanArray:
+        """Routed logs that match the rule's query and account scope (one rule alone, on
+        the whole batch: what the account slices of :meth:`table` must equal)."""
+        assert rule.compiled is not None
+        masks = [self._routed, self.matcher.mask(rule.compiled.root)]
+        if rule.account is not None:
+            masks.append(self.matcher.mask(KeywordEquals("account", rule.account)))
+        out = masks[0]
+        for mask in masks[1:]:
+            out = pc.and_(out, mask)
+        return out
+
+    def rule_rows(self, rule: Rule) -> pa.Table:
+        """One row per log the rule matches, the rule evaluated alone on the whole batch."""
+        hit = np.flatnonzero(np.asarray(self.condition(rule).to_numpy(zero_copy_only=False),
+                                        bool))
+        return self._shape_rows([(rule, hit)]) if len(hit) else MATCH_SCHEMA.empty_table()
 
     def series(self, fields: tuple[str, ...]) -> pa.Array:
         """The series key of every log for these group-by fields (all rows; rules take theirs):
@@ -130,6 +201,27 @@ class FanOut:
             "ts": self.ts,
             "v": pa.repeat(pa.scalar(1.0), n),
         }, schema=MATCH_SCHEMA)
+
+
+class _Scoped(FanOut):
+    """The routed logs of accounts with scoped rules, sorted by account: every query node is
+    evaluated once over all of them (the same ``level:error`` of a thousand tenants), and a
+    rule reads only its account's slice of the mask."""
+
+    def __init__(self, batch: pa.Table | pa.RecordBatch, routing: Routing,
+                 slices: list[tuple[str, int, int]]) -> None:
+        super().__init__(batch, routing)
+        self.slices = slices
+
+    def account_matches(self) -> list[tuple[Rule, np.ndarray]]:
+        matches = []
+        for account, lo, hi in self.slices:
+            for rule in self.routing.by_account[account]:
+                assert rule.compiled is not None
+                hit = np.flatnonzero(self._mask_np(rule.compiled.root)[lo:hi])
+                if len(hit):
+                    matches.append((rule, hit + lo))
+        return matches
 
 
 def fan_out(batch: pa.RecordBatch | pa.Table, routing: Routing,

@@ -4,6 +4,7 @@ and late records. Feeds the bundled sample, the demo and the benchmarks."""
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,6 +61,9 @@ class GeneratorConfig:
     malformed_ratio: float = 0.0
     late_ratio: float = 0.0  # share of logs whose event time is 1–30 minutes old
     no_timestamp_ratio: float = 0.0
+    # > 0: logs of requests and payments belong to this many tenant accounts
+    # (``acct-0000`` …), a few big ones and a long tail, instead of acme and globex.
+    accounts: int = 0
 
 
 class LogGenerator:
@@ -70,6 +74,20 @@ class LogGenerator:
         self.rng = random.Random(self.config.seed)
         self.clock = float(self.config.start_ms)
         self.count = 0
+        # Tenants' sizes fall off like 1/(k+10): the biggest account sends ~7x the median.
+        self._tenant_weights = ([1.0 / (k + 10) for k in range(self.config.accounts)]
+                                if self.config.accounts else [])
+        self._tenant_cum: list[float] = []
+        total = 0.0
+        for w in self._tenant_weights:
+            total += w
+            self._tenant_cum.append(total)
+
+    def _account(self) -> str:
+        if not self._tenant_cum:
+            return self.rng.choice(ACCOUNTS)
+        k = bisect.bisect_left(self._tenant_cum, self.rng.random() * self._tenant_cum[-1])
+        return tenant(min(k, len(self._tenant_cum) - 1))
 
     def next_doc(self) -> dict[str, Any]:
         rng = self.rng
@@ -134,7 +152,7 @@ class LogGenerator:
                                  ratio=round(rng.random(), 2), ms=int(duration))
         doc: dict[str, Any] = {
             "@timestamp": self._timestamp(ts),
-            "account": rng.choice(ACCOUNTS),
+            "account": self._account(),
             "service": service,
             "level": level,
             "message": message,
@@ -171,7 +189,7 @@ class LogGenerator:
             payment["decline_code"] = rng.choice(DECLINES)
         return {
             "@timestamp": self._timestamp(ts),
-            "account": rng.choice(ACCOUNTS),
+            "account": self._account(),
             "service": "payments",
             "level": "warn" if outcome == "declined" else "info",
             "event": f"payment.{outcome}",
@@ -202,6 +220,11 @@ class LogGenerator:
         if kind == "gc":
             doc["gc_pause_ms"] = int(messages["gc"].split()[2][:-2])
         return doc
+
+
+def tenant(k: int) -> str:
+    """The name of tenant account ``k`` (``GeneratorConfig.accounts``)."""
+    return f"acct-{k:04d}"
 
 
 def _iso(ts: int, tz: timezone) -> str:

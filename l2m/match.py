@@ -2,8 +2,9 @@
 
 Input: a batch with ``ParsePlan.schema()`` (:func:`l2m.parse.parse_lines`) and query trees
 (:mod:`l2m.query`). Output: one ``pa.BooleanArray`` per tree, never null — a missing field is
-``False``, so ``NOT f:x`` is true for logs without ``f`` (SPEC §2), exactly as the Spark
-Column compiler (:mod:`l2m.columns`) and the reference evaluator read it.
+``False``, so ``NOT f:x`` is true for logs without ``f`` (SPEC §2), exactly as the reference
+evaluator (``tests/reference.py``) reads it. It is l2m's one query engine: streaming and
+backfill both route with it.
 
 One visitor, one ``visit_<Node>`` method per node type, in the manner of luqum's
 ``TreeVisitor``; a node type without a method is a :class:`~l2m.errors.QueryError`, not a

@@ -1,14 +1,15 @@
 """An in-memory stand-in for the Kafka source (``format("l2m-memory")``), for tests: records
 (log bytes and a record timestamp, as a Kafka record has) that a test appends to a folder are
-read, parsed and fed to the same route → pre-aggregate → state stages as Kafka's, without a
-broker. :class:`tests.streamtest.StreamTest` drives it.
+read, parsed, routed and pre-aggregated in the read task as Kafka's are (:mod:`l2m.pipeline`)
+and fed to the same state stage, without a broker. :class:`tests.streamtest.StreamTest` drives it.
 
 Input: a folder with one sub-folder per logical partition (``p0``, ``p1``, …); each
 :func:`append` writes one file ``<first offset>-<count>.jsonl`` of records
 ``{"v": base64 | null, "ts": ms | null}``, atomically (written, then renamed), so a reader
 never sees half a file. Offsets are ``{"partitions": {"0": n, …}}``: records per partition,
-like Kafka offsets. Output: the rows of ``ParsePlan.schema()`` (the rules' field columns,
-``_ts``, ``_status``, ``_error``), parsed by :func:`l2m.parse.parse_lines` with the record
+like Kafka offsets. Output: with ``routing``, the task's partials (``PARTIAL_SCHEMA``); with
+``parsePlan``, the rows of ``ParsePlan.schema()`` (the rules' field columns, ``_ts``,
+``_status``, ``_error``) — parsed by :func:`l2m.parse.parse_lines` with the record
 timestamps as fallback, exactly as the Kafka reader parses; one task per partition with new
 records, so tasks run in parallel.
 
@@ -30,6 +31,8 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from l2m.parse import ParsePlan, parse_lines
+from l2m.pipeline import TaskPipeline, routing_from_option
+from l2m.preaggregate import PARTIAL_SCHEMA
 from l2m.source import BATCH_ROWS
 
 NAME = "l2m-memory"
@@ -81,7 +84,9 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         options = {k.lower(): v for k, v in options.items()}
         self.folder = Path(options["path"])
         self.partitions_n = int(options.get("partitions", "2"))
-        self.plan = ParsePlan.from_json(options["parseplan"])
+        self.routing = options.get("routing")
+        self.plan = (routing_from_option(self.routing).plan if self.routing else
+                     ParsePlan.from_json(options["parseplan"]))
         self._target: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
 
@@ -126,14 +131,22 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Batches of the Kafka reader's size, so a large add() reaches the pre-aggregation
         # in several Arrow batches as Kafka input would.
         now_ms = int(time.time() * 1000)
+        pipeline = TaskPipeline(routing_from_option(self.routing)) if self.routing else None
         for i in range(0, len(values), BATCH_ROWS):
-            yield parse_lines(values[i:i + BATCH_ROWS], self.plan,
-                              fallback_ts=stamps[i:i + BATCH_ROWS], now_ms=now_ms)
+            batch = parse_lines(values[i:i + BATCH_ROWS], self.plan,
+                                fallback_ts=stamps[i:i + BATCH_ROWS], now_ms=now_ms)
+            if pipeline is None:
+                yield batch
+            else:
+                pipeline.add(batch)
+        if pipeline is not None:
+            yield from pipeline.finish()
 
 
 class MemorySource(DataSource):
     """``spark.readStream.format("l2m-memory").option("path", folder)
-    .option("partitions", n).option("parsePlan", plan_json)``."""
+    .option("partitions", n)`` and ``.option("routing", …)`` (partials, as the Kafka
+    reader's) or ``.option("parsePlan", plan_json)`` (parsed logs)."""
 
     @classmethod
     def name(cls) -> str:
@@ -141,6 +154,8 @@ class MemorySource(DataSource):
 
     def schema(self) -> str:
         options = {k.lower(): v for k, v in self.options.items()}
+        if options.get("routing"):
+            return PARTIAL_SCHEMA
         return ParsePlan.from_json(options["parseplan"]).spark_schema_ddl()
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

@@ -4,7 +4,7 @@ luqum parses; :class:`QueryCompiler` — one ``visit_<node>`` per luqum node typ
 own ``ElasticsearchQueryBuilder`` — turns the luqum tree into the immutable nodes below, which
 already carry the field semantics (keyword or text, numeric or lexicographic range). What
 is not handled raises :class:`~l2m.errors.QueryError` with a stable code and the offset inside
-the query. Runs on the driver only; :mod:`l2m.columns` turns the result into a Spark Column.
+the query. Runs on the driver only; :mod:`l2m.match` evaluates the result over Arrow batches.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ _EXACT_LIMIT = Decimal(10) ** 20
 @dataclass
 class Partial:
     """A mergeable aggregate of one series (window, bucket): what the Spark aggregate
-    (:mod:`l2m.aggregate`) produces per group, and what the counter state keeps."""
+    (:mod:`l2m.preaggregate`) produces per group, and what the counter state keeps."""
 
     matches: int = 0
     n: int = 0
@@ -188,7 +188,7 @@ def rule_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int |
 
 
 def series_labels(rule: Rule, key: str) -> list[tuple[str, str]]:
-    """The labels of a series from its key (:func:`l2m.route.series_column`): the rule's
+    """The labels of a series from its key (:meth:`l2m.fanout.FanOut.series`): the rule's
     static labels plus one per present group-by value, sorted by name."""
     labels = list(rule.labels)
     pos = 0

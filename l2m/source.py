@@ -12,10 +12,12 @@ confluent-kafka (``format("l2m-kafka")``).
 * Admission control: ``maxRecordsPerTrigger`` is shared over partitions in proportion to their
   backlog, never starving a small one. ``Trigger.AvailableNow`` reads up to the end offsets
   seen when the query started.
-* With ``parsePlan`` (a JSON :class:`~l2m.parse.ParsePlan`) the reader parses the JSON logs
-  itself and yields typed Arrow batches; without it, raw ``key, value, topic, partition,
-  offset, timestamp`` rows. Malformed logs go to ``deadLetterTopic`` (original bytes, the
-  reason in headers) when that option is set.
+* With ``routing`` (the job's rules, :func:`l2m.pipeline.routing_option`) each task parses,
+  routes and pre-aggregates what it reads (:class:`l2m.pipeline.TaskPipeline`) and yields
+  only partials (``PARTIAL_SCHEMA``); with ``parsePlan`` (a JSON
+  :class:`~l2m.parse.ParsePlan`) it yields the parsed, typed logs; with neither, raw ``key,
+  value, topic, partition, offset, timestamp`` rows. Malformed logs go to
+  ``deadLetterTopic`` (original bytes, the reason in headers) when that option is set.
 * Every ``kafka.*`` option is passed to the client (TLS, SASL…); none is ever logged.
 """
 
@@ -42,6 +44,8 @@ from pyspark.sql.types import StructType
 
 from l2m.errors import DataLossError, KafkaUnavailableError, SinkError
 from l2m.parse import DEAD_LETTERED, ERROR, STATUS, ParsePlan, parse_lines
+from l2m.pipeline import TaskPipeline, routing_from_option
+from l2m.preaggregate import PARTIAL_SCHEMA
 
 RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, "
               "timestamp bigint")
@@ -151,8 +155,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.stop_file = options.get("stopfile")
         # Benchmarks: append each batch's task plan (records per task) to this file.
         self.plan_log = options.get("planlog")
+        self.routing = options.get("routing")
         plan = options.get("parseplan")
-        self.plan = ParsePlan.from_json(plan) if plan else None
+        self.plan = (routing_from_option(self.routing).plan if self.routing else
+                     ParsePlan.from_json(plan) if plan else None)
         self.schema = schema
         self._admin: Any = None
         self._latest: dict[int, int] | None = None
@@ -325,6 +331,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.dead_letters and self.plan else None
         # All pieces at once (a task holds at most one per partition): one fetch session,
         # no per-range re-assignment round trips.
+        pipeline = TaskPipeline(routing_from_option(self.routing)) if self.routing else None
         ends = {r.partition: r.end for r in partition.ranges}
         position = {r.partition: r.start for r in partition.ranges}
         started = time.time()
@@ -365,12 +372,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if messages:
                     deadline = time.monotonic() + self.poll_timeout
                 if len(buffer) >= BATCH_ROWS:
-                    yield self._emit(buffer, dead_letters)
+                    batch = self._emit(buffer, dead_letters)
+                    if pipeline is None:
+                        yield batch
+                    else:
+                        pipeline.add(batch)
                     buffer = _Buffer()
             if len(buffer):
-                yield self._emit(buffer, dead_letters)
+                batch = self._emit(buffer, dead_letters)
+                if pipeline is None:
+                    yield batch
+                else:
+                    pipeline.add(batch)
             if dead_letters is not None:
                 dead_letters.flush()
+            if pipeline is not None:
+                yield from pipeline.finish()
             if self.plan_log:
                 self._log_task(started, partition.size)
         finally:
@@ -383,6 +400,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         with open(f"{self.plan_log}.tasks", "a") as log:
             log.write(json.dumps({"time": started, "records": records,
+                                  "seconds": round(time.time() - started, 3),
                                   "executor": f"{socket.gethostname()}:{os.getppid()}"}) + "\n")
 
     def _emit(self, buffer: _Buffer, dead_letters: DeadLetters | None) -> pa.RecordBatch:
@@ -495,6 +513,8 @@ class KafkaSource(DataSource):
         return "l2m-kafka"
 
     def schema(self) -> str:
+        if self.options.get("routing"):
+            return PARTIAL_SCHEMA
         plan = self.options.get("parseplan")
         if plan:
             return ParsePlan.from_json(plan).spark_schema_ddl()

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
 from l2m.counters import CounterState
@@ -44,18 +45,48 @@ STATE_SCHEMA = "blob binary"
 
 
 @dataclass
+class Reduction:
+    """What the read tasks' pre-aggregation did, summed over the query's life: match rows
+    in (one per log and matching rule, plus one status row per log) → partials out, and
+    (when set) the match rows per rule — the logs each rule matched (:class:`l2m.tally.Sums`).
+    Counted where the partials arrive (accumulators cannot be used in a data source's
+    reader): each partial carries the rows it stands for in ``matches``."""
+
+    rows_in: Accumulator[int]
+    rows_out: Accumulator[int]
+    matches: Accumulator[dict[Any, float]] | None = None
+
+
+@dataclass
 class MetricState:
     """The state function: counter keys to :class:`CounterState`, window keys to
-    :class:`GaugeState`."""
+    :class:`GaugeState`; the partials it receives counted into ``reduction``."""
 
     counters: CounterState
     gauges: GaugeState
+    reduction: Reduction | None = None
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
+        if self.reduction is not None:
+            frames = self._counted(key[0], frames, self.reduction)
         if key[2] == CUMULATIVE:
             return self.counters(key, frames, state)
         return self.gauges(key, frames, state)
+
+    @staticmethod
+    def _counted(rule: str, frames: Iterator[pd.DataFrame],
+                 reduction: Reduction) -> Iterator[pd.DataFrame]:
+        rows = matches = 0
+        for frame in frames:
+            rows += len(frame)
+            matches += int(frame["matches"].sum())
+            yield frame
+        if rows:
+            reduction.rows_in.add(matches)
+            reduction.rows_out.add(rows)
+            if reduction.matches is not None:
+                reduction.matches.add({("matches", rule): matches})
 
 
 CHECKPOINT_MARKER = "l2m.json"

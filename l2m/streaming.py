@@ -1,8 +1,12 @@
 """The streaming job (SPEC §6): one query in one Spark application.
 
-    source(parse) → route → pre-aggregate (Arrow, per task, per rule/series/le/window)
-    → watermark → shuffle by (rule, shard, window) → state (counters: cumulative per
-    (rule, shard); gauges: one-minute windows per (rule, shard, window)) → sink
+    read task: consume → parse → route → pre-aggregate (Arrow, l2m.pipeline)
+    → partials (rule, series, le, window) → watermark → shuffle by (rule, shard, window)
+    → state (counters: cumulative per (rule, shard); gauges: one-minute windows per
+    (rule, shard, window)) → sink
+
+Every log is handled in Python inside the task that reads it; only partials — about one per
+two hundred logs with the benchmark rules — reach the JVM, the shuffle and the state.
 
 Counters and gauges share one query, so each log is read from Kafka, parsed and routed
 once. Spark's own window aggregation cannot share a query with ``applyInPandasWithState`` in
@@ -25,21 +29,27 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from l2m.aggregate import EXACT
 from l2m.config import JobConfig
 from l2m.counters import CounterState
 from l2m.gauges import GaugeState
 from l2m.parse import ROUTED, STATUS_NAMES
-from l2m.preaggregate import PARTIAL_SCHEMA, Reduction, counted, preaggregate
-from l2m.route import STATUS_RULE, plan_for, route
+from l2m.pipeline import routing_option
+from l2m.routing import STATUS_RULE, plan_for
 from l2m.rules import Rule
 from l2m.sink import KafkaSink, write_batch
 from l2m.source import KafkaSource
-from l2m.state import CUMULATIVE, OUTPUT_SCHEMA, STATE_SCHEMA, MetricState, check_checkpoint
+from l2m.state import (
+    CUMULATIVE,
+    OUTPUT_SCHEMA,
+    STATE_SCHEMA,
+    MetricState,
+    Reduction,
+    check_checkpoint,
+)
 from l2m.tally import Latest, Sums, Tally
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
-# Series keys (l2m.route.encoded_values) of the input statuses whose logs are routed.
+# Series keys (l2m.fanout: length-prefixed) of the input statuses whose logs are routed.
 ROUTED_STATUS_SERIES = sorted({f"{len(n)}:{n}" for n in (STATUS_NAMES[c] for c in ROUTED)})
 
 
@@ -63,12 +73,13 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(KafkaSink)
 
 
-def source_frame(spark: SparkSession, cfg: JobConfig, plan_json: str,
+def source_frame(spark: SparkSession, cfg: JobConfig, routing: str,
                  dead_letters: bool = True) -> DataFrame:
+    """The Kafka source's partials (``PARTIAL_SCHEMA``) for the routing option."""
     src = cfg.source
     reader = (spark.readStream.format("l2m-kafka")
               .option("topic", cfg.topics.logs)
-              .option("parsePlan", plan_json)
+              .option("routing", routing)
               .option("startingOffsets", src.starting_offsets)
               .option("failOnDataLoss", str(src.fail_on_data_loss).lower())
               .option("pollTimeoutMs", str(src.poll_timeout_ms))
@@ -109,7 +120,8 @@ class Counts:
                       sc.accumulator(0), sc.accumulator({}, Latest()))
 
 
-# A parsed source: given the parse plan (JSON), a streaming DataFrame with the plan's schema.
+# A source of partials: given the routing option (l2m.pipeline.routing_option), a streaming
+# DataFrame of PARTIAL_SCHEMA rows.
 Source = Callable[[str], DataFrame]
 # A sink: called with each micro-batch's ``key, value`` samples and the batch id.
 Sink = Callable[[DataFrame, int], None]
@@ -120,20 +132,13 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     """The query's output: ``key, value`` samples of every updated counter series and gauge
     window. ``source`` replaces the Kafka source (the in-memory test harness)."""
     routing = plan_for(rules, cfg.timestamp_field, cfg.max_future_ms)
-    plan_json = routing.plan.to_json()
-    parsed = source(plan_json) if source is not None else source_frame(spark, cfg, plan_json)
-    # Exact decimal sums only where a sample shows a sum (sum, avg, a histogram's _sum):
-    # casting and summing decimals is most of the pre-aggregation's cost.
-    exact = [r.id for r in routing.rules if r.aggregation in ("sum", "avg", "histogram")]
-    routed = route(parsed, routing, with_status=True, series=True).withColumn(
-        "x", F.when(F.col("rule").isin(exact), F.col("v").try_cast(EXACT))
-        if exact else F.lit(None).cast(EXACT))
-    function = preaggregate if counts is None else counted(preaggregate, counts.reduction)
+    option = routing_option(routing)
+    read = source(option) if source is not None else source_frame(spark, cfg, option)
     status = F.col("rule") == F.lit(STATUS_RULE)
     # Only the times of logs the rules see move the watermark: a malformed or future-dated
     # record (dated by its Kafka time, which may itself be wrong) must not close windows.
     unrouted = status & ~F.col("series").isin(*ROUTED_STATUS_SERIES)
-    partials = (routed.mapInArrow(function, PARTIAL_SCHEMA)
+    partials = (read
                 .withColumn("window", F.coalesce("window", F.lit(CUMULATIVE)))
                 # The input statuses share one key: one exact late-log count (l2m.counters).
                 .withColumn("shard", F.when(status, F.lit(0)).otherwise(
@@ -148,6 +153,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         CounterState({r.id: r for r in routing.rules if r.kind == "counter"},
                      cfg.counter_ttl_ms, None if counts is None else counts.late, tally),
         GaugeState({r.id: r for r in routing.rules if r.kind == "gauge"}, tally=tally),
+        None if counts is None else counts.reduction,
     )
     return partials.groupBy("rule", "shard", "window").applyInPandasWithState(
         state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)

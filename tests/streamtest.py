@@ -130,11 +130,11 @@ class StreamTest:
         return self.process()
 
     def _start(self) -> Job:
-        def source(plan_json: str) -> DataFrame:
+        def source(routing: str) -> DataFrame:
             return (self.spark.readStream.format(NAME)
                     .option("path", str(self.source_folder))
                     .option("partitions", str(self.partitions))
-                    .option("parsePlan", plan_json).load())
+                    .option("routing", routing).load())
 
         def sink(frame: DataFrame, batch_id: int) -> None:
             # foreachBatch runs on the driver: the list is this object's.

@@ -9,8 +9,9 @@ import pyarrow as pa
 import pytest
 
 from l2m.config import ConfigError, config_from_dict, duration_ms, load_config
+from l2m.fanout import MATCH_SCHEMA
+from l2m.preaggregate import merge, preaggregate
 from l2m.rules import load_rules
-from l2m.streaming import preaggregate
 from l2m.topology import describe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,21 +78,27 @@ def test_topology_md_is_current():
 
 def test_preaggregate_reduces_rows_with_exact_sums():
     d = decimal.Decimal
-    batch = pa.RecordBatch.from_pydict({
-        "rule": ["r", "r", "r", "r", "s"],
-        "series": ['{"a":"1"}', '{"a":"1"}', '{"a":"1"}', '{"a":"2"}', "{}"],
-        "le": [None, None, None, None, "+Inf"],
-        "window": [60_000, 60_000, 60_000, 60_000, 0],
-        "ts": [61_000, 62_000, None, 70_000, 5],
-        "v": [0.1, 0.2, None, 1e30, 3.0],
-        "x": pa.array([d("0.1"), d("0.2"), None, None, d("3")], pa.decimal128(38, 18)),
-    })
-    out = pa.Table.from_batches(list(preaggregate(iter([batch])))).to_pylist()
+    rows = pa.table({
+        "rule": ["r", "r", "r", "r", "s", "c"],
+        "series": ["1:1", "1:1", "1:1", "1:2", "", ""],
+        "le": [None, None, None, None, "+Inf", None],
+        "window": [60_000, 60_000, 60_000, 60_000, 0, None],
+        "ts": [61_000, 62_000, None, 70_000, 5, 9],
+        "v": [0.1, 0.2, None, 1e30, 3.0, 1.0],
+    }, schema=MATCH_SCHEMA)
+    out = preaggregate(rows, {"r", "s"}).to_pylist()
     out.sort(key=lambda r: (r["rule"], r["series"]))
-    assert [(r["series"], r["matches"], r["n"], r["exact_n"], r["ts"]) for r in out] == [
-        ('{"a":"1"}', 3, 2, 2, 62_000), ('{"a":"2"}', 1, 1, 0, 70_000), ("{}", 1, 1, 1, 5)]
-    assert out[0]["exact_sum"] == d("0.3")
-    assert out[1]["sum"] == 1e30
+    assert [(r["rule"], r["series"], r["matches"], r["n"], r["exact_n"], r["ts"])
+            for r in out] == [("c", "", 1, 1, 0, 9), ("r", "1:1", 3, 2, 2, 62_000),
+                              ("r", "1:2", 1, 1, 0, 70_000), ("s", "", 1, 1, 1, 5)]
+    assert out[1]["exact_sum"] == d("0.3")
+    assert out[2]["sum"] == 1e30 and out[2]["exact_sum"] is None
+    # Partials merge: sums add exactly, an unknown exact sum stays unknown.
+    twice = merge([preaggregate(rows, {"r", "s"}), preaggregate(rows, {"r", "s"})]).to_pylist()
+    twice.sort(key=lambda r: (r["rule"], r["series"]))
+    assert [(r["matches"], r["n"], r["exact_n"]) for r in twice] == [
+        (2, 2, 0), (6, 4, 4), (2, 2, 0), (2, 2, 2)]
+    assert twice[1]["exact_sum"] == d("0.6") and twice[1]["ts"] == 62_000
 
 
 @pytest.mark.parametrize(("text", "where", "problem"), [

@@ -13,7 +13,7 @@ import orjson
 
 from l2m.memory import MemoryPartition, MemorySource, MemoryStreamReader, append
 from l2m.parse import BLANK, KAFKA_TIME, MALFORMED, OK, ParsePlan
-from l2m.route import plan_for
+from l2m.routing import plan_for
 from l2m.rules import load_text
 
 T0 = 1795341600000

@@ -1,19 +1,16 @@
-"""Compiled queries evaluated by Spark over the real parse stage: every SPEC §2 construct on
-keyword and text fields, numeric strings, missing fields, literal vs nested dotted keys."""
+"""Compiled queries evaluated by the Arrow matcher (l2m/match.py) over the real parse stage:
+every SPEC §2 construct on keyword and text fields, numeric strings, missing fields, literal
+vs nested dotted keys."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from pyspark.sql import functions as F
 
-from l2m.backfill import parse_frame
-from l2m.columns import to_column
-from l2m.parse import ParsePlan
+from l2m.match import Matcher
+from l2m.parse import ParsePlan, parse_lines
 from l2m.query import QueryConfig, parse_query
-
-pytestmark = pytest.mark.spark
 
 LOGS = [
     {"id": 1, "status": 500, "service": "web", "message": "Connection refused by upstream",
@@ -124,19 +121,14 @@ CASES: list[tuple[str, set[int]]] = [
 
 
 @pytest.fixture(scope="module")
-def matches(spark):
+def matches():
     compiled = [parse_query(q, QueryConfig()) for q, _ in CASES]
     plan = ParsePlan.merge([u for c in compiled for u in c.fields] + [
         *parse_query("_exists_:id").fields])
-    raw = spark.createDataFrame([(json.dumps(d),) for d in LOGS], "value string")
-    parsed = parse_frame(raw, plan)
-    # `id` is not referenced as a number: recover it from row order instead.
-    cols = [to_column(c.root, plan).alias(f"q{i}") for i, c in enumerate(compiled)]
-    rows = parsed.select(F.monotonically_increasing_id().alias("_row"), *cols).collect()
-    rows.sort(key=lambda r: r["_row"])
+    matcher = Matcher(parse_lines([json.dumps(d) for d in LOGS], plan), plan)
     return {
-        q: {LOGS[n]["id"] for n, row in enumerate(rows) if row[f"q{i}"]}
-        for i, (q, _) in enumerate(CASES)
+        q: {LOGS[n]["id"] for n, hit in enumerate(matcher.mask(c.root).to_pylist()) if hit}
+        for (q, _), c in zip(CASES, compiled, strict=True)
     }
 
 
