@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 import string
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -375,8 +376,6 @@ def regex_matcher(pattern: str, keyword: bool) -> Callable[[str], object]:
     memoised per value."""
     body = python_regex(pattern)
     if body is not None:
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             try:

@@ -3,7 +3,7 @@ state of a (rule, shard) key; idle series expire after the TTL."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,7 @@ class CounterState:
     ``l2m_late_logs_total``. Counting here, once per log and in the checkpoint, keeps the
     count exact across restarts."""
 
-    rules: dict[str, Rule]
+    rules: Mapping[str, Rule]
     ttl_ms: int
     late: Accumulator[int] | None = None  # late logs, for the progress line
     # The driver's metrics (l2m.tally.Latest): live series per key; for the input-status
@@ -63,44 +63,59 @@ class CounterState:
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
+        """A (rule, shard) key of state format 1."""
         rule_id = key[0]
+        stored = load_blob(state.get[0]) if state.exists else {}
+        rows = [] if state.hasTimedOut else [p for frame in frames
+                                             for p in frame_partials(frame)]
+        # Only the input statuses read the watermark (a test's GroupState may have none).
+        watermark = state.getCurrentWatermarkMs() if rule_id == STATUS_RULE and rows else 0
+        content, samples = self.update(rule_id, stored, rows, state.getCurrentProcessingTimeMs(),
+                                       watermark, sweep=True)
+        if content is None:
+            state.remove()
+        else:
+            state.update((dump_blob(content, version=1),))
+            state.setTimeoutDuration(self.ttl_ms)
+        if self.tally is not None:
+            self.tally.add(_tallied(rule_id, key[1], key[2], content))
+        if samples:
+            yield samples_frame(samples)
+
+    def update(self, rule_id: str, stored: dict[str, Any],
+               rows: list[tuple[str, str, Partial]], now: int, watermark: int,
+               sweep: bool = True) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """One rule's counters in one key: its stored content (``{"sig", "series"[, "late"]}``),
+        its partials of this batch → the new content (None: nothing left to keep) and the
+        samples of the series this batch touched. ``sweep``: drop series idle past the TTL."""
         status = rule_id == STATUS_RULE
         rule = INPUT_RULE if status else self.rules.get(rule_id)
-        now = state.getCurrentProcessingTimeMs()
-        stored = load_blob(state.get[0]) if state.exists else {}
         series: dict[str, list[Any]] = stored.get("series", {})
         late = stored.get("late")
         late_before = Partial.load(late).matches if late else 0
         if rule is not None and stored.get("sig") not in (None, signature(rule)):
             series = {}
         touched: set[str] = set()
-        if not state.hasTimedOut:
-            watermark = state.getCurrentWatermarkMs() if status else 0
-            for frame in frames:
-                for name, le, part in frame_partials(frame):
-                    if status:
-                        if le and int(le) + WINDOW_MS <= watermark:
-                            late = part.merged_into(late)
-                        le = ""
-                    entry = series.setdefault(name, [now, {}])
-                    entry[0] = now
-                    entry[1][le] = part.merged_into(entry[1].get(le))
-                    touched.add(name)
-        cutoff = now - self.ttl_ms
-        series = {s: v for s, v in series.items() if v[0] >= cutoff}
-        if not series and not late:
-            state.remove()
-        else:
+        for name, le, part in rows:
+            if status:
+                if le and int(le) + WINDOW_MS <= watermark:
+                    late = part.merged_into(late)
+                le = ""
+            entry = series.setdefault(name, [now, {}])
+            entry[0] = now
+            entry[1][le] = part.merged_into(entry[1].get(le))
+            touched.add(name)
+        if sweep:
+            cutoff = now - self.ttl_ms
+            series = {s: v for s, v in series.items() if v[0] >= cutoff}
+        content: dict[str, Any] | None = None
+        if series or late:
             sig = signature(rule) if rule is not None else stored.get("sig")
-            content: dict[str, Any] = {"sig": sig, "series": series}
+            content = {"sig": sig, "series": series}
             if late:
                 content["late"] = late
-            state.update((dump_blob(content),))
-            state.setTimeoutDuration(self.ttl_ms)
-        if self.tally is not None:
-            self.tally.add(_tallied(key, series, late))
         if rule is None or not touched:
-            return
+            return content, []
         samples = [
             s for name in sorted(touched)
             for s in rule_samples(rule, series_labels(rule, name), None,
@@ -110,14 +125,16 @@ class CounterState:
             samples += series_samples(LATE_RULE, [], counted.ts or 0, counted)
             if self.late is not None:
                 self.late.add(counted.matches - late_before)
-        yield samples_frame(samples)
+        return content, samples
 
 
-def _tallied(key: tuple[Any, ...], series: dict[str, list[Any]],
-             late: list[Any] | None) -> dict[Any, float]:
-    """What a counter key tells the driver's metrics (:mod:`l2m.telemetry`): its live
-    series; the input-status key its totals per status (``2:ok`` → ``ok``) and late logs."""
-    rule_id, shard, window = key[0], key[1], key[2]
+def _tallied(rule_id: str, shard: int, window: int,
+             content: dict[str, Any] | None) -> dict[Any, float]:
+    """What a rule's counters in a key tell the driver's metrics (:mod:`l2m.telemetry`): its
+    live series; the input statuses their totals per status (``2:ok`` → ``ok``) and late
+    logs."""
+    series: dict[str, list[Any]] = (content or {}).get("series", {})
+    late = (content or {}).get("late")
     if rule_id != STATUS_RULE:
         return {("series", rule_id, shard, window): len(series)}
     tally: dict[Any, float] = {

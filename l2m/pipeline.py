@@ -20,13 +20,15 @@ import base64
 import hashlib
 import pickle
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pyarrow as pa
 
 from l2m.fanout import fan_out
 from l2m.preaggregate import PARTIAL_ARROW, merge, preaggregate
 from l2m.routing import Routing
+from l2m.rules import Rule
 
 CHUNK_ROWS = 100_000
 OUT_ROWS = 10_000  # rows per Arrow batch handed to Spark
@@ -93,3 +95,32 @@ def routing_from_option(value: str) -> Routing:
         _DECODED.clear()  # one job per process: keep only the current rules
         _DECODED[digest] = found
     return found
+
+
+class RuleTable(Mapping[str, Rule]):
+    """The job's rules of one kind by id, for the state stage: it travels as the routing
+    option and is decoded once per Python worker, not unpickled with the state function for
+    every task (ten thousand rules took 0.5 s per task that way)."""
+
+    def __init__(self, option: str, kind: str) -> None:
+        self.option = option
+        self.kind = kind
+        self._rules: dict[str, Rule] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"option": self.option, "kind": self.kind, "_rules": None}
+
+    def _table(self) -> dict[str, Rule]:
+        if self._rules is None:
+            self._rules = {r.id: r for r in routing_from_option(self.option).rules
+                           if r.kind == self.kind}
+        return self._rules
+
+    def __getitem__(self, rule_id: str) -> Rule:
+        return self._table()[rule_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())

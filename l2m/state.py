@@ -1,8 +1,10 @@
 """The state stage: one ``applyInPandasWithState`` for counters and gauges alike.
 
-State is keyed by (rule, shard, window): counters by (rule, shard) with window
-:data:`CUMULATIVE` — many series per Python call — and gauges by (rule, shard, one-minute
-window), so a batch touches only the windows its logs fall in. The value is one opaque
+State is keyed by (shard, window) for all rules together (format 2; format 1 checkpoints keep
+their (rule, shard, window) keys): counters by shard with window :data:`CUMULATIVE`, gauges
+by (shard, one-minute window), so a batch touches only the windows its logs fall in, and the
+number of Python calls — Spark's per-key overhead is about a millisecond — does not grow
+with the number of rules. The value is one opaque
 blob per key, so the state schema never depends on the rules. Running both in one query
 means each log is read, parsed and routed once (Spark's own window aggregation cannot share a
 query with ``applyInPandasWithState`` in update mode, hence gauges are ours too).
@@ -13,7 +15,10 @@ exist (``tests/golden/`` pins each) and refuses anything else with ``[STATE_FORM
 the version it found and what to do. The checkpoint folder carries the same version in
 ``l2m.json`` (:func:`check_checkpoint`), so a wrong checkpoint is refused before Spark starts.
 
-Layouts (version 1):
+Layouts, version 2: a key's blob is ``{"v": 2, "rules": {rule id: section}}`` — a counter
+key adds ``"swept": ms`` (when its idle series were last dropped for every rule; touched rules
+are swept each batch) — and each section is what a version 1 blob holds below, without
+``"v"``. Version 1:
 
 * counter key: ``{"v": 1, "sig": signature, "series": {series: [last_seen_ms, {le:
   partial}]}}``; the input-status key (rule ``__status__``) adds ``"late": partial`` — logs
@@ -34,12 +39,15 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
-from l2m.counters import CounterState
+from l2m.counters import CounterState, _tallied
 from l2m.errors import StateFormatError
 from l2m.gauges import GaugeState
-from l2m.statefmt import STATE_FORMAT, UPGRADE_HINT
+from l2m.routing import STATUS_RULE
+from l2m.samples import Partial, frame_partials, samples_frame
+from l2m.statefmt import READABLE, STATE_FORMAT, UPGRADE_HINT, dump_blob, load_blob
 
 CUMULATIVE = -1  # the window of every counter key
+SWEEP_MS = 60_000  # format 2: how often a key's untouched rules are checked for idle series
 OUTPUT_SCHEMA = "key string, value string"
 STATE_SCHEMA = "blob binary"
 
@@ -69,38 +77,120 @@ class MetricState:
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
         if self.reduction is not None:
-            frames = self._counted(key[0], frames, self.reduction)
-        if key[2] == CUMULATIVE:
-            return self.counters(key, frames, state)
-        return self.gauges(key, frames, state)
+            frames = self._counted(frames, self.reduction)
+        if len(key) == 3:  # format 1: (rule, shard, window)
+            if key[2] == CUMULATIVE:
+                return self.counters(key, frames, state)
+            return self.gauges(key, frames, state)
+        shard, window = key
+        if window == CUMULATIVE:
+            return self._counter_key(int(shard), frames, state)
+        return self._gauge_key(int(shard), int(window), frames, state)
+
+    def _counter_key(self, shard: int, frames: Iterator[pd.DataFrame],
+                     state: GroupState) -> Iterator[pd.DataFrame]:
+        """Format 2: every rule's counter series of one shard, one section per rule."""
+        stored = load_blob(state.get[0]) if state.exists else {}
+        sections: dict[str, Any] = stored.get("rules", {})
+        now = state.getCurrentProcessingTimeMs()
+        rows = {} if state.hasTimedOut else _by_rule(frames)
+        swept = stored.get("swept", 0)
+        sweep = state.hasTimedOut or now - swept >= SWEEP_MS
+        watermark = state.getCurrentWatermarkMs() if STATUS_RULE in rows else 0
+        kept: dict[str, Any] = {}
+        samples: list[dict[str, Any]] = []
+        for rule_id in sorted(set(sections) | set(rows)):
+            if rule_id not in rows and not sweep:
+                kept[rule_id] = sections[rule_id]
+                continue
+            content, out = self.counters.update(rule_id, sections.get(rule_id, {}),
+                                                rows.get(rule_id, []), now, watermark)
+            if content is not None:
+                kept[rule_id] = content
+            samples += out
+        if kept:
+            state.update((dump_blob({"rules": kept, "swept": now if sweep else swept}),))
+            state.setTimeoutDuration(self.counters.ttl_ms)
+        else:
+            state.remove()
+        if self.counters.tally is not None:
+            tally: dict[Any, float] = {}
+            for rule_id in set(sections) | set(kept):
+                tally.update(_tallied(rule_id, shard, CUMULATIVE, kept.get(rule_id)))
+            self.counters.tally.add(tally)
+        if samples:
+            yield samples_frame(samples)
+
+    def _gauge_key(self, shard: int, window: int, frames: Iterator[pd.DataFrame],
+                   state: GroupState) -> Iterator[pd.DataFrame]:
+        """Format 2: every rule's gauge series of one shard in one one-minute window."""
+        stored = load_blob(state.get[0]) if state.exists else {}
+        sections: dict[str, Any] = stored.get("rules", {})
+        kept: dict[str, Any] = {}
+        samples: list[dict[str, Any]] = []
+        if GaugeState.closed(window, state.getCurrentWatermarkMs()):
+            state.remove()
+        else:
+            rows = {} if state.hasTimedOut else _by_rule(frames)
+            rules = self.gauges.rules
+            kept = {r: c for r, c in sections.items() if r in rules}  # removed rules go
+            for rule_id, parts in rows.items():
+                if rule_id in rules:
+                    kept[rule_id], out = self.gauges.update(rule_id, window,
+                                                            kept.get(rule_id, {}), parts)
+                    samples += out
+            if kept:
+                state.update((dump_blob({"rules": kept}),))
+                state.setTimeoutDuration(self.gauges.recheck_ms)
+            else:
+                state.remove()
+        if self.gauges.tally is not None:
+            self.gauges.tally.add({("series", r, shard, window): len(kept.get(r, {}).get(
+                "series", {})) for r in set(sections) | set(kept)})
+        if samples:
+            yield samples_frame(samples)
 
     @staticmethod
-    def _counted(rule: str, frames: Iterator[pd.DataFrame],
+    def _counted(frames: Iterator[pd.DataFrame],
                  reduction: Reduction) -> Iterator[pd.DataFrame]:
         rows = matches = 0
+        per_rule: dict[Any, float] = {}
         for frame in frames:
             rows += len(frame)
             matches += int(frame["matches"].sum())
+            if reduction.matches is not None:
+                for rule, n in frame.groupby("rule", sort=False)["matches"].sum().items():
+                    per_rule[("matches", rule)] = per_rule.get(("matches", rule), 0) + int(n)
             yield frame
         if rows:
             reduction.rows_in.add(matches)
             reduction.rows_out.add(rows)
             if reduction.matches is not None:
-                reduction.matches.add({("matches", rule): matches})
+                reduction.matches.add(per_rule)
+
+
+def _by_rule(frames: Iterator[pd.DataFrame]) -> dict[str, list[tuple[str, str, Partial]]]:
+    """The partials of a key's frames, by rule."""
+    out: dict[str, list[tuple[str, str, Partial]]] = {}
+    for frame in frames:
+        for rule, row in zip(frame["rule"].tolist(), frame_partials(frame), strict=True):
+            out.setdefault(rule, []).append(row)
+    return out
 
 
 CHECKPOINT_MARKER = "l2m.json"
 
 
-def check_checkpoint(checkpoint: str, query_dir: str) -> None:
-    """Refuse a checkpoint this l2m cannot continue, before Spark starts; mark a new one.
+def check_checkpoint(checkpoint: str, query_dir: str) -> int:
+    """The state format of a checkpoint this l2m continues (a new one is marked with
+    :data:`STATE_FORMAT`); a checkpoint it cannot continue is refused before Spark starts.
 
     A checkpoint with a query folder but no ``l2m.json`` was written before state versions
     (or by the two-query layout); one whose version is not :data:`STATE_FORMAT` by another
     release. Only local (and mounted) paths are checked; object-store URIs rely on the
     blobs' own versions."""
     if "://" in checkpoint and not checkpoint.startswith("file://"):
-        return
+        return STATE_FORMAT
     root = Path(checkpoint.removeprefix("file://"))
     marker = root / CHECKPOINT_MARKER
     if marker.exists():
@@ -108,11 +198,11 @@ def check_checkpoint(checkpoint: str, query_dir: str) -> None:
             found = json.loads(marker.read_text()).get("state_format")
         except (OSError, ValueError, AttributeError):
             found = "unreadable"
-        if found != STATE_FORMAT:
+        if found not in READABLE:
             raise StateFormatError(
-                f"checkpoint {checkpoint} holds state format {found}; this l2m reads format "
-                f"{STATE_FORMAT}. {UPGRADE_HINT}")
-        return
+                f"checkpoint {checkpoint} holds state format {found}; this l2m reads formats "
+                f"{', '.join(map(str, READABLE))}. {UPGRADE_HINT}")
+        return int(found)
     started = (root / query_dir / "offsets").is_dir() or (root / "counters").is_dir() \
         or (root / "gauges").is_dir()
     if started:
@@ -123,3 +213,4 @@ def check_checkpoint(checkpoint: str, query_dir: str) -> None:
     tmp = marker.with_suffix(".tmp")
     tmp.write_text(json.dumps({"state_format": STATE_FORMAT}) + "\n")
     tmp.replace(marker)
+    return STATE_FORMAT

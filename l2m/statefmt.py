@@ -13,8 +13,8 @@ import orjson
 
 from l2m.errors import StateFormatError
 
-STATE_FORMAT = 1  # the version written
-READABLE = (1,)  # every version this l2m reads (tests/golden pins each)
+STATE_FORMAT = 2  # the version a new checkpoint is written in
+READABLE = (1, 2)  # every version this l2m reads (tests/golden pins each)
 UPGRADE_HINT = (
     "Start this release on a new checkpoint (a new `checkpoint:` path): counters restart at 0, "
     "which PromQL reads as a counter reset; rebuild history with `l2m backfill` if needed. "
@@ -23,9 +23,9 @@ UPGRADE_HINT = (
 _NONFINITE = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
 
 
-def dump_blob(content: dict[str, Any]) -> bytes:
-    """A state blob of the current format."""
-    return orjson.dumps({"v": STATE_FORMAT, **content})
+def dump_blob(content: dict[str, Any], version: int = STATE_FORMAT) -> bytes:
+    """A state blob of ``version`` (a checkpoint keeps the format it was started with)."""
+    return orjson.dumps({"v": version, **content})
 
 
 def load_blob(raw: bytes) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from l2m.config import JobConfig
 from l2m.counters import CounterState
 from l2m.gauges import GaugeState
 from l2m.parse import ROUTED, STATUS_NAMES
-from l2m.pipeline import routing_option
+from l2m.pipeline import RuleTable, routing_option
 from l2m.routing import STATUS_RULE, plan_for
 from l2m.rules import Rule
 from l2m.sink import KafkaSink, write_batch
@@ -46,6 +46,7 @@ from l2m.state import (
     Reduction,
     check_checkpoint,
 )
+from l2m.statefmt import STATE_FORMAT
 from l2m.tally import Latest, Sums, Tally
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
@@ -128,9 +129,12 @@ Sink = Callable[[DataFrame, int], None]
 
 
 def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
-                  counts: Counts | None = None, source: Source | None = None) -> DataFrame:
+                  counts: Counts | None = None, source: Source | None = None,
+                  state_format: int = STATE_FORMAT) -> DataFrame:
     """The query's output: ``key, value`` samples of every updated counter series and gauge
-    window. ``source`` replaces the Kafka source (the in-memory test harness)."""
+    window. ``source`` replaces the Kafka source (the in-memory test harness).
+    ``state_format`` is the checkpoint's (:mod:`l2m.state`): format 2 keys the state by
+    (shard, window) for all rules together, format 1 by (rule, shard, window)."""
     routing = plan_for(rules, cfg.timestamp_field, cfg.max_future_ms)
     option = routing_option(routing)
     read = source(option) if source is not None else source_frame(spark, cfg, option)
@@ -150,12 +154,13 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                 .withWatermark("event_time", f"{cfg.grace_ms} milliseconds"))
     tally = None if counts is None else counts.tally
     state = MetricState(
-        CounterState({r.id: r for r in routing.rules if r.kind == "counter"},
+        CounterState(RuleTable(option, "counter"),
                      cfg.counter_ttl_ms, None if counts is None else counts.late, tally),
-        GaugeState({r.id: r for r in routing.rules if r.kind == "gauge"}, tally=tally),
+        GaugeState(RuleTable(option, "gauge"), tally=tally),
         None if counts is None else counts.reduction,
     )
-    return partials.groupBy("rule", "shard", "window").applyInPandasWithState(
+    keys = ("rule", "shard", "window") if state_format == 1 else ("shard", "window")
+    return partials.groupBy(*keys).applyInPandasWithState(
         state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)
 
 
@@ -175,13 +180,13 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     """Start the query; ``once`` processes what is available now and stops. ``source`` and
     ``sink`` replace Kafka (the in-memory test harness, :mod:`l2m.memory`)."""
     register(spark)
-    check_checkpoint(cfg.checkpoint, QUERY)
+    state_format = check_checkpoint(cfg.checkpoint, QUERY)
 
     def kafka_sink(frame: DataFrame, batch_id: int) -> None:
         write_batch(frame, cfg.topics.metrics, cfg.sink)
 
     counts = Counts.create(spark)
-    writer = (metrics_frame(spark, cfg, rules, counts, source).writeStream
+    writer = (metrics_frame(spark, cfg, rules, counts, source, state_format).writeStream
               .queryName(f"l2m-{QUERY}").outputMode("update").foreachBatch(sink or kafka_sink)
               .option("checkpointLocation", f"{cfg.checkpoint}/{QUERY}"))
     if once:

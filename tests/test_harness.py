@@ -162,3 +162,29 @@ def test_rules_added_changed_and_removed_across_a_restart(stream_test):
         # removed: produces nothing more; downstream keeps its last samples
         *expected(before, first, ("removed", "g")),
     ])
+
+
+def test_a_format_1_checkpoint_continues_in_its_own_layout(stream_test):
+    """A checkpoint started before state format 2 keeps its (rule, shard) keys — the job
+    reads the format from l2m.json — and counts on exactly; a new one keys by shard only."""
+    rules = rules_of(COUNTER_RULES)
+    lines = generated(600, seed=9)
+    old = stream_test(rules)
+    marker = old.cfg.checkpoint + "/l2m.json"
+    import pathlib
+
+    pathlib.Path(old.cfg.checkpoint).mkdir(parents=True)
+    pathlib.Path(marker).write_text('{"state_format": 1}\n')
+    keys = {}
+    for name in ("old", "new"):
+        st = old if name == "old" else stream_test(rules)
+        st.add(lines[:300])
+        st.process()
+        st.add(lines[300:])
+        st.restart()
+        st.check(expected(rules, lines))
+        assert st.job is not None
+        keys[name] = st.job.query.lastProgress["stateOperators"][0]["numRowsTotal"]
+        st.stop()
+    assert keys["new"] <= 2 < keys["old"], keys  # counter_shards=2: two keys in format 2
+    assert orjson.loads(pathlib.Path(marker).read_text()) == {"state_format": 1}

@@ -20,7 +20,7 @@ from l2m.errors import StateFormatError
 from l2m.gauges import GaugeState
 from l2m.rules import load_text
 from l2m.samples import Partial
-from l2m.state import check_checkpoint
+from l2m.state import CUMULATIVE, MetricState, check_checkpoint
 from l2m.statefmt import READABLE, STATE_FORMAT, dump_blob, load_blob
 
 from .test_counter_state import group_state, partial, run
@@ -56,7 +56,7 @@ def test_v1_counter_blob_continues_exactly_including_an_infinite_sum():
     assert [(s["labels"], s["value"], s["timestamp"]) for s in out] == [
         ({}, "+Inf", W + 3000), ({"svc": "web"}, 6.75, W + 3000)]
     stored = load_blob(state.get[0])
-    assert stored["v"] == STATE_FORMAT
+    assert stored["v"] == 1  # a checkpoint keeps the format it was started with
     assert math.isinf(Partial.load(stored["series"]["-"][1][""]).sum)
 
 
@@ -79,6 +79,42 @@ def test_v1_gauge_blob_continues_its_window():
     assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
         ("ms_bucket", "10", 2.0), ("ms_bucket", "100", 3.0), ("ms_bucket", "+Inf", 4.0),
         ("ms_sum", None, 559.0), ("ms_count", None, 4.0)]
+
+
+def _state(counters: CounterState | None = None, gauges: GaugeState | None = None
+           ) -> MetricState:
+    return MetricState(counters or CounterState(BY_ID, ttl_ms=10**12), gauges or GaugeState(BY_ID))
+
+
+def test_v2_counter_key_continues_every_rule_in_it():
+    fn = _state()
+    state = group_state(golden("state-v2-counter.json"), now=W + 1000, watermark=W + 60_000)
+    rows = [{**partial("3:web", None, 1, 0.25, W + 3000), "rule": "b"},
+            {**partial("2:ok", str(W), 1, 1.0, W + 10), "rule": "__status__"}]
+    out = run(fn, (0, CUMULATIVE), rows, state)
+    assert {(s["name"], tuple(s["labels"].items()), s["value"]) for s in out} == {
+        ("bytes_total", (("svc", "web"),), 6.75),
+        ("l2m_input_logs_total", (("status", "ok"),), 11.0),
+        ("l2m_late_logs_total", (), 4.0)}  # the log's window had closed: late
+    stored = load_blob(state.get[0])
+    assert stored["v"] == 2 and set(stored["rules"]) == {"b", "__status__"}
+    # the untouched series of rule b stays, its infinite sum with it
+    assert math.isinf(Partial.load(stored["rules"]["b"]["series"]["-"][1][""]).sum)
+
+
+def test_v2_gauge_key_continues_its_window_and_drops_removed_rules():
+    fn = _state()
+    state = gauge_group_state(golden("state-v2-gauge.json"), watermark=0)
+    row = {"rule": "h", "series": "", "le": "10", "window": W, "matches": 1, "n": 1,
+           "sum": 1.0, "exact_sum": None, "exact_n": 0, "min": 1.0, "max": 1.0, "ts": W + 1}
+    out = run(fn, (1, W), [row], state)
+    assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
+        ("ms_bucket", "10", 3.0), ("ms_bucket", "100", 4.0), ("ms_bucket", "+Inf", 5.0),
+        ("ms_sum", None, 510.0), ("ms_count", None, 5.0)]
+    assert load_blob(state.get[0])["v"] == 2
+    gone = gauge_group_state(golden("state-v2-gauge.json"), watermark=0)
+    assert run(_state(gauges=GaugeState({})), (1, W), [], gone) == []
+    assert not gone.exists  # rule h was removed: its window's state goes
 
 
 def test_a_blob_without_a_version_is_refused_naming_what_it_found():
