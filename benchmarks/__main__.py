@@ -33,6 +33,7 @@ from benchmarks.peer_quix import run_peer
 from benchmarks.recovery import run_recovery
 from benchmarks.rollout import plot as plot_rollout
 from benchmarks.rollout import run_rollout
+from benchmarks.rules_scale import run_rule_scale
 from benchmarks.scale import model
 from l2m.broker import EmbeddedBroker, create_topics
 from l2m.config import JobConfig
@@ -48,13 +49,17 @@ PROFILES = {
               "limit_records": 20_000, "skews": [Skew("uniform"), Skew("hot", 0.7)],
               "latency": {"rate": 200, "seconds": 10, "warmup_s": 8, "trigger_ms": 3000},
               "recovery": {"series": 5_000, "new_logs": 500},
-              "peer": {"records": 2_000, "idle_s": 3.0}, "rollouts": 1},
+              "peer": {"records": 2_000, "idle_s": 3.0}, "rollouts": 1,
+              "rules": {"rule_counts": [20, 200], "accounts": 20, "records": 4_000,
+                        "backfill_logs": 10_000}},
     "full": {"records": 480_000, "partitions": 16, "per_batch": 160_000, "per_task": 40_000,
              "limit_records": 400_000,
              "skews": [Skew("uniform"), Skew("hot", 0.7), Skew("zipf", zipf_s=1.2)],
              "latency": {"rate": None, "seconds": 120, "warmup_s": 30, "trigger_ms": 5000},
              "recovery": {"series": 1_000_000, "new_logs": 50_000},
              "peer": {"records": 60_000, "idle_s": 8.0}, "rollouts": 3,
+             "rules": {"rule_counts": [20, 1_000, 10_000], "accounts": 1_000,
+                       "records": 480_000, "backfill_logs": 1_000_000},
              "cluster": {"master": "local-cluster[2,1,1024]",
                          "skews": [Skew("uniform"), Skew("hot", 0.7)],
                          "loss": {"rate": 3000, "before_s": 45, "after_s": 60}}},
@@ -78,7 +83,8 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
             recovery: dict[str, Any] | None = None,
             peer: dict[str, Any] | None = None,
             cluster: dict[str, Any] | None = None,
-            rollout: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+            rollout: dict[str, Any] | None = None,
+            rule_scale: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     def find(skew: str, planner: str) -> dict[str, Any] | None:
         return next((d for d in drains if d["skew"] == skew and d["planner"] == planner), None)
 
@@ -127,6 +133,7 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
                 "goal": "<= 15", "measured": gap, "met": None if gap is None else gap <= 15,
                 **({"note": f"worst of {len(rollout['rollouts'])}: {rollout['max_gap_s']} s; "
                             "the replaced system: 45 s"} if rollout else {})})
+    out += rule_targets(rule_scale)
     if cluster:
         hot = next((d for d in cluster["drain"] if d["skew"] == "hot 70%"
                     and d["planner"] == "balanced"), None)
@@ -134,6 +141,32 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
         out.append({"name": "records per executor max/mean, hot partition, skew-aware, "
                             "2 executors", "goal": "≈ 1 (reference)", "measured": spread,
                     "met": None})
+    return out
+
+
+def rule_targets(scale: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The targets of the many-rules scenario (benchmarks/rules_scale.py)."""
+    if not scale:
+        return []
+    drains = {d["rules"]: d for d in scale["drain"]}
+    most = max(drains)
+    ratio = round(drains[most]["logs_per_s"] / drains[20]["logs_per_s"], 2) \
+        if 20 in drains and most != 20 else None
+    back = scale.get("backfill") or {}
+    out = [
+        {"name": f"validate {most:,} rules, s", "goal": "< 10", "measured": scale["validate_s"],
+         "met": None if scale["validate_s"] is None else scale["validate_s"] < 10},
+        {"name": f"drain with {most:,} rules over {scale['accounts']:,} accounts / with 20 rules",
+         "goal": ">= 0.5", "measured": ratio, "met": None if ratio is None else ratio >= 0.5,
+         "note": f"{drains[most]['logs_per_s']:,} vs {drains.get(20, {}).get('logs_per_s')} "
+                 f"logs/s; peak JVM {drains[most]['peak_jvm_rss_mib']} MiB, Python worker "
+                 f"{drains[most]['peak_python_worker_rss_mib']} MiB (default memory settings)"},
+        {"name": f"backfill of {back.get('logs', 0):,} logs, example rules, warm session, "
+                 "logs/s", "goal": ">= 150000", "measured": back.get("example_logs_per_s"),
+         "met": None if not back else back["example_logs_per_s"] >= 150_000},
+        {"name": f"backfill of {back.get('logs', 0):,} logs with {most:,} rules completes, s",
+         "goal": "completes", "measured": back.get("many_s"), "met": bool(back) or None},
+    ]
     return out
 
 
@@ -197,6 +230,29 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
         ax.set_title("Scale model: split plans vs one task per partition")
         ax.legend(fontsize=7)
         files.append(_save(fig, out / "scale_model.png"))
+
+    scale_rules = result.get("rule_scale")
+    if scale_rules:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        drains = scale_rules["drain"]
+        left.plot([d["rules"] for d in drains], [d["logs_per_s"] for d in drains], marker="o")
+        left.set_xscale("log")
+        left.set_xlabel("rules (tenant rules scoped to their account)")
+        left.set_ylabel("drain throughput, logs/s")
+        left.set_ylim(bottom=0)
+        left.set_title("Throughput vs number of rules")
+        costs = scale_rules["cost_per_log"]
+        right.plot([c["rules"] for c in costs], [c["parse_us"] for c in costs], marker="o",
+                   label="parse")
+        right.plot([c["rules"] for c in costs], [c["route_preagg_us"] for c in costs],
+                   marker="o", label="route + pre-aggregate")
+        right.set_xscale("log")
+        right.set_xlabel("rules")
+        right.set_ylabel("µs per log, one core")
+        right.set_ylim(bottom=0)
+        right.set_title("Scale model: cost per log vs rules")
+        right.legend(fontsize=7)
+        files.append(_save(fig, out / "rules.png"))
 
     latency = result.get("latency")
     if latency and latency["cdf"]:
@@ -353,6 +409,28 @@ def render_markdown(result: dict[str, Any]) -> str:
             f"waiting: first sample {rec['first_sample_s']} s after the restart, caught up "
             f"after {rec['caught_up_s']} s.",
         ]
+    scale = result.get("rule_scale")
+    if scale:
+        lines += ["", "## Rules by the thousand", "",
+                  f"Tenant rules (10 per account, `benchmarks/tenants.py`) over logs spread "
+                  f"over {scale['accounts']:,} accounts; `l2m validate` of the largest set: "
+                  f"{scale['validate_s']} s.", "",
+                  "| rules | drain logs/s | median batch ms | peak JVM MiB | peak Python "
+                  "worker MiB | parse µs/log | route + pre-aggregate µs/log |",
+                  "|---|---|---|---|---|---|---|"]
+        costs = {c["rules"]: c for c in scale["cost_per_log"]}
+        for d in scale["drain"]:
+            c = costs.get(d["rules"], {})
+            lines.append(f"| {d['rules']:,} | {d['logs_per_s']:,} | {d['median_batch_ms']} | "
+                         f"{d['peak_jvm_rss_mib']} | {d['peak_python_worker_rss_mib']} | "
+                         f"{c.get('parse_us')} | {c.get('route_preagg_us')} |")
+        back = scale.get("backfill")
+        if back:
+            lines += ["", f"Backfill of {back['logs']:,} logs ({back['bytes'] / 1e6:.0f} MB): "
+                      f"{back['example_logs_per_s']:,} logs/s with the {back['example_rules']} "
+                      f"example rules in a warm session (runs {back['example_runs_s']} s); "
+                      f"{back['many_rules']:,} rules: {back['many_s']} s "
+                      f"({back['many_logs_per_s']:,} logs/s, {back['many_samples']:,} samples)."]
     lines += ["", *[f"![{p}]({p})" for p in result.get("plots", [])], ""]
     return "\n".join(lines)
 
@@ -402,7 +480,8 @@ def write_outputs(result: dict[str, Any], out: Path, quick: bool) -> None:
     result["scale_model"] = model(result["drain"], cores_measured=2)
     result["targets"] = targets(result["drain"], result["limit"], result.get("latency"),
                                 result.get("recovery"), result.get("peer"),
-                                result.get("cluster"), result.get("rollout"))
+                                result.get("cluster"), result.get("rollout"),
+                                result.get("rule_scale"))
     result["plots"] = plot(result, out)
     (out / ("quick.json" if quick else "latest.json")).write_text(json.dumps(result, indent=2))
     markdown = render_markdown(result)
@@ -471,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"latency at {rate:.0f} logs/s: p50 {latency['latency_ms']['p50']} ms, "
               f"p99 {latency['latency_ms']['p99']} ms", file=sys.stderr)
         recovery = run_recovery(spark, broker.bootstrap, Path(tmp), **profile["recovery"])
+        rule_scale = run_rule_scale(spark, broker.bootstrap, Path(tmp), profile["rules"],
+                                    profile)
         spark.stop()  # the peer and the roll-outs get the cores to themselves
         rollout = run_rollout(broker.bootstrap, Path(tmp), rollouts=profile["rollouts"])
         rollout.pop("log")
@@ -490,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     result["latency"] = latency
     result["recovery"] = recovery
     result["rollout"] = rollout
+    result["rule_scale"] = rule_scale
     result["seconds"] = round(time.monotonic() - started, 1)
     write_outputs(result, out, args.quick)
     print(f"{'scenario':<32} {'logs/s':>9} {'max/mean':>9}")

@@ -183,9 +183,10 @@ def _count_only(view: MetricsView) -> None:
 
 def _short(progress: dict[str, Any]) -> str:
     from l2m.runner import lag
+    from l2m.telemetry import input_records
 
     behind = lag(progress)
-    return (f"batch {progress.get('batchId')}: {progress.get('numInputRows')} logs in "
+    return (f"batch {progress.get('batchId')}: {input_records(progress)} logs in "
             f"{progress.get('durationMs', {}).get('triggerExecution', 0)} ms, lag "
             f"{behind if behind is not None else '?'}")
 

@@ -28,7 +28,14 @@ from l2m.rules import Rule
 from l2m.session import build_session
 from l2m.state import check_checkpoint
 from l2m.streaming import QUERY, STREAMING_CONF, Job, start_job, stop_file
-from l2m.telemetry import BatchTasks, ExecutorLoad, Telemetry, partition_offsets
+from l2m.telemetry import (
+    BatchTasks,
+    ExecutorLoad,
+    Telemetry,
+    input_rates,
+    input_records,
+    partition_offsets,
+)
 
 
 def session_for(cfg: JobConfig) -> SparkSession:
@@ -59,11 +66,12 @@ def describe(name: str, progress: dict[str, Any], reduction: tuple[int, int] | N
     rows = sum(int(s.get("numRowsTotal", 0)) for s in state)
     dropped = late + sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
     behind = lag(progress)
+    arriving, processed = input_rates(progress)
     parts = [
         f"{name:<8} batch {progress.get('batchId'):>5}",
-        f"in {int(progress.get('numInputRows', 0)):>8} rows",
-        f"{float(progress.get('inputRowsPerSecond') or 0):>9.0f}/s in",
-        f"{float(progress.get('processedRowsPerSecond') or 0):>9.0f}/s processed",
+        f"in {input_records(progress):>8} rows",
+        f"{arriving:>9.0f}/s in",
+        f"{processed:>9.0f}/s processed",
         f"lag {behind if behind is not None else '?':>8}",
         f"{int(progress.get('durationMs', {}).get('triggerExecution', 0)):>6} ms",
         f"state {rows}",

@@ -28,6 +28,11 @@ def test_quick_profile_writes_results_targets_and_plots(tmp_path: Path):
     assert "records per task max/mean, hot partition, skew-aware" in names
     hot = next(d for d in result["drain"] if d["case"] == "hot 70%, skew-aware")
     assert hot["records_per_task_max_over_mean"] <= 1.25
-    for png in ("throughput.png", "records_per_task.png"):
+    scale = result["rule_scale"]
+    assert [d["rules"] for d in scale["drain"]] == [20, 200]
+    assert all(d["logs_per_s"] > 0 for d in scale["drain"])
+    assert scale["validate_s"] > 0 and scale["backfill"]["many_samples"] > 0
+    assert "validate 200 rules, s" in names
+    for png in ("throughput.png", "records_per_task.png", "rules.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "# Benchmark results" in (tmp_path / "QUICK.md").read_text()
