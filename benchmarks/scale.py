@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from benchmarks.load import Skew, partition_counts
-from l2m.source import OffsetRange, plan_tasks
+from l2m.kafka.offsets import OffsetRange, plan_tasks
 
 
 def makespan(task_seconds: list[float], cores: int) -> float:

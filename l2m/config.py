@@ -338,7 +338,7 @@ def config_from_dict(data: dict[str, Any], path: Path | None = None,
 def _offsets_spec(check: _Checker, source: dict[str, Any]) -> str:
     """``earliest``, ``latest`` or per-partition offsets (-2 earliest, -1 latest), written as
     a YAML mapping or a JSON string, optionally under the topic's name — what
-    :mod:`l2m.source` reads."""
+    :mod:`l2m.kafka.reader` reads."""
     key = ("source", "starting_offsets")
     value = source.get("starting_offsets", "earliest")
     if value in ("earliest", "latest"):

@@ -26,7 +26,7 @@ from l2m.match import Matcher
 from l2m.parse import ROUTED, STATUS, STATUS_NAMES, TIMESTAMP, ParsePlan
 from l2m.query import KeywordEquals
 from l2m.routing import STATUS_RULE, Routing
-from l2m.rules import Rule
+from l2m.rules import Aggregation, Kind, Rule
 
 MATCH_SCHEMA = pa.schema([
     pa.field("rule", pa.string()),
@@ -48,7 +48,7 @@ Shape = tuple[str, str, str | None, tuple[float, ...], tuple[str, ...]]
 
 def _shape(rule: Rule) -> Shape:
     return (rule.kind, rule.aggregation, rule.field, rule.buckets if rule.aggregation ==
-            "histogram" else (), tuple(f for _label, f in rule.group_labels))
+            Aggregation.HISTOGRAM else (), tuple(f for _label, f in rule.group_labels))
 
 
 class FanOut:
@@ -133,16 +133,16 @@ class FanOut:
         counts = np.fromiter((len(hit) for _rule, hit in group), np.int64, len(group))
         rule_ids = ids.take(pa.array(np.repeat(np.arange(len(group)), counts), pa.int64()))
         ts = self.ts.take(rows)
-        if rule.aggregation == "count":
+        if rule.aggregation == Aggregation.COUNT:
             v: pa.Array = pa.repeat(pa.scalar(1.0), n)
         else:
             assert rule.field is not None
             v = _plain(self.batch.column(self.plan.column(rule.field, "n"))).take(rows)
         le: pa.Array = pa.nulls(n, pa.string())
-        if rule.aggregation == "histogram":
+        if rule.aggregation == Aggregation.HISTOGRAM:
             le = _buckets(rule, v)
         window: pa.Array = pa.nulls(n, pa.int64())
-        if rule.kind == "gauge":
+        if rule.kind == Kind.GAUGE:
             window = _minute(ts)
         return pa.table({
             "rule": rule_ids,

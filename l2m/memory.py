@@ -30,10 +30,10 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from l2m.kafka.reader import BATCH_ROWS
 from l2m.parse import ParsePlan, parse_lines
 from l2m.pipeline import TaskPipeline, routing_from_option
 from l2m.preaggregate import PARTIAL_SCHEMA
-from l2m.source import BATCH_ROWS
 
 NAME = "l2m-memory"
 

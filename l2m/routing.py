@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from l2m.parse import MAX_FUTURE_MS, ParsePlan
 from l2m.query import FieldUse
-from l2m.rules import Rule
+from l2m.rules import Aggregation, Rule
 
 # Status rows carry one row per input log with its parse status (label ``status``), so one
 # job yields both the metrics and the run's summary; streaming counts them as the
@@ -44,8 +44,8 @@ class Routing:
     def exact_rules(self) -> frozenset[str]:
         """Rules whose samples show a sum (sum, avg, a histogram's ``_sum``): only their
         values get exact decimal sums."""
-        return frozenset(r.id for r in self.rules
-                         if r.aggregation in ("sum", "avg", "histogram"))
+        return frozenset(r.id for r in self.rules if r.aggregation in (
+            Aggregation.SUM, Aggregation.AVG, Aggregation.HISTOGRAM))
 
 
 def plan_for(rules: Sequence[Rule], timestamp_field: str = "@timestamp",

@@ -14,6 +14,7 @@ import re
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,30 @@ from l2m.errors import Problem, QueryError, RuleValidationError, render
 from l2m.query import CompiledQuery, QueryConfig, parse_query
 from l2m.values import label_name, string_form
 
-KINDS = ("counter", "gauge")
-AGGREGATIONS = ("count", "sum", "avg", "min", "max", "histogram")
+
+class Kind(StrEnum):
+    """A rule's ``kind``: cumulative counters or one-minute gauge windows (SPEC §3)."""
+
+    COUNTER = "counter"
+    GAUGE = "gauge"
+
+
+class Aggregation(StrEnum):
+    """A rule's ``aggregation`` (SPEC §3). Members equal their strings (``"sum"``)."""
+
+    COUNT = "count"
+    SUM = "sum"
+    AVG = "avg"
+    MIN = "min"
+    MAX = "max"
+    HISTOGRAM = "histogram"
+
+
+KINDS = tuple(Kind)
+AGGREGATIONS = tuple(Aggregation)
 ALLOWED = {
-    "counter": ("count", "sum", "histogram"),
-    "gauge": AGGREGATIONS,
+    Kind.COUNTER: (Aggregation.COUNT, Aggregation.SUM, Aggregation.HISTOGRAM),
+    Kind.GAUGE: AGGREGATIONS,
 }
 KEYS = (
     "id", "name", "kind", "query", "aggregation", "field", "buckets", "group_by", "labels",
@@ -48,9 +68,9 @@ class Rule:
 
     id: str
     name: str
-    kind: str
+    kind: Kind
     query: str
-    aggregation: str
+    aggregation: Aggregation
     field: str | None = None
     buckets: tuple[float, ...] = ()
     bucket_labels: tuple[str, ...] = ()  # each bound's string form, the `le` label value
@@ -62,6 +82,11 @@ class Rule:
     file: str = "<memory>"
     line: int = 0
     compiled: CompiledQuery | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Plain strings (rules built in code) become the enums; a bad one is a ValueError.
+        object.__setattr__(self, "kind", Kind(self.kind))
+        object.__setattr__(self, "aggregation", Aggregation(self.aggregation))
 
     @property
     def group_labels(self) -> tuple[tuple[str, str], ...]:

@@ -32,12 +32,12 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from l2m.config import JobConfig
 from l2m.counters import CounterState
 from l2m.gauges import GaugeState
+from l2m.kafka.reader import KafkaSource
+from l2m.kafka.sink import KafkaSink, write_batch
 from l2m.parse import ROUTED, STATUS_NAMES
 from l2m.pipeline import RuleTable, routing_option
 from l2m.routing import STATUS_RULE, plan_for
 from l2m.rules import Rule
-from l2m.sink import KafkaSink, write_batch
-from l2m.source import KafkaSource
 from l2m.state import (
     CUMULATIVE,
     OUTPUT_SCHEMA,

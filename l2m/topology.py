@@ -70,13 +70,13 @@ l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
 
 | stage | module | contract |
 |---|---|---|
-| source | `l2m/source.py` | Kafka → the task pipeline's partials (`l2m/pipeline.py`); offsets in the checkpoint, explicit partition assignment (no consumer group, no rebalancing); {split}; {limit}; starting offsets `{src.starting_offsets}`; failOnDataLoss `{str(src.fail_on_data_loss).lower()}` |
+| source | `l2m/kafka/reader.py`, `l2m/kafka/offsets.py` | Kafka → the task pipeline's partials (`l2m/pipeline.py`); offsets in the checkpoint, explicit partition assignment (no consumer group, no rebalancing); {split}; {limit}; starting offsets `{src.starting_offsets}`; failOnDataLoss `{str(src.fail_on_data_loss).lower()}` |
 | parse | `l2m/parse.py` | JSON → typed columns for the referenced fields only, and one boolean per regex/wildcard (RE2, `l2m/patterns.py`); event time `{cfg.timestamp_field}`, else the Kafka timestamp; more than {_fmt_ms(cfg.max_future_ms)} ahead of the record: `future`; malformed and future → `{cfg.topics.dead_letters}` with the reason (records over 256 KiB cut) |
 | route | `l2m/match.py`, `l2m/fanout.py` | each rule's query evaluated on Arrow, every distinct query node once per chunk of logs; rules scoped to an account only on that account's logs; one row per (log, rule, series) |
 | pre-aggregate | `l2m/preaggregate.py` | per task, before any shuffle: one partial per (rule, series, le, window); counters have no window; exact decimal sums |
 | counters | `l2m/counters.py` (`CounterState`) | state keyed by (rule, shard), many series per Python call; idle series dropped after the TTL; the input statuses (one key) also count late logs, `l2m_late_logs_total` |
 | gauges | `l2m/gauges.py` (`GaugeState`) | state keyed by (rule, shard, window); watermark = max event time − grace; corrected windows re-emitted; logs for windows past the watermark dropped |
-| sink | `l2m/sink.py` | idempotent producer, deterministic keys, a batch commits only when every sample is acknowledged |
+| sink | `l2m/kafka/sink.py` | idempotent producer, deterministic keys, a batch commits only when every sample is acknowledged |
 
 The state schema does not depend on the rules (rule id, labels and `le` are data): adding,
 changing or removing rules keeps the checkpoint usable. State blobs carry their format

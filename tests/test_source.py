@@ -10,13 +10,10 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from l2m.broker import create_topics
-from l2m.source import (
-    DataLossError,
-    KafkaStreamReader,
-    OffsetRange,
-    plan_tasks,
-    rate_limit,
-)
+from l2m.errors import DataLossError
+from l2m.kafka.offsets import OffsetRange, plan_tasks, rate_limit
+from l2m.kafka.options import SourceOptions
+from l2m.kafka.reader import KafkaStreamReader
 
 from .kafka_helpers import fresh_topics, produce
 
@@ -156,3 +153,29 @@ def test_processed_offsets_are_committed_to_the_lag_group(broker):
                                    timeout=10)
     consumer.close()
     assert {tp.partition: tp.offset for tp in committed} == {0: 11, 1: 11}
+
+
+@pytest.mark.parametrize(("options", "problem"), [
+    ({}, "option topic is required"),
+    ({"topic": "t"}, "option kafka.bootstrap.servers is required"),
+    ({"maxRecordsPerTask": "ten"}, "option maxrecordspertask must be a whole number"),
+    ({"maxRecordsPerTrigger": "-5"}, "option maxrecordspertrigger must not be negative"),
+    ({"pollTimeoutMs": "0"}, "option polltimeoutms must be positive"),
+    ({"failOnDataLoss": "maybe"}, "option failondataloss must be true or false"),
+    ({"planner": "random"}, "option planner must be balanced or partition"),
+])
+def test_source_options_are_checked_in_one_place(options, problem):
+    base = {"topic": "t", "kafka.bootstrap.servers": "127.0.0.1:1"}
+    raw = options if options in ({}, {"topic": "t"}) else {**base, **options}
+    with pytest.raises(ValueError, match=problem):
+        SourceOptions.parse(raw)
+
+
+def test_source_options_parse_what_the_job_sets():
+    parsed = SourceOptions.parse({"topic": "logs", "kafka.bootstrap.servers": "b:1",
+                                  "kafka.security.protocol": "SSL", "maxRecordsPerTask": "0",
+                                  "minPartitions": "4", "planner": "PARTITION",
+                                  "failOnDataLoss": "false", "pollTimeoutMs": "1500"})
+    assert parsed.kafka == {"bootstrap.servers": "b:1", "security.protocol": "SSL"}
+    assert (parsed.max_per_task, parsed.min_partitions, parsed.balanced) == (None, 4, False)
+    assert (parsed.fail_on_data_loss, parsed.poll_timeout_s) == (False, 1.5)

@@ -31,47 +31,13 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from l2m.errors import SinkError
-from l2m.source import kafka_config
+from l2m.kafka.options import kafka_config
+from l2m.kafka.producer import cached_producer, drop_producer, produce
 
 
 @dataclass
 class Delivered(WriterCommitMessage):
     rows: int
-
-
-# Producers outlive tasks: Spark reuses Python workers, and starting an idempotent producer
-# costs a broker round trip (InitProducerId; ~0.5 s on tansu) that would otherwise be paid by
-# every task of every micro-batch. Each task still flushes and checks its own deliveries.
-_PRODUCERS: dict[str, Any] = {}
-
-
-def cached_producer(config: dict[str, Any]) -> Any:
-    """A producer for ``config``, shared by the tasks a Python worker runs one after another."""
-    from confluent_kafka import Producer
-
-    key = repr(sorted(config.items()))
-    producer = _PRODUCERS.get(key)
-    if producer is None:
-        producer = _PRODUCERS[key] = Producer(config)
-    return producer
-
-
-def produce(producer: Any, topic: str, **message: Any) -> None:
-    """Queue one message, waiting while the producer's local queue is full (deliveries
-    drain it) instead of failing the task."""
-    while True:
-        try:
-            producer.produce(topic, **message)
-            return
-        except BufferError:
-            producer.poll(0.1)
-
-
-def drop_producer(producer: Any) -> None:
-    """Forget a producer after a failure, so the next task starts from a clean one."""
-    for key, cached in list(_PRODUCERS.items()):
-        if cached is producer:
-            del _PRODUCERS[key]
 
 
 class _Producing:

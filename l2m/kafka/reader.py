@@ -1,13 +1,14 @@
 """Source stage: a Kafka topic → Spark rows, as a PySpark Python Data Source on
-confluent-kafka (``format("l2m-kafka")``).
+confluent-kafka (``format("l2m-kafka")``; options: :mod:`l2m.kafka.options`).
 
 * Offsets live in the Spark checkpoint (``{"topic": …, "partitions": {"0": 42, …}}``);
   partitions are read by explicit assignment, never through a consumer group, so there is no
   group rebalancing. ``groupId`` optionally commits processed offsets to a group only so that
   standard lag tools can see progress.
-* Planning is skew-aware (:func:`plan_tasks`): the batch is cut into tasks of about equal
-  size — a hot partition split over several tasks, small partitions sharing one — with no
-  task over ``maxRecordsPerTask`` records and at least ``minPartitions`` tasks.
+* Planning is skew-aware (:func:`l2m.kafka.offsets.plan_tasks`): the batch is cut into
+  tasks of about equal size — a hot partition split over several tasks, small partitions
+  sharing one — with no task over ``maxRecordsPerTask`` records and at least
+  ``minPartitions`` tasks.
   ``planner=partition`` gives the classic one-task-per-partition plan.
 * Admission control: ``maxRecordsPerTrigger`` is shared over partitions in proportion to their
   backlog, never starving a small one. ``Trigger.AvailableNow`` reads up to the end offsets
@@ -24,12 +25,10 @@ confluent-kafka (``format("l2m-kafka")``).
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -42,7 +41,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from l2m.errors import DataLossError, KafkaUnavailableError, SinkError
+from l2m.errors import DataLossError, KafkaUnavailableError
+from l2m.kafka.deadletters import DeadLetters
+from l2m.kafka.offsets import OffsetRange, plan_tasks, rate_limit
+from l2m.kafka.options import SourceOptions
 from l2m.parse import DEAD_LETTERED, ERROR, STATUS, ParsePlan, parse_lines
 from l2m.pipeline import TaskPipeline, routing_from_option
 from l2m.preaggregate import PARTIAL_SCHEMA
@@ -50,22 +52,6 @@ from l2m.preaggregate import PARTIAL_SCHEMA
 RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, "
               "timestamp bigint")
 BATCH_ROWS = 10_000
-
-
-def kafka_config(options: dict[str, str]) -> dict[str, str]:
-    """The client configuration: every ``kafka.*`` option without its prefix."""
-    return {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    partition: int
-    start: int  # inclusive
-    end: int  # exclusive
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
 
 
 class KafkaInputPartition(InputPartition):
@@ -81,84 +67,25 @@ class KafkaInputPartition(InputPartition):
         return sum(r.size for r in self.ranges)
 
 
-def plan_tasks(ranges: Sequence[OffsetRange], max_per_task: int | None = None,
-               min_tasks: int | None = None, balanced: bool = True) -> list[list[OffsetRange]]:
-    """Group offset ranges into tasks.
-
-    ``balanced=False`` is the classic plan: one task per partition range, however big. The
-    balanced plan decides the number of tasks — enough that none holds more than
-    ``max_per_task`` records, at least ``min_tasks`` — and lays the ranges end to end, cutting
-    the sequence into tasks of equal size. A hot partition is so read by several tasks at
-    once, small partitions share a task instead of each paying a task's fixed cost, and a
-    task holds at most one contiguous piece of each partition (read in one pass)."""
-    ranges = sorted((r for r in ranges if r.size > 0), key=lambda r: (r.partition, r.start))
-    if not balanced or not ranges:
-        return [[r] for r in ranges]
-    total = sum(r.size for r in ranges)
-    tasks = max(min_tasks or 1, math.ceil(total / max_per_task) if max_per_task else 1)
-    tasks = min(tasks, total)
-    bounds = [total * i // tasks for i in range(tasks + 1)]  # task i: [bounds[i], bounds[i+1])
-    plan: list[list[OffsetRange]] = [[] for _ in range(tasks)]
-    position = 0  # where this range starts in the end-to-end sequence
-    task = 0
-    for rng in ranges:
-        first, last = position, position + rng.size
-        while task < tasks and bounds[task] < last:
-            lo = max(first, bounds[task])
-            hi = min(last, bounds[task + 1])
-            if hi > lo:
-                plan[task].append(OffsetRange(rng.partition, rng.start + lo - first,
-                                              rng.start + hi - first))
-            if bounds[task + 1] <= last:
-                task += 1
-            else:
-                break
-        position = last
-    return [t for t in plan if t]
-
-
-def rate_limit(start: dict[int, int], latest: dict[int, int], limit: int) -> dict[int, int]:
-    """End offsets admitting about ``limit`` records, shared in proportion to each
-    partition's backlog; a partition with any backlog advances by at least one."""
-    backlog = {p: max(0, latest[p] - start.get(p, 0)) for p in latest}
-    total = sum(backlog.values())
-    if total <= limit:
-        return dict(latest)
-    end = {}
-    for p, size in backlog.items():
-        share = limit * size / total
-        take = math.ceil(share) if share < 1 else math.floor(share)
-        end[p] = start.get(p, 0) + min(size, take)
-    return end
-
-
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        # Spark hands Python data sources their option names lower-cased.
-        options = {k.lower(): v for k, v in options.items()}
-        self.options = options
-        self.topic = options["topic"]
-        self.config = kafka_config(self.options)
-        if "bootstrap.servers" not in self.config:
-            raise ValueError("option kafka.bootstrap.servers is required")
-        self.starting = options.get("startingoffsets", "earliest")
-        self.max_per_trigger = _int_option(options, "maxrecordspertrigger")
-        self.max_per_task = _int_option(options, "maxrecordspertask")
-        self.min_partitions = _int_option(options, "minpartitions")
-        self.balanced = options.get("planner", "balanced").lower() != "partition"
-        self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
-        self.group_id = options.get("groupid")
-        self.poll_timeout = float(options.get("polltimeoutms", "120000")) / 1000
-        self.dead_letters = options.get("deadlettertopic")
-        # While this file exists no new data is admitted: the running batch is the last one
-        # (a graceful stop, see l2m.runner).
-        self.stop_file = options.get("stopfile")
-        # Benchmarks: append each batch's task plan (records per task) to this file.
-        self.plan_log = options.get("planlog")
-        self.routing = options.get("routing")
-        plan = options.get("parseplan")
+        parsed = SourceOptions.parse(options)
+        self.topic = parsed.topic
+        self.config = parsed.kafka
+        self.starting = parsed.starting_offsets
+        self.max_per_trigger = parsed.max_per_trigger
+        self.max_per_task = parsed.max_per_task
+        self.min_partitions = parsed.min_partitions
+        self.balanced = parsed.balanced
+        self.fail_on_data_loss = parsed.fail_on_data_loss
+        self.group_id = parsed.group_id
+        self.poll_timeout = parsed.poll_timeout_s
+        self.dead_letters = parsed.dead_letter_topic
+        self.stop_file = parsed.stop_file
+        self.plan_log = parsed.plan_log
+        self.routing = parsed.routing
         self.plan = (routing_from_option(self.routing).plan if self.routing else
-                     ParsePlan.from_json(plan) if plan else None)
+                     ParsePlan.from_json(parsed.parse_plan) if parsed.parse_plan else None)
         self.schema = schema
         self._admin: Any = None
         self._latest: dict[int, int] | None = None
@@ -444,67 +371,6 @@ class _Buffer:
         return len(self.values)
 
 
-# Dead letters keep at most this many bytes of the original record: a 5 MB log must not be
-# refused by the dead-letter topic (its broker limit is unknown; tansu answers no
-# DescribeConfigs) and fail the job. Its full size is in the `l2m.size` header.
-DEAD_LETTER_MAX_BYTES = 256 * 1024
-
-
-class DeadLetters:
-    """Malformed logs → the dead-letter topic: the original key and bytes (truncated past
-    ``max_bytes``), the reason, the origin and the original size in headers, keyed
-    deterministically (a retried task overwrites, never adds)."""
-
-    def __init__(self, config: dict[str, str], topic: str, source_topic: str,
-                 max_bytes: int = DEAD_LETTER_MAX_BYTES) -> None:
-        from l2m.sink import cached_producer, produce
-
-        self._produce = produce  # sink imports this module: imported here, kept for send()
-        self.topic = topic
-        self.source_topic = source_topic
-        self.max_bytes = max_bytes
-        self.producer = cached_producer({"enable.idempotence": True, "linger.ms": 20,
-                                         "log_level": "3", **config})
-        self.errors: list[str] = []
-        self.sent = 0
-
-    def send(self, buffer: _Buffer, i: int, reason: str) -> None:
-        origin = f"{self.source_topic}/{buffer.partitions[i]}/{buffer.offsets[i]}"
-        value = buffer.values[i]
-        key = buffer.keys[i] if buffer.keys[i] is not None else origin.encode()
-        headers = [("l2m.error", reason[:1024].encode("utf-8", "replace")),
-                   ("l2m.origin", origin.encode())]
-        if value is not None:
-            headers.append(("l2m.size", str(len(value)).encode()))
-            if len(value) > self.max_bytes:
-                value = value[:self.max_bytes]
-                headers.append(("l2m.truncated", b"true"))
-        if key is not None and len(key) > self.max_bytes // 4:
-            key = origin.encode()
-        self._produce(self.producer, self.topic, value=value, key=key, headers=headers,
-                      on_delivery=self._delivered)
-        self.sent += 1
-        self.producer.poll(0)
-
-    def _delivered(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            self.errors.append(str(err))
-
-    def flush(self) -> None:
-        from l2m.sink import drop_producer
-
-        remaining = self.producer.flush(60)
-        if remaining or self.errors:
-            drop_producer(self.producer)
-            raise SinkError(f"dead-letter topic {self.topic}: {remaining} undelivered, "
-                            f"errors: {self.errors[:3]}")
-
-
-def _int_option(options: dict[str, str], name: str) -> int | None:
-    value = options.get(name)
-    return int(value) if value not in (None, "", "0") else None
-
-
 class KafkaSource(DataSource):
     """``spark.readStream.format("l2m-kafka")``."""
 
@@ -513,11 +379,11 @@ class KafkaSource(DataSource):
         return "l2m-kafka"
 
     def schema(self) -> str:
-        if self.options.get("routing"):
+        options = SourceOptions.parse(dict(self.options))
+        if options.routing:
             return PARTIAL_SCHEMA
-        plan = self.options.get("parseplan")
-        if plan:
-            return ParsePlan.from_json(plan).spark_schema_ddl()
+        if options.parse_plan:
+            return ParsePlan.from_json(options.parse_plan).spark_schema_ddl()
         return RAW_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

@@ -1,0 +1,66 @@
+"""Dead letters: malformed and future-dated logs → the dead-letter topic, with the original
+key and bytes (truncated past a limit), the reason, the origin and the original size in
+headers, keyed deterministically (a retried task overwrites, never adds).
+
+Input: the records of a read task (:class:`l2m.kafka.reader.Records`) and the rows the parse
+stage dead-lettered. Output: messages on the dead-letter topic, flushed and checked before
+the task ends (:class:`~l2m.errors.SinkError` otherwise)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from l2m.errors import SinkError
+from l2m.kafka.producer import cached_producer, drop_producer, produce
+
+# Dead letters keep at most this many bytes of the original record: a 5 MB log must not be
+# refused by the dead-letter topic (its broker limit is unknown; tansu answers no
+# DescribeConfigs) and fail the job. Its full size is in the `l2m.size` header.
+DEAD_LETTER_MAX_BYTES = 256 * 1024
+
+
+class DeadLetters:
+    """Malformed logs → the dead-letter topic: the original key and bytes (truncated past
+    ``max_bytes``), the reason, the origin and the original size in headers, keyed
+    deterministically (a retried task overwrites, never adds)."""
+
+    def __init__(self, config: dict[str, str], topic: str, source_topic: str,
+                 max_bytes: int = DEAD_LETTER_MAX_BYTES) -> None:
+        self.topic = topic
+        self.source_topic = source_topic
+        self.max_bytes = max_bytes
+        self.producer = cached_producer({"enable.idempotence": True, "linger.ms": 20,
+                                         "log_level": "3", **config})
+        self.errors: list[str] = []
+        self.sent = 0
+
+    def send(self, buffer: Any, i: int, reason: str) -> None:
+        origin = f"{self.source_topic}/{buffer.partitions[i]}/{buffer.offsets[i]}"
+        value = buffer.values[i]
+        key = buffer.keys[i] if buffer.keys[i] is not None else origin.encode()
+        headers = [("l2m.error", reason[:1024].encode("utf-8", "replace")),
+                   ("l2m.origin", origin.encode())]
+        if value is not None:
+            headers.append(("l2m.size", str(len(value)).encode()))
+            if len(value) > self.max_bytes:
+                value = value[:self.max_bytes]
+                headers.append(("l2m.truncated", b"true"))
+        if key is not None and len(key) > self.max_bytes // 4:
+            key = origin.encode()
+        produce(self.producer, self.topic, value=value, key=key, headers=headers,
+                      on_delivery=self._delivered)
+        self.sent += 1
+        self.producer.poll(0)
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+
+    def flush(self) -> None:
+        remaining = self.producer.flush(60)
+        if remaining or self.errors:
+            drop_producer(self.producer)
+            raise SinkError(f"dead-letter topic {self.topic}: {remaining} undelivered, "
+                            f"errors: {self.errors[:3]}")
+
+
