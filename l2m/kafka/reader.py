@@ -25,6 +25,7 @@ confluent-kafka (``format("l2m-kafka")``; options: :mod:`l2m.kafka.options`).
 from __future__ import annotations
 
 import json
+import operator
 import os
 import sys
 import time
@@ -350,25 +351,50 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class _Buffer:
-    __slots__ = ("keys", "offsets", "partitions", "timestamps", "values")
+    """The messages of one batch of a read task; their fields are read when first needed,
+    each in one pass (keys, partitions and offsets only for raw rows and dead letters)."""
 
     def __init__(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.partitions: list[int] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int | None] = []
+        self.messages: list[Any] = []
+        self._fields: dict[str, list[Any]] = {}
 
     def add(self, msg: Any) -> None:
-        self.keys.append(msg.key())
-        self.values.append(msg.value())
-        self.partitions.append(msg.partition())
-        self.offsets.append(msg.offset())
-        kind, ts = msg.timestamp()
-        self.timestamps.append(ts if kind else None)
+        self.messages.append(msg)
+
+    def _field(self, name: str) -> list[Any]:
+        found = self._fields.get(name)
+        if found is None:
+            getter = operator.methodcaller(name)
+            found = self._fields[name] = list(map(getter, self.messages))
+        return found
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        return self._field("key")
+
+    @property
+    def values(self) -> list[bytes | None]:
+        return self._field("value")
+
+    @property
+    def partitions(self) -> list[int]:
+        return self._field("partition")
+
+    @property
+    def offsets(self) -> list[int]:
+        return self._field("offset")
+
+    @property
+    def timestamps(self) -> list[int | None]:
+        found = self._fields.get("timestamp")
+        if found is None:
+            found = self._fields["timestamp"] = [ts if kind else None for kind, ts in
+                                                 map(operator.methodcaller("timestamp"),
+                                                     self.messages)]
+        return found
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.messages)
 
 
 class KafkaSource(DataSource):
