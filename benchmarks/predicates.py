@@ -54,7 +54,7 @@ from l2m.query import (
     TextWildcard,
 )
 from l2m.rules import Rule
-from l2m.values import TOKEN, label_name, number, string_form
+from l2m.values import TOKEN, label_name, lookup, number, string_form
 
 Pred = Callable[[dict[str, Any]], bool]
 Getter = Callable[[dict[str, Any]], Any]
@@ -64,7 +64,7 @@ Getter = Callable[[dict[str, Any]], Any]
 
 
 def getter(path: str) -> Getter:
-    """:func:`l2m.values.lookup` for one path, split once."""
+    """:func:`l2m.values.lookup` for one path: one- and two-part paths unrolled."""
     if "." not in path:
         return lambda doc: doc.get(path)
     parts = tuple(path.split("."))
@@ -80,20 +80,7 @@ def getter(path: str) -> Getter:
 
         return get2
 
-    def get(doc: dict[str, Any]) -> Any:
-        value = doc.get(path)
-        if value is not None:
-            return value
-        node: Any = doc
-        for part in parts:
-            if not isinstance(node, dict):
-                return None
-            node = node.get(part)
-            if node is None:
-                return None
-        return node
-
-    return get
+    return lambda doc: lookup(doc, path)  # deeper paths are rare: the shared lookup
 
 
 def _text(value: Any) -> str | None:

@@ -78,7 +78,7 @@ class CounterState:
             state.update((dump_blob(content, version=1),))
             state.setTimeoutDuration(self.ttl_ms)
         if self.tally is not None:
-            self.tally.add(_tallied(rule_id, key[1], key[2], content))
+            self.tally.add(tallied(rule_id, key[1], key[2], content))
         if samples:
             yield samples_frame(samples)
 
@@ -128,7 +128,7 @@ class CounterState:
         return content, samples
 
 
-def _tallied(rule_id: str, shard: int, window: int,
+def tallied(rule_id: str, shard: int, window: int,
              content: dict[str, Any] | None) -> dict[Any, float]:
     """What a rule's counters in a key tell the driver's metrics (:mod:`l2m.telemetry`): its
     live series; the input statuses their totals per status (``2:ok`` → ``ok``) and late

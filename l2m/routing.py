@@ -8,8 +8,9 @@ account (:attr:`Routing.by_account`) and evaluated on those logs alone
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from l2m.parse import MAX_FUTURE_MS, ParsePlan
 from l2m.query import FieldUse
@@ -27,18 +28,20 @@ class Routing:
 
     rules: tuple[Rule, ...]
     plan: ParsePlan
-    unscoped: tuple[Rule, ...] = field(default=(), compare=False)
-    by_account: dict[str, tuple[Rule, ...]] = field(default_factory=dict, compare=False)
 
-    def __post_init__(self) -> None:
-        if not self.unscoped and not self.by_account:
-            scoped: dict[str, list[Rule]] = {}
-            for rule in self.rules:
-                if rule.account is not None:
-                    scoped.setdefault(rule.account, []).append(rule)
-            object.__setattr__(self, "unscoped",
-                               tuple(r for r in self.rules if r.account is None))
-            object.__setattr__(self, "by_account", {a: tuple(rs) for a, rs in scoped.items()})
+    @functools.cached_property
+    def unscoped(self) -> tuple[Rule, ...]:
+        """The rules every log can reach."""
+        return tuple(r for r in self.rules if r.account is None)
+
+    @functools.cached_property
+    def by_account(self) -> dict[str, tuple[Rule, ...]]:
+        """The account-scoped rules, by account, in rule order."""
+        scoped: dict[str, list[Rule]] = {}
+        for rule in self.rules:
+            if rule.account is not None:
+                scoped.setdefault(rule.account, []).append(rule)
+        return {account: tuple(rules) for account, rules in scoped.items()}
 
     @property
     def exact_rules(self) -> frozenset[str]:

@@ -39,7 +39,7 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
-from l2m.counters import CounterState, _tallied
+from l2m.counters import CounterState, tallied
 from l2m.errors import StateFormatError
 from l2m.gauges import GaugeState
 from l2m.routing import STATUS_RULE
@@ -116,7 +116,7 @@ class MetricState:
         if self.counters.tally is not None:
             tally: dict[Any, float] = {}
             for rule_id in set(sections) | set(kept):
-                tally.update(_tallied(rule_id, shard, CUMULATIVE, kept.get(rule_id)))
+                tally.update(tallied(rule_id, shard, CUMULATIVE, kept.get(rule_id)))
             self.counters.tally.add(tally)
         if samples:
             yield samples_frame(samples)

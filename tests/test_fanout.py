@@ -19,18 +19,10 @@ from l2m.samples import series_labels
 from l2m.values import lookup, parse_timestamp, window_start
 
 from . import reference
+from .rulesets import SCOPED_RULES
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SCOPED = """\
-rules:
-  - {id: acct-web, name: acct_web_total, kind: counter, query: "service:payments", account: globex,
-     aggregation: count, group_by: [service, http.status]}
-  - {id: acct-lat, name: acct_lat, kind: gauge, query: "*", account: platform,
-     aggregation: max, field: http.duration_ms, group_by: [region]}
-  - {id: none, name: none_total, kind: counter, query: "service:nothing-has-this",
-     aggregation: count}
-"""
 
 
 def _expected(rule: Rule, doc: dict[str, Any], ts: int) -> tuple[Any, ...] | None:
@@ -51,7 +43,7 @@ def test_fan_out_equals_the_reference_match_rows() -> None:
                                        late_ratio=0.05))
     lines = list(gen.lines(3000))
     rules = [*load_rules([ROOT / "rules", ROOT / "benchmarks" / "rules.yaml"]).rules,
-             *load_text(SCOPED)[0]]
+             *load_text(SCOPED_RULES)[0]]
     routing = plan_for(rules)
     table = fan_out(parse_lines(lines, routing.plan), routing, with_status=False)
     assert table.schema == MATCH_SCHEMA

@@ -23,18 +23,9 @@ from l2m.preaggregate import PARTIAL_ARROW, exact_values, preaggregate
 from l2m.routing import plan_for
 from l2m.rules import load_rules, load_text
 
+from .rulesets import SCOPED_RULES
+
 ROOT = Path(__file__).resolve().parent.parent
-SCOPED = """\
-rules:
-  - {id: acct-web, name: acct_web_total, kind: counter, query: "service:payments", account: globex,
-     aggregation: count, group_by: [service, http.status]}
-  - {id: acct-lat, name: acct_lat, kind: gauge, query: "*", account: platform,
-     aggregation: max, field: http.duration_ms, group_by: [region]}
-  - {id: acct-sum, name: acct_sum_total, kind: counter, query: "level:error", account: platform,
-     aggregation: sum, field: http.duration_ms}
-  - {id: acct-none, name: acct_none_total, kind: counter, query: "*", account: nobody-here,
-     aggregation: count}
-"""
 _Q = Decimal(1).scaleb(-18)
 
 
@@ -61,7 +52,7 @@ def test_exact_values_are_the_shortest_digits_rounded_to_18_places(seed: int) ->
 
 def _rules() -> list[Any]:
     return [*load_rules([ROOT / "rules", ROOT / "benchmarks" / "rules.yaml"]).rules,
-            *load_text(SCOPED)[0]]
+            *load_text(SCOPED_RULES)[0]]
 
 
 def _lines(n: int, seed: int) -> list[bytes]:
