@@ -1,10 +1,12 @@
 """Parse stage: JSON log lines → typed Arrow columns for just the fields the rules read.
 
-Each line is decoded once; for every referenced field only the forms some rule needs are
-extracted (string form, number, presence, text tokens — :class:`~l2m.query.FieldUse`), with
-the semantics of :mod:`l2m.values`. The same function serves the batch backfill (inside
-``mapInArrow``) and the streaming source (inside the Kafka reader), so both see identical
-values. Malformed lines are rows with a status and a reason, never an exception.
+Each line is decoded once, and only its referenced fields (:mod:`l2m.decoding`, with
+orjson's definition of a valid log); for every such field only the forms some rule needs are
+extracted, column by column (string form, number, presence, text tokens —
+:class:`~l2m.query.FieldUse`), with the semantics of :mod:`l2m.values`. The same function
+serves the batch backfill (inside ``mapInArrow``) and the streaming source (inside the Kafka
+reader), so both see identical values. Malformed lines are rows with a status and a reason,
+never an exception.
 
 Input: JSON lines (bytes or str, ``None`` for a Kafka tombstone) and, in streaming, each
 record's Kafka timestamp. Output: one Arrow batch with ``ParsePlan.schema()`` — the field
@@ -24,19 +26,19 @@ watermark and close every gauge window early.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import gc
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from l2m.decoding import field_decoder, json_int
 from l2m.patterns import match_any_token, match_whole
 from l2m.query import FieldUse
-from l2m.values import lookup, number, padded_tokens, parse_timestamp, string_form
+from l2m.values import number, padded_tokens, parse_timestamp, string_form
 
 OK = 0
 MALFORMED = 1
@@ -138,17 +140,6 @@ class ParsePlan:
         return ", ".join(f"`{f.name}` {names[f.type]}" for f in self.schema())
 
 
-def decode(line: str | bytes) -> tuple[dict[str, Any] | None, str | None]:
-    """JSON object or the reason it is not one."""
-    try:
-        doc = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        return None, f"invalid JSON: {exc}"
-    if not isinstance(doc, dict):
-        return None, f"not a JSON object (a {type(doc).__name__})"
-    return doc, None
-
-
 def parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
                 fallback_ts: Sequence[int | None] | None = None,
                 now_ms: int | None = None) -> pa.RecordBatch:
@@ -172,111 +163,129 @@ def parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
 def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
                  fallback_ts: Sequence[int | None] | None,
                  now_ms: int | None) -> pa.RecordBatch:
-    docs: list[dict[str, Any]] = []
-    ts_out: list[int | None] = []
-    status_out: list[int] = []
-    error_out: list[str | None] = []
-    empty: dict[str, Any] = {}
     ts_path = plan.timestamp_field
-    skew = plan.max_future_ms
-    for row, line in enumerate(lines):
-        record_ts = fallback_ts[row] if fallback_ts is not None else None
-        doc, error = decode(line) if line else (None, None)
-        if doc is None:
-            docs.append(empty)
-            blank = error is None or not line.strip()  # type: ignore[union-attr]
-            status_out.append(BLANK if blank else MALFORMED)
-            error_out.append(None if blank else error)
-            # No event time in a malformed log; the record's own time (streaming) still
-            # dates the input counter's sample.
-            ts_out.append(record_ts)
-            continue
-        docs.append(doc)
-        ts = parse_timestamp(lookup(doc, ts_path))
-        status = OK
-        reason = None
-        if fallback_ts is not None:
-            if ts is None:
-                ts, status = record_ts, KAFKA_TIME
-                if ts is not None and now_ms is not None and ts > now_ms + skew:
-                    status = FUTURE
-                    reason = (f"future: the record's Kafka time {ts} is {(ts - now_ms) / 1000:.0f}"
-                              f" s ahead of the clock (limit {skew / 1000:.0f} s)")
-            elif record_ts is not None and ts > record_ts + skew:
-                status = FUTURE
-                reason = (f"future: event time {ts} is {(ts - record_ts) / 1000:.0f} s ahead of "
-                          f"the record's Kafka time (limit {skew / 1000:.0f} s)")
-                ts = record_ts
-        if ts is None:
-            status = NO_TIMESTAMP
-        ts_out.append(ts)
-        status_out.append(status)
-        error_out.append(reason)
-    schema = plan.schema()
-    names, extract = _extractor(plan)
-    forms = {name: pa.array(col, type=_FORM_TYPES[name[-1]])
-             for name, col in zip(names, extract(docs), strict=True)}
-    columns = dict(forms)
+    decoded = field_decoder((*(use.path for use in plan.fields), ts_path)).read(lines)
+    values = decoded.values
+    columns: dict[str, pa.Array] = {}
     for i, use in enumerate(plan.fields):
-        for j, regex in enumerate(use.keyword_patterns):
-            columns[f"f{i}_km{j}"] = match_whole(forms[f"f{i}_s"], regex)
-        for j, regex in enumerate(use.text_patterns):
-            columns[f"f{i}_tm{j}"] = match_any_token(forms[f"f{i}_t"], regex)
-    columns[TIMESTAMP] = pa.array(ts_out, pa.int64())
-    columns[STATUS] = pa.array(status_out, pa.int8())
-    columns[ERROR] = pa.array(error_out, pa.string())
+        col = values[use.path]
+        kinds = set(map(type, col))
+        if use.string or use.keyword_patterns:
+            strings = columns[f"f{i}_s"] = _strings(col, kinds)
+            for j, regex in enumerate(use.keyword_patterns):
+                columns[f"f{i}_km{j}"] = match_whole(strings, regex)
+        if use.number:
+            columns[f"f{i}_n"] = _numbers(col, kinds)
+        if use.exists:
+            columns[f"f{i}_x"] = pa.array([v is not None for v in col], pa.bool_())
+        if use.text or use.text_patterns:
+            texts = columns[f"f{i}_t"] = _texts(col)
+            for j, regex in enumerate(use.text_patterns):
+                columns[f"f{i}_tm{j}"] = match_any_token(texts, regex)
+    ts, status, errors = _times(values[ts_path], decoded.failed, plan, fallback_ts, now_ms)
+    columns[TIMESTAMP] = pa.array(ts, pa.int64())
+    columns[STATUS] = pa.array(status, pa.int8())
+    columns[ERROR] = pa.array(errors, pa.string())
+    schema = plan.schema()
     # A form only patterns needed (a string form no rule reads as such) is not emitted.
     return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
 
 
-_FORM_TYPES = {"s": pa.string(), "n": pa.float64(), "x": pa.bool_(), "t": pa.string()}
+def _times(raw: list[Any], failed: dict[int, str | None], plan: ParsePlan,
+           fallback_ts: Sequence[int | None] | None, now_ms: int | None
+           ) -> tuple[list[int | None], list[int], list[str | None]]:
+    """Event time, status and reason of every line. Only the exceptions (no usable time,
+    dated too far ahead, not a log) are visited one by one."""
+    n = len(raw)
+    ts: list[int | None] = list(map(parse_timestamp, raw))
+    status = [OK] * n
+    errors: list[str | None] = [None] * n
+    for row, reason in failed.items():
+        status[row] = BLANK if reason is None else MALFORMED
+        errors[row] = reason
+        # No event time in a malformed log; the record's own time (streaming) still dates
+        # the input counter's sample.
+        ts[row] = fallback_ts[row] if fallback_ts is not None else None
+    times = pa.array(ts, pa.int64())
+    missing = ([] if not times.null_count else
+               [row for row in pc.indices_nonzero(times.is_null()).to_pylist()
+                if row not in failed])
+    skew = plan.max_future_ms
+    if fallback_ts is None:
+        for row in missing:
+            status[row] = NO_TIMESTAMP
+        return ts, status, errors
+    for row in missing:
+        record_ts = fallback_ts[row]
+        ts[row], status[row] = record_ts, KAFKA_TIME
+        if record_ts is None:
+            status[row] = NO_TIMESTAMP
+        elif now_ms is not None and record_ts > now_ms + skew:
+            status[row] = FUTURE
+            errors[row] = (f"future: the record's Kafka time {record_ts} is "
+                           f"{(record_ts - now_ms) / 1000:.0f} s ahead of the clock "
+                           f"(limit {skew / 1000:.0f} s)")
+    # Clamped so that adding the skew cannot overflow: a record time past ±2^62 is as far
+    # from any event time (years 1-9999) as the unclamped one.
+    records = pc.max_element_wise(pc.min_element_wise(pa.array(fallback_ts, pa.int64()),
+                                                      2**62), -(2**62))
+    ahead = pc.greater(times, pc.add(records, skew))
+    if ahead.true_count:
+        for row in pc.indices_nonzero(ahead).to_pylist():
+            if row in failed:
+                continue
+            event_ts, record_ts = ts[row], fallback_ts[row]
+            status[row] = FUTURE
+            errors[row] = (f"future: event time {event_ts} is "
+                           f"{(event_ts - record_ts) / 1000:.0f} s ahead of "  # type: ignore[operator]
+                           f"the record's Kafka time (limit {skew / 1000:.0f} s)")
+            ts[row] = record_ts
+    return ts, status, errors
 
 
-@functools.lru_cache(maxsize=32)
-def _extractor(plan: ParsePlan) -> tuple[list[str], Callable[[list[dict[str, Any]]],
-                                                              list[list[Any]]]]:
-    """A loop specialised for ``plan``: one straight-line block per field with the lookup and
-    conversions inlined. Extraction is the parse stage's hot spot (≈4× the cost of decoding
-    the JSON with the generic per-field function calls), so it is generated once per plan.
-    The semantics stay those of :mod:`l2m.values` (``tests/test_parse.py`` checks both).
+_STRINGS = frozenset({str, type(None)})
+_NUMBERS = frozenset({int, float, type(None)})
 
-    Returns the column names (``f<i>_<form>``) of the forms it extracts — those the plan
-    emits, plus the string form and tokens its patterns are matched against."""
-    body: list[str] = []
-    outs: list[str] = []
-    for i, raw_use in enumerate(plan.fields):
-        use = dataclasses.replace(raw_use, string=raw_use.string or bool(raw_use.keyword_patterns),
-                                  text=raw_use.text or bool(raw_use.text_patterns))
-        parts = use.path.split(".")
-        body.append(f"        v = doc.get({use.path!r})")
-        if len(parts) > 1:
-            body.append("        if v is None:")
-            body.append(f"            v = doc.get({parts[0]!r})")
-            for part in parts[1:]:
-                body.append(f"            v = v.get({part!r}) if v.__class__ is dict else None")
-        body.append("        t = v.__class__")
-        if use.string:
-            outs.append(f"s{i}")
-            body.append(f"        s{i}(v if t is str else string_form(v))")
-        if use.number:
-            outs.append(f"n{i}")
-            body.append(f"        n{i}(float(v) if t is int or t is float else number(v))")
-        if use.exists:
-            outs.append(f"x{i}")
-            body.append(f"        x{i}(v is not None)")
-        if use.text:
-            outs.append(f"t{i}")
-            body.append(f"        t{i}(None if v is None else text(v))")
-    lines = ["def extract(docs):"]
-    lines += [f"    c_{name} = []; {name} = c_{name}.append" for name in outs]
-    lines += ["    for doc in docs:"] + (body or ["        pass"])
-    lines += [f"    return [{', '.join('c_' + name for name in outs)}]"]
-    namespace: dict[str, Any] = {"string_form": string_form, "number": number, "text": _text}
-    # Field paths enter the source only through repr(): no injection from rule files.
-    exec("\n".join(lines), namespace)
-    return [f"f{name[1:]}_{name[0]}" for name in outs], namespace["extract"]
+
+def _strings(col: list[Any], kinds: set[type]) -> pa.Array:
+    if kinds <= _STRINGS:  # all strings (or missing): Arrow copies them in C
+        return pa.array(col, pa.string())
+    return pa.array([v if v.__class__ is str else _string_form(v) for v in col], pa.string())
+
+
+def _numbers(col: list[Any], kinds: set[type]) -> pa.Array:
+    if kinds <= _NUMBERS:
+        try:
+            return pa.array(col, pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass  # an integer a double cannot hold exactly: float() rounds it, as below
+    return pa.array([float(v) if (t := v.__class__) is int or t is float else number(v)
+                     for v in col], pa.float64())
+
+
+def _texts(col: list[Any]) -> pa.Array:
+    # Messages repeat (templates, health checks): each distinct value is tokenised once per
+    # batch.
+    seen: dict[Any, str | None] = {}
+    out = []
+    for v in col:
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            text = seen[v]
+        except KeyError:
+            text = seen[v] = _text(v)
+        except TypeError:  # a list or an object: no text form
+            text = None
+        out.append(text)
+    return pa.array(out, pa.string())
+
+
+def _string_form(value: Any) -> str | None:
+    return string_form(json_int(value) if value.__class__ is int else value)
 
 
 def _text(value: Any) -> str | None:
-    text = string_form(value)
+    text = _string_form(value)
     return None if text is None else padded_tokens(text)
