@@ -264,21 +264,18 @@ def _numbers(col: list[Any], kinds: set[type]) -> pa.Array:
 
 
 def _texts(col: list[Any]) -> pa.Array:
-    # Messages repeat (templates, health checks): each distinct value is tokenised once per
-    # batch.
-    seen: dict[Any, str | None] = {}
-    out = []
+    # Messages repeat (templates, health checks): each distinct string is tokenised once per
+    # batch. Only strings: 1, 1.0 and True are equal keys with different forms.
+    seen: dict[str, str] = {}
+    out: list[str | None] = []
     for v in col:
-        if v is None:
-            out.append(None)
-            continue
-        try:
-            text = seen[v]
-        except KeyError:
-            text = seen[v] = _text(v)
-        except TypeError:  # a list or an object: no text form
-            text = None
-        out.append(text)
+        if v.__class__ is str:
+            text = seen.get(v)
+            if text is None:
+                text = seen[v] = padded_tokens(v)
+            out.append(text)
+        else:
+            out.append(None if v is None else _text(v))
     return pa.array(out, pa.string())
 
 

@@ -50,6 +50,17 @@ def test_exact_values_are_the_shortest_digits_rounded_to_18_places(seed: int) ->
     assert got == [_expected_exact(v) for v in values]
 
 
+
+def test_exact_values_of_repeated_values_are_converted_once_and_equal() -> None:
+    """Most values repeat (status codes, byte counts): the distinct ones are converted and
+    mapped back - nulls, NaN, ±0 and ±Inf included."""
+    rng = random.Random(4)
+    pool: list[float | None] = [0.1, 0.2, 1.0, 200.0, -0.0, 0.0, 0.30000000000000004, 1e20,
+                                math.nan, math.inf, -math.inf, None, 5e-19, 1.5e-18, 19.131]
+    values = [rng.choice(pool) for _ in range(5_000)]
+    got = exact_values(pa.array(values, pa.float64())).to_pylist()
+    assert got == [_expected_exact(v) for v in values]
+
 def _rules() -> list[Any]:
     return [*load_rules([ROOT / "rules", ROOT / "benchmarks" / "rules.yaml"]).rules,
             *load_text(SCOPED_RULES)[0]]
