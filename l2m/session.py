@@ -17,14 +17,17 @@ from l2m.jvmcache import java_options
 LOG4J = Path(__file__).with_name("log4j2.properties")
 # The interpreter wrapper for every Python process Spark starts (see the script).
 PYTHON = Path(__file__).parent / "bin" / "python"
-JIT = "-XX:-DontCompileHugeMethods"
+# The JVM moves partials, state and samples; all per-log work is in Python. C2's compiles of
+# Spark's generated code for every new query cost more CPU than its faster code saves
+# (warm drain, 2 cores: JVM 4.7 -> 2.0 CPU-s per 480k logs, 55k -> 65k logs/s). Huge
+# methods compiled all the same: left interpreted, they were the route stage's bottleneck.
+JIT = "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1"
 
 DEFAULTS: dict[str, str] = {
     # Loopback only: nothing of ours listens on other interfaces.
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-    # Routing many rules generates methods past HotSpot's 8000-byte JIT limit; left
-    # interpreted they ran routing 2-3x slower (benchmarks/README.md, "JIT").
+    # JIT: see above (benchmarks/README.md, "JIT").
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J} {JIT}",
     "spark.executor.extraJavaOptions": JIT,
     "spark.ui.showConsoleProgress": "false",
