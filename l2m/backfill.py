@@ -1,10 +1,10 @@
 """`l2m backfill`: the rules over JSON-lines files as one Spark batch job (SPEC §3–5).
 
-read text → per task, in Python on Arrow: parse → route → pre-aggregate (the streaming
-job's read-task pipeline, :mod:`l2m.pipeline`) → merge the partials by (rule, series, le,
-window) → final samples written by the driver as JSON lines, one per gauge series-window and
-one per counter series. One pass over the input yields both the samples and the run's
-summary (status rows, see :mod:`l2m.routing`).
+per task, in Python: read its split of the files (:mod:`l2m.lines`) → on Arrow: parse →
+route → pre-aggregate (the streaming job's read-task pipeline, :mod:`l2m.pipeline`) → merge
+the partials by (rule, series, le, window) → final samples written by the driver as JSON
+lines, one per gauge series-window and one per counter series. One pass over the input yields
+both the samples and the run's summary (status rows, see :mod:`l2m.routing`).
 
 No input line can fail the job: lines are read as bytes (invalid UTF-8 is a malformed line,
 not a decoding error), and every ``.gz`` file is checked first, in parallel — a corrupt or
@@ -13,6 +13,8 @@ output is written to ``<output>.partial`` and renamed at the end; a failed run r
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import sys
 import time
@@ -27,6 +29,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from l2m.errors import InputError
+from l2m.lines import SPARK_CODECS, Split, plan_splits, read_split
 from l2m.parse import parse_lines
 from l2m.pipeline import TaskPipeline, routing_from_option, routing_option
 from l2m.preaggregate import KEY, PARTIAL_SCHEMA
@@ -165,8 +168,9 @@ def corrupt_gzip_files(spark: SparkSession, files: Sequence[Path]) -> list[tuple
 
 
 def read_lines(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
-    """The lines of JSON-lines files (``.gz`` too) as bytes: a line that is not valid UTF-8
-    stays a line (malformed for the parse stage), never a decoding failure."""
+    """The lines of files as bytes, read by Spark's text source: only for compression
+    formats Python's standard library cannot read (:data:`l2m.lines.SPARK_CODECS`). A line
+    that is not valid UTF-8 stays a line (malformed for the parse stage)."""
     parallelism = spark.sparkContext.defaultParallelism
     # About four splits per core: even work at the tail of the job, finer progress. Spark's
     # default (128 MB splits) gives a 400 MB file three tasks, one of them alone at the end.
@@ -195,11 +199,45 @@ def task_partials(routing: str) -> Callable[[Iterator[pa.RecordBatch]],
     return run
 
 
+def split_partials(routing: str) -> Callable[[Iterator[pa.RecordBatch]],
+                                             Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of one task over split descriptors (:data:`SPLIT_SCHEMA`):
+    it reads its splits' lines itself, so no log passes through the JVM."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rules = routing_from_option(routing)
+        pipeline = TaskPipeline(rules)
+        for batch in batches:
+            for row in batch.to_pylist():
+                for lines in read_split(Split(**row)):
+                    for i in range(0, len(lines), PARSE_ROWS):
+                        pipeline.add(parse_lines(lines[i:i + PARSE_ROWS], rules.plan))
+        yield from pipeline.finish()
+
+    return run
+
+
+PARSE_ROWS = 10_000  # lines per parsed batch, as the streaming reader's
+SPLIT_SCHEMA = "path string, start bigint, end bigint, stripe int, stripes int"
+
+
 def final_aggregates(spark: SparkSession, files: Sequence[Path], routing: Routing) -> DataFrame:
     """One merged partial per (rule, series, le, window) over all the files. An exact sum
     is known only where every task's was (``exact_n`` counts only those)."""
-    partials = read_lines(spark, files).mapInArrow(task_partials(routing_option(routing)),
-                                                   PARTIAL_SCHEMA)
+    option = routing_option(routing)
+    ours = [f for f in files if f.suffix not in SPARK_CODECS]
+    theirs = [f for f in files if f.suffix in SPARK_CODECS]
+    parts: list[DataFrame] = []
+    if ours:
+        splits = plan_splits(ours, spark.sparkContext.defaultParallelism)
+        rows = [dataclasses.astuple(s) for s in splits]
+        descriptors = spark.createDataFrame(
+            spark.sparkContext.parallelize(rows, len(rows)), SPLIT_SCHEMA)
+        parts.append(descriptors.mapInArrow(split_partials(option), PARTIAL_SCHEMA))
+    if theirs:
+        parts.append(read_lines(spark, theirs).mapInArrow(task_partials(option),
+                                                          PARTIAL_SCHEMA))
+    partials = functools.reduce(DataFrame.unionByName, parts)
     exact = F.col("exact_sum")
     return partials.groupBy(*KEY).agg(
         F.sum("matches").alias("matches"), F.sum("n").alias("n"), F.sum("sum").alias("sum"),
