@@ -150,6 +150,21 @@ class FieldDecoder:
         decode_struct = self.decoder.decode
         items: list[Any] = []
         failed: dict[int, str | None] = {}
+        if not suspect:
+            try:  # the usual batch: every line a log msgspec reads, no per-line Python
+                items = list(map(decode_struct, lines))  # type: ignore[arg-type]
+            except Exception:  # a blank, malformed or odd line: line by line below
+                items = []
+        if not items and lines:
+            items = self._one_by_one(lines, suspect, failed)
+        columns: dict[tuple[str, ...], Sequence[Any]] = {}
+        self.root.columns(items, (), columns)
+        return Decoded({path: self._lookup(columns, path) for path in self.paths}, failed)
+
+    def _one_by_one(self, lines: Sequence[str | bytes | None], suspect: set[int],
+                    failed: dict[int, str | None]) -> list[Any]:
+        decode_struct = self.decoder.decode
+        items: list[Any] = []
         slow: list[tuple[int, dict[str, Any]]] = []
         empty = self.root.empty
         for row, line in enumerate(lines):
@@ -171,9 +186,7 @@ class FieldDecoder:
                 slow.append((row, doc))
         for row, doc in slow:
             items[row] = msgspec.convert(doc, self.root.struct)
-        columns: dict[tuple[str, ...], Sequence[Any]] = {}
-        self.root.columns(items, (), columns)
-        return Decoded({path: self._lookup(columns, path) for path in self.paths}, failed)
+        return items
 
     @staticmethod
     def _lookup(columns: dict[tuple[str, ...], Sequence[Any]], path: str) -> list[Any]:

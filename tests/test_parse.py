@@ -189,3 +189,23 @@ def test_pattern_columns_match_re2_per_value(values, regex):
             value is not None and re2(value))
         assert out[plan.pattern_column("f", True, regex)][row] == (
             value is not None and any(re2(t) for t in text_tokens(value)))
+
+
+iso_part = st.sampled_from(["0", "1", "5", "9", "-", ":", "T", " ", ".", "Z", "+", "x", "6", "٣"])
+iso = st.tuples(
+    st.sampled_from(["2026-11-22T10:", "0001-01-01T00:", "9999-12-31T23:", "2026-02-30T10:",
+                     "2026-11-22 10:", "2026-13-01T00:", "2026-11-22T24:", "20261122T1000:"]),
+    st.sampled_from(["00", "59", "60", "5x", "07"]), st.sampled_from([":", "."]),
+    st.sampled_from(["00.060", "59.999", "60.000", "00.06", "00.0601", "0a.123", "00:000"]),
+    st.sampled_from(["Z", "+01:00", "-23:59", "+24:00", "+01:00:30", "z", "", "+0100", "Zx"]),
+    st.lists(iso_part, max_size=2).map("".join)).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(iso, st.integers(), st.floats(), st.none(), st.text(max_size=30)),
+                max_size=12))
+def test_event_times_equal_the_full_parse(values):
+    from l2m.parse import event_times
+    from l2m.values import parse_timestamp
+
+    assert event_times(values) == [parse_timestamp(v) for v in values]
