@@ -43,6 +43,7 @@ if __name__ == "__main__":
     # l2m's stages (pandas, pyarrow, orjson, confluent-kafka) cost each new worker ~0.65 s
     # of imports otherwise — on every restart's first batch, once per worker.
     try:
+        import l2m.backfill
         import l2m.kafka.reader
         import l2m.pipeline
         import l2m.state  # noqa: F401

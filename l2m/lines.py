@@ -55,7 +55,7 @@ def plan_splits(files: Sequence[Path], parallelism: int) -> list[Split]:
     plain = [f for f in files if not compressed(f)]
     packed = [f for f in files if compressed(f)]
     total = sum(f.stat().st_size for f in plain)
-    size = min(max(total // (4 * parallelism), 8 << 20), 128 << 20)
+    size = min(max(-(-total // (4 * parallelism)), 8 << 20), 128 << 20)  # ceil: no crumb split
     splits: list[Split] = []
     for f in plain:
         length = f.stat().st_size
