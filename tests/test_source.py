@@ -179,3 +179,36 @@ def test_source_options_parse_what_the_job_sets():
     assert parsed.kafka == {"bootstrap.servers": "b:1", "security.protocol": "SSL"}
     assert (parsed.max_per_task, parsed.min_partitions, parsed.balanced) == (None, 4, False)
     assert (parsed.fail_on_data_loss, parsed.poll_timeout_s) == (False, 1.5)
+
+
+class _Msg:
+    def __init__(self, partition: int, offset: int, error: object = None) -> None:
+        self._p, self._o, self._e = partition, offset, error
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def error(self) -> object:
+        return self._e
+
+
+@pytest.mark.parametrize(("messages", "taken"), [
+    ([_Msg(0, 5), _Msg(0, 6), _Msg(0, 7)], True),   # the usual fetch
+    ([_Msg(0, 5), _Msg(0, 7)], False),               # a gap (compaction, markers)
+    ([_Msg(0, 4), _Msg(0, 5)], False),               # before the position
+    ([_Msg(0, 9), _Msg(0, 10)], False),              # past the range's end
+    ([_Msg(0, 5), _Msg(1, 6)], False),               # two partitions
+    ([_Msg(0, 5), _Msg(0, 6, error=object())], False),  # an error event (EOF, ...)
+    ([_Msg(3, 0)], False),                           # a partition not assigned
+    ([], False),
+])
+def test_a_fetch_is_taken_whole_only_when_every_message_is_due(messages, taken):
+    from l2m.kafka.reader import _Buffer
+
+    position, ends, buffer = {0: 5, 1: 0}, {0: 10, 1: 10}, _Buffer()
+    assert KafkaStreamReader._take_all(messages, position, ends, buffer) is taken
+    assert len(buffer) == (len(messages) if taken else 0)
+    assert position[0] == (messages[-1].offset() + 1 if taken else 5)

@@ -277,7 +277,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     raise KafkaUnavailableError(
                         f"no records from {self.topic} partitions/offsets {behind} within "
                         f"{self.poll_timeout:.0f}s (expected up to {ends})")
-                for msg in messages:
+                taken = self._take_all(messages, position, ends, buffer)
+                if taken:
+                    p = messages[-1].partition()
+                    if position[p] >= ends[p]:
+                        consumer.pause([TopicPartition(self.topic, p)])
+                for msg in () if taken else messages:
                     error = msg.error()
                     if error is not None:
                         if error.code() == KafkaError._PARTITION_EOF:
@@ -321,6 +326,25 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finally:
             consumer.close()
 
+    @staticmethod
+    def _take_all(messages: list[Any], position: dict[int, int], ends: dict[int, int],
+                  buffer: _Buffer) -> bool:
+        """The usual fetch — one partition, no errors, every offset due — added to the
+        buffer without a Python step per message. False: go through them one by one."""
+        # any(): a KafkaError is true, and cannot be compared with None (it raises).
+        if not messages or any(map(_ERROR, messages)):
+            return False
+        partitions = list(map(_PARTITION, messages))
+        p = partitions[0]
+        if p not in ends or partitions.count(p) != len(partitions):
+            return False
+        first, last = messages[0].offset(), messages[-1].offset()
+        if first < position[p] or last >= ends[p] or last - first != len(messages) - 1:
+            return False  # outside the range, out of order or with gaps
+        buffer.messages.extend(messages)
+        position[p] = last + 1
+        return True
+
     def _log_task(self, started: float, records: int) -> None:
         """Benchmarks: which executor read how many records (the Python worker's parent is
         its executor's worker daemon, one per executor)."""
@@ -348,6 +372,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if st in DEAD_LETTERED:
                     dead_letters.send(buffer, i, errors[i] or "malformed")
         return batch
+
+
+_ERROR = operator.methodcaller("error")
+_PARTITION = operator.methodcaller("partition")
 
 
 class _Buffer:
