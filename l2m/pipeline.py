@@ -17,6 +17,7 @@ string (:func:`routing_option`), decoded once per Python worker process."""
 from __future__ import annotations
 
 import base64
+import gc
 import hashlib
 import pickle
 import zlib
@@ -94,6 +95,11 @@ def routing_from_option(value: str) -> Routing:
         assert isinstance(found, Routing)
         _DECODED.clear()  # one job per process: keep only the current rules
         _DECODED[digest] = found
+        # The rules live as long as the worker, and pyspark runs a full gc.collect() after
+        # every task: with 10,000 rules that scan took 180 ms per task. Frozen, the cyclic
+        # collector skips them (and whatever else is alive right now: cyclic garbage
+        # created before this point is never reclaimed, once per rule set per worker).
+        gc.freeze()
     return found
 
 
