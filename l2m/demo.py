@@ -61,7 +61,12 @@ class LogProducer(threading.Thread):
                     partition = 0
                 else:
                     partition = self.sent % self.partitions
-                self.producer.produce(self.topic, value=line, partition=partition)
+                while True:
+                    try:
+                        self.producer.produce(self.topic, value=line, partition=partition)
+                        break
+                    except BufferError:  # the local queue is full: wait for deliveries
+                        self.producer.poll(0.05)
                 self.sent += 1
             self.producer.poll(0)
             time.sleep(0.01)
