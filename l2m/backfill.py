@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from l2m.errors import InputError
-from l2m.lines import SPARK_CODECS, Split, plan_splits, read_split
+from l2m.lines import SPARK_CODECS, Split, compressed, open_compressed, plan_splits, read_split
 from l2m.parse import parse_lines
 from l2m.pipeline import TaskPipeline, routing_from_option, routing_option
 from l2m.preaggregate import KEY, PARTIAL_SCHEMA
@@ -142,13 +142,12 @@ def input_files(inputs: Sequence[str]) -> list[Path]:
     return files
 
 
-def _check_gzip(path: str) -> str | None:
-    """Why a gzip file cannot be read to its end, or None. Runs in a Spark task."""
-    import gzip
+def _check_compressed(path: str) -> str | None:
+    """Why a compressed file cannot be read to its end, or None. Runs in a Spark task."""
     import zlib
 
     try:
-        with gzip.open(path, "rb") as f:
+        with open_compressed(path) as f:
             while f.read(1 << 20):
                 pass
     except (OSError, EOFError, zlib.error) as exc:
@@ -156,15 +155,20 @@ def _check_gzip(path: str) -> str | None:
     return None
 
 
-def corrupt_gzip_files(spark: SparkSession, files: Sequence[Path]) -> list[tuple[str, str]]:
-    """(path, reason) of every ``.gz`` file that does not decompress to its end, checked in
-    parallel: Spark's reader would fail the whole job on it, after reading part of it."""
-    gz = [str(f) for f in files if f.suffix == ".gz"]
-    if not gz:
+def corrupt_compressed_files(spark: SparkSession, files: Sequence[Path]
+                             ) -> list[tuple[str, str]]:
+    """(path, reason) of every ``.gz`` or ``.bz2`` file that does not decompress to its end,
+    checked in parallel: reading it would fail the whole job, after reading part of it."""
+    packed = [str(f) for f in files if compressed(f)]
+    if not packed:
         return []
-    checked = spark.sparkContext.parallelize(gz, len(gz)).map(
-        lambda p: (p, _check_gzip(p))).collect()
+    checked = spark.sparkContext.parallelize(packed, len(packed)).map(
+        lambda p: (p, _check_compressed(p))).collect()
     return [(path, reason) for path, reason in checked if reason is not None]
+
+
+def _format(path: str) -> str:
+    return "bzip2" if path.endswith(".bz2") else "gzip"
 
 
 def read_lines(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
@@ -294,15 +298,16 @@ def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[st
     summary = BackfillSummary(matches={r.id: 0 for r in routing.rules},
                               series={r.id: 0 for r in routing.rules})
     files = input_files(inputs)
-    summary.skipped_files = corrupt_gzip_files(spark, files)
+    summary.skipped_files = corrupt_compressed_files(spark, files)
     if summary.skipped_files and strict:
         path, reason = summary.skipped_files[0]
-        raise InputError(f"{path}: corrupt or truncated gzip ({reason}); "
+        raise InputError(f"{path}: corrupt or truncated {_format(path)} ({reason}); "
                          f"{len(summary.skipped_files)} such file(s) (without --strict they "
                          "are skipped and listed)")
     if summary.skipped_files and progress:
         for path, reason in summary.skipped_files:
-            print(f"l2m backfill: skipping {path}: corrupt or truncated gzip ({reason})",
+            print(f"l2m backfill: skipping {path}: corrupt or truncated {_format(path)} "
+                  f"({reason})",
                   file=sys.stderr, flush=True)
     bad = {path for path, _ in summary.skipped_files}
     files = [f for f in files if str(f) not in bad]

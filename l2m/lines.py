@@ -49,6 +49,11 @@ def compressed(path: str | Path) -> bool:
     return Path(path).suffix in _OPENERS
 
 
+def open_compressed(path: str | Path) -> IO[bytes]:
+    """A ``.gz`` or ``.bz2`` file, decompressed as it is read."""
+    return _OPENERS[Path(path).suffix](path, "rb")  # type: ignore[no-any-return]
+
+
 def plan_splits(files: Sequence[Path], parallelism: int) -> list[Split]:
     """About four splits per core over the plain bytes (even work at the tail of the job,
     finer progress), 8–128 MB each; compressed files striped over the cores they leave."""
@@ -137,7 +142,7 @@ def _blocks(f: IO[bytes], length: int) -> Iterator[list[bytes]]:
 def _striped(split: Split) -> Iterator[list[bytes]]:
     carry = b""
     index = 0
-    with _OPENERS[Path(split.path).suffix](split.path, "rb") as f:
+    with open_compressed(split.path) as f:
         while True:
             data = f.read(BLOCK)
             final = len(data) < BLOCK  # read() fills its size until the end of the stream

@@ -4,6 +4,7 @@ good logs around it are counted exactly."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 import time
@@ -87,7 +88,7 @@ def test_future_event_times_are_bounded_by_the_record_time_and_the_clock():
 
 
 @pytest.mark.spark
-def test_backfill_counts_hostile_lines_skips_corrupt_gzip_and_keeps_good_logs_exact(
+def test_backfill_counts_hostile_lines_skips_corrupt_archives_and_keeps_good_logs_exact(
         spark, tmp_path):
     good = [orjson.dumps({"@timestamp": T0 + i, "svc": "ok", "b": i}) for i in range(1, 101)]
     folder = tmp_path / "in"
@@ -95,14 +96,19 @@ def test_backfill_counts_hostile_lines_skips_corrupt_gzip_and_keeps_good_logs_ex
     hostile = [r for r, _ in HOSTILE_TIMES + MALFORMED_LINES + PROCESSED]
     (folder / "a.jsonl").write_bytes(b"\n".join(good[:50] + hostile) + b"\n")
     with gzip.open(folder / "b.jsonl.gz", "wb") as f:
-        f.write(b"\n".join(good[50:]) + b"\n")
+        f.write(b"\n".join(good[50:75]) + b"\n")
+    with bz2.open(folder / "b2.jsonl.bz2", "wb") as f:
+        f.write(b"\n".join(good[75:]))  # no final newline
     whole = gzip.compress(b"\n".join(good) * 50)
     (folder / "c.jsonl.gz").write_bytes(whole[: len(whole) // 2])  # truncated
     (folder / "d.jsonl.gz").write_bytes(b"not gzip at all")
+    packed = bz2.compress(b"\n".join(good) * 50)
+    (folder / "e.jsonl.bz2").write_bytes(packed[: len(packed) // 2])  # truncated
 
     out = tmp_path / "out.jsonl"
     summary = run_backfill(spark, RULES, [str(folder)], out, progress=False)
-    assert sorted(Path(p).name for p, _ in summary.skipped_files) == ["c.jsonl.gz", "d.jsonl.gz"]
+    assert sorted(Path(p).name for p, _ in summary.skipped_files) == [
+        "c.jsonl.gz", "d.jsonl.gz", "e.jsonl.bz2"]
     assert summary.malformed == len(MALFORMED_LINES)
     assert summary.no_timestamp == len(HOSTILE_TIMES)
     assert summary.parsed == 100 + len(PROCESSED)
@@ -113,9 +119,9 @@ def test_backfill_counts_hostile_lines_skips_corrupt_gzip_and_keeps_good_logs_ex
     # a sum that leaves the double range is +Inf, written as Prometheus writes it, and counted
     assert samples[("s", (), T0 + 100)] == "+Inf"
     assert summary.nonfinite == 1
-    assert "corrupt files:      2 (skipped)" in summary.render()
+    assert "corrupt files:      3 (skipped)" in summary.render()
 
-    with pytest.raises(InputError, match="corrupt or truncated gzip"):
+    with pytest.raises(InputError, match=r"corrupt or truncated (gzip|bzip2)"):
         run_backfill(spark, RULES, [str(folder)], tmp_path / "strict.jsonl", progress=False,
                      strict=True)
     assert not (tmp_path / "strict.jsonl.partial").exists()
