@@ -29,7 +29,15 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from l2m.errors import InputError
-from l2m.lines import SPARK_CODECS, Split, compressed, open_compressed, plan_splits, read_split
+from l2m.lines import (
+    SPARK_CODECS,
+    Split,
+    compressed,
+    open_compressed,
+    plan_splits,
+    read_split,
+    split_size,
+)
 from l2m.parse import parse_lines
 from l2m.pipeline import TaskPipeline, routing_from_option, routing_option
 from l2m.preaggregate import KEY, PARTIAL_SCHEMA
@@ -176,10 +184,9 @@ def read_lines(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
     formats Python's standard library cannot read (:data:`l2m.lines.SPARK_CODECS`). A line
     that is not valid UTF-8 stays a line (malformed for the parse stage)."""
     parallelism = spark.sparkContext.defaultParallelism
-    # About four splits per core: even work at the tail of the job, finer progress. Spark's
-    # default (128 MB splits) gives a 400 MB file three tasks, one of them alone at the end.
-    split = sum(f.stat().st_size for f in files) // (4 * parallelism)
-    split = min(max(split, 8 << 20), 128 << 20)
+    # Spark's default (128 MB splits) gives a 400 MB file three tasks, one of them alone at
+    # the end: the same split size as l2m's own reader instead.
+    split = split_size(sum(f.stat().st_size for f in files), parallelism)
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(split))
     raw = spark.read.text([str(f) for f in files]).select(F.col("value").cast("binary"))
     # gzip is not splittable: spread a few big files over all cores before parsing.
@@ -188,37 +195,44 @@ def read_lines(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
     return raw
 
 
-def task_partials(routing: str) -> Callable[[Iterator[pa.RecordBatch]],
-                                            Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of one read task: its lines → its partials
-    (``PARTIAL_SCHEMA``), given the routing option (:func:`l2m.pipeline.routing_option`)."""
+def _partials(routing: str, lines_of: Callable[[pa.RecordBatch], Iterable[list[bytes]]]
+              ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of one task: the lines ``lines_of`` gives for each input
+    batch → the task's partials (``PARTIAL_SCHEMA``), given the routing option
+    (:func:`l2m.pipeline.routing_option`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rules = routing_from_option(routing)
         pipeline = TaskPipeline(rules)
         for batch in batches:
-            pipeline.add(parse_lines(batch.column(0).to_pylist(), rules.plan))
+            for lines in lines_of(batch):
+                for i in range(0, len(lines), PARSE_ROWS):
+                    pipeline.add(parse_lines(lines[i:i + PARSE_ROWS], rules.plan))
         yield from pipeline.finish()
 
     return run
+
+
+def _text_lines(batch: pa.RecordBatch) -> Iterable[list[bytes]]:
+    return [batch.column(0).to_pylist()]
+
+
+def _split_lines(batch: pa.RecordBatch) -> Iterable[list[bytes]]:
+    for row in batch.to_pylist():
+        yield from read_split(Split(**row))
+
+
+def task_partials(routing: str) -> Callable[[Iterator[pa.RecordBatch]],
+                                            Iterator[pa.RecordBatch]]:
+    """Over lines Spark's text source read (:func:`read_lines`)."""
+    return _partials(routing, _text_lines)
 
 
 def split_partials(routing: str) -> Callable[[Iterator[pa.RecordBatch]],
                                              Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of one task over split descriptors (:data:`SPLIT_SCHEMA`):
-    it reads its splits' lines itself, so no log passes through the JVM."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rules = routing_from_option(routing)
-        pipeline = TaskPipeline(rules)
-        for batch in batches:
-            for row in batch.to_pylist():
-                for lines in read_split(Split(**row)):
-                    for i in range(0, len(lines), PARSE_ROWS):
-                        pipeline.add(parse_lines(lines[i:i + PARSE_ROWS], rules.plan))
-        yield from pipeline.finish()
-
-    return run
+    """Over split descriptors (:data:`SPLIT_SCHEMA`): the task reads its splits' lines
+    itself, so no log passes through the JVM."""
+    return _partials(routing, _split_lines)
 
 
 PARSE_ROWS = 10_000  # lines per parsed batch, as the streaming reader's

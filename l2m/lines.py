@@ -54,35 +54,41 @@ def open_compressed(path: str | Path) -> IO[bytes]:
     return _OPENERS[Path(path).suffix](path, "rb")  # type: ignore[no-any-return]
 
 
+def split_size(total: int, parallelism: int) -> int:
+    """Bytes per split for ``total`` bytes: about four splits per core (even work at the tail
+    of the job, finer progress), 8–128 MB each, rounded up (no crumb split at the end)."""
+    return min(max(-(-total // (4 * parallelism)), 8 << 20), 128 << 20)
+
+
 def plan_splits(files: Sequence[Path], parallelism: int) -> list[Split]:
-    """About four splits per core over the plain bytes (even work at the tail of the job,
-    finer progress), 8–128 MB each; compressed files striped over the cores they leave."""
-    plain = [f for f in files if not compressed(f)]
+    """Plain files cut by :func:`split_size`; compressed files striped over the cores they
+    leave."""
+    plain = {f: f.stat().st_size for f in files if not compressed(f)}
     packed = [f for f in files if compressed(f)]
-    total = sum(f.stat().st_size for f in plain)
-    size = min(max(-(-total // (4 * parallelism)), 8 << 20), 128 << 20)  # ceil: no crumb split
-    splits: list[Split] = []
-    for f in plain:
-        length = f.stat().st_size
-        splits += [Split(str(f), start, min(start + size, length))
-                   for start in range(0, length, size)]
+    size = split_size(sum(plain.values()), parallelism)
+    splits = [Split(str(f), start, min(start + size, length))
+              for f, length in plain.items() for start in range(0, length, size)]
     stripes = max(1, parallelism // len(packed)) if packed else 1
-    for f in packed:
-        splits += [Split(str(f), stripe=k, stripes=stripes) for k in range(stripes)]
+    splits += [Split(str(f), stripe=k, stripes=stripes) for f in packed for k in range(stripes)]
     return splits
 
 
 def read_split(split: Split) -> Iterator[list[bytes]]:
     """The split's lines, a block at a time."""
     if compressed(split.path):
-        yield from _striped(split)
+        with open_compressed(split.path) as f:
+            for index, chunk in enumerate(_whole_lines(f)):
+                if index % split.stripes == split.stripe and chunk:
+                    yield chunk.splitlines()
         return
     with open(split.path, "rb") as f:
         size = f.seek(0, 2)
         first = line_start(f, split.start, size)
         stop = line_start(f, split.end, size)
         f.seek(first)
-        yield from _blocks(f, stop - first)
+        for chunk in _whole_lines(f, stop - first):
+            if chunk:
+                yield chunk.splitlines()
 
 
 def line_start(f: IO[bytes], pos: int, size: int) -> int:
@@ -123,34 +129,19 @@ def _cut(block: bytes, final: bool) -> int:
     return end + 1
 
 
-def _blocks(f: IO[bytes], length: int) -> Iterator[list[bytes]]:
+def _whole_lines(f: IO[bytes], limit: int | None = None) -> Iterator[bytes]:
+    """``f`` (up to ``limit`` bytes) one read at a time, each cut after its last whole line;
+    the rest goes to the next. One chunk per read, empty ones too: stripes count reads."""
     carry = b""
-    while length > 0:
-        data = f.read(min(BLOCK, length))
-        if not data:
-            break
-        length -= len(data)
+    while True:
+        want = BLOCK if limit is None else min(BLOCK, limit)
+        data = f.read(want) if want else b""
+        if limit is not None:
+            limit -= len(data)
+        final = len(data) < BLOCK  # read() fills its size until the end (or the limit)
         block = carry + data
-        cut = _cut(block, final=length <= 0)
+        cut = _cut(block, final)
         carry = block[cut:]
-        if cut:
-            yield block[:cut].splitlines()
-    if carry:
-        yield carry.splitlines()
-
-
-def _striped(split: Split) -> Iterator[list[bytes]]:
-    carry = b""
-    index = 0
-    with open_compressed(split.path) as f:
-        while True:
-            data = f.read(BLOCK)
-            final = len(data) < BLOCK  # read() fills its size until the end of the stream
-            block = carry + data
-            cut = _cut(block, final)
-            carry = block[cut:]
-            if index % split.stripes == split.stripe and cut:
-                yield block[:cut].splitlines()
-            index += 1
-            if final:
-                break
+        yield block[:cut]
+        if final:
+            return

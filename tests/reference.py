@@ -18,6 +18,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from l2m.parse import ParsePlan
 from l2m.query import (
     And,
     Clauses,
@@ -40,11 +41,30 @@ from l2m.values import (
     label_name,
     lookup,
     number,
+    padded_tokens,
     parse_timestamp,
     string_form,
     text_tokens,
     window_start,
 )
+
+
+def field_forms(doc: dict[str, Any], plan: ParsePlan) -> dict[str, Any]:
+    """The parse stage's field columns for one log, from the SPEC's lookup and value forms
+    (column name → value)."""
+    row: dict[str, Any] = {}
+    for use in plan.fields:
+        value = lookup(doc, use.path)
+        if use.string:
+            row[plan.column(use.path, "s")] = string_form(value)
+        if use.number:
+            row[plan.column(use.path, "n")] = number(value)
+        if use.exists:
+            row[plan.column(use.path, "x")] = value is not None
+        if use.text:
+            text = string_form(value)
+            row[plan.column(use.path, "t")] = None if text is None else padded_tokens(text)
+    return row
 
 
 def glob(parts: tuple[str, ...], text: str) -> bool:

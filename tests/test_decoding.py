@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from l2m.decoding import decode, field_decoder, json_int
 from l2m.parse import BLANK, MALFORMED, OK, ParsePlan, parse_lines
 from l2m.query import FieldUse
-from l2m.values import lookup, number, padded_tokens, parse_timestamp, string_form
+from l2m.values import lookup, parse_timestamp
+
+from .reference import field_forms
 
 PATHS = ("a", "a.b", "a.b.c", "n", "s", "@timestamp")
 PLAN = ParsePlan.merge([FieldUse("a", string=True, exists=True),
@@ -74,18 +76,7 @@ def _reference(line: bytes | str | None) -> dict[str, object]:
         ts = parse_timestamp(lookup(doc, "@timestamp"))
         row["_status"] = OK if ts is not None else 2
         row["_ts"] = ts
-    for use in PLAN.fields:
-        value = lookup(doc, use.path)
-        if use.string:
-            row[PLAN.column(use.path, "s")] = string_form(value)
-        if use.number:
-            row[PLAN.column(use.path, "n")] = number(value)
-        if use.exists:
-            row[PLAN.column(use.path, "x")] = value is not None
-        if use.text:
-            text = string_form(value)
-            row[PLAN.column(use.path, "t")] = None if text is None else padded_tokens(text)
-    return row
+    return row | field_forms(doc, PLAN)
 
 
 def _check(lines: list) -> None:
