@@ -112,15 +112,14 @@ class _Level:
         self.struct: type[msgspec.Struct] = msgspec.defstruct(
             name, fields, rename={f"k{i}": key for i, key in enumerate(self.keys)}, gc=False)
         self.empty = self.struct()
-        attrs = [f"k{i}" for i in range(len(self.keys))]
-        get = attrgetter(*attrs)
-        self.rows = get if len(attrs) > 1 else (lambda s: (get(s),))
+        self.getters = [attrgetter(f"k{i}") for i in range(len(self.keys))]
 
     def columns(self, items: Sequence[Any], prefix: tuple[str, ...],
-                out: dict[tuple[str, ...], Sequence[Any]]) -> None:
+                out: dict[tuple[str, ...], list[Any]]) -> None:
         """Every column of this level (and below) for ``items`` (instances of the struct)."""
-        cols: list[Sequence[Any]] = (list(zip(*map(self.rows, items), strict=True)) if items
-                                     else [()] * len(self.keys))
+        # One C-level pass per attribute: no per-log tuple of every attribute, as a transposing
+        # zip(*rows) would build and free (it cost twice as much).
+        cols = [list(map(getter, items)) for getter in self.getters]
         for key, col in zip(self.keys, cols, strict=True):
             out[(*prefix, key)] = col
             level = self.children.get(key)
@@ -157,7 +156,7 @@ class FieldDecoder:
                 items = []
         if not items and lines:
             items = self._one_by_one(lines, suspect, failed)
-        columns: dict[tuple[str, ...], Sequence[Any]] = {}
+        columns: dict[tuple[str, ...], list[Any]] = {}
         self.root.columns(items, (), columns)
         return Decoded({path: self._lookup(columns, path) for path in self.paths}, failed)
 
@@ -189,14 +188,14 @@ class FieldDecoder:
         return items
 
     @staticmethod
-    def _lookup(columns: dict[tuple[str, ...], Sequence[Any]], path: str) -> list[Any]:
+    def _lookup(columns: dict[tuple[str, ...], list[Any]], path: str) -> list[Any]:
         flat = columns[(path,)]
         parts = tuple(path.split("."))
         if len(parts) == 1:
-            return list(flat)
+            return flat
         nested = columns[parts]
         if flat.count(None) == len(flat):  # the usual case: no log has the dotted key
-            return list(nested)
+            return nested
         return [f if f is not None else v for f, v in zip(flat, nested, strict=True)]
 
 

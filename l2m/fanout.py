@@ -18,6 +18,8 @@ group-by) get their rows together, so the cost per rule is a few numpy calls.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,8 +39,14 @@ MATCH_SCHEMA = pa.schema([
     pa.field("v", pa.float64()),
 ])
 MINUTE = 60_000
-# A status row's series: its status name, encoded as a one-value series.
-_STATUS_SERIES = pa.array([f"{len(n)}:{n}" for n in STATUS_NAMES], pa.string())
+
+
+@functools.cache
+def _status_series() -> pa.Array:
+    """A status row's series: its status name, encoded as a one-value series. Built on first
+    use: a process's first ``pa.array`` imports pandas (0.25 s), which the source's planner
+    process, importing this module on every query start, never needs."""
+    return pa.array([f"{len(n)}:{n}" for n in STATUS_NAMES], pa.string())
 
 
 # What a rule's match rows are built from besides its matches: rules of one shape (the
@@ -195,7 +203,7 @@ class FanOut:
                             pa.scalar(None, pa.string()))
         return pa.table({
             "rule": pa.repeat(pa.scalar(STATUS_RULE), n),
-            "series": _STATUS_SERIES.take(pc.cast(status, pa.int32())),
+            "series": _status_series().take(pc.cast(status, pa.int32())),
             "le": minute,
             "window": pa.nulls(n, pa.int64()),
             "ts": self.ts,

@@ -53,6 +53,10 @@ STATUS_NAMES = ("ok", "malformed", "no_timestamp", "blank", "no_timestamp", "fut
 ROUTED = (OK, KAFKA_TIME)  # statuses whose logs the rules see
 DEAD_LETTERED = (MALFORMED, FUTURE)  # statuses whose records go to the dead-letter topic
 MAX_FUTURE_MS = 5 * 60_000
+# Lines decoded and typed at a time. Every step touches each decoded value once; a slice's
+# values (~2 MB of Python objects) stay in a core's cache between the steps, where ten
+# thousand lines' did not: parse 10.2 -> 8.4 µs/log (2 cores, EPYC, 2 MB L2 per core).
+SLICE_LINES = 2_500
 
 STATUS = "_status"
 TIMESTAMP = "_ts"
@@ -155,7 +159,13 @@ def parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _parse_lines(lines, plan, fallback_ts, now_ms)
+        if len(lines) <= SLICE_LINES:
+            return _parse_lines(lines, plan, fallback_ts, now_ms)
+        return pa.concat_batches([
+            _parse_lines(lines[i:i + SLICE_LINES], plan,
+                         None if fallback_ts is None else fallback_ts[i:i + SLICE_LINES],
+                         now_ms)
+            for i in range(0, len(lines), SLICE_LINES)])
     finally:
         if collecting:
             gc.enable()
@@ -170,13 +180,12 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
     columns: dict[str, pa.Array] = {}
     for i, use in enumerate(plan.fields):
         col = values[use.path]
-        kinds = set(map(type, col))
         if use.string or use.keyword_patterns:
-            strings = columns[f"f{i}_s"] = _strings(col, kinds)
+            strings = columns[f"f{i}_s"] = _strings(col)
             for j, regex in enumerate(use.keyword_patterns):
                 columns[f"f{i}_km{j}"] = match_whole(strings, regex)
         if use.number:
-            columns[f"f{i}_n"] = _numbers(col, kinds)
+            columns[f"f{i}_n"] = _numbers(col)
         if use.exists:
             columns[f"f{i}_x"] = pa.array([v is not None for v in col], pa.bool_())
         if use.text or use.text_patterns:
@@ -269,18 +278,20 @@ def event_times(raw: list[Any]) -> list[int | None]:
     return out
 
 
-_STRINGS = frozenset({str, type(None)})
 _NUMBERS = frozenset({int, float, type(None)})
 
 
-def _strings(col: list[Any], kinds: set[type]) -> pa.Array:
-    if kinds <= _STRINGS:  # all strings (or missing): Arrow copies them in C
+def _strings(col: list[Any]) -> pa.Array:
+    try:  # all strings (or missing), the usual case: Arrow copies them in C
         return pa.array(col, pa.string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid):  # a number, bool, list or object among them
+        pass
     return pa.array([v if v.__class__ is str else _string_form(v) for v in col], pa.string())
 
 
-def _numbers(col: list[Any], kinds: set[type]) -> pa.Array:
-    if kinds <= _NUMBERS:
+def _numbers(col: list[Any]) -> pa.Array:
+    # Arrow would take True for 1.0: only a column of numbers (or missing) is converted whole.
+    if set(map(type, col)) <= _NUMBERS:
         try:
             return pa.array(col, pa.float64())
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):

@@ -17,6 +17,7 @@ the sample falls back to the double sum, as :class:`l2m.samples.Partial` reads i
 from __future__ import annotations
 
 import decimal
+import functools
 from collections.abc import Collection, Iterable
 
 import pyarrow as pa
@@ -39,7 +40,14 @@ WIDE = pa.decimal256(76, 18)
 _PARSE = pa.decimal256(76, 40)
 _LIMIT = 1e20
 _TINY = 1e-20  # rounds to 0 at 18 places
-_EXACT_LIMIT = pa.scalar(decimal.Decimal(10) ** 20, WIDE)
+
+
+@functools.cache
+def _exact_limit() -> pa.Scalar:
+    # Built on first use, not at import: a process's first pa.array/pa.scalar imports pandas
+    # (0.25 s), which the source's planner process, importing this module on every query
+    # start, never needs.
+    return pa.scalar(decimal.Decimal(10) ** 20, WIDE)
 
 
 def exact_values(v: pa.Array) -> pa.Array:
@@ -113,7 +121,7 @@ def merge(parts: Iterable[pa.Table]) -> pa.Table:
 def _partials(grouped: pa.Table, matches: str, n: str, total: str, exact: str, exact_n: str,
               low: str, high: str, ts: str) -> pa.Table:
     wide = grouped.column(exact)
-    fits = pc.fill_null(pc.less(pc.abs(wide), _EXACT_LIMIT), False)
+    fits = pc.fill_null(pc.less(pc.abs(wide), _exact_limit()), False)
     return pa.table({
         "rule": grouped.column("rule"), "series": grouped.column("series"),
         "le": grouped.column("le"), "window": grouped.column("window"),

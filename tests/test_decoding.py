@@ -11,6 +11,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from l2m import parse
 from l2m.decoding import decode, field_decoder, json_int
 from l2m.parse import BLANK, MALFORMED, OK, ParsePlan, parse_lines
 from l2m.query import FieldUse
@@ -98,6 +99,20 @@ def test_each_hostile_line_alone_and_among_clean_ones():
     for line in HOSTILE:
         _check([line])
         _check([*clean[:2], line, *clean[2:]])
+
+
+def test_a_batch_parsed_in_slices_equals_the_batch_parsed_whole(monkeypatch):
+    """parse_lines works on slices of SLICE_LINES lines (cache-sized); the slices' rows, and
+    the record times that go with them, must line up with the whole batch's."""
+    lines = [*HOSTILE, *(json.dumps({"n": i, "@timestamp": 1_795_000_000_000 + i}).encode()
+                         for i in range(20))]
+    record_ts = [1_795_000_000_000 + 7 * row for row in range(len(lines))]
+    whole = parse_lines(lines, PLAN, fallback_ts=record_ts, now_ms=1_795_000_000_000)
+    monkeypatch.setattr(parse, "SLICE_LINES", 7)
+    sliced = parse_lines(lines, PLAN, fallback_ts=record_ts, now_ms=1_795_000_000_000)
+    assert sliced.num_rows == len(lines)
+    assert sliced.to_pydict() == whole.to_pydict()
+    _check(lines)
 
 
 def test_big_integers_read_as_orjson_reads_them():
