@@ -27,7 +27,7 @@ from l2m.failures import failure, retriable
 from l2m.rules import Rule
 from l2m.session import build_session
 from l2m.state import check_checkpoint
-from l2m.streaming import QUERY, STREAMING_CONF, Job, start_job, stop_file
+from l2m.streaming import QUERY, Job, start_job, stop_file, streaming_conf
 from l2m.telemetry import (
     BatchTasks,
     ExecutorLoad,
@@ -39,7 +39,7 @@ from l2m.telemetry import (
 
 
 def session_for(cfg: JobConfig) -> SparkSession:
-    conf = {**STREAMING_CONF, **cfg.spark}
+    conf = {**streaming_conf(cfg.checkpoint), **cfg.spark}
     return build_session(cfg.master, "l2m", conf)
 
 

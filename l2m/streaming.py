@@ -225,3 +225,23 @@ STREAMING_CONF = {
     "spark.sql.streaming.stateStore.minDeltasForSnapshot": "5",
     "spark.sql.streaming.stateStore.maintenanceInterval": "15s",
 }
+# Checkpoints on a local disk (a laptop, CI, a Kubernetes volume). Spark's default writer of
+# checkpoint files goes through Hadoop's FileContext, whose rename asks for the link status
+# of both paths; without Hadoop's native library (pip's pyspark has none) each ask forks a
+# `readlink` process from the JVM. Every micro-batch renames its offset and commit log
+# entries and each state partition's changelog: 40-45 ms for each log entry, ~0.1 s per
+# batch of a 2-core drain. The FileSystem-based writer renames with java.io (atomic on a
+# local disk, as before): offset log 42 -> 8 ms, commit log 45 -> 13 ms. Object stores keep
+# Spark's default.
+LOCAL_CHECKPOINT_CONF = {
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager",
+}
+
+
+def streaming_conf(checkpoint: str) -> dict[str, str]:
+    """The Spark settings of a streaming job whose checkpoint is ``checkpoint``."""
+    local = "://" not in checkpoint or checkpoint.startswith("file:")
+    return {**STREAMING_CONF, **(LOCAL_CHECKPOINT_CONF if local else {})}
+

@@ -20,10 +20,11 @@ os.environ.setdefault("L2M_JVM_CACHE", "off")
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     from l2m.session import build_session
-    from l2m.streaming import STREAMING_CONF, register
+    from l2m.streaming import register, streaming_conf
 
+    # Tests keep their checkpoints in temporary folders: a local disk, as on a laptop.
     session = build_session("local[2]", "l2m-tests",
-                            {**STREAMING_CONF, "spark.sql.shuffle.partitions": "4"})
+                            {**streaming_conf("/tmp"), "spark.sql.shuffle.partitions": "4"})
     register(session)
     yield session
     session.stop()

@@ -14,7 +14,7 @@ from l2m.backfill import run_backfill
 from l2m.config import JobConfig
 from l2m.generator import GeneratorConfig, LogGenerator
 from l2m.rules import load_rules, load_text
-from l2m.streaming import Job, start_job
+from l2m.streaming import LOCAL_CHECKPOINT_CONF, STREAMING_CONF, Job, start_job, streaming_conf
 
 from .kafka_helpers import (
     canonical,
@@ -96,3 +96,11 @@ def test_restart_continues_counters_exactly(spark, broker, tmp_path):
     run_once(spark, cfg, rules)  # same checkpoint: continues, never recounts
     expected = backfill_samples(spark, rules, lines, tmp_path)
     assert canonical(metrics(t)) == canonical(expected)
+
+
+@pytest.mark.parametrize(("checkpoint", "local"), [
+    ("checkpoints/l2m", True), ("/var/lib/l2m", True), ("file:///var/lib/l2m", True),
+    ("s3a://bucket/l2m", False), ("gs://bucket/l2m", False), ("hdfs://nn/l2m", False)])
+def test_local_checkpoints_are_written_without_forking_readlink(checkpoint, local):
+    conf = streaming_conf(checkpoint)
+    assert conf == {**STREAMING_CONF, **(LOCAL_CHECKPOINT_CONF if local else {})}
