@@ -189,9 +189,13 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
         if use.exists:
             columns[f"f{i}_x"] = pa.array([v is not None for v in col], pa.bool_())
         if use.text or use.text_patterns:
-            texts = columns[f"f{i}_t"] = _texts(col)
+            distinct, rows = _texts(col)
+            if use.text:
+                columns[f"f{i}_t"] = distinct.take(rows)
             for j, regex in enumerate(use.text_patterns):
-                columns[f"f{i}_tm{j}"] = match_any_token(texts, regex)
+                # Matched once per distinct text; a missing field (null row) never matches.
+                columns[f"f{i}_tm{j}"] = pc.fill_null(
+                    match_any_token(distinct, regex).take(rows), False)
     ts, status, errors = _times(values[ts_path], decoded.failed, plan, fallback_ts, now_ms)
     columns[TIMESTAMP] = pa.array(ts, pa.int64())
     columns[STATUS] = pa.array(status, pa.int8())
@@ -253,28 +257,35 @@ def _times(raw: list[Any], failed: dict[int, str | None], plan: ParsePlan,
     return ts, status, errors
 
 
+# The ISO times with milliseconds event_times reads by slicing (any zone: the minute's parse
+# checks it). [[:ascii:]] as Python's isascii(): [0-9] is then what isdigit() accepts.
+_ISO_MS = (r"^[[:ascii:]]{4}-[[:ascii:]]{2}-[[:ascii:]]{5}:[[:ascii:]]{2}:[0-5][0-9]\.[0-9]{3}"
+           r"[Z+\-][[:ascii:]]*$")
+
+
 def event_times(raw: list[Any]) -> list[int | None]:
     """:func:`~l2m.values.parse_timestamp` of every value. Logs of one batch share their
     minutes: an ISO time with milliseconds (``2026-11-22T10:00:00.060Z``, any zone) costs the
-    full parse once per distinct minute and zone, then slicing and two small ints; anything
-    else takes the full parse."""
-    out: list[int | None] = []
-    minutes: dict[str, int | None] = {}
-    for v in raw:
-        if v.__class__ is str and len(v) >= 24 and v[19] == "." and v[23] in "Z+-" \
-                and v[4] == "-" and v[7] == "-" and v[13] == ":" and v[16] == ":" \
-                and v.isascii() and (second := v[17:19]).isdigit() and second < "60" \
-                and (milli := v[20:23]).isdigit():
-            zone = v[23:]
-            key = v[:16] + zone
-            if key in minutes:
-                base = minutes[key]
-            else:
-                base = minutes[key] = parse_timestamp(f"{v[:16]}:00{zone}")
-            if base is not None:
-                out.append(base + int(second) * 1000 + int(milli))
-                continue
-        out.append(parse_timestamp(v))
+    full parse once per distinct minute and zone, the rest (seconds, milliseconds) is sliced
+    and added column-wise in Arrow; anything else takes the full parse, value by value."""
+    strings = pa.array([v if v.__class__ is str else None for v in raw], pa.string())
+    iso = pc.if_else(pc.fill_null(pc.match_substring_regex(strings, _ISO_MS), False), strings,
+                     pa.scalar(None, pa.string()))
+    if iso.null_count == len(iso):
+        return [parse_timestamp(v) for v in raw]
+    minutes = pc.binary_join_element_wise(pc.utf8_slice_codeunits(iso, 0, 16),
+                                          pc.utf8_slice_codeunits(iso, 23), "").dictionary_encode()
+    starts = pa.array([parse_timestamp(f"{key[:16]}:00{key[16:]}")
+                       for key in minutes.dictionary.to_pylist()], pa.int64())
+    seconds = pc.cast(pc.utf8_slice_codeunits(iso, 17, 19), pa.int64())
+    millis = pc.cast(pc.utf8_slice_codeunits(iso, 20, 23), pa.int64())
+    times = pc.add(starts.take(minutes.indices), pc.add(pc.multiply(seconds, 1000), millis))
+    out: list[int | None] = times.to_pylist()
+    if times.null_count:  # not such a time, or its minute is not a usable time: the full parse
+        for row in pc.indices_nonzero(times.is_null()).to_pylist():
+            value = raw[row]
+            if value is not None:
+                out[row] = parse_timestamp(value)
     return out
 
 
@@ -300,20 +311,27 @@ def _numbers(col: list[Any]) -> pa.Array:
                      for v in col], pa.float64())
 
 
-def _texts(col: list[Any]) -> pa.Array:
-    # Messages repeat (templates, health checks): each distinct string is tokenised once per
-    # batch. Only strings: 1, 1.0 and True are equal keys with different forms.
-    seen: dict[str, str] = {}
-    out: list[str | None] = []
+def _texts(col: list[Any]) -> tuple[pa.Array, pa.Array]:
+    """The distinct text forms of ``col`` and, per row, the index of its form (null where the
+    field is missing). Messages repeat (templates, health checks): each distinct string is
+    tokenised — and later matched against the text patterns — once per batch. Only strings
+    are shared: 1, 1.0 and True are equal keys with different forms."""
+    seen: dict[str, int] = {}
+    forms: list[str | None] = []
+    rows: list[int | None] = []
     for v in col:
         if v.__class__ is str:
-            text = seen.get(v)
-            if text is None:
-                text = seen[v] = padded_tokens(v)
-            out.append(text)
+            at = seen.get(v)
+            if at is None:
+                at = seen[v] = len(forms)
+                forms.append(padded_tokens(v))
+            rows.append(at)
+        elif v is None:
+            rows.append(None)
         else:
-            out.append(None if v is None else _text(v))
-    return pa.array(out, pa.string())
+            rows.append(len(forms))
+            forms.append(_text(v))
+    return pa.array(forms, pa.string()), pa.array(rows, pa.int32())
 
 
 def _string_form(value: Any) -> str | None:
