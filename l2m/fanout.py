@@ -246,8 +246,13 @@ def _plain(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def _encoded(values: pa.Array) -> pa.Array:
     """``<length in characters>:<value>``, ``-`` for null: unambiguous whatever the values."""
-    length = pc.cast(pc.utf8_length(values), pa.string())
-    return pc.fill_null(pc.binary_join_element_wise(length, values, ":"), "-")
+    # Group-by values repeat (services, levels, status codes): each distinct value is encoded
+    # once, then taken for every row.
+    codes = values.dictionary_encode()
+    distinct = codes.dictionary
+    length = pc.cast(pc.utf8_length(distinct), pa.string())
+    return pc.fill_null(pc.binary_join_element_wise(length, distinct, ":").take(codes.indices),
+                        "-")
 
 
 def _minute(ts: pa.Array) -> pa.Array:
