@@ -44,6 +44,8 @@ if __name__ == "__main__":
     # l2m's stages (pandas, pyarrow, orjson, confluent-kafka) cost each new worker ~0.65 s
     # of imports otherwise — on every restart's first batch, once per worker.
     try:
+        import pyarrow.acero  # noqa: F401  (pyarrow's group_by imports it on first use: 30 ms)
+
         import l2m.backfill
         import l2m.kafka.reader
         import l2m.pipeline

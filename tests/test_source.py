@@ -7,6 +7,8 @@ import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from l2m.broker import create_topics
@@ -195,20 +197,59 @@ class _Msg:
         return self._e
 
 
-@pytest.mark.parametrize(("messages", "taken"), [
-    ([_Msg(0, 5), _Msg(0, 6), _Msg(0, 7)], True),   # the usual fetch
-    ([_Msg(0, 5), _Msg(0, 7)], False),               # a gap (compaction, markers)
-    ([_Msg(0, 4), _Msg(0, 5)], False),               # before the position
-    ([_Msg(0, 9), _Msg(0, 10)], False),              # past the range's end
-    ([_Msg(0, 5), _Msg(1, 6)], False),               # two partitions
-    ([_Msg(0, 5), _Msg(0, 6, error=object())], False),  # an error event (EOF, ...)
-    ([_Msg(3, 0)], False),                           # a partition not assigned
-    ([], False),
-])
-def test_a_fetch_is_taken_whole_only_when_every_message_is_due(messages, taken):
+def _take(messages: list[_Msg], whole: bool) -> tuple[list[_Msg], dict[int, int], list[int]]:
     from l2m.kafka.reader import _Buffer
 
-    position, ends, buffer = {0: 5, 1: 0}, {0: 10, 1: 10}, _Buffer()
-    assert KafkaStreamReader._take_all(messages, position, ends, buffer) is taken
-    assert len(buffer) == (len(messages) if taken else 0)
-    assert position[0] == (messages[-1].offset() + 1 if taken else 5)
+    reader = KafkaStreamReader.__new__(KafkaStreamReader)
+    reader.topic, reader.fail_on_data_loss = "logs", True
+    position, ends, buffer = {0: 5, 1: 0, 2: 3}, {0: 10, 1: 10, 2: 4}, _Buffer()
+    done = (KafkaStreamReader._take_all(messages, position, ends, buffer) if whole
+            else reader._take_each(messages, position, ends, buffer))
+    assert done is not None
+    return buffer.messages, position, sorted(done)
+
+
+@pytest.mark.parametrize(("messages", "whole"), [
+    ([_Msg(0, 5), _Msg(0, 6), _Msg(0, 7)], True),   # the usual fetch
+    ([_Msg(0, 5), _Msg(1, 0), _Msg(0, 6), _Msg(1, 1)], True),  # partitions interleaved
+    ([_Msg(0, 5), _Msg(0, 7)], True),                # a gap (compaction, markers)
+    ([_Msg(0, 8), _Msg(0, 9), _Msg(0, 10), _Msg(0, 11)], True),  # past the range's end
+    ([_Msg(2, 3), _Msg(2, 4), _Msg(1, 9), _Msg(0, 9)], True),  # three pieces read to the end
+    ([_Msg(0, 4), _Msg(0, 5)], False),               # before the position
+    ([_Msg(0, 6), _Msg(0, 5)], False),               # out of order
+    ([_Msg(0, 5), _Msg(0, 6, error=object())], False),  # an error event (EOF, ...)
+    ([_Msg(3, 0)], False),                           # a partition not assigned
+])
+def test_a_fetch_is_taken_whole_exactly_as_one_message_at_a_time(messages, whole):
+    """_take_all (numpy over the whole fetch) takes what the per-message path takes, or
+    declines (None) and leaves everything untouched."""
+    from l2m.kafka.reader import _Buffer
+
+    position, ends, buffer = {0: 5, 1: 0, 2: 3}, {0: 10, 1: 10, 2: 4}, _Buffer()
+    taken = KafkaStreamReader._take_all(messages, position, ends, buffer)
+    if not whole:
+        assert taken is None
+        assert (len(buffer), position) == (0, {0: 5, 1: 0, 2: 3})
+        return
+    assert _take(messages, whole=True) == _take(messages, whole=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 2]), st.integers(0, 14)), max_size=12))
+def test_random_fetches_are_taken_whole_exactly_as_one_message_at_a_time(fetch):
+    # Kafka hands each partition's messages in offset order; interleaving is arbitrary.
+    seen: set[tuple[int, int]] = set()
+    messages = []
+    for p, offset in fetch:
+        if (p, offset) not in seen:
+            seen.add((p, offset))
+            messages.append((p, offset))
+    by_partition = {p: sorted(o for q, o in messages if q == p) for p in (0, 1, 2)}
+    ordered = [_Msg(p, by_partition[p].pop(0)) for p, _ in messages]
+    from l2m.kafka.reader import _Buffer
+
+    position, ends = {0: 5, 1: 0, 2: 3}, {0: 10, 1: 10, 2: 4}
+    if KafkaStreamReader._take_all(ordered, dict(position), ends, _Buffer()) is None:
+        assert not ordered or any(m.offset() < position[m.partition()] for m in ordered)
+        return
+    assert _take(ordered, whole=True) == _take(ordered, whole=False)

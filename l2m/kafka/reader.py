@@ -24,6 +24,7 @@ confluent-kafka (``format("l2m-kafka")``; options: :mod:`l2m.kafka.options`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
 import os
@@ -32,6 +33,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -248,7 +250,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, KafkaInputPartition)
         if partition.size <= 0:
             return
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        from confluent_kafka import Consumer, TopicPartition
 
         from l2m.parse import ParsePlan
         from l2m.pipeline import TaskPipeline, routing_from_option
@@ -288,31 +290,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     raise KafkaUnavailableError(
                         f"no records from {self.topic} partitions/offsets {behind} within "
                         f"{self.poll_timeout:.0f}s (expected up to {ends})")
-                taken = self._take_all(messages, position, ends, buffer)
-                if taken:
-                    p = messages[-1].partition()
-                    if position[p] >= ends[p]:
-                        consumer.pause([TopicPartition(self.topic, p)])
-                for msg in () if taken else messages:
-                    error = msg.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            continue
-                        if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                            p = msg.partition()
-                            self._data_loss(f"offset {position.get(p)} of {self.topic}-{p} "
-                                            "is out of range")
-                            position[p] = ends[p]
-                            continue
-                        raise KafkaUnavailableError(f"Kafka error reading {self.topic}: {error}")
-                    p = msg.partition()
-                    offset = msg.offset()
-                    if offset < position[p] or offset >= ends[p]:
-                        continue  # fetched past this piece's end
-                    buffer.add(msg)
-                    position[p] = offset + 1
-                    if position[p] >= ends[p]:
-                        consumer.pause([TopicPartition(self.topic, p)])
+                done = self._take_all(messages, position, ends, buffer)
+                if done is None:
+                    done = self._take_each(messages, position, ends, buffer)
+                if done:  # fetched to the end of their pieces: fetch no more of them
+                    consumer.pause([TopicPartition(self.topic, p) for p in done])
                 if messages:
                     deadline = time.monotonic() + self.poll_timeout
                 if len(buffer) >= BATCH_ROWS:
@@ -339,22 +321,67 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @staticmethod
     def _take_all(messages: list[Any], position: dict[int, int], ends: dict[int, int],
-                  buffer: _Buffer) -> bool:
-        """The usual fetch — one partition, no errors, every offset due — added to the
-        buffer without a Python step per message. False: go through them one by one."""
+                  buffer: _Buffer) -> list[int] | None:
+        """The usual fetch — no errors, each partition's offsets increasing from its position
+        — taken as :meth:`_take_each` would take it, without a Python step per message:
+        messages past their piece's end dropped, the rest added to the buffer. Returns the
+        partitions now read to their end; None: go through the messages one by one."""
         # any(): a KafkaError is true, and cannot be compared with None (it raises).
         if not messages or any(map(_ERROR, messages)):
-            return False
-        partitions = list(map(_PARTITION, messages))
-        p = partitions[0]
-        if p not in ends or partitions.count(p) != len(partitions):
-            return False
-        first, last = messages[0].offset(), messages[-1].offset()
-        if first < position[p] or last >= ends[p] or last - first != len(messages) - 1:
-            return False  # outside the range, out of order or with gaps
-        buffer.messages.extend(messages)
-        position[p] = last + 1
-        return True
+            return None
+        n = len(messages)
+        partitions = np.fromiter(map(_PARTITION, messages), np.int64, n)
+        offsets = np.fromiter(map(_OFFSET, messages), np.int64, n)
+        distinct = np.unique(partitions).tolist()
+        keep = np.ones(n, bool)
+        done = []
+        for p in distinct:
+            if p not in ends:
+                return None
+            rows = slice(None) if len(distinct) == 1 else partitions == p
+            mine = offsets[rows]
+            if mine[0] < position[p] or (len(mine) > 1 and (np.diff(mine) <= 0).any()):
+                return None  # before the position or out of order: one by one decides
+            due = mine < ends[p]
+            if not due.all():  # fetched past this piece's end
+                keep[rows] = due
+            if due.any():
+                position[p] = int(mine[due][-1]) + 1
+            if position[p] >= ends[p]:
+                done.append(p)
+        buffer.messages.extend(messages if keep.all() else
+                               itertools.compress(messages, keep.tolist()))
+        return done
+
+    def _take_each(self, messages: list[Any], position: dict[int, int],
+                   ends: dict[int, int], buffer: _Buffer) -> list[int]:
+        """Messages one by one: error events (end of partition, offsets out of range,
+        failures), offsets before the position or past the piece's end. Returns the
+        partitions now read to their end."""
+        from confluent_kafka import KafkaError
+
+        done = []
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                    p = msg.partition()
+                    self._data_loss(f"offset {position.get(p)} of {self.topic}-{p} "
+                                    "is out of range")
+                    position[p] = ends[p]
+                    continue
+                raise KafkaUnavailableError(f"Kafka error reading {self.topic}: {error}")
+            p = msg.partition()
+            offset = msg.offset()
+            if offset < position[p] or offset >= ends[p]:
+                continue  # fetched past this piece's end
+            buffer.add(msg)
+            position[p] = offset + 1
+            if position[p] >= ends[p]:
+                done.append(p)
+        return done
 
     def _log_task(self, started: float, records: int) -> None:
         """Benchmarks: which executor read how many records (the Python worker's parent is
@@ -390,6 +417,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 _ERROR = operator.methodcaller("error")
 _PARTITION = operator.methodcaller("partition")
+_OFFSET = operator.methodcaller("offset")
 
 
 class _Buffer:
