@@ -530,12 +530,14 @@ def main(argv: list[str] | None = None) -> int:
         spark = session_for(JobConfig(master="local[2]",
                                       spark={"spark.sql.shuffle.partitions": "2"}))
         # Warm the JVM, the Python workers and the state store code before measuring: the
-        # first micro-batch of a session costs about 10 s that no later scenario pays. One
-        # batch of the measured shape (as many concurrent read tasks, each worker's memory
-        # grown to a task's size): after a 2,000-log warm-up the first 480k drain still ran
-        # 10-20% slower than the same drain repeated.
+        # first micro-batch of a session costs about 10 s that no later scenario pays, and
+        # each new Python worker's first task ~0.3 s more (its heap grows: ~10k page faults
+        # for a 40k-log task). Spark starts more workers as tasks overlap; after a warm-up of
+        # 2,000 logs, or of one micro-batch, the first measured drain still met cold workers
+        # and ran 10-25% slower than the same drain repeated. So: one drain of the first
+        # measured case's shape, unmeasured.
         run_drain(spark, broker.bootstrap,
-                  DrainCase(profile["per_batch"], profile["partitions"], Skew(), "balanced",
+                  DrainCase(profile["records"], profile["partitions"], Skew(), "balanced",
                             profile["per_batch"], profile["per_task"]), rules, Path(tmp))
         drains = []
         for skew in profile["skews"]:
