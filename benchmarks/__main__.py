@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,13 @@ PROFILES = {
                          "skews": [Skew("uniform"), Skew("hot", 0.7)],
                          "loss": {"rate": 3000, "before_s": 45, "after_s": 60}}},
 }
+
+
+def _best(run: Callable[[], dict[str, Any]], key: str = "per_s") -> dict[str, Any]:
+    """The faster of two runs of ``run``, with every run's ``key`` under ``runs``."""
+    results = [run(), run()]
+    best = max(results, key=lambda r: r[key])
+    return {**best, "runs": [r[key] for r in results]}
 
 
 def machine() -> dict[str, Any]:
@@ -298,6 +306,9 @@ def render_markdown(result: dict[str, Any]) -> str:
         "",
         "## Machine limit (read + parse)",
         "",
+        "Each rate here and each local drain below is the better of two runs back to back "
+        "(this machine's speed drifts); every run's figure is in `latest.json` (`runs`).",
+        "",
         f"- raw confluent-kafka consume: {lim['consume']['per_s']:,} records/s "
         f"({lim['consume']['processes']} processes, {lim['consume']['records']:,} records)",
         f"- pyarrow JSON parse: {lim['parse']['per_s']:,} logs/s "
@@ -516,9 +527,13 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"profile": profile_name, "machine": machine()}
     with tempfile.TemporaryDirectory() as tmp, \
             EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
-        consume = consume_rate(broker.bootstrap, profile["limit_records"], profile["partitions"],
-                               processes=os.cpu_count() or 2)
-        parse = parse_rate(min(profile["limit_records"], 200_000))
+        # This machine's speed drifts by a quarter within an hour and jumps between runs of
+        # a few seconds: every rate a target compares (the limit's two parts, the local
+        # drains) is the better of two runs back to back, all of them alike.
+        consume = _best(lambda: consume_rate(broker.bootstrap, profile["limit_records"],
+                                             profile["partitions"],
+                                             processes=os.cpu_count() or 2))
+        parse = _best(lambda: parse_rate(min(profile["limit_records"], 200_000)))
         per_core_parse = parse["per_s"] / (os.cpu_count() or 1)
         per_core_consume = consume["per_s"] / consume["processes"]
         cores = os.cpu_count() or 1
@@ -544,8 +559,10 @@ def main(argv: list[str] | None = None) -> int:
             for planner in ("balanced", "partition"):
                 case = DrainCase(profile["records"], profile["partitions"], skew, planner,
                                  profile["per_batch"], profile["per_task"])
-                res = run_drain(spark, broker.bootstrap, case, rules, Path(tmp))
-                print(f"{res['case']:<32} {res['logs_per_s']:>8,} logs/s  "
+                res = _best(lambda case=case: run_drain(spark, broker.bootstrap, case, rules,
+                                                        Path(tmp)), key="logs_per_s")
+                print(f"{res['case']:<32} {res['logs_per_s']:>8,} logs/s "
+                      f"(runs {res['runs']})  "
                       f"tasks max/mean {res['records_per_task_max_over_mean']}",
                       file=sys.stderr)
                 drains.append(res)
