@@ -188,7 +188,8 @@ def _save(fig: Any, path: Path) -> str:
     return path.name
 
 
-def plot(result: dict[str, Any], out: Path) -> list[str]:
+def plot(result: dict[str, Any], out: Path, prefix: str = "") -> list[str]:
+    """The PNG plots into ``out``, each file name starting with ``prefix``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -207,7 +208,7 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
     ax.set_xlabel("logs/s (logs topic → metrics topic)")
     ax.set_title(f"Drain throughput, {result['profile']} profile, "
                  f"{result['machine']['cpus']} cores")
-    files.append(_save(fig, out / "throughput.png"))
+    files.append(_save(fig, out / f"{prefix}throughput.png"))
 
     fig, ax = plt.subplots(figsize=(8, 4))
     for d in drains:
@@ -220,7 +221,7 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title("Task balance per micro-batch")
     ax.legend(fontsize=7)
-    files.append(_save(fig, out / "records_per_task.png"))
+    files.append(_save(fig, out / f"{prefix}records_per_task.png"))
 
     scale = result.get("scale_model")
     if scale:
@@ -237,7 +238,7 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
         ax.set_ylabel("modelled drain throughput, logs/s")
         ax.set_title("Scale model: split plans vs one task per partition")
         ax.legend(fontsize=7)
-        files.append(_save(fig, out / "scale_model.png"))
+        files.append(_save(fig, out / f"{prefix}scale_model.png"))
 
     scale_rules = result.get("rule_scale")
     if scale_rules:
@@ -260,7 +261,7 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
         right.set_ylim(bottom=0)
         right.set_title("Scale model: cost per log vs rules")
         right.legend(fontsize=7)
-        files.append(_save(fig, out / "rules.png"))
+        files.append(_save(fig, out / f"{prefix}rules.png"))
 
     latency = result.get("latency")
     if latency and latency["cdf"]:
@@ -273,9 +274,9 @@ def plot(result: dict[str, Any], out: Path) -> list[str]:
         ax.set_ylabel("fraction of samples")
         ax.set_title(f"Latency CDF at {latency['rate']:.0f} logs/s")
         ax.legend()
-        files.append(_save(fig, out / "latency_cdf.png"))
+        files.append(_save(fig, out / f"{prefix}latency_cdf.png"))
     if result.get("rollout"):
-        files.append(plot_rollout(result["rollout"], out / "rollout.png"))
+        files.append(plot_rollout(result["rollout"], out / f"{prefix}rollout.png"))
     return files
 
 
@@ -493,7 +494,8 @@ def write_outputs(result: dict[str, Any], out: Path, quick: bool) -> None:
                                 result.get("recovery"), result.get("peer"),
                                 result.get("cluster"), result.get("rollout"),
                                 result.get("rule_scale"))
-    result["plots"] = plot(result, out)
+    # A quick run beside the committed results must not overwrite their plots.
+    result["plots"] = plot(result, out, prefix="quick-" if quick else "")
     (out / ("quick.json" if quick else "latest.json")).write_text(json.dumps(result, indent=2))
     markdown = render_markdown(result)
     (out / ("QUICK.md" if quick else "RESULTS.md")).write_text(markdown)

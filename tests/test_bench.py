@@ -34,5 +34,7 @@ def test_quick_profile_writes_results_targets_and_plots(tmp_path: Path):
     assert scale["validate_s"] > 0 and scale["backfill"]["many_samples"] > 0
     assert "validate 200 rules, s" in names
     for png in ("throughput.png", "records_per_task.png", "rules.png"):
-        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (tmp_path / f"quick-{png}").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert not (tmp_path / png).exists()  # the full profile's plots are left alone
+    assert all(d["runs"] and d["logs_per_s"] == max(d["runs"]) for d in result["drain"])
     assert "# Benchmark results" in (tmp_path / "QUICK.md").read_text()
