@@ -219,6 +219,7 @@ def _take(messages: list[_Msg], whole: bool) -> tuple[list[_Msg], dict[int, int]
     ([_Msg(0, 6), _Msg(0, 5)], False),               # out of order
     ([_Msg(0, 5), _Msg(0, 6, error=object())], False),  # an error event (EOF, ...)
     ([_Msg(3, 0)], False),                           # a partition not assigned
+    ([_Msg(0, 5), _Msg(1, 0), _Msg(2, 2)], False),   # one of several before its position
 ])
 def test_a_fetch_is_taken_whole_exactly_as_one_message_at_a_time(messages, whole):
     """_take_all (numpy over the whole fetch) takes what the per-message path takes, or
@@ -248,8 +249,11 @@ def test_random_fetches_are_taken_whole_exactly_as_one_message_at_a_time(fetch):
     ordered = [_Msg(p, by_partition[p].pop(0)) for p, _ in messages]
     from l2m.kafka.reader import _Buffer
 
-    position, ends = {0: 5, 1: 0, 2: 3}, {0: 10, 1: 10, 2: 4}
-    if KafkaStreamReader._take_all(ordered, dict(position), ends, _Buffer()) is None:
-        assert not ordered or any(m.offset() < position[m.partition()] for m in ordered)
+    position, ends, buffer = {0: 5, 1: 0, 2: 3}, {0: 10, 1: 10, 2: 4}, _Buffer()
+    if KafkaStreamReader._take_all(ordered, position, ends, buffer) is None:
+        assert not ordered or any(m.offset() < {0: 5, 1: 0, 2: 3}[m.partition()]
+                                  for m in ordered)
+        # Declined: nothing taken, no position moved (the per-message path starts afresh).
+        assert (len(buffer), position) == (0, {0: 5, 1: 0, 2: 3})
         return
     assert _take(ordered, whole=True) == _take(ordered, whole=False)

@@ -333,16 +333,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         partitions = np.fromiter(map(_PARTITION, messages), np.int64, n)
         offsets = np.fromiter(map(_OFFSET, messages), np.int64, n)
         distinct = np.unique(partitions).tolist()
-        keep = np.ones(n, bool)
-        done = []
-        for p in distinct:
+        pieces = []
+        for p in distinct:  # every partition checked before anything is taken
             if p not in ends:
                 return None
             rows = slice(None) if len(distinct) == 1 else partitions == p
             mine = offsets[rows]
             if mine[0] < position[p] or (len(mine) > 1 and (np.diff(mine) <= 0).any()):
                 return None  # before the position or out of order: one by one decides
-            due = mine < ends[p]
+            pieces.append((p, rows, mine, mine < ends[p]))
+        keep = np.ones(n, bool)
+        done = []
+        for p, rows, mine, due in pieces:
             if not due.all():  # fetched past this piece's end
                 keep[rows] = due
             if due.any():
