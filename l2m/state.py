@@ -181,6 +181,14 @@ def _by_rule(frames: Iterator[pd.DataFrame]) -> dict[str, list[tuple[str, str, P
 CHECKPOINT_MARKER = "l2m.json"
 
 
+def local_checkpoint(checkpoint: str) -> str | None:
+    """The path of a checkpoint on a local (or mounted) disk — a plain path or a ``file://``
+    URI; None for an object store (``s3a://``, ``gs://``, ``hdfs://``…)."""
+    if checkpoint.startswith("file://"):
+        return checkpoint.removeprefix("file://")
+    return None if "://" in checkpoint else checkpoint
+
+
 def check_checkpoint(checkpoint: str, query_dir: str) -> int:
     """The state format of a checkpoint this l2m continues (a new one is marked with
     :data:`STATE_FORMAT`); a checkpoint it cannot continue is refused before Spark starts.
@@ -189,9 +197,10 @@ def check_checkpoint(checkpoint: str, query_dir: str) -> int:
     (or by the two-query layout); one whose version is not :data:`STATE_FORMAT` by another
     release. Only local (and mounted) paths are checked; object-store URIs rely on the
     blobs' own versions."""
-    if "://" in checkpoint and not checkpoint.startswith("file://"):
+    local = local_checkpoint(checkpoint)
+    if local is None:
         return STATE_FORMAT
-    root = Path(checkpoint.removeprefix("file://"))
+    root = Path(local)
     marker = root / CHECKPOINT_MARKER
     if marker.exists():
         try:

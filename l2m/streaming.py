@@ -45,6 +45,7 @@ from l2m.state import (
     MetricState,
     Reduction,
     check_checkpoint,
+    local_checkpoint,
 )
 from l2m.statefmt import STATE_FORMAT
 from l2m.tally import Latest, Sums, Tally
@@ -61,10 +62,9 @@ def stop_file(cfg: JobConfig) -> str:
     and for an object-store checkpoint (``s3a://...``) in the temp folder under a name derived
     from the URI, one marker per checkpoint."""
     checkpoint = cfg.checkpoint
-    if checkpoint.startswith("file://"):
-        return f"{checkpoint.removeprefix('file://')}/STOPPING"
-    if "://" not in checkpoint:
-        return f"{checkpoint}/STOPPING"
+    local = local_checkpoint(checkpoint)
+    if local is not None:
+        return f"{local}/STOPPING"
     digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
     return str(Path(tempfile.gettempdir()) / f"l2m-stop-{digest}" / "STOPPING")
 
@@ -242,6 +242,6 @@ LOCAL_CHECKPOINT_CONF = {
 
 def streaming_conf(checkpoint: str) -> dict[str, str]:
     """The Spark settings of a streaming job whose checkpoint is ``checkpoint``."""
-    local = "://" not in checkpoint or checkpoint.startswith("file:")
+    local = local_checkpoint(checkpoint) is not None
     return {**STREAMING_CONF, **(LOCAL_CHECKPOINT_CONF if local else {})}
 
