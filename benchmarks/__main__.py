@@ -36,10 +36,10 @@ from benchmarks.rollout import plot as plot_rollout
 from benchmarks.rollout import run_rollout
 from benchmarks.rules_scale import run_rule_scale
 from benchmarks.scale import model
-from l2m.broker import EmbeddedBroker, create_topics
-from l2m.config import JobConfig
-from l2m.rules import load_rules
-from l2m.runner import session_for
+from l2m.config.job import JobConfig
+from l2m.dev.broker import EmbeddedBroker, create_topics
+from l2m.rules.loader import load_rules
+from l2m.runtime.runner import session_for
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

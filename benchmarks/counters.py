@@ -19,11 +19,11 @@ import orjson
 from confluent_kafka import Producer
 
 from benchmarks.e2e import machine
-from l2m.broker import EmbeddedBroker, create_topics
-from l2m.config import JobConfig, SourceConfig, Topics
-from l2m.rules import load_text
-from l2m.runner import session_for
-from l2m.streaming import start_job
+from l2m.config.job import JobConfig, SourceConfig, Topics
+from l2m.dev.broker import EmbeddedBroker, create_topics
+from l2m.rules.loader import load_text
+from l2m.runtime.runner import session_for
+from l2m.streaming.job import start_job
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = """\

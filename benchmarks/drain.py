@@ -14,9 +14,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from benchmarks.load import LoadSpec, Skew, fresh_topics, preload
-from l2m.config import JobConfig, SourceConfig
-from l2m.rules import Rule
-from l2m.streaming import start_job
+from l2m.config.job import JobConfig, SourceConfig
+from l2m.rules.model import Rule
+from l2m.streaming.job import start_job
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from l2m.broker import EmbeddedBroker, create_topics
-from l2m.config import JobConfig, SourceConfig, Topics
-from l2m.generator import GeneratorConfig, LogGenerator
-from l2m.rules import load_rules
-from l2m.runner import session_for
-from l2m.streaming import start_job
+from l2m.config.job import JobConfig, SourceConfig, Topics
+from l2m.dev.broker import EmbeddedBroker, create_topics
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.rules.loader import load_rules
+from l2m.runtime.runner import session_for
+from l2m.streaming.job import start_job
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,8 +17,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from benchmarks.latency import RateProducer, steady_config
-from l2m.rules import Rule
-from l2m.runner import Runner
+from l2m.rules.model import Rule
+from l2m.runtime.runner import Runner
 
 
 def executor_pids() -> list[int]:

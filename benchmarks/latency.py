@@ -19,10 +19,10 @@ import orjson
 from pyspark.sql import SparkSession
 
 from benchmarks.load import fresh_topics
-from l2m.config import JobConfig, SourceConfig
-from l2m.demo import LogProducer
-from l2m.rules import Rule
-from l2m.runner import Runner
+from l2m.config.job import JobConfig, SourceConfig
+from l2m.dev.demo import LogProducer
+from l2m.rules.model import Rule
+from l2m.runtime.runner import Runner
 
 
 class RateProducer(LogProducer):

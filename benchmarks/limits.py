@@ -13,8 +13,8 @@ import pyarrow.json as pj
 from confluent_kafka import Consumer, TopicPartition
 
 from benchmarks.load import LoadSpec, preload
-from l2m.broker import create_topics
-from l2m.generator import GeneratorConfig, LogGenerator
+from l2m.dev.broker import create_topics
+from l2m.dev.generator import GeneratorConfig, LogGenerator
 
 
 def _consume(bootstrap: str, topic: str, partitions: list[int], expected: int) -> int:

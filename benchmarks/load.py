@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
-from l2m.broker import create_topics
-from l2m.config import Topics
-from l2m.generator import SERVICES, GeneratorConfig, LogGenerator
+from l2m.config.job import Topics
+from l2m.dev.broker import create_topics
+from l2m.dev.generator import SERVICES, GeneratorConfig, LogGenerator
 
 
 @dataclass(frozen=True)

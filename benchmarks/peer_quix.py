@@ -71,7 +71,7 @@ def _worker(bootstrap: str, logs: str, metrics: str, partitions: int, group: str
     from quixstreams import Application
     from quixstreams.models.topics import TopicConfig
 
-    from l2m.rules import load_rules
+    from l2m.rules.loader import load_rules
 
     logging.getLogger("quixstreams").setLevel(logging.ERROR)
     rules = CompiledRules([r for r in load_rules([ROOT / "benchmarks" / "rules.yaml"]).rules
@@ -131,7 +131,7 @@ def run_peer(bootstrap: str, logs: str, partitions: int, records: int, processes
              workdir: Path, idle_s: float = 10.0) -> dict[str, Any]:
     """Drain ``logs`` with ``processes`` Quix Streams processes in one consumer group.
     The drain time excludes the final idle wait that tells the processes the backlog is done."""
-    from l2m.broker import create_topics
+    from l2m.dev.broker import create_topics
 
     metrics = f"peer-metrics-{uuid.uuid4().hex[:6]}"
     create_topics(bootstrap, [metrics])

@@ -2,7 +2,7 @@
 (:mod:`benchmarks.peer_quix`): what a competent user of a Python stream processor would write
 instead of walking the query tree for every log.
 
-Each compiled query node (:mod:`l2m.query`) becomes a closure ``pred(doc) -> bool`` built
+Each compiled query node (:mod:`l2m.query.compiler`) becomes a closure ``pred(doc) -> bool`` built
 from its children's closures, with field paths pre-split, numbers pre-parsed and patterns
 precompiled. The semantics are exactly those of the reference evaluator
 (``tests/reference.py``, SPEC §2–4) and of the value helpers of :mod:`l2m.values`:
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from l2m.query import (
+from l2m.query.nodes import (
     And,
     Clauses,
     Exists,
@@ -53,7 +53,7 @@ from l2m.query import (
     TextRegex,
     TextWildcard,
 )
-from l2m.rules import Rule
+from l2m.rules.model import Rule
 from l2m.values import TOKEN, label_name, lookup, number, string_form
 
 Pred = Callable[[dict[str, Any]], bool]

@@ -13,9 +13,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
 from benchmarks.load import close_partitions, fresh_topics
-from l2m.config import JobConfig, SourceConfig
-from l2m.rules import load_text
-from l2m.streaming import start_job
+from l2m.config.job import JobConfig, SourceConfig
+from l2m.rules.loader import load_text
+from l2m.streaming.job import start_job
 
 RULES = """\
 rules:

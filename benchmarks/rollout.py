@@ -39,7 +39,7 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks.load import fresh_topics
-from l2m.generator import GeneratorConfig, LogGenerator
+from l2m.dev.generator import GeneratorConfig, LogGenerator
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("stop", "python", "spark", "first batch")
@@ -159,7 +159,7 @@ def run_rollout(bootstrap: str, workdir: Path, rollouts: int = 3, rate: float = 
                 partitions: int = 4, trigger: str = "10 seconds") -> dict[str, Any]:
     """Start ``l2m run``, then ``rollouts`` times: add a rule, SIGTERM, start again, and time
     the phases until the new rule's first sample."""
-    from l2m import jvmcache
+    from l2m.runtime import jvm as jvmcache
 
     # As in the image (k8s/scripts/jvm-cache.sh): the class-data archive exists before the
     # first start, instead of being built beside the job being measured.
@@ -258,7 +258,7 @@ def plot(result: dict[str, Any], path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.__main__ import RESULTS, machine
-    from l2m.broker import EmbeddedBroker
+    from l2m.dev.broker import EmbeddedBroker
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.rollout")
     ap.add_argument("--rollouts", type=int, default=3)

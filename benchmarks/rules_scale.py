@@ -24,8 +24,9 @@ from pyspark.sql import SparkSession
 from benchmarks.drain import DrainCase, run_drain
 from benchmarks.load import Skew
 from benchmarks.tenants import RULES_PER_ACCOUNT, write_rules
-from l2m.generator import GeneratorConfig, LogGenerator
-from l2m.rules import Rule, load_rules
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.rules.loader import load_rules
+from l2m.rules.model import Rule
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,9 +113,9 @@ def validate_seconds(path: Path) -> float:
 def cost_per_log(sets: dict[int, tuple[list[Rule], Path | None]], accounts: int,
                  logs: int = 20_000) -> list[dict[str, Any]]:
     """Per log, one process: parse, route (fan out) and pre-aggregate, by number of rules."""
-    from l2m.parse import parse_lines
-    from l2m.pipeline import TaskPipeline
-    from l2m.routing import plan_for
+    from l2m.engine.parse import parse_lines
+    from l2m.engine.pipeline import TaskPipeline
+    from l2m.engine.routing import plan_for
 
     lines = list(LogGenerator(GeneratorConfig(seed=4, rate_per_s=2000,
                                               accounts=accounts)).lines(logs))
@@ -175,7 +176,7 @@ def run_backfills(spark: SparkSession, workdir: Path, logs: int, many: list[Rule
                   accounts: int) -> dict[str, Any]:
     """Backfill ``logs`` logs: the example rules (second of two runs: a warm session), then
     the many rules."""
-    from l2m.backfill import run_backfill
+    from l2m.batch.backfill import run_backfill
 
     path = workdir / "backfill.jsonl"
     gen = LogGenerator(GeneratorConfig(seed=12, rate_per_s=200, accounts=accounts))

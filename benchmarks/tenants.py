@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from l2m.generator import SERVICES, tenant
+from l2m.dev.generator import SERVICES, tenant
 
 RULES_PER_ACCOUNT = 10
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from l2m.errors import L2mError, Problem, RuleValidationError
-from l2m.query import QueryConfig
+from l2m.query.nodes import QueryConfig
 
 if TYPE_CHECKING:
-    from l2m.config import JobConfig
-    from l2m.rules import RuleSet
+    from l2m.config.job import JobConfig
+    from l2m.rules.model import RuleSet
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ def _print_problems(problems: Sequence[Problem]) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from l2m.rules import load_rules
+    from l2m.rules.loader import load_rules
 
     try:
         ruleset = load_rules(args.paths, _query_config(args))
@@ -58,15 +58,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from l2m.rules import load_rules
+    from l2m.rules.loader import load_rules
 
     try:
         ruleset = load_rules(args.rules, _query_config(args))
     except RuleValidationError as exc:
         _print_problems(exc.problems)
         return 1
-    from l2m.backfill import check_paths, run_backfill
-    from l2m.session import build_session
+    from l2m.batch.backfill import check_paths, run_backfill
+    from l2m.runtime.session import build_session
 
     check_paths(args.input, args.output)
     spark = build_session(args.master, "l2m-backfill")
@@ -83,13 +83,13 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def _load_config(path: str) -> JobConfig:
-    from l2m.config import load_config
+    from l2m.config.loader import load_config
 
     return load_config(path)
 
 
 def _rules_for(cfg: JobConfig) -> RuleSet | None:
-    from l2m.rules import load_rules
+    from l2m.rules.loader import load_rules
 
     try:
         return load_rules(cfg.rules, cfg.query_config)
@@ -99,7 +99,7 @@ def _rules_for(cfg: JobConfig) -> RuleSet | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from l2m.runner import Runner
+    from l2m.runtime.runner import Runner
 
     cfg = _load_config(args.config)
     if args.bootstrap:
@@ -111,8 +111,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     runner.install_signals()
     endpoint = None
     if cfg.monitoring.port is not None:
-        from l2m.endpoint import Endpoint
-        from l2m.telemetry import Telemetry
+        from l2m.runtime.endpoint import Endpoint
+        from l2m.runtime.telemetry import Telemetry
 
         runner.telemetry = Telemetry(cfg, ruleset.enabled)
         # Before Spark starts: probes get answers (not ready yet) during the slow start.
@@ -125,8 +125,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         runner.start()
         if not args.once:
-            # For the next start (a roll-out, a restart): about 4 s sooner (l2m/jvmcache.py).
-            from l2m.jvmcache import build_in_background
+            # For the next start (a roll-out, a restart): about 4 s sooner (l2m/runtime/jvm.py).
+            from l2m.runtime.jvm import build_in_background
 
             build_in_background()
         return runner.wait(duration=args.duration)
@@ -138,7 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_topology(args: argparse.Namespace) -> int:
-    from l2m.topology import describe
+    from l2m.streaming.topology import describe
 
     cfg = _load_config(args.config)
     ruleset = _rules_for(cfg)
@@ -156,7 +156,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from l2m.broker import EmbeddedBroker, create_topics
+    from l2m.dev.broker import EmbeddedBroker, create_topics
 
     with EmbeddedBroker(port=args.port) as broker:
         if args.topics:
@@ -177,8 +177,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from l2m.demo import demo_rules_path, run_demo
-    from l2m.rules import load_rules
+    from l2m.dev.demo import demo_rules_path, run_demo
+    from l2m.rules.loader import load_rules
 
     try:
         ruleset = load_rules([args.rules or demo_rules_path()])
@@ -206,7 +206,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     import gzip
 
-    from l2m.generator import GeneratorConfig, LogGenerator
+    from l2m.dev.generator import GeneratorConfig, LogGenerator
 
     gen = LogGenerator(GeneratorConfig(seed=args.seed, rate_per_s=args.rate,
                                        malformed_ratio=args.malformed, late_ratio=args.late,
@@ -312,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("l2m: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        from l2m.failures import failure
+        from l2m.runtime.failures import failure
 
         if debug:
             import traceback

@@ -12,15 +12,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every `l2m run` a test starts would otherwise build the JVM class-data archive beside it
-# (45 s of a core, l2m/jvmcache.py), and later runs would start faster than earlier ones:
+# (45 s of a core, l2m/runtime/jvm.py), and later runs would start faster than earlier ones:
 # tests run on a plain JVM, and tests/test_jvmcache.py checks the archive on its own.
 os.environ.setdefault("L2M_JVM_CACHE", "off")
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from l2m.session import build_session
-    from l2m.streaming import register, streaming_conf
+    from l2m.runtime.session import build_session
+    from l2m.streaming.job import register, streaming_conf
 
     # Tests keep their checkpoints in temporary folders: a local disk, as on a laptop.
     session = build_session("local[2]", "l2m-tests",
@@ -33,7 +33,7 @@ def spark() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def broker() -> Iterator[object]:
     """One embedded broker (tansu, in memory) for the whole run; tests use fresh topics."""
-    from l2m.broker import EmbeddedBroker
+    from l2m.dev.broker import EmbeddedBroker
 
     with EmbeddedBroker() as embedded:
         yield embedded

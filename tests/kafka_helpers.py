@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from l2m.broker import create_topics
-from l2m.config import JobConfig, SourceConfig, Topics
+from l2m.config.job import JobConfig, SourceConfig, Topics
+from l2m.dev.broker import create_topics
 
 
 @dataclass

@@ -18,8 +18,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from l2m.parse import ParsePlan
-from l2m.query import (
+from l2m.engine.parse import ParsePlan
+from l2m.query.nodes import (
     And,
     Clauses,
     Exists,
@@ -36,7 +36,7 @@ from l2m.query import (
     TextRegex,
     TextWildcard,
 )
-from l2m.rules import Rule
+from l2m.rules.model import Rule
 from l2m.values import (
     label_name,
     lookup,

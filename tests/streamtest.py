@@ -1,6 +1,6 @@
 """An in-memory streaming harness, in the manner of Spark's ``StreamTest``: the real job —
 parse → route → pre-aggregate → state, one query, a checkpoint — fed by the memory source
-(:mod:`l2m.memory`) instead of Kafka, writing samples to a driver-side list instead of a topic.
+(:mod:`l2m.dev.memory`) instead of Kafka, writing samples to a driver-side list instead of a topic.
 
 Input: rules, a folder (source records and the checkpoint live under it) and actions —
 :meth:`StreamTest.add` (logs, with record timestamps), :meth:`StreamTest.advance` (a log that
@@ -28,10 +28,10 @@ from typing import Any
 import orjson
 from pyspark.sql import DataFrame, SparkSession
 
-from l2m.config import JobConfig
-from l2m.memory import NAME, MemorySource, append
-from l2m.rules import Rule
-from l2m.streaming import Job, start_job
+from l2m.config.job import JobConfig
+from l2m.dev.memory import NAME, MemorySource, append
+from l2m.rules.model import Rule
+from l2m.streaming.job import Job, start_job
 
 # l2m's own counters (l2m_input_logs_total, l2m_late_logs_total, …) have rule ids with this
 # prefix; samples() leaves them out unless asked, so tests compare only their rules' samples.
@@ -47,7 +47,7 @@ class StreamTest:
     ``partitions``: logical source partitions (read tasks). ``state_partitions``: Spark's
     shuffle partitions for a new checkpoint — two state tasks run in one wave on two cores,
     where the test session's four took two (a micro-batch 2.6 s → 1.3 s, measured). ``config``:
-    :class:`~l2m.config.JobConfig` fields (``grace_ms``, ``counter_shards``…)."""
+    :class:`~l2m.config.loader.JobConfig` fields (``grace_ms``, ``counter_shards``…)."""
 
     def __init__(self, spark: SparkSession, rules: Sequence[Rule], folder: Path,
                  partitions: int = 2, state_partitions: int = 2, **config: Any) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from l2m.backfill import run_backfill
-from l2m.rules import load_rules
+from l2m.batch.backfill import run_backfill
+from l2m.rules.loader import load_rules
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,11 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from l2m.config import ConfigError, config_from_dict, duration_ms, load_config
-from l2m.fanout import MATCH_SCHEMA
-from l2m.preaggregate import merge, preaggregate
-from l2m.rules import load_rules
-from l2m.topology import describe
+from l2m.config.loader import ConfigError, config_from_dict, duration_ms, load_config
+from l2m.engine.fanout import MATCH_SCHEMA
+from l2m.engine.preaggregate import merge, preaggregate
+from l2m.rules.loader import load_rules
+from l2m.streaming.topology import describe
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def test_example_configs_load(monkeypatch):
 
 
 def test_checkpoint_uris_are_kept_and_the_stop_marker_stays_local(tmp_path: Path) -> None:
-    from l2m.streaming import stop_file
+    from l2m.streaming.job import stop_file
 
     base = {"kafka": {"bootstrap.servers": "k:9092"}}
     s3 = config_from_dict({**base, "checkpoint": "s3a://bucket/l2m"}, tmp_path / "job.yaml")

@@ -12,8 +12,8 @@ from pyspark.sql import Row
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from l2m.counters import CounterState
-from l2m.rules import load_text
+from l2m.rules.loader import load_text
+from l2m.state.counters import CounterState
 
 RULES, _ = load_text("""\
 rules:

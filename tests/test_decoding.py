@@ -11,10 +11,10 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from l2m import parse
-from l2m.decoding import decode, field_decoder, json_int
-from l2m.parse import BLANK, MALFORMED, OK, ParsePlan, parse_lines
-from l2m.query import FieldUse
+from l2m.engine import parse
+from l2m.engine.decoding import decode, field_decoder, json_int
+from l2m.engine.parse import BLANK, MALFORMED, OK, ParsePlan, parse_lines
+from l2m.query.nodes import FieldUse
 from l2m.values import lookup, parse_timestamp
 
 from .reference import field_forms

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from l2m.backfill import run_backfill
+from l2m.batch.backfill import run_backfill
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.engine.match import Matcher
+from l2m.engine.parse import ParsePlan, parse_lines
 from l2m.errors import QueryError
-from l2m.generator import GeneratorConfig, LogGenerator
-from l2m.match import Matcher
-from l2m.parse import ParsePlan, parse_lines
-from l2m.query import parse_query
-from l2m.rules import load_rules
+from l2m.query.compiler import parse_query
+from l2m.rules.loader import load_rules
 
 from . import reference
 from .randomq import random_doc, random_query

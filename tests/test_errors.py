@@ -19,8 +19,8 @@ from l2m.errors import (
     SparkError,
     StateFormatError,
 )
-from l2m.failures import failure, retriable
-from l2m.runner import lag
+from l2m.runtime.failures import failure, retriable
+from l2m.runtime.runner import lag
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""The Arrow fan-out (l2m/fanout.py) produces exactly the match rows the reference evaluator
+"""The Arrow fan-out (l2m/engine/fanout.py) produces exactly the match rows the reference evaluator
 (tests/reference.py) reads off each log: the example and benchmark rules over generated logs,
 with malformed and undated ones, and rules scoped to accounts."""
 
@@ -10,12 +10,13 @@ from typing import Any
 
 import orjson
 
-from l2m.fanout import MATCH_SCHEMA, fan_out
-from l2m.generator import GeneratorConfig, LogGenerator
-from l2m.parse import parse_lines
-from l2m.routing import plan_for
-from l2m.rules import Rule, load_rules, load_text
-from l2m.samples import series_labels
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.engine.fanout import MATCH_SCHEMA, fan_out
+from l2m.engine.parse import parse_lines
+from l2m.engine.routing import plan_for
+from l2m.engine.samples import series_labels
+from l2m.rules.loader import load_rules, load_text
+from l2m.rules.model import Rule
 from l2m.values import lookup, parse_timestamp, window_start
 
 from . import reference

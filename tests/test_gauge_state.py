@@ -11,8 +11,8 @@ from pyspark.sql import Row
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from l2m.gauges import GaugeState
-from l2m.rules import load_text
+from l2m.rules.loader import load_text
+from l2m.state.gauges import GaugeState
 
 RULES, _ = load_text("""\
 rules:

@@ -14,8 +14,9 @@ from typing import Any
 import orjson
 import pytest
 
-from l2m.generator import GeneratorConfig, LogGenerator
-from l2m.rules import Rule, load_text
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.rules.loader import load_text
+from l2m.rules.model import Rule
 
 from . import reference
 from .rulesets import COUNTER_RULES

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import time
 
-from l2m.fanout import fan_out
-from l2m.match import Matcher
-from l2m.parse import ParsePlan, parse_lines
-from l2m.query import MAX_NESTING, MAX_TERMS, parse_query
-from l2m.routing import STATUS_RULE, plan_for
-from l2m.rules import load_text
+from l2m.engine.fanout import fan_out
+from l2m.engine.match import Matcher
+from l2m.engine.parse import ParsePlan, parse_lines
+from l2m.engine.routing import STATUS_RULE, plan_for
+from l2m.query.compiler import parse_query
+from l2m.query.limits import MAX_NESTING, MAX_TERMS
+from l2m.rules.loader import load_text
 
 from . import reference
 

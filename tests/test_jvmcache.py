@@ -1,4 +1,4 @@
-"""The driver JVM's class-data archive (l2m/jvmcache.py): where it lives, when it is used,
+"""The driver JVM's class-data archive (l2m/runtime/jvm.py): where it lives, when it is used,
 and that a damaged one is never put in place (a truncated archive crashes the JVM)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from l2m import jvmcache
+from l2m.runtime import jvm as jvmcache
 
 
 @pytest.fixture

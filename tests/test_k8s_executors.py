@@ -34,8 +34,9 @@ from typing import Any
 import pytest
 import yaml
 
-from l2m.config import JobConfig, load_config
-from l2m.streaming import QUERY
+from l2m.config.job import JobConfig
+from l2m.config.loader import load_config
+from l2m.streaming.job import QUERY
 
 from .k8s_apiserver import ApiServer, Request
 from .kafka_helpers import fresh_topics

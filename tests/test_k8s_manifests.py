@@ -31,8 +31,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from l2m.config import JobConfig, load_config
-from l2m.rules import load_rules
+from l2m.config.job import JobConfig
+from l2m.config.loader import load_config
+from l2m.rules.loader import load_rules
 
 from .tools import tool
 
@@ -53,7 +54,7 @@ CUSTOM = {"SparkApplication": "sparkapplication", "PodMonitor": "podmonitor",
 CONFIG_PATH = "/etc/l2m/topology/kubernetes.yaml"
 ENTRYPOINT = "/opt/l2m/bin/spark-entrypoint.sh"
 UID = 185
-# l2m/runner.py, Runner._shutdown: how long a graceful stop waits for the batch in flight.
+# l2m/runtime/runner.py, Runner._shutdown: how long a graceful stop waits for the batch in flight.
 L2M_STOP_DEADLINE_S = 120
 # Fake values for what the API server fills in.
 POD_NAME, POD_IP = "l2m-driver-5d8f7c9b4-x2x7q", "10.1.2.3"
@@ -372,7 +373,7 @@ def test_the_config_loads_in_the_driver_pod(name: str, tmp_path: Path,
 
 def test_the_prod_checkpoint_stays_an_object_store_uri(tmp_path: Path,
                                                       driver_environment: Any) -> None:
-    from l2m.streaming import stop_file
+    from l2m.streaming.job import stop_file
 
     env = driver_environment("prod")
     assert env["L2M_CHECKPOINT"].startswith("s3a://")
@@ -716,7 +717,7 @@ def test_install_l2m_builds_a_wheel_with_the_executor_files(tmp_path: Path) -> N
         # Spark starts every Python worker through l2m/bin/python, executable.
         mode = z.getinfo("l2m/bin/python").external_attr >> 16
         assert mode & stat.S_IXUSR
-    assert {"l2m/daemon.py", "l2m/log4j2.properties", "l2m/cli.py"} <= names
+    assert {"l2m/runtime/daemon.py", "l2m/log4j2.properties", "l2m/cli.py"} <= names
     assert (ROOT / "build").exists() == had_build, "built from a copy: no build/ left behind"
     plan = run(str(SCRIPTS / "install-l2m.sh"), "--print", "--spark-home", "/opt/spark",
                "install", "/wheels", "/opt/l2m/venv").stdout
@@ -803,7 +804,7 @@ def test_the_executor_entry_point_starts_the_executor_backend() -> None:
 
 def test_the_other_install_steps_print_their_plan(tmp_path: Path) -> None:
     plan = run(str(SCRIPTS / "jvm-cache.sh"), "--print", "/opt/l2m/jvm-cache").stdout
-    assert "L2M_JVM_CACHE=/opt/l2m/jvm-cache" in plan and "-m l2m.jvmcache" in plan
+    assert "L2M_JVM_CACHE=/opt/l2m/jvm-cache" in plan and "-m l2m.runtime.jvm" in plan
     skipped = run(str(SCRIPTS / "jvm-cache.sh"), "--if", "false", str(tmp_path / "x")).stdout
     assert "skipped" in skipped and not (tmp_path / "x").exists()
     users = run(str(SCRIPTS / "add-user.sh"), "--print").stdout

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from l2m.rules import load_rules
+from l2m.rules.loader import load_rules
 
 from .kafka_helpers import (
     canonical,

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from l2m import lines as lines_module
-from l2m.lines import Split, plan_splits, read_split
+from l2m.batch import lines as lines_module
+from l2m.batch.lines import Split, plan_splits, read_split
 
 content = st.lists(st.sampled_from([b"a", b"{}", b"\n", b"\r", b"\r\n", b"\xff", b" "]),
                    max_size=60).map(b"".join)

@@ -1,4 +1,4 @@
-"""The Arrow match stage (l2m/match.py) against the reference evaluator, no JVM: random
+"""The Arrow match stage (l2m/engine/match.py) against the reference evaluator, no JVM: random
 queries over random logs, the example rules over generated logs, and shared nodes evaluated
 once."""
 
@@ -12,12 +12,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.engine.match import Matcher
+from l2m.engine.parse import ROUTED, STATUS, ParsePlan, parse_lines
 from l2m.errors import QueryError
-from l2m.generator import GeneratorConfig, LogGenerator
-from l2m.match import Matcher
-from l2m.parse import ROUTED, STATUS, ParsePlan, parse_lines
-from l2m.query import KeywordEquals, Node, Or, parse_query
-from l2m.rules import load_rules
+from l2m.query.compiler import parse_query
+from l2m.query.nodes import KeywordEquals, Node, Or
+from l2m.rules.loader import load_rules
 
 from . import reference
 from .randomq import random_doc, random_query

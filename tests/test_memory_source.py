@@ -1,4 +1,4 @@
-"""The memory source (l2m/memory.py) without a JVM: appended records get Kafka-like offsets per
+"""The memory source (l2m/dev/memory.py) without a JVM: appended records get Kafka-like offsets per
 partition, batches are planned only where there is something new, availableNow stops at the
 offsets seen when it started, and ``read()`` works on a pickled copy of the reader (as on a
 Python worker) and parses exactly as the Kafka reader does, record timestamps included."""
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import orjson
 
-from l2m.memory import MemoryPartition, MemorySource, MemoryStreamReader, append
-from l2m.parse import BLANK, KAFKA_TIME, MALFORMED, OK, ParsePlan
-from l2m.routing import plan_for
-from l2m.rules import load_text
+from l2m.dev.memory import MemoryPartition, MemorySource, MemoryStreamReader, append
+from l2m.engine.parse import BLANK, KAFKA_TIME, MALFORMED, OK, ParsePlan
+from l2m.engine.routing import plan_for
+from l2m.rules.loader import load_text
 
 T0 = 1795341600000
 

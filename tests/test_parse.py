@@ -13,9 +13,9 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from l2m.parse import BLANK, KAFKA_TIME, MALFORMED, NO_TIMESTAMP, OK, ParsePlan, parse_lines
-from l2m.patterns import regex_problem, wildcard_regex
-from l2m.query import FieldUse
+from l2m.engine.parse import BLANK, KAFKA_TIME, MALFORMED, NO_TIMESTAMP, OK, ParsePlan, parse_lines
+from l2m.query.nodes import FieldUse
+from l2m.query.patterns import regex_problem, wildcard_regex
 from l2m.values import text_tokens
 
 from .reference import field_forms
@@ -197,7 +197,7 @@ iso = st.tuples(
 @given(st.lists(st.one_of(iso, st.integers(), st.floats(), st.none(), st.text(max_size=30)),
                 max_size=12))
 def test_event_times_equal_the_full_parse(values):
-    from l2m.parse import event_times
+    from l2m.engine.parse import event_times
     from l2m.values import parse_timestamp
 
     assert event_times(values) == [parse_timestamp(v) for v in values]

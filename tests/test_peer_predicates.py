@@ -12,10 +12,10 @@ import orjson
 
 from benchmarks.predicates import CompiledRules, compile_node
 from benchmarks.tenants import write_rules
+from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.errors import QueryError
-from l2m.generator import GeneratorConfig, LogGenerator
-from l2m.query import parse_query
-from l2m.rules import load_rules
+from l2m.query.compiler import parse_query
+from l2m.rules.loader import load_rules
 
 from . import reference
 from .randomq import random_doc, random_query

@@ -1,5 +1,5 @@
-"""The read task's pipeline on Arrow (l2m/pipeline.py, l2m/preaggregate.py, the account
-slices of l2m/fanout.py), no JVM: exact decimal values as the reference takes them, chunking
+"""The read task's pipeline on Arrow (l2m/engine/pipeline.py, l2m/engine/preaggregate.py, the account
+slices of l2m/engine/fanout.py), no JVM: exact decimal values as the reference takes them, chunking
 that does not change a partial, account-scoped rules evaluated on their account's slice
 exactly as with an account mask, and the rules' trip through a data-source option."""
 
@@ -15,13 +15,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from l2m.fanout import FanOut, fan_out
-from l2m.generator import GeneratorConfig, LogGenerator
-from l2m.parse import parse_lines
-from l2m.pipeline import TaskPipeline, routing_from_option, routing_option
-from l2m.preaggregate import PARTIAL_ARROW, exact_values, preaggregate
-from l2m.routing import plan_for
-from l2m.rules import load_rules, load_text
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.engine.fanout import FanOut, fan_out
+from l2m.engine.parse import parse_lines
+from l2m.engine.pipeline import TaskPipeline, routing_from_option, routing_option
+from l2m.engine.preaggregate import PARTIAL_ARROW, exact_values, preaggregate
+from l2m.engine.routing import plan_for
+from l2m.rules.loader import load_rules, load_text
 
 from .rulesets import SCOPED_RULES
 

@@ -14,11 +14,11 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from l2m.backfill import run_backfill
+from l2m.batch.backfill import run_backfill
+from l2m.engine.parse import FUTURE, KAFKA_TIME, MALFORMED, NO_TIMESTAMP, OK, ParsePlan, parse_lines
 from l2m.errors import InputError
-from l2m.parse import FUTURE, KAFKA_TIME, MALFORMED, NO_TIMESTAMP, OK, ParsePlan, parse_lines
-from l2m.query import FieldUse
-from l2m.rules import load_text
+from l2m.query.nodes import FieldUse
+from l2m.rules.loader import load_text
 
 from .kafka_helpers import CLOSER, consume_all, fresh_topics, job_config, latest_samples
 from .test_streaming import run_once
@@ -140,7 +140,7 @@ def test_output_may_not_be_an_input(tmp_path):
 
 @pytest.mark.spark
 def test_a_failed_backfill_removes_its_partial_output(spark, tmp_path, monkeypatch):
-    import l2m.backfill as backfill
+    import l2m.batch.backfill as backfill
 
     logs = tmp_path / "logs.jsonl"
     logs.write_bytes(orjson.dumps({"@timestamp": T0, "svc": "a"}) + b"\n")

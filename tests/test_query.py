@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from l2m.errors import QueryError
-from l2m.query import (
-    MAX_TERMS,
+from l2m.query.compiler import normalize, parse_query
+from l2m.query.limits import MAX_TERMS
+from l2m.query.nodes import (
     And,
     Clauses,
     Exists,
@@ -29,8 +30,6 @@ from l2m.query import (
     TextPhrase,
     TextRegex,
     TextWildcard,
-    normalize,
-    parse_query,
 )
 
 

@@ -1,4 +1,4 @@
-"""Compiled queries evaluated by the Arrow matcher (l2m/match.py) over the real parse stage:
+"""Compiled queries evaluated by the Arrow matcher (l2m/engine/match.py) over the real parse stage:
 every SPEC §2 construct on keyword and text fields, numeric strings, missing fields, literal
 vs nested dotted keys."""
 
@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from l2m.match import Matcher
-from l2m.parse import ParsePlan, parse_lines
-from l2m.query import QueryConfig, parse_query
+from l2m.engine.match import Matcher
+from l2m.engine.parse import ParsePlan, parse_lines
+from l2m.query.compiler import parse_query
+from l2m.query.nodes import QueryConfig
 
 LOGS = [
     {"id": 1, "status": 500, "service": "web", "message": "Connection refused by upstream",

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from l2m.config import load_config
-from l2m.rules import load_rules
-from l2m.runner import Runner
+from l2m.config.loader import load_config
+from l2m.rules.loader import load_rules
+from l2m.runtime.runner import Runner
 
 from .kafka_helpers import consume_all, fresh_topics, job_yaml, latest_samples, produce
 from .test_streaming import generated

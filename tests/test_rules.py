@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from l2m.errors import RuleValidationError
-from l2m.rules import load_rules, load_text
+from l2m.rules.loader import load_rules, load_text
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from l2m.errors import RuleValidationError
-from l2m.rules import load_rules, load_text
+from l2m.rules.loader import load_rules, load_text
 from l2m.yamlsafe import MAX_FILE_BYTES
 
 from .test_rules import rule_yaml

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import orjson
 
-from l2m.fanout import fan_out
-from l2m.parse import parse_lines
-from l2m.routing import plan_for
-from l2m.rules import load_text
-from l2m.samples import series_labels
+from l2m.engine.fanout import fan_out
+from l2m.engine.parse import parse_lines
+from l2m.engine.routing import plan_for
+from l2m.engine.samples import series_labels
+from l2m.rules.loader import load_text
 
 from . import reference
 

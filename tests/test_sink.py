@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from l2m.broker import EmbeddedBroker, create_topics, free_port
-from l2m.rules import load_text
-from l2m.runner import Runner
+from l2m.dev.broker import EmbeddedBroker, create_topics, free_port
+from l2m.rules.loader import load_text
+from l2m.runtime.runner import Runner
 
 from .kafka_helpers import canonical, consume_all, fresh_topics, job_config, latest_samples, produce
 from .rulesets import COUNTER_RULES

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from l2m.broker import create_topics
+from l2m.dev.broker import create_topics
 from l2m.errors import DataLossError
 from l2m.kafka.offsets import OffsetRange, plan_tasks, rate_limit
 from l2m.kafka.options import SourceOptions
-from l2m.kafka.reader import KafkaStreamReader
+from l2m.kafka.source import KafkaStreamReader
 
 from .kafka_helpers import fresh_topics, produce
 
@@ -198,7 +198,7 @@ class _Msg:
 
 
 def _take(messages: list[_Msg], whole: bool) -> tuple[list[_Msg], dict[int, int], list[int]]:
-    from l2m.kafka.reader import _Buffer
+    from l2m.kafka.source import _Buffer
 
     reader = KafkaStreamReader.__new__(KafkaStreamReader)
     reader.topic, reader.fail_on_data_loss = "logs", True
@@ -224,7 +224,7 @@ def _take(messages: list[_Msg], whole: bool) -> tuple[list[_Msg], dict[int, int]
 def test_a_fetch_is_taken_whole_exactly_as_one_message_at_a_time(messages, whole):
     """_take_all (numpy over the whole fetch) takes what the per-message path takes, or
     declines (None) and leaves everything untouched."""
-    from l2m.kafka.reader import _Buffer
+    from l2m.kafka.source import _Buffer
 
     position, ends, buffer = {0: 5, 1: 0, 2: 3}, {0: 10, 1: 10, 2: 4}, _Buffer()
     taken = KafkaStreamReader._take_all(messages, position, ends, buffer)
@@ -247,7 +247,7 @@ def test_random_fetches_are_taken_whole_exactly_as_one_message_at_a_time(fetch):
             messages.append((p, offset))
     by_partition = {p: sorted(o for q, o in messages if q == p) for p in (0, 1, 2)}
     ordered = [_Msg(p, by_partition[p].pop(0)) for p, _ in messages]
-    from l2m.kafka.reader import _Buffer
+    from l2m.kafka.source import _Buffer
 
     position, ends, buffer = {0: 5, 1: 0, 2: 3}, {0: 10, 1: 10, 2: 4}, _Buffer()
     if KafkaStreamReader._take_all(ordered, position, ends, buffer) is None:

@@ -3,7 +3,7 @@ versions exist (``tests/golden/state-v<N>-*.json``); each must keep loading and 
 exactly. Blobs of an unknown version are refused with ``[STATE_FORMAT]``, naming the version.
 
 Adding a format: write its golden blobs here, keep the old ones, add the version to
-``l2m.statefmt.READABLE`` with the code that reads it."""
+``l2m.state.format.READABLE`` with the code that reads it."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import orjson
 import pandas as pd
 import pytest
 
-from l2m.counters import CounterState
+from l2m.engine.samples import Partial
 from l2m.errors import StateFormatError
-from l2m.gauges import GaugeState
-from l2m.rules import load_text
-from l2m.samples import Partial
-from l2m.state import CUMULATIVE, MetricState, check_checkpoint
-from l2m.statefmt import READABLE, STATE_FORMAT, dump_blob, load_blob
+from l2m.rules.loader import load_text
+from l2m.state.counters import CounterState
+from l2m.state.format import READABLE, STATE_FORMAT, dump_blob, load_blob
+from l2m.state.function import CUMULATIVE, MetricState, check_checkpoint
+from l2m.state.gauges import GaugeState
 
 from .test_counter_state import group_state, partial, run
 from .test_gauge_state import group_state as gauge_group_state

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from l2m.backfill import run_backfill
-from l2m.config import JobConfig
-from l2m.generator import GeneratorConfig, LogGenerator
-from l2m.rules import load_rules, load_text
-from l2m.streaming import LOCAL_CHECKPOINT_CONF, STREAMING_CONF, Job, start_job, streaming_conf
+from l2m.batch.backfill import run_backfill
+from l2m.config.job import JobConfig
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.rules.loader import load_rules, load_text
+from l2m.streaming.job import LOCAL_CHECKPOINT_CONF, STREAMING_CONF, Job, start_job, streaming_conf
 
 from .kafka_helpers import (
     canonical,

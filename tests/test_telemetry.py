@@ -8,10 +8,10 @@ import urllib.request
 from dataclasses import dataclass, replace
 from typing import Any
 
-from l2m.config import JobConfig, MonitoringConfig, Topics
-from l2m.endpoint import Endpoint
-from l2m.rules import Rule
-from l2m.telemetry import ExecutorLoad, Telemetry, expected_executors
+from l2m.config.job import JobConfig, MonitoringConfig, Topics
+from l2m.rules.model import Rule
+from l2m.runtime.endpoint import Endpoint
+from l2m.runtime.telemetry import ExecutorLoad, Telemetry, expected_executors
 
 RULES = [Rule(id="a", name="a_total", kind="counter", query="*", aggregation="count"),
          Rule(id="b", name="b", kind="gauge", query="*", aggregation="max", field="x")]

@@ -73,9 +73,9 @@ install() {
   run "$venv/bin/python" -m pip install --no-cache-dir --disable-pip-version-check \
     "${deps[@]}" "$wheel"
   if ! $no_deps; then
-    # The console script and the package Spark's Python workers import (l2m.daemon).
+    # The console script and the package Spark's Python workers import (l2m.runtime.daemon).
     run "$venv/bin/l2m" --help
-    run "$venv/bin/python" -c "import l2m.daemon, pyspark"
+    run "$venv/bin/python" -c "import l2m.runtime.daemon, pyspark"
   fi
   if [ -n "$spark_home" ]; then
     local pyspark

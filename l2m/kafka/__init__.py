@@ -3,7 +3,7 @@
 * :mod:`l2m.kafka.options` — the source's options, parsed and checked in one place;
 * :mod:`l2m.kafka.offsets` — offset ranges and the task plan of a micro-batch (skew-aware
   splitting, admission control);
-* :mod:`l2m.kafka.reader` — the streaming source ``format("l2m-kafka")``: the driver side
+* :mod:`l2m.kafka.source` — the streaming source ``format("l2m-kafka")``: the driver side
   (offsets, planning, commits) and the read task (consume → the task pipeline);
 * :mod:`l2m.kafka.producer` — producers cached per Python worker, shared by the sink and the
   dead letters;

@@ -17,7 +17,7 @@ def kafka_config(options: dict[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """The parsed options of the Kafka source (see :mod:`l2m.kafka.reader`)."""
+    """The parsed options of the Kafka source (see :mod:`l2m.kafka.source`)."""
 
     topic: str
     kafka: dict[str, str]
@@ -32,8 +32,8 @@ class SourceOptions:
     dead_letter_topic: str | None = None
     stop_file: str | None = None  # while it exists no new data is admitted (graceful stop)
     plan_log: str | None = None  # benchmarks: each batch's task plan is appended here
-    routing: str | None = None  # the job's rules (l2m.pipeline.routing_option)
-    parse_plan: str | None = None  # a JSON l2m.parse.ParsePlan
+    routing: str | None = None  # the job's rules (l2m.engine.pipeline.routing_option)
+    parse_plan: str | None = None  # a JSON l2m.engine.parse.ParsePlan
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> SourceOptions:

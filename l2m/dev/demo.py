@@ -1,0 +1,218 @@
+"""`l2m demo`: the embedded default. An in-memory Kafka-compatible broker, a generator of
+realistic logs (some late, some malformed, optional partition skew), the streaming job with
+the example rules, and a live view of the metrics it produces."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from l2m.config.job import JobConfig, SourceConfig, Topics
+from l2m.dev.broker import EmbeddedBroker, create_topics
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.rules.model import Rule
+from l2m.runtime.runner import Runner
+
+PARTITIONS = 4
+
+
+class LogProducer(threading.Thread):
+    """Produces generated logs at about ``rate`` per second, each stamped with the wall clock
+    when it is produced; round-robin over ``partitions``, or with ``hot_share`` that share of
+    the logs on partition 0 (a hot partition)."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float, partitions: int = PARTITIONS,
+                 hot_share: float = 0.0, seed: int = 7, malformed_ratio: float = 0.005,
+                 late_ratio: float = 0.02) -> None:
+        super().__init__(name="l2m-log-producer", daemon=True)
+        now = int(time.time() * 1000)
+        self.gen = LogGenerator(GeneratorConfig(seed=seed, start_ms=now, rate_per_s=rate,
+                                                malformed_ratio=malformed_ratio,
+                                                late_ratio=late_ratio))
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                  "log_level": "3"})
+        self.topic = topic
+        self.rate = rate
+        self.partitions = partitions
+        self.hot_share = hot_share
+        self.sent = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        started = time.monotonic()
+        while not self.stopping.is_set():
+            due = int((time.monotonic() - started) * self.rate)
+            while self.sent < due:
+                # Event time follows the wall clock, so windows close as they would live.
+                self.gen.clock = time.time() * 1000
+                line = self.gen.next_line()
+                if self.hot_share and self.gen.rng.random() < self.hot_share:
+                    partition = 0
+                else:
+                    partition = self.sent % self.partitions
+                while True:
+                    try:
+                        self.producer.produce(self.topic, value=line, partition=partition)
+                        break
+                    except BufferError:  # the local queue is full: wait for deliveries
+                        self.producer.poll(0.05)
+                self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.01)
+        self.producer.flush(10)
+
+
+@dataclass
+class MetricsView:
+    """Latest sample per Kafka key, read from the metrics topic."""
+
+    bootstrap: str
+    topic: str
+    latest: dict[bytes, dict[str, Any]] = field(default_factory=dict)
+    received: int = 0
+
+    def __post_init__(self) -> None:
+        self.consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "l2m-demo",
+                                  "enable.auto.commit": False, "log_level": "3"})
+        self.consumer.assign([TopicPartition(self.topic, 0, 0)])
+
+    def poll(self) -> None:
+        for msg in self.consumer.consume(5000, timeout=0.2):
+            if msg.error() is None:
+                self.latest[msg.key()] = orjson.loads(msg.value())
+                self.received += 1
+
+    def render(self, rows: int, per_metric: int = 2) -> list[str]:
+        """The newest sample of a few series of every metric (histogram buckets hidden:
+        their ``_sum`` and ``_count`` stand for them), so every rule shows on one screen."""
+        by_series: dict[tuple[str, str], dict[str, Any]] = {}
+        for s in self.latest.values():
+            if s["name"].endswith("_bucket"):
+                continue
+            series = (s["name"], _labels(s["labels"]))
+            old = by_series.get(series)
+            if old is None or s["timestamp"] >= old["timestamp"]:
+                by_series[series] = s
+        ordered = sorted(by_series.values(), key=lambda s: (s["kind"], s["name"],
+                                                             _labels(s["labels"])))
+        shown: list[dict[str, Any]] = []
+        per_name: dict[str, int] = {}
+        for s in ordered:
+            if per_name.get(s["name"], 0) < per_metric:
+                per_name[s["name"]] = per_name.get(s["name"], 0) + 1
+                shown.append(s)
+        lines = [f"{'metric':<44} {'labels':<46} {'value':>12}  {'kind':<7} time"]
+        for s in shown[:rows]:
+            stamp = time.strftime("%H:%M:%S", time.gmtime(s["timestamp"] / 1000))
+            lines.append(f"{s['name'][:44]:<44} {_labels(s['labels'])[:46]:<46} "
+                         f"{s['value']:>12.6g}  {s['kind']:<7} {stamp}")
+        hidden = len(by_series) - min(len(shown), rows)
+        if hidden > 0:
+            lines.append(f"… {hidden} more series (histogram buckets not shown)")
+        return lines
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def run_demo(rules: Sequence[Rule], duration: float | None = None, rate: float = 200.0,
+             hot_share: float = 0.0, port: int | None = None, rows: int = 30,
+             out: TextIO = sys.stdout) -> int:
+    """Run the demo until Ctrl-C or ``duration`` seconds; returns the exit code."""
+    workdir = Path(tempfile.mkdtemp(prefix="l2m-demo-"))
+    tty = out.isatty()
+    try:
+        with EmbeddedBroker(port=port, log=workdir / "broker.log") as broker:
+            topics = Topics()
+            create_topics(broker.bootstrap, [topics.logs], partitions=PARTITIONS)
+            create_topics(broker.bootstrap, [topics.metrics, topics.dead_letters])
+            print(f"l2m demo: broker on {broker.bootstrap}, topics {topics.logs} "
+                  f"({PARTITIONS} partitions), {topics.metrics}, {topics.dead_letters}; "
+                  f"{rate:.0f} logs/s; Ctrl-C to stop", file=out, flush=True)
+            producer = LogProducer(broker.bootstrap, topics.logs, rate, hot_share=hot_share)
+            producer.start()
+            cfg = JobConfig(kafka={"bootstrap.servers": broker.bootstrap}, topics=topics,
+                            checkpoint=str(workdir / "checkpoint"), trigger_ms=2000,
+                            source=SourceConfig(max_records_per_task=20_000),
+                            master="local[2]", spark={"spark.sql.shuffle.partitions": "4"})
+            status: dict[str, str] = {}
+            runner = Runner(cfg, rules, out=None,  # type: ignore[arg-type]
+                            on_progress=lambda name, p: status.__setitem__(name, _short(p)))
+            runner.install_signals()
+            print("l2m demo: starting Spark (about 10 s)…", file=out, flush=True)
+            runner.start()
+            view = MetricsView(broker.bootstrap, topics.metrics)
+            dead = MetricsView(broker.bootstrap, topics.dead_letters)
+            last_draw = [0.0]
+
+            def tick() -> None:
+                view.poll()
+                _count_only(dead)
+                if time.monotonic() - last_draw[0] >= 2.0:
+                    last_draw[0] = time.monotonic()
+                    _draw(out, tty, view, producer.sent, dead.received, status, rows)
+
+            code = runner.wait(duration=duration, poll=0.5, on_tick=tick)
+            producer.stopping.set()
+            producer.join(timeout=10)
+            view.poll()
+            _draw(out, tty, view, producer.sent, dead.received, status, rows, final=True)
+            view.consumer.close()
+            dead.consumer.close()
+            print(f"l2m demo: stopped; {producer.sent} logs produced, {view.received} samples "
+                  f"received, {dead.received} dead letters", file=out, flush=True)
+            if runner.spark is not None:
+                runner.spark.stop()
+            return code
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _count_only(view: MetricsView) -> None:
+    for msg in view.consumer.consume(5000, timeout=0.05):
+        if msg.error() is None:
+            view.received += 1
+
+
+def _short(progress: dict[str, Any]) -> str:
+    from l2m.runtime.runner import lag
+    from l2m.runtime.telemetry import input_records
+
+    behind = lag(progress)
+    return (f"batch {progress.get('batchId')}: {input_records(progress)} logs in "
+            f"{progress.get('durationMs', {}).get('triggerExecution', 0)} ms, lag "
+            f"{behind if behind is not None else '?'}")
+
+
+def _draw(out: TextIO, tty: bool, view: MetricsView, produced: int, dead: int,
+          status: dict[str, str], rows: int, final: bool = False) -> None:
+    """Live: redraw the screen (terminal) or print the status lines (pipe); ``final``: the
+    whole table either way."""
+    lines = [f"l2m demo — {time.strftime('%H:%M:%S')} — logs produced {produced}, "
+             f"samples received {view.received}, dead letters {dead}"]
+    lines += [f"  {name}: {text}" for name, text in sorted(status.items())]
+    lines.append("")
+    lines += view.render(rows)
+    if tty and not final:
+        out.write("\x1b[H\x1b[2J" + "\n".join(lines) + "\n")
+    elif final:
+        out.write("\n".join(lines) + "\n")
+    else:
+        out.write("\n".join(lines[: 1 + len(status)]) + "\n")
+    out.flush()
+
+
+def demo_rules_path() -> str:
+    return os.environ.get("L2M_DEMO_RULES", str(Path(__file__).resolve().parents[2] / "rules"))

@@ -1,0 +1,162 @@
+"""An in-memory stand-in for the Kafka source (``format("l2m-memory")``), for tests: records
+(log bytes and a record timestamp, as a Kafka record has) that a test appends to a folder are
+read, parsed, routed and pre-aggregated in the read task as Kafka's are (:mod:`l2m.engine.pipeline`)
+and fed to the same state stage, without a broker. :class:`tests.streamtest.StreamTest` drives it.
+
+Input: a folder with one sub-folder per logical partition (``p0``, ``p1``, …); each
+:func:`append` writes one file ``<first offset>-<count>.jsonl`` of records
+``{"v": base64 | null, "ts": ms | null}``, atomically (written, then renamed), so a reader
+never sees half a file. Offsets are ``{"partitions": {"0": n, …}}``: records per partition,
+like Kafka offsets. Output: with ``routing``, the task's partials (``PARTIAL_SCHEMA``); with
+``parsePlan``, the rows of ``ParsePlan.schema()`` (the rules' field columns, ``_ts``,
+``_status``, ``_error``) — parsed by :func:`l2m.engine.parse.parse_lines` with the record
+timestamps as fallback, exactly as the Kafka reader parses; one task per partition with new
+records, so tasks run in parallel.
+
+``read()`` is stateless — it needs only the folder and the offsets in its partition — because
+Spark pickles the reader to a Python worker that is not the driver's (FACTS.md)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from l2m.engine.parse import ParsePlan, parse_lines
+from l2m.engine.pipeline import TaskPipeline, routing_from_option
+from l2m.engine.preaggregate import PARTIAL_SCHEMA
+from l2m.kafka.source import BATCH_ROWS
+
+NAME = "l2m-memory"
+
+
+def append(folder: str | Path, partition: int, values: Sequence[bytes | None],
+           timestamps: Sequence[int | None]) -> tuple[int, int]:
+    """Append records (``None`` value: a tombstone; ``None`` timestamp: a record without
+    one) to one partition of a memory-source folder; returns their offsets ``[start, end)``.
+    One writer at a time: the next offset is read from the folder."""
+    part = Path(folder) / f"p{partition}"
+    part.mkdir(parents=True, exist_ok=True)
+    start = _end(part)
+    lines = [json.dumps({"v": None if v is None else base64.b64encode(v).decode(), "ts": ts})
+             for v, ts in zip(values, timestamps, strict=True)]
+    if not lines:
+        return start, start
+    tmp = part / f".{start:012d}.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(part / f"{start:012d}-{len(lines)}.jsonl")
+    return start, start + len(lines)
+
+
+def _files(part: Path) -> list[tuple[int, int, Path]]:
+    """(first offset, count, path) of a partition's files, in offset order."""
+    out = []
+    for f in part.glob("*.jsonl"):
+        first, count = f.stem.split("-")
+        out.append((int(first), int(count), f))
+    return sorted(out)
+
+
+def _end(part: Path) -> int:
+    files = _files(part)
+    return files[-1][0] + files[-1][1] if files else 0
+
+
+class MemoryPartition(InputPartition):
+    """One task: records ``[start, end)`` of one partition."""
+
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        super().__init__((partition, start, end))
+        self.partition, self.start, self.end = partition, start, end
+
+
+class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str]) -> None:
+        # Spark hands Python data sources their option names lower-cased.
+        options = {k.lower(): v for k, v in options.items()}
+        self.folder = Path(options["path"])
+        self.partitions_n = int(options.get("partitions", "2"))
+        self.routing = options.get("routing")
+        self.plan = (routing_from_option(self.routing).plan if self.routing else
+                     ParsePlan.from_json(options["parseplan"]))
+        self._target: dict[str, int] | None = None
+        self._latest: dict[str, int] | None = None
+
+    def _offsets(self) -> dict[str, int]:
+        return {str(p): _end(self.folder / f"p{p}") for p in range(self.partitions_n)}
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"partitions": {str(p): 0 for p in range(self.partitions_n)}}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._offsets()
+
+    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+        # No admission control: a test decides batch sizes by when it calls process().
+        self._latest = self._target if self._target is not None else self._offsets()
+        return {"partitions": self._latest}
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return None if self._latest is None else {"partitions": self._latest}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin, until = start["partitions"], end["partitions"]
+        return [MemoryPartition(int(p), int(begin.get(p, 0)), int(stop))
+                for p, stop in sorted(until.items()) if int(stop) > int(begin.get(p, 0))]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # the test owns the folder; nothing is ever deleted
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, MemoryPartition)
+        values: list[bytes | None] = []
+        stamps: list[int | None] = []
+        for first, count, path in _files(self.folder / f"p{partition.partition}"):
+            if first + count <= partition.start or first >= partition.end:
+                continue
+            for offset, line in enumerate(path.read_text().splitlines(), start=first):
+                if partition.start <= offset < partition.end:
+                    record = json.loads(line)
+                    values.append(None if record["v"] is None
+                                  else base64.b64decode(record["v"]))
+                    stamps.append(record["ts"])
+        # Batches of the Kafka reader's size, so a large add() reaches the pre-aggregation
+        # in several Arrow batches as Kafka input would.
+        now_ms = int(time.time() * 1000)
+        pipeline = TaskPipeline(routing_from_option(self.routing)) if self.routing else None
+        for i in range(0, len(values), BATCH_ROWS):
+            batch = parse_lines(values[i:i + BATCH_ROWS], self.plan,
+                                fallback_ts=stamps[i:i + BATCH_ROWS], now_ms=now_ms)
+            if pipeline is None:
+                yield batch
+            else:
+                pipeline.add(batch)
+        if pipeline is not None:
+            yield from pipeline.finish()
+
+
+class MemorySource(DataSource):
+    """``spark.readStream.format("l2m-memory").option("path", folder)
+    .option("partitions", n)`` and ``.option("routing", …)`` (partials, as the Kafka
+    reader's) or ``.option("parsePlan", plan_json)`` (parsed logs)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        options = {k.lower(): v for k, v in self.options.items()}
+        if options.get("routing"):
+            return PARTIAL_SCHEMA
+        return ParsePlan.from_json(options["parseplan"]).spark_schema_ddl()
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return MemoryStreamReader(dict(self.options))

@@ -1,0 +1,232 @@
+"""Decoding stage: JSON log lines → the raw value of every referenced field, column by column.
+
+Only the fields the rules read are decoded (msgspec structs generated for the rules' field
+paths, so everything else in a log is skipped in C, never built into Python objects), and the
+values are transposed into columns without a per-log Python loop. Values keep their JSON
+types (``str``, ``int``, ``float``, ``bool``, ``list``, an object, ``None`` for missing or
+null); the parse stage (:mod:`l2m.engine.parse`) turns them into typed forms.
+
+Which lines are logs is decided exactly as ``orjson.loads`` decides it — the definition the
+reference evaluator and every earlier release used: a line orjson rejects is malformed with
+orjson's message, whatever msgspec thinks of it. Where the two could disagree, the line takes
+the orjson path:
+
+* msgspec does not check what it skips: invalid UTF-8 and numbers past the double range
+  (``1e400``, which orjson rejects) in unreferenced fields. The batch is checked for both in
+  C first (an Arrow UTF-8 validation, one RE2 pass for number tokens that could overflow);
+  lines that fail either are decoded by orjson.
+* integers past 64 bits: orjson reads them as doubles; :func:`json_int` does the same to
+  the referenced values (string forms differ: ``1.2345678901234568e+29``).
+* anything msgspec itself refuses (bad syntax, not an object, deeper than its limit) goes to
+  orjson, which either gives the reason or accepts the line (then read from orjson's dict).
+
+Input: a sequence of lines (bytes, str, or ``None`` for a Kafka tombstone). Output:
+:class:`Decoded` — for each path its values, one per line, and the lines that are not logs.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, Union
+
+import msgspec
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# A JSON number token (after ``:``, ``,`` or ``[``) that could overflow a double: an exponent
+# of three or more significant digits, or 210 or more integer digits (with an exponent of at
+# most two digits, 10^(210 + 99) is where the double range ends). A superset: lines it flags
+# are only decoded the slow, exact way.
+_OVERFLOW = (r"[:,\[][ \t\r\n]*-?(?:[0-9]{210}|[0-9]+(?:\.[0-9]+)?[eE]\+?0*[1-9][0-9]{2})")
+
+# orjson reads integers outside these bounds as doubles.
+_INT_MIN = -(2**63)
+_INT_END = 2**64
+
+
+def decode(line: str | bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """JSON object or the reason it is not one (orjson: the definition of a log)."""
+    try:
+        doc = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return None, f"invalid JSON: {exc}"
+    if not isinstance(doc, dict):
+        return None, f"not a JSON object (a {type(doc).__name__})"
+    return doc, None
+
+
+def json_int(value: int) -> int | float:
+    """An integer as orjson reads it: past 64 bits, a double."""
+    return value if _INT_MIN <= value < _INT_END else float(value)
+
+
+@dataclass
+class Decoded:
+    """One batch, decoded: ``values[path]`` has one value per line (``None`` where the line
+    is blank or malformed); ``failed`` maps the row of every line that is not a log to
+    ``None`` (blank) or the reason it is malformed."""
+
+    values: dict[str, list[Any]]
+    failed: dict[int, str | None]
+
+
+class _Node:
+    """One level of the field tree: keys read at this level, and the levels below."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, _Node | None] = {}
+
+    def add(self, parts: Sequence[str]) -> None:
+        head, rest = parts[0], parts[1:]
+        if not rest:
+            self.keys.setdefault(head, None)
+            return
+        child = self.keys.get(head)
+        if child is None:
+            child = self.keys[head] = _Node()
+        child.add(rest)
+
+
+class _Level:
+    """The msgspec struct of one level, how to read its columns, and its children."""
+
+    def __init__(self, node: _Node, name: str) -> None:
+        self.keys = list(node.keys)
+        self.children: dict[str, _Level] = {}
+        fields: list[tuple[str, Any, None]] = []
+        for i, (key, child) in enumerate(node.keys.items()):
+            kind: Any = Any
+            if child is not None:
+                level = _Level(child, f"{name}_{i}")
+                self.children[key] = level
+                # An object decodes as the child struct; any other value stays itself (a
+                # string, number, list...: the path below it is missing).
+                kind = Union[level.struct, str, int, float, bool, list, None]  # noqa: UP007
+            fields.append((f"k{i}", kind, None))
+        # Attribute names are k0, k1...; the JSON keys can be anything (renamed).
+        self.struct: type[msgspec.Struct] = msgspec.defstruct(
+            name, fields, rename={f"k{i}": key for i, key in enumerate(self.keys)}, gc=False)
+        self.empty = self.struct()
+        self.getters = [attrgetter(f"k{i}") for i in range(len(self.keys))]
+
+    def columns(self, items: Sequence[Any], prefix: tuple[str, ...],
+                out: dict[tuple[str, ...], list[Any]]) -> None:
+        """Every column of this level (and below) for ``items`` (instances of the struct)."""
+        # One C-level pass per attribute: no per-log tuple of every attribute, as a transposing
+        # zip(*rows) would build and free (it cost twice as much).
+        cols = [list(map(getter, items)) for getter in self.getters]
+        for key, col in zip(self.keys, cols, strict=True):
+            out[(*prefix, key)] = col
+            level = self.children.get(key)
+            if level is not None:
+                struct, empty = level.struct, level.empty
+                level.columns([v if v.__class__ is struct else empty for v in col],
+                              (*prefix, key), out)
+
+
+class FieldDecoder:
+    """Decodes lines into the values of ``paths`` (SPEC field lookup: the top-level key
+    ``a.b`` if present and not null, else the nested path)."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.paths = tuple(dict.fromkeys(paths))
+        root = _Node()
+        for path in self.paths:
+            root.add((path,))  # the flat key, even when dotted
+            parts = path.split(".")
+            if len(parts) > 1:
+                root.add(parts)
+        self.root = _Level(root, "Log")
+        self.decoder = msgspec.json.Decoder(self.root.struct)
+
+    def read(self, lines: Sequence[str | bytes | None]) -> Decoded:
+        suspect = _suspects(lines)
+        decode_struct = self.decoder.decode
+        items: list[Any] = []
+        failed: dict[int, str | None] = {}
+        if not suspect:
+            try:  # the usual batch: every line a log msgspec reads, no per-line Python
+                items = list(map(decode_struct, lines))  # type: ignore[arg-type]
+            except Exception:  # a blank, malformed or odd line: line by line below
+                items = []
+        if not items and lines:
+            items = self._one_by_one(lines, suspect, failed)
+        columns: dict[tuple[str, ...], list[Any]] = {}
+        self.root.columns(items, (), columns)
+        return Decoded({path: self._lookup(columns, path) for path in self.paths}, failed)
+
+    def _one_by_one(self, lines: Sequence[str | bytes | None], suspect: set[int],
+                    failed: dict[int, str | None]) -> list[Any]:
+        decode_struct = self.decoder.decode
+        items: list[Any] = []
+        slow: list[tuple[int, dict[str, Any]]] = []
+        empty = self.root.empty
+        for row, line in enumerate(lines):
+            if not line:
+                items.append(empty)
+                failed[row] = None
+                continue
+            if not suspect or row not in suspect:
+                try:
+                    items.append(decode_struct(line))
+                    continue
+                except Exception:  # orjson below decides, and says why
+                    pass
+            doc, error = decode(line)
+            items.append(empty)
+            if doc is None:
+                failed[row] = None if not line.strip() else error
+            else:
+                slow.append((row, doc))
+        for row, doc in slow:
+            items[row] = msgspec.convert(doc, self.root.struct)
+        return items
+
+    @staticmethod
+    def _lookup(columns: dict[tuple[str, ...], list[Any]], path: str) -> list[Any]:
+        flat = columns[(path,)]
+        parts = tuple(path.split("."))
+        if len(parts) == 1:
+            return flat
+        nested = columns[parts]
+        if flat.count(None) == len(flat):  # the usual case: no log has the dotted key
+            return nested
+        return [f if f is not None else v for f, v in zip(flat, nested, strict=True)]
+
+
+@functools.lru_cache(maxsize=32)
+def field_decoder(paths: tuple[str, ...]) -> FieldDecoder:
+    """The decoder for ``paths``, built once per process."""
+    return FieldDecoder(paths)
+
+
+def _suspects(lines: Sequence[str | bytes | None]) -> set[int]:
+    """Rows msgspec may accept where orjson would not: invalid UTF-8, or a number token that
+    could overflow a double."""
+    data = [line if line.__class__ is bytes else
+            (line.encode("utf-8", "surrogatepass") if line else b"")  # type: ignore[union-attr]
+            for line in lines] if any(line.__class__ is not bytes for line in lines) \
+        else lines
+    offsets = pa.array(list(itertools.accumulate(map(len, data), initial=0)),  # type: ignore[arg-type]
+                       pa.int64())
+    array = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(data), [None, offsets.buffers()[1],
+                                       pa.py_buffer(b"".join(data))])  # type: ignore[arg-type]
+    rows: set[int] = set()
+    try:
+        array.cast(pa.large_string())
+    except pa.ArrowInvalid:
+        for row, line in enumerate(data):
+            try:
+                line.decode("utf-8")  # type: ignore[union-attr]
+            except UnicodeDecodeError:
+                rows.add(row)
+    overflow = pc.match_substring_regex(array, _OVERFLOW)
+    if overflow.true_count:
+        rows.update(pc.indices_nonzero(overflow).to_pylist())
+    return rows

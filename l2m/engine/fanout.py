@@ -1,0 +1,273 @@
+"""Fan-out stage on Arrow: one parsed batch → one match row per (log, matching rule), plus
+one status row per log — the rows :mod:`l2m.engine.preaggregate` reduces, in the read task itself.
+
+Input: a batch with ``ParsePlan.schema()`` (:func:`l2m.engine.parse.parse_lines`) and the compiled
+rules (:class:`l2m.engine.routing.Routing`). Output: a table with :data:`MATCH_SCHEMA` — ``rule``,
+``series`` (the group-by values, each ``<length>:<value>``, ``-`` when absent), ``le`` (a
+histogram's bucket; a status row's one-minute window), ``window`` (gauges: the one-minute
+window start), ``ts`` (event time of logs that count), ``v`` (the value; null when the log
+has none: it counts as a match only).
+
+Rules see only what can match them: the routed logs of accounts with scoped rules are sorted
+by account once, and a rule scoped to an account reads its query's mask only over that
+account's slice — with a thousand accounts, a log meets its own account's rules, not all of
+them. Every query node is evaluated once per batch however many rules share it
+(:class:`l2m.engine.match.Matcher`), and rules of one shape (kind, aggregation, value field, buckets,
+group-by) get their rows together, so the cost per rule is a few numpy calls.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from l2m.engine.match import Matcher
+from l2m.engine.parse import ROUTED, STATUS, STATUS_NAMES, TIMESTAMP, ParsePlan
+from l2m.engine.routing import STATUS_RULE, Routing
+from l2m.query.nodes import KeywordEquals
+from l2m.rules.model import Aggregation, Kind, Rule
+
+MATCH_SCHEMA = pa.schema([
+    pa.field("rule", pa.string()),
+    pa.field("series", pa.string()),
+    pa.field("le", pa.string()),
+    pa.field("window", pa.int64()),
+    pa.field("ts", pa.int64()),
+    pa.field("v", pa.float64()),
+])
+MINUTE = 60_000
+
+
+@functools.cache
+def _status_series() -> pa.Array:
+    """A status row's series: its status name, encoded as a one-value series. Built on first
+    use: a process's first ``pa.array`` imports pandas (0.25 s), which the source's planner
+    process, importing this module on every query start, never needs."""
+    return pa.array([f"{len(n)}:{n}" for n in STATUS_NAMES], pa.string())
+
+
+# What a rule's match rows are built from besides its matches: rules of one shape (the
+# thousand tenants' "errors" rules) get their rows in one pass of takes over all their matches.
+Shape = tuple[str, str, str | None, tuple[float, ...], tuple[str, ...]]
+
+
+def _shape(rule: Rule) -> Shape:
+    return (rule.kind, rule.aggregation, rule.field, rule.buckets if rule.aggregation ==
+            Aggregation.HISTOGRAM else (), tuple(f for _label, f in rule.group_labels))
+
+
+class FanOut:
+    """Match rows of one batch; series encodings and masks shared between rules."""
+
+    def __init__(self, batch: pa.RecordBatch | pa.Table, routing: Routing) -> None:
+        self.batch = batch
+        self.plan: ParsePlan = routing.plan
+        self.routing = routing
+        self.matcher = Matcher(batch, routing.plan)
+        self._series: dict[tuple[str, ...], pa.Array] = {}
+        self._numpy: dict[object, np.ndarray] = {}
+        status = batch.column(STATUS)
+        self._routed = _plain(pc.is_in(status, pa.array(ROUTED, status.type)))
+        self.ts = _plain(batch.column(TIMESTAMP))
+
+    def table(self, with_status: bool = True) -> pa.Table:
+        """Every rule's match rows, then (``with_status``) the status rows."""
+        matches: list[tuple[Rule, np.ndarray]] = []
+        if self.routing.unscoped:
+            routed = self._mask_np(None)
+            for rule in self.routing.unscoped:
+                assert rule.compiled is not None
+                hit = np.logical_and(routed, self._mask_np(rule.compiled.root))
+                matches.append((rule, np.flatnonzero(hit)))
+        parts = self.rows(matches)
+        scoped = self.scoped()
+        if scoped is not None:
+            parts += scoped.rows(scoped.account_matches())
+        if with_status:
+            parts.append(self.status_rows())
+        parts = [p for p in parts if p.num_rows]
+        if not parts:
+            return MATCH_SCHEMA.empty_table()
+        return pa.concat_tables(parts)
+
+    def scoped(self) -> _Scoped | None:
+        """The routed logs of accounts that have rules, sorted by account, with each
+        account's slice; None when no log here can reach a scoped rule."""
+        by_account = self.routing.by_account
+        if not by_account or not self.batch.num_rows:
+            return None
+        encoded = pc.dictionary_encode(_plain(self.batch.column(self.plan.column("account",
+                                                                                   "s"))))
+        names = encoded.dictionary.to_pylist()
+        wanted = np.array([i for i, name in enumerate(names) if name in by_account], np.int64)
+        if not len(wanted):
+            return None
+        codes = pc.if_else(self._routed, pc.fill_null(encoded.indices, -1), -1)
+        codes = np.asarray(codes.to_numpy(zero_copy_only=False), np.int64)
+        rows = np.flatnonzero(np.isin(codes, wanted))
+        rows = rows[np.argsort(codes[rows], kind="stable")]
+        sorted_codes = codes[rows]
+        starts = np.searchsorted(sorted_codes, wanted, side="left")
+        ends = np.searchsorted(sorted_codes, wanted, side="right")
+        slices = [(names[code], lo, hi) for code, lo, hi in
+                  zip(wanted.tolist(), starts.tolist(), ends.tolist(), strict=True) if hi > lo]
+        return _Scoped(self.batch.take(pa.array(rows, pa.int64())), self.routing, slices)
+
+    def _mask_np(self, node: object) -> np.ndarray:
+        """A node's mask (None: the routed logs) as a numpy array, converted once."""
+        found = self._numpy.get(node)
+        if found is None:
+            mask = self._routed if node is None else self.matcher.mask(node)  # type: ignore
+            found = self._numpy[node] = np.asarray(mask.to_numpy(zero_copy_only=False), bool)
+        return found
+
+    def rows(self, matches: list[tuple[Rule, np.ndarray]]) -> list[pa.Table]:
+        """Match rows of rules given the rows of this batch each matched: one table per
+        rule shape, built with one ``take`` per column."""
+        shapes: dict[Shape, list[tuple[Rule, np.ndarray]]] = {}
+        for rule, hit in matches:
+            if len(hit):
+                shapes.setdefault(_shape(rule), []).append((rule, hit))
+        return [self._shape_rows(group) for group in shapes.values()]
+
+    def _shape_rows(self, group: list[tuple[Rule, np.ndarray]]) -> pa.Table:
+        rule = group[0][0]
+        rows = pa.array(np.concatenate([hit for _rule, hit in group]), pa.int64())
+        n = len(rows)
+        ids = pa.array([r.id for r, _hit in group], pa.string())
+        counts = np.fromiter((len(hit) for _rule, hit in group), np.int64, len(group))
+        rule_ids = ids.take(pa.array(np.repeat(np.arange(len(group)), counts), pa.int64()))
+        ts = self.ts.take(rows)
+        if rule.aggregation == Aggregation.COUNT:
+            v: pa.Array = pa.repeat(pa.scalar(1.0), n)
+        else:
+            assert rule.field is not None
+            v = _plain(self.batch.column(self.plan.column(rule.field, "n"))).take(rows)
+        le: pa.Array = pa.nulls(n, pa.string())
+        if rule.aggregation == Aggregation.HISTOGRAM:
+            le = _buckets(rule, v)
+        window: pa.Array = pa.nulls(n, pa.int64())
+        if rule.kind == Kind.GAUGE:
+            window = _minute(ts)
+        return pa.table({
+            "rule": rule_ids,
+            "series": self.series(tuple(f for _label, f in rule.group_labels)).take(rows),
+            "le": le,
+            "window": window,
+            # Event time only of logs that count into the series: the sample's timestamp.
+            "ts": pc.if_else(pc.is_valid(v), ts, pa.scalar(None, pa.int64())),
+            "v": v,
+        }, schema=MATCH_SCHEMA)
+
+    def condition(self, rule: Rule) -> pa.BooleanArray:
+        """Routed logs that match the rule's query and account scope (one rule alone, on
+        the whole batch: what the account slices of :meth:`table` must equal)."""
+        assert rule.compiled is not None
+        masks = [self._routed, self.matcher.mask(rule.compiled.root)]
+        if rule.account is not None:
+            masks.append(self.matcher.mask(KeywordEquals("account", rule.account)))
+        out = masks[0]
+        for mask in masks[1:]:
+            out = pc.and_(out, mask)
+        return out
+
+    def rule_rows(self, rule: Rule) -> pa.Table:
+        """One row per log the rule matches, the rule evaluated alone on the whole batch."""
+        hit = np.flatnonzero(np.asarray(self.condition(rule).to_numpy(zero_copy_only=False),
+                                        bool))
+        return self._shape_rows([(rule, hit)]) if len(hit) else MATCH_SCHEMA.empty_table()
+
+    def series(self, fields: tuple[str, ...]) -> pa.Array:
+        """The series key of every log for these group-by fields (all rows; rules take theirs):
+        each value as ``<length>:<value>``, ``-`` when absent."""
+        found = self._series.get(fields)
+        if found is None:
+            if not fields:
+                found = pa.repeat(pa.scalar(""), self.batch.num_rows)
+            else:
+                parts = [_encoded(_plain(self.batch.column(self.plan.column(f, "s"))))
+                         for f in fields]
+                found = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "")
+            self._series[fields] = found
+        return found
+
+    def status_rows(self) -> pa.Table:
+        """One row per log: its input status as the series, its one-minute window in ``le``
+        when routed (the late-log count, :mod:`l2m.state.counters`), its event time."""
+        status = _plain(self.batch.column(STATUS))
+        n = len(status)
+        minute = pc.if_else(self._routed, pc.cast(_minute(self.ts), pa.string()),
+                            pa.scalar(None, pa.string()))
+        return pa.table({
+            "rule": pa.repeat(pa.scalar(STATUS_RULE), n),
+            "series": _status_series().take(pc.cast(status, pa.int32())),
+            "le": minute,
+            "window": pa.nulls(n, pa.int64()),
+            "ts": self.ts,
+            "v": pa.repeat(pa.scalar(1.0), n),
+        }, schema=MATCH_SCHEMA)
+
+
+class _Scoped(FanOut):
+    """The routed logs of accounts with scoped rules, sorted by account: every query node is
+    evaluated once over all of them (the same ``level:error`` of a thousand tenants), and a
+    rule reads only its account's slice of the mask."""
+
+    def __init__(self, batch: pa.Table | pa.RecordBatch, routing: Routing,
+                 slices: list[tuple[str, int, int]]) -> None:
+        super().__init__(batch, routing)
+        self.slices = slices
+
+    def account_matches(self) -> list[tuple[Rule, np.ndarray]]:
+        matches = []
+        for account, lo, hi in self.slices:
+            for rule in self.routing.by_account[account]:
+                assert rule.compiled is not None
+                hit = np.flatnonzero(self._mask_np(rule.compiled.root)[lo:hi])
+                if len(hit):
+                    matches.append((rule, hit + lo))
+        return matches
+
+
+def fan_out(batch: pa.RecordBatch | pa.Table, routing: Routing,
+            with_status: bool = True) -> pa.Table:
+    """Match rows (and status rows) of one parsed batch; see the module docstring."""
+    return FanOut(batch, routing).table(with_status)
+
+
+def _plain(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def _encoded(values: pa.Array) -> pa.Array:
+    """``<length in characters>:<value>``, ``-`` for null: unambiguous whatever the values."""
+    # Group-by values repeat (services, levels, status codes): each distinct value is encoded
+    # once, then taken for every row.
+    codes = values.dictionary_encode()
+    distinct = codes.dictionary
+    length = pc.cast(pc.utf8_length(distinct), pa.string())
+    return pc.fill_null(pc.binary_join_element_wise(length, distinct, ":").take(codes.indices),
+                        "-")
+
+
+def _minute(ts: pa.Array) -> pa.Array:
+    """Start of the one-minute window holding each event time (ms), floored (also before
+    1970); null stays null."""
+    valid = pc.is_valid(ts).to_numpy(zero_copy_only=False)
+    values = pc.fill_null(ts, 0).to_numpy(zero_copy_only=False)
+    return pa.array(values // MINUTE * MINUTE, pa.int64(), mask=~valid)
+
+
+def _buckets(rule: Rule, v: pa.Array) -> pa.Array:
+    """Each value's bucket: the label of the first bound ≥ it, ``+Inf`` above them all or
+    without a value."""
+    labels = pa.array([*rule.bucket_labels, "+Inf"], pa.string())
+    values = v.to_numpy(zero_copy_only=False)
+    index = np.searchsorted(np.asarray(rule.buckets, np.float64), values, side="left")
+    index[np.isnan(values)] = len(rule.buckets)  # null (NaN here) → +Inf
+    return labels.take(pa.array(index, pa.int32()))

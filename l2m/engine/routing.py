@@ -1,0 +1,67 @@
+"""The compiled rule set a job routes logs with, independent of any engine.
+
+Input: the rules. Output: :class:`Routing` — the enabled rules, the parse plan (the fields
+their queries, group-by, values and account scopes read) and which rules each log can reach:
+rules scoped to an ``account`` only see that account's logs, so they are kept apart by
+account (:attr:`Routing.by_account`) and evaluated on those logs alone
+(:mod:`l2m.engine.fanout`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from l2m.engine.parse import MAX_FUTURE_MS, ParsePlan
+from l2m.query.nodes import FieldUse
+from l2m.rules.model import Aggregation, Rule
+
+# Status rows carry one row per input log with its parse status (label ``status``), so one
+# job yields both the metrics and the run's summary; streaming counts them as the
+# ``l2m_input_logs_total`` counter.
+STATUS_RULE = "__status__"
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The compiled rules and what the parse stage must extract for them."""
+
+    rules: tuple[Rule, ...]
+    plan: ParsePlan
+
+    @functools.cached_property
+    def unscoped(self) -> tuple[Rule, ...]:
+        """The rules every log can reach."""
+        return tuple(r for r in self.rules if r.account is None)
+
+    @functools.cached_property
+    def by_account(self) -> dict[str, tuple[Rule, ...]]:
+        """The account-scoped rules, by account, in rule order."""
+        scoped: dict[str, list[Rule]] = {}
+        for rule in self.rules:
+            if rule.account is not None:
+                scoped.setdefault(rule.account, []).append(rule)
+        return {account: tuple(rules) for account, rules in scoped.items()}
+
+    @property
+    def exact_rules(self) -> frozenset[str]:
+        """Rules whose samples show a sum (sum, avg, a histogram's ``_sum``): only their
+        values get exact decimal sums."""
+        return frozenset(r.id for r in self.rules if r.aggregation in (
+            Aggregation.SUM, Aggregation.AVG, Aggregation.HISTOGRAM))
+
+
+def plan_for(rules: Sequence[Rule], timestamp_field: str = "@timestamp",
+             max_future_ms: int = MAX_FUTURE_MS) -> Routing:
+    """Collect the fields of enabled rules (queries, group-by, value, account) into one plan."""
+    enabled = tuple(r for r in rules if r.enabled)
+    uses: list[FieldUse] = []
+    for rule in enabled:
+        assert rule.compiled is not None
+        uses.extend(rule.compiled.fields)
+        uses.extend(FieldUse(f, string=True) for f in rule.group_by)
+        if rule.field:
+            uses.append(FieldUse(rule.field, number=True))
+        if rule.account is not None:
+            uses.append(FieldUse("account", string=True))
+    return Routing(enabled, ParsePlan.merge(uses, timestamp_field, max_future_ms))

@@ -1,0 +1,490 @@
+"""Source stage: a Kafka topic → Spark rows, as a PySpark Python Data Source on
+confluent-kafka (``format("l2m-kafka")``; options: :mod:`l2m.kafka.options`).
+
+* Offsets live in the Spark checkpoint (``{"topic": …, "partitions": {"0": 42, …}}``);
+  partitions are read by explicit assignment, never through a consumer group, so there is no
+  group rebalancing. ``groupId`` optionally commits processed offsets to a group only so that
+  standard lag tools can see progress.
+* Planning is skew-aware (:func:`l2m.kafka.offsets.plan_tasks`): the batch is cut into
+  tasks of about equal size — a hot partition split over several tasks, small partitions
+  sharing one — with no task over ``maxRecordsPerTask`` records and at least
+  ``minPartitions`` tasks.
+  ``planner=partition`` gives the classic one-task-per-partition plan.
+* Admission control: ``maxRecordsPerTrigger`` is shared over partitions in proportion to their
+  backlog, never starving a small one. ``Trigger.AvailableNow`` reads up to the end offsets
+  seen when the query started.
+* With ``routing`` (the job's rules, :func:`l2m.engine.pipeline.routing_option`) each task parses,
+  routes and pre-aggregates what it reads (:class:`l2m.engine.pipeline.TaskPipeline`) and yields
+  only partials (``PARTIAL_SCHEMA``); with ``parsePlan`` (a JSON
+  :class:`~l2m.engine.parse.ParsePlan`) it yields the parsed, typed logs; with neither, raw ``key,
+  value, topic, partition, offset, timestamp`` rows. Malformed logs go to
+  ``deadLetterTopic`` (original bytes, the reason in headers) when that option is set.
+* Every ``kafka.*`` option is passed to the client (TLS, SASL…); none is ever logged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import operator
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from l2m.engine.preaggregate import PARTIAL_SCHEMA
+from l2m.errors import DataLossError, KafkaUnavailableError
+from l2m.kafka.deadletters import DeadLetters
+from l2m.kafka.offsets import OffsetRange, plan_tasks, rate_limit
+from l2m.kafka.options import SourceOptions
+
+if TYPE_CHECKING:
+    from l2m.engine.parse import ParsePlan
+
+# The parse and pipeline stages (l2m.engine.parse, l2m.engine.pipeline: luqum, msgspec, the rules) are
+# imported where logs are read, not here: the driver's source process, started anew for
+# every query start and restart, only plans offsets (0.15 s of imports less, and no decoding
+# of ten thousand rules it never evaluates). Executors' workers have them pre-imported.
+
+RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, "
+              "timestamp bigint")
+BATCH_ROWS = 10_000
+
+
+class KafkaInputPartition(InputPartition):
+    """One Spark task: one or more offset ranges, read one after the other."""
+
+    def __init__(self, topic: str, ranges: Sequence[OffsetRange]) -> None:
+        super().__init__((topic, tuple((r.partition, r.start, r.end) for r in ranges)))
+        self.topic = topic
+        self.ranges = tuple(ranges)
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        parsed = SourceOptions.parse(options)
+        self.topic = parsed.topic
+        self.config = parsed.kafka
+        self.starting = parsed.starting_offsets
+        self.max_per_trigger = parsed.max_per_trigger
+        self.max_per_task = parsed.max_per_task
+        self.min_partitions = parsed.min_partitions
+        self.balanced = parsed.balanced
+        self.fail_on_data_loss = parsed.fail_on_data_loss
+        self.group_id = parsed.group_id
+        self.poll_timeout = parsed.poll_timeout_s
+        self.dead_letters = parsed.dead_letter_topic
+        self.stop_file = parsed.stop_file
+        self.plan_log = parsed.plan_log
+        self.routing = parsed.routing
+        self.parse_plan = parsed.parse_plan
+        self.schema = schema
+        self._admin: Any = None
+        self._latest: dict[int, int] | None = None
+        self._target: dict[int, int] | None = None
+
+    # --- pickling: executors get options only, never driver-side clients -----------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_admin"] = None
+        return state
+
+    # --- driver side ---------------------------------------------------------------------
+
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient({**self.config, "log_level": "3"})
+        return self._admin
+
+    def _partitions(self) -> list[int]:
+        from confluent_kafka import KafkaException
+
+        # Full metadata, not a request for this topic: brokers with topic auto-creation
+        # (tansu always) would create a mistyped topic instead of reporting it.
+        try:
+            meta = self._admin_client().list_topics(timeout=30)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(f"cannot read Kafka metadata: {exc}") from None
+        topic = meta.topics.get(self.topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            error = topic.error if topic is not None else "unknown topic"
+            # Retried like an outage: a topic being created or a broker restarting.
+            raise KafkaUnavailableError(f"Kafka topic '{self.topic}' is not available: {error}")
+        return sorted(topic.partitions)
+
+    def _offsets(self, spec: str) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        make = OffsetSpec.earliest if spec == "earliest" else OffsetSpec.latest
+        request = {TopicPartition(self.topic, p): make() for p in self._partitions()}
+        try:
+            futures = self._admin_client().list_offsets(request, request_timeout=30)
+            return {tp.partition: fut.result().offset for tp, fut in futures.items()}
+        except Exception as exc:  # KafkaException, or a timeout inside the future
+            raise KafkaUnavailableError(f"cannot list {spec} offsets of Kafka topic "
+                                        f"'{self.topic}': {exc}") from None
+
+    def _encode(self, offsets: dict[int, int]) -> dict[str, Any]:
+        return {"topic": self.topic,
+                "partitions": {str(p): int(o) for p, o in sorted(offsets.items())}}
+
+    @staticmethod
+    def _decode(offset: dict[str, Any]) -> dict[int, int]:
+        return {int(p): int(o) for p, o in offset["partitions"].items()}
+
+    def initialOffset(self) -> dict[str, Any]:
+        if self.starting in ("earliest", "latest"):
+            return self._encode(self._offsets(self.starting))
+        wanted = json.loads(self.starting)
+        wanted = wanted.get(self.topic, wanted)
+        earliest = self._offsets("earliest")
+        latest = self._offsets("latest")
+        start = {}
+        for p in earliest:
+            value = int(wanted.get(str(p), -2))
+            start[p] = earliest[p] if value == -2 else latest[p] if value == -1 else value
+        return self._encode(start)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._offsets("latest")
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_per_trigger:
+            return ReadMaxRows(self.max_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if self.stop_file and os.path.exists(self.stop_file):
+            return start
+        begin = self._decode(start)
+        latest = self._target if self._target is not None else self._offsets("latest")
+        self._latest = latest
+        # New partitions start at their beginning.
+        begin = {p: begin.get(p, 0) for p in latest}
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(begin, latest, limit.max_rows)
+        else:
+            end = dict(latest)
+        for p, offset in begin.items():
+            if end[p] < offset:
+                self._data_loss(f"offsets of {self.topic}-{p} went back from {offset} to "
+                                f"{end[p]}: the topic was recreated or truncated")
+        return self._encode(end)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self._encode(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin = self._decode(start)
+        until = self._decode(end)
+        ranges = []
+        earliest: dict[int, int] | None = None
+        for p, stop in sorted(until.items()):
+            first = begin.get(p, 0)
+            if stop < first:  # recreated topic, failOnDataLoss=false: read what is there now
+                first = 0
+            if stop > first:
+                if earliest is None:
+                    earliest = self._offsets("earliest")
+                low = earliest.get(p, 0)
+                if first < low:
+                    self._data_loss(f"offsets {first}..{low - 1} of {self.topic}-{p} are gone "
+                                    f"(retention): {low - first} records lost")
+                    first = low
+            ranges.append(OffsetRange(p, first, stop))
+        tasks = plan_tasks(ranges, self.max_per_task, self.min_partitions, self.balanced)
+        if self.plan_log and tasks:
+            with open(self.plan_log, "a") as log:
+                log.write(json.dumps({"time": time.time(),
+                                      "tasks": [sum(r.size for r in t) for t in tasks]}) + "\n")
+        return [KafkaInputPartition(self.topic, t) for t in tasks]
+
+    def _data_loss(self, message: str) -> None:
+        if self.fail_on_data_loss:
+            raise DataLossError(message + " (set failOnDataLoss=false to skip and count)")
+        print(f"l2m source: data loss, skipped: {message}", file=sys.stderr, flush=True)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        if not self.group_id:
+            return
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({**self.config, "group.id": self.group_id,
+                             "enable.auto.commit": False, "log_level": "3"})
+        try:
+            consumer.commit(offsets=[TopicPartition(self.topic, p, o)
+                                     for p, o in self._decode(end).items()],
+                            asynchronous=False)
+        except Exception as exc:  # lag visibility only: never fail the query for it
+            print(f"l2m source: offset commit to group {self.group_id} failed: {exc}",
+                  file=sys.stderr, flush=True)
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        self._admin = None
+
+    # --- executor side -------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaInputPartition)
+        if partition.size <= 0:
+            return
+        from confluent_kafka import Consumer, TopicPartition
+
+        from l2m.engine.parse import ParsePlan
+        from l2m.engine.pipeline import TaskPipeline, routing_from_option
+
+        routing = routing_from_option(self.routing) if self.routing else None
+        plan = (routing.plan if routing is not None else
+                ParsePlan.from_json(self.parse_plan) if self.parse_plan else None)
+        consumer = Consumer({
+            "group.id": f"l2m-reader-{self.topic}",  # required by the client; never joined
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            "queued.max.messages.kbytes": 262144,
+            "log_level": "3",
+            **self.config,
+        })
+        dead_letters = DeadLetters(self.config, self.dead_letters, self.topic) \
+            if self.dead_letters and plan else None
+        # All pieces at once (a task holds at most one per partition): one fetch session,
+        # no per-range re-assignment round trips.
+        pipeline = TaskPipeline(routing) if routing is not None else None
+        ends = {r.partition: r.end for r in partition.ranges}
+        position = {r.partition: r.start for r in partition.ranges}
+        started = time.time()
+        try:
+            consumer.assign([TopicPartition(self.topic, r.partition, r.start)
+                             for r in partition.ranges])
+            buffer = _Buffer()
+            deadline = time.monotonic() + self.poll_timeout
+            while (remaining := sum(max(0, ends[p] - position[p]) for p in ends)) > 0:
+                # Ask for no more than is still due: consume() waits for the full count.
+                messages = consumer.consume(num_messages=min(BATCH_ROWS, remaining),
+                                            timeout=1.0)
+                if not messages and time.monotonic() > deadline:
+                    behind = {p: position[p] for p in ends if position[p] < ends[p]}
+                    raise KafkaUnavailableError(
+                        f"no records from {self.topic} partitions/offsets {behind} within "
+                        f"{self.poll_timeout:.0f}s (expected up to {ends})")
+                done = self._take_all(messages, position, ends, buffer)
+                if done is None:
+                    done = self._take_each(messages, position, ends, buffer)
+                if done:  # fetched to the end of their pieces: fetch no more of them
+                    consumer.pause([TopicPartition(self.topic, p) for p in done])
+                if messages:
+                    deadline = time.monotonic() + self.poll_timeout
+                if len(buffer) >= BATCH_ROWS:
+                    batch = self._emit(buffer, plan, dead_letters)
+                    if pipeline is None:
+                        yield batch
+                    else:
+                        pipeline.add(batch)
+                    buffer = _Buffer()
+            if len(buffer):
+                batch = self._emit(buffer, plan, dead_letters)
+                if pipeline is None:
+                    yield batch
+                else:
+                    pipeline.add(batch)
+            if dead_letters is not None:
+                dead_letters.flush()
+            if pipeline is not None:
+                yield from pipeline.finish()
+            if self.plan_log:
+                self._log_task(started, partition.size)
+        finally:
+            consumer.close()
+
+    @staticmethod
+    def _take_all(messages: list[Any], position: dict[int, int], ends: dict[int, int],
+                  buffer: _Buffer) -> list[int] | None:
+        """The usual fetch — no errors, each partition's offsets increasing from its position
+        — taken as :meth:`_take_each` would take it, without a Python step per message:
+        messages past their piece's end dropped, the rest added to the buffer. Returns the
+        partitions now read to their end; None: go through the messages one by one."""
+        # any(): a KafkaError is true, and cannot be compared with None (it raises).
+        if not messages or any(map(_ERROR, messages)):
+            return None
+        n = len(messages)
+        partitions = np.fromiter(map(_PARTITION, messages), np.int64, n)
+        offsets = np.fromiter(map(_OFFSET, messages), np.int64, n)
+        distinct = np.unique(partitions).tolist()
+        pieces = []
+        for p in distinct:  # every partition checked before anything is taken
+            if p not in ends:
+                return None
+            rows = slice(None) if len(distinct) == 1 else partitions == p
+            mine = offsets[rows]
+            if mine[0] < position[p] or (len(mine) > 1 and (np.diff(mine) <= 0).any()):
+                return None  # before the position or out of order: one by one decides
+            pieces.append((p, rows, mine, mine < ends[p]))
+        keep = np.ones(n, bool)
+        done = []
+        for p, rows, mine, due in pieces:
+            if not due.all():  # fetched past this piece's end
+                keep[rows] = due
+            if due.any():
+                position[p] = int(mine[due][-1]) + 1
+            if position[p] >= ends[p]:
+                done.append(p)
+        buffer.messages.extend(messages if keep.all() else
+                               itertools.compress(messages, keep.tolist()))
+        return done
+
+    def _take_each(self, messages: list[Any], position: dict[int, int],
+                   ends: dict[int, int], buffer: _Buffer) -> list[int]:
+        """Messages one by one: error events (end of partition, offsets out of range,
+        failures), offsets before the position or past the piece's end. Returns the
+        partitions now read to their end."""
+        from confluent_kafka import KafkaError
+
+        done = []
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                    p = msg.partition()
+                    self._data_loss(f"offset {position.get(p)} of {self.topic}-{p} "
+                                    "is out of range")
+                    position[p] = ends[p]
+                    continue
+                raise KafkaUnavailableError(f"Kafka error reading {self.topic}: {error}")
+            p = msg.partition()
+            offset = msg.offset()
+            if offset < position[p] or offset >= ends[p]:
+                continue  # fetched past this piece's end
+            buffer.add(msg)
+            position[p] = offset + 1
+            if position[p] >= ends[p]:
+                done.append(p)
+        return done
+
+    def _log_task(self, started: float, records: int) -> None:
+        """Benchmarks: which executor read how many records (the Python worker's parent is
+        its executor's worker daemon, one per executor)."""
+        import socket
+
+        with open(f"{self.plan_log}.tasks", "a") as log:
+            log.write(json.dumps({"time": started, "records": records,
+                                  "seconds": round(time.time() - started, 3),
+                                  "executor": f"{socket.gethostname()}:{os.getppid()}"}) + "\n")
+
+    def _emit(self, buffer: _Buffer, plan: ParsePlan | None,
+              dead_letters: DeadLetters | None) -> pa.RecordBatch:
+        from l2m.engine.parse import DEAD_LETTERED, ERROR, STATUS, parse_lines
+
+        if plan is None:
+            return pa.RecordBatch.from_arrays([
+                pa.array(buffer.keys, pa.binary()), pa.array(buffer.values, pa.binary()),
+                pa.array([self.topic] * len(buffer), pa.string()),
+                pa.array(buffer.partitions, pa.int32()),
+                pa.array(buffer.offsets, pa.int64()), pa.array(buffer.timestamps, pa.int64()),
+            ], names=["key", "value", "topic", "partition", "offset", "timestamp"])
+        batch = parse_lines(buffer.values, plan, fallback_ts=buffer.timestamps,
+                            now_ms=int(time.time() * 1000))
+        if dead_letters is not None:
+            status = batch.column(STATUS).to_pylist()
+            errors = batch.column(ERROR).to_pylist()
+            for i, st in enumerate(status):
+                if st in DEAD_LETTERED:
+                    dead_letters.send(buffer, i, errors[i] or "malformed")
+        return batch
+
+
+_ERROR = operator.methodcaller("error")
+_PARTITION = operator.methodcaller("partition")
+_OFFSET = operator.methodcaller("offset")
+
+
+class _Buffer:
+    """The messages of one batch of a read task; their fields are read when first needed,
+    each in one pass (keys, partitions and offsets only for raw rows and dead letters)."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+        self._fields: dict[str, list[Any]] = {}
+
+    def add(self, msg: Any) -> None:
+        self.messages.append(msg)
+
+    def _field(self, name: str) -> list[Any]:
+        found = self._fields.get(name)
+        if found is None:
+            getter = operator.methodcaller(name)
+            found = self._fields[name] = list(map(getter, self.messages))
+        return found
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        return self._field("key")
+
+    @property
+    def values(self) -> list[bytes | None]:
+        return self._field("value")
+
+    @property
+    def partitions(self) -> list[int]:
+        return self._field("partition")
+
+    @property
+    def offsets(self) -> list[int]:
+        return self._field("offset")
+
+    @property
+    def timestamps(self) -> list[int | None]:
+        found = self._fields.get("timestamp")
+        if found is None:
+            found = self._fields["timestamp"] = [ts if kind else None for kind, ts in
+                                                 map(operator.methodcaller("timestamp"),
+                                                     self.messages)]
+        return found
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
+class KafkaSource(DataSource):
+    """``spark.readStream.format("l2m-kafka")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "l2m-kafka"
+
+    def schema(self) -> str:
+        options = SourceOptions.parse(dict(self.options))
+        if options.routing:
+            return PARTIAL_SCHEMA
+        if options.parse_plan:
+            from l2m.engine.parse import ParsePlan
+
+            return ParsePlan.from_json(options.parse_plan).spark_schema_ddl()
+        return RAW_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(dict(self.options), schema)

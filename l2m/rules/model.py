@@ -1,0 +1,94 @@
+"""The rule model (SPEC §1): immutable, typed :class:`Rule` records and what a rule may say.
+
+Input: none (plain values). Output: the types :mod:`l2m.rules.loader` builds from YAML and
+every later stage reads; the allowed kinds, aggregations, keys and name patterns, each
+defined once here."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from l2m.errors import Problem
+from l2m.query.nodes import CompiledQuery
+from l2m.values import label_name
+
+
+class Kind(StrEnum):
+    """A rule's ``kind``: cumulative counters or one-minute gauge windows (SPEC §3)."""
+
+    COUNTER = "counter"
+    GAUGE = "gauge"
+
+
+class Aggregation(StrEnum):
+    """A rule's ``aggregation`` (SPEC §3). Members equal their strings (``"sum"``)."""
+
+    COUNT = "count"
+    SUM = "sum"
+    AVG = "avg"
+    MIN = "min"
+    MAX = "max"
+    HISTOGRAM = "histogram"
+
+
+KINDS = tuple(Kind)
+AGGREGATIONS = tuple(Aggregation)
+ALLOWED = {
+    Kind.COUNTER: (Aggregation.COUNT, Aggregation.SUM, Aggregation.HISTOGRAM),
+    Kind.GAUGE: AGGREGATIONS,
+}
+KEYS = (
+    "id", "name", "kind", "query", "aggregation", "field", "buckets", "group_by", "labels",
+    "account", "target_account", "enabled",
+)
+REQUIRED = ("id", "name", "kind", "query", "aggregation")
+MAX_BUCKETS = 128
+
+ID_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
+NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One LogMetric rule, validated. ``labels`` and ``buckets`` are tuples so rules hash."""
+
+    id: str
+    name: str
+    kind: Kind
+    query: str
+    aggregation: Aggregation
+    field: str | None = None
+    buckets: tuple[float, ...] = ()
+    bucket_labels: tuple[str, ...] = ()  # each bound's string form, the `le` label value
+    group_by: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    account: str | None = None
+    target_account: str | None = None
+    enabled: bool = True
+    file: str = "<memory>"
+    line: int = 0
+    compiled: CompiledQuery | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Plain strings (rules built in code) become the enums; a bad one is a ValueError.
+        object.__setattr__(self, "kind", Kind(self.kind))
+        object.__setattr__(self, "aggregation", Aggregation(self.aggregation))
+
+    @property
+    def group_labels(self) -> tuple[tuple[str, str], ...]:
+        """(label name, log field) per group-by field."""
+        return tuple((label_name(f), f) for f in self.group_by)
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    rules: tuple[Rule, ...]
+    warnings: tuple[Problem, ...] = ()
+
+    @property
+    def enabled(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.enabled)

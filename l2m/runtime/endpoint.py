@@ -1,0 +1,78 @@
+"""The driver's HTTP endpoint (docs/metrics.md): ``/metrics`` (Prometheus text, from
+:class:`l2m.runtime.telemetry.Telemetry`'s registry through ``prometheus_client``), ``/healthz``
+(liveness) and ``/readyz`` (readiness).
+
+Input: a Telemetry and the configured host and port. Output: a server on a daemon thread,
+answering until :meth:`Endpoint.close`. Scrapes never touch Spark: they read what the runner
+recorded after each batch."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from prometheus_client.exposition import choose_encoder
+
+from l2m.errors import ConfigError
+from l2m.runtime.telemetry import Telemetry
+
+
+class Endpoint:
+    """``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port`` (port 0: a free one; see
+    :attr:`port`)."""
+
+    def __init__(self, telemetry: Telemetry, host: str, port: int) -> None:
+        self.telemetry = telemetry
+        handler = type("Handler", (_Handler,), {"telemetry": telemetry})
+        try:
+            self.server = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:
+            raise ConfigError(f"monitoring: cannot listen on {host}:{port}: "
+                              f"{exc.strerror or exc}") from None
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_address[1])
+        self._thread = threading.Thread(target=self.server.serve_forever, name="l2m-endpoint",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> Endpoint:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    telemetry: Telemetry
+    server_version = "l2m"
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._send(200, encoder(self.telemetry.registry), content_type)
+        elif path == "/healthz":
+            ok = self.telemetry.healthy()
+            self._send(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n")
+        elif path == "/readyz":
+            ok = self.telemetry.ready
+            self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
+        else:
+            self._send(404, b"not found: try /metrics, /healthz or /readyz\n")
+
+    def _send(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8"
+              ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # probes every few seconds would drown the progress lines

@@ -1,0 +1,284 @@
+"""Running the streaming job: session, the query, progress lines, graceful shutdown, and
+riding out Kafka outages.
+
+Input: a :class:`~l2m.config.loader.JobConfig` and the rules. Output: the running query, one progress
+line per micro-batch on ``out``, and an exit code (0 stopped or finished, 1 failed). A query
+that fails because Kafka cannot be reached (sink, dead letters, offsets, records) is started
+again on the same checkpoint after a backoff (1 s doubling to 60 s), for as long as the outage
+lasts; the batch it was running is replayed."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from l2m.config.job import JobConfig
+from l2m.errors import L2mError
+from l2m.rules.model import Rule
+from l2m.runtime.failures import failure, retriable
+from l2m.runtime.session import build_session
+from l2m.runtime.telemetry import (
+    BatchTasks,
+    ExecutorLoad,
+    Telemetry,
+    input_rates,
+    input_records,
+    partition_offsets,
+)
+from l2m.state.function import check_checkpoint
+from l2m.streaming.job import QUERY, Job, start_job, stop_file, streaming_conf
+
+
+def session_for(cfg: JobConfig) -> SparkSession:
+    conf = {**streaming_conf(cfg.checkpoint), **cfg.spark}
+    return build_session(cfg.master, "l2m", conf)
+
+
+def lag(progress: dict[str, Any]) -> int | None:
+    """Records behind the end of the topic after this batch, over all partitions."""
+    total = 0
+    for source in progress.get("sources", []):
+        # A replayed batch (after a crash) is not planned again, so the source never computes
+        # its latest offsets: Spark reports null, and the lag is unknown for that batch.
+        latest = partition_offsets(source.get("latestOffset"))
+        end = partition_offsets(source.get("endOffset"))
+        if latest is None or end is None:
+            return None
+        for p, offset in latest.items():
+            total += max(0, int(offset) - int(end.get(p, 0)))
+    return total
+
+
+def describe(name: str, progress: dict[str, Any], reduction: tuple[int, int] | None = None,
+             late: int = 0) -> str:
+    """One progress line: batch, rows, rates, lag, duration, state, the pre-aggregation's
+    rows in → out and the logs dropped past the watermark, when known."""
+    state = progress.get("stateOperators") or []
+    rows = sum(int(s.get("numRowsTotal", 0)) for s in state)
+    dropped = late + sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
+    behind = lag(progress)
+    arriving, processed = input_rates(progress)
+    parts = [
+        f"{name:<8} batch {progress.get('batchId'):>5}",
+        f"in {input_records(progress):>8} rows",
+        f"{arriving:>9.0f}/s in",
+        f"{processed:>9.0f}/s processed",
+        f"lag {behind if behind is not None else '?':>8}",
+        f"{int(progress.get('durationMs', {}).get('triggerExecution', 0)):>6} ms",
+        f"state {rows}",
+    ]
+    if reduction and reduction[0]:
+        rows_in, rows_out = reduction
+        parts.append(f"preagg {rows_in}→{rows_out} ({rows_in / max(rows_out, 1):.0f}×)")
+    if dropped:
+        parts.append(f"late dropped {dropped}")
+    watermark = (progress.get("eventTime") or {}).get("watermark")
+    if watermark and not watermark.startswith("1970"):
+        parts.append(f"watermark {watermark}")
+    return "  ".join(parts)
+
+
+@dataclass
+class Runner:
+    """Starts the job and watches it. ``stop()`` (or SIGINT/SIGTERM via
+    :meth:`install_signals`) lets the running micro-batch finish, then stops the query."""
+
+    cfg: JobConfig
+    rules: Sequence[Rule]
+    once: bool = False
+    out: TextIO = sys.stderr
+    on_progress: Callable[[str, dict[str, Any]], None] | None = None
+    spark: SparkSession | None = None
+    job: Job | None = None
+    retry: bool = True  # restart the query after Kafka outages (backoff) instead of failing
+    max_backoff_s: float = 60.0
+    error: L2mError | None = None  # why the job failed, when it did
+    restarts: int = 0
+    telemetry: Telemetry | None = None  # the driver's metrics (docs/metrics.md)
+    _tasks: BatchTasks | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _seen: dict[str, int] = field(default_factory=dict)
+    _counted: tuple[int, int, int] = (0, 0, 0)
+    _progressed: bool = False
+
+    def start(self) -> Job | None:
+        """Start the query (after the session, when there is none yet). None when a stop was
+        requested while Spark started: a query started only to be stopped at once would
+        leave its half-initialised source processes complaining."""
+        marker = Path(stop_file(self.cfg))
+        marker.unlink(missing_ok=True)  # left over from a stop that did not finish
+        check_checkpoint(self.cfg.checkpoint, QUERY)  # before the slow part: Spark
+        if self.spark is None:
+            self.spark = session_for(self.cfg)
+        if self._stop.is_set():
+            self.job = None
+            return None
+        self.job = start_job(self.spark, self.cfg, self.rules, once=self.once)
+        self._counted = (0, 0, 0)  # a new query has new accumulators
+        if self.telemetry is not None:
+            self.telemetry.started(self.job.counts)
+        return self.job
+
+    def install_signals(self) -> None:
+        def handler(signum: int, _frame: Any) -> None:
+            if self._stop.is_set():  # a second Ctrl-C: stop now
+                raise KeyboardInterrupt
+            print(f"\nl2m: {signal.Signals(signum).name} received, finishing the current "
+                  "batch…", file=self.out, flush=True)
+            self._stop.set()
+
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait(self, duration: float | None = None, poll: float = 1.0,
+             on_tick: Callable[[], None] | None = None) -> int:
+        """Watch until stopped, ``duration`` passes, the query fails, or (``once``) it ends.
+        Returns the exit code: 0, or 1 if a query failed."""
+        deadline = time.monotonic() + duration if duration else None
+        backoff = 1.0
+        while True:
+            if self.job is None:  # stopped while (re)starting
+                return 0
+            self._report()
+            if self.telemetry is not None:
+                self.telemetry.tick()
+            if on_tick is not None:
+                on_tick()
+            failed = [q for q in self.job.queries if q.exception() is not None]
+            if failed:
+                error = failure(failed[0].exception())
+                self._shutdown()
+                if self.telemetry is not None:
+                    self.telemetry.failed_batch(error.code)
+                if not (self.retry and retriable(error)):
+                    return self._failed(error)
+                self._say(f"l2m: {error.code.lower().replace('_', ' ')}: {error.message}; "
+                          f"retrying in {backoff:.0f} s (the batch will be replayed)")
+                if self._stop.wait(backoff) or (deadline is not None
+                                                and time.monotonic() > deadline):
+                    return 0
+                backoff = min(backoff * 2, self.max_backoff_s)
+                self.restarts += 1
+                if self.telemetry is not None:
+                    self.telemetry.restarted(error.code)
+                try:
+                    self.start()
+                except Exception as exc:  # Kafka still down while the query starts
+                    error = failure(exc)
+                    if not retriable(error):
+                        return self._failed(error)
+                    self._say(f"l2m: {error.message}; retrying")
+                continue
+            if self._progressed:
+                backoff = 1.0  # progress again: the next outage starts from a short wait
+                self._progressed = False
+            if all(not q.isActive for q in self.job.queries):
+                self._report()
+                return 0
+            if self._stop.is_set() or (deadline is not None and time.monotonic() > deadline):
+                self._shutdown()
+                return 0
+            self._stop.wait(poll)
+
+    def _failed(self, error: L2mError) -> int:
+        """Record and say why the job stops; the exit code."""
+        self.error = error
+        if self.telemetry is not None:
+            self.telemetry.failed_job()
+        self._say(error.render())
+        return 1
+
+    def _say(self, line: str) -> None:
+        if self.out is not None:
+            print(line, file=self.out, flush=True)
+
+    def _report(self) -> None:
+        assert self.job is not None
+        for query in self.job.queries:
+            name = (query.name or "query").removeprefix("l2m-")
+            for progress in query.recentProgress:
+                batch = int(progress.get("batchId", -1))
+                if batch <= self._seen.get(name, -1):
+                    continue
+                self._seen[name] = batch
+                self._progressed = True
+                rows_in, rows_out, late = self._counts()
+                self._observe(progress)
+                if self.on_progress:
+                    self.on_progress(name, progress)
+                if self.out is not None:
+                    print(describe(name, progress, (rows_in, rows_out), late), file=self.out,
+                          flush=True)
+
+    def _observe(self, progress: dict[str, Any]) -> None:
+        """Hand a completed batch to the metrics, with what each executor did in it."""
+        if self.telemetry is None:
+            return
+        loads: dict[str, ExecutorLoad] | None = None
+        registered = None
+        try:
+            if self._tasks is None and self.spark is not None:
+                self._tasks = BatchTasks(self.spark)
+            if self._tasks is not None:
+                loads = self._tasks.loads(str(progress.get("runId")),
+                                          int(progress.get("batchId", -1)))
+                registered = self._tasks.registered()
+        except Exception:  # Spark's bookkeeping is best effort; the job is not
+            loads = None
+        self.telemetry.batch(progress, loads, registered)
+
+    def _counts(self) -> tuple[int, int, int]:
+        """Pre-aggregation rows in and out, and late logs dropped, since the last report."""
+        assert self.job is not None
+        if self.job.counts is None:
+            return 0, 0, 0
+        c = self.job.counts
+        now = (c.reduction.rows_in.value, c.reduction.rows_out.value, c.late.value)
+        delta = (now[0] - self._counted[0], now[1] - self._counted[1], now[2] - self._counted[2])
+        self._counted = now
+        return delta
+
+    def _shutdown(self) -> None:
+        """Graceful stop: the sources stop admitting data (stop file), running batches
+        complete — their samples flushed and acknowledged by the sink before they commit —
+        then the queries stop."""
+        assert self.job is not None
+        if self.telemetry is not None:
+            self.telemetry.stopping()
+        marker = Path(stop_file(self.cfg))
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        try:
+            deadline = time.monotonic() + 120
+            for query in self.job.queries:
+                idle = 0
+                while idle < 3 and time.monotonic() < deadline:
+                    idle = idle + 1 if not _busy(query) else 0
+                    time.sleep(0.1)
+                query.stop()
+        finally:
+            marker.unlink(missing_ok=True)
+        self._report()
+
+
+def _busy(query: StreamingQuery) -> bool:
+    try:
+        status = query.status
+        # A query still initialising its source (the planner process starting) counts as
+        # busy: stopped then, that process dies mid-handshake with a traceback.
+        return bool(query.isActive and (status.get("isTriggerActive") or str(
+            status.get("message", "")).startswith("Initializing")))
+    except Exception:
+        return False

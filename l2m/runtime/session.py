@@ -1,0 +1,128 @@
+"""Spark session set-up shared by every command and the tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from l2m.errors import ConfigError
+from l2m.runtime.jvm import java_options
+
+PACKAGE = Path(__file__).resolve().parent.parent  # the installed l2m package
+LOG4J = PACKAGE / "log4j2.properties"
+# The interpreter wrapper for every Python process Spark starts (see the script).
+PYTHON = PACKAGE / "bin" / "python"
+# The JVM moves partials, state and samples; all per-log work is in Python. C2's compiles of
+# Spark's generated code for every new query cost more CPU than its faster code saves
+# (warm drain, 2 cores: JVM 4.7 -> 2.0 CPU-s per 480k logs, 55k -> 65k logs/s). Huge
+# methods compiled all the same: left interpreted, they were the route stage's bottleneck.
+JIT = "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1"
+
+DEFAULTS: dict[str, str] = {
+    # Loopback only: nothing of ours listens on other interfaces.
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    # JIT: see above (benchmarks/README.md, "JIT").
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J} {JIT}",
+    "spark.executor.extraJavaOptions": JIT,
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+    "spark.driver.memory": "2g",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.python.worker.reuse": "true",
+    "spark.python.daemon.module": "l2m.runtime.daemon",
+    # Every Column operation would otherwise record its Python call site (a stack inspection
+    # and py4j calls): routing 1,000 rules built their expressions 3-4x slower. l2m's errors
+    # name their cause themselves.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+}
+
+
+# The master URLs Spark 4 accepts. Checked here because a bad one makes spark-submit exit
+# before the JVM gateway starts, and all pyspark can say then is JAVA_GATEWAY_EXITED.
+MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|"
+                    r"spark://\S+|k8s://\S+|yarn")
+
+
+def build_session(master: str = "local[*]", app_name: str = "l2m",
+                  conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A Spark session whose Python workers run this interpreter (so they see l2m and its
+    dependencies, with or without an activated venv). A master URL Spark would not accept is
+    a :class:`~l2m.errors.ConfigError`."""
+    if not MASTER.fullmatch(master):
+        raise ConfigError(f"Spark master '{master}' is not one Spark accepts: local, local[N], "
+                          "local[*], local-cluster[N,CORES,MEMORY_MB], spark://HOST:PORT, "
+                          "k8s://URL or yarn")
+    os.environ.setdefault("PYSPARK_PYTHON", _worker_python())
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    cores = os.cpu_count() or 2
+    settings = {"spark.sql.shuffle.partitions": str(max(4, 2 * cores)), **DEFAULTS,
+                # Executors elsewhere (Kubernetes: the same image) run the same interpreter.
+                "spark.executorEnv.L2M_PYTHON": os.environ.get("L2M_PYTHON", sys.executable),
+                **(conf or {})}
+    cds = java_options()
+    if cds:
+        key = "spark.driver.extraJavaOptions"
+        settings[key] = f"{settings.get(key, '')} {cds}".strip()
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = _without_sigterm(builder.getOrCreate)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _worker_python() -> str:
+    """The wrapper (``l2m/bin/python``) around this interpreter, when it can run: Spark's
+    Python processes then import the installed pyspark (bytecode cached) instead of its zip —
+    about 0.8 s less for each of the half-dozen planner, source and worker processes a
+    start waits for in turn."""
+    os.environ.setdefault("L2M_PYTHON", sys.executable)
+    if os.name == "posix" and os.access(PYTHON, os.X_OK):
+        return str(PYTHON)
+    return sys.executable
+
+
+def _without_sigterm(launch):  # type: ignore[no-untyped-def]
+    """Run ``launch`` (the session's creation) so that the JVM it starts ignores SIGTERM.
+
+    l2m's driver stops the job gracefully on SIGTERM (the running batch finishes and commits);
+    a SIGTERM sent to the whole process group — `kill -TERM -PGID`, a terminal, some
+    supervisors — would otherwise also reach the JVM, which would exit at once and fail the
+    batch. Only the child is changed: pyspark starts the JVM with ``Popen`` and a ``preexec_fn``
+    that ignores SIGINT; ours also ignores SIGTERM there, in the forked child before ``exec``
+    (an ignored signal stays ignored across ``exec``). The driver keeps its own handler the
+    whole time, so a SIGTERM during the slow start (on Kubernetes, up to 30 s waiting for
+    executors) is not lost: it requests the stop the runner acts on once the session is up.
+    The JVM still exits when the driver process ends."""
+    from pyspark import java_gateway
+
+    popen = getattr(java_gateway, "Popen", None)
+    if popen is None or os.name != "posix":
+        return launch()
+
+    def ignoring_sigterm(*args, **kwargs):  # type: ignore[no-untyped-def]
+        inner = kwargs.get("preexec_fn")
+
+        def preexec() -> None:
+            if inner is not None:
+                inner()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+        kwargs["preexec_fn"] = preexec
+        return popen(*args, **kwargs)
+
+    java_gateway.Popen = ignoring_sigterm  # type: ignore[attr-defined]
+    try:
+        return launch()
+    finally:
+        java_gateway.Popen = popen  # type: ignore[attr-defined]

@@ -1,0 +1,462 @@
+"""The driver's metrics about the job itself (docs/metrics.md), in a ``prometheus_client``
+registry that :mod:`l2m.runtime.endpoint` serves.
+
+Input, after each micro-batch: Spark's query progress (rates, durations, offsets, watermark,
+state), the job's accumulators (:class:`l2m.streaming.job.Counts`: pre-aggregation rows, matches
+per rule, what each state key last reported) and Spark's status store (the tasks each
+executor ran in the batch, and the records they read). Output: ``l2m_*`` metrics. Counters
+that come from the state (``l2m_input_logs_total``, ``l2m_late_logs_total``,
+``l2m_dead_letters_total``) are exact and continue across restarts; the others count since
+the driver started."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from l2m.config.job import JobConfig
+from l2m.engine.parse import DEAD_LETTERED, STATUS_NAMES
+from l2m.rules.model import Rule
+
+BATCH_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+DEAD_LETTER_REASONS = tuple(STATUS_NAMES[c] for c in DEAD_LETTERED)
+# A watch loop that has not ticked for this long is stuck: /healthz says so.
+STALL_S = 60.0
+
+
+def _version() -> str:
+    try:
+        return version("l2m")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class ExecutorLoad:
+    """What one executor did in a micro-batch."""
+
+    tasks: int = 0
+    records: int = 0
+
+
+class Telemetry:
+    """The job's metrics. :meth:`batch` after each completed micro-batch; the runner marks
+    start, restarts, failures and each tick of its watch loop; ``/healthz`` and ``/readyz``
+    read :meth:`healthy` and :attr:`ready`. Thread-safe: the HTTP server collects from its
+    own threads."""
+
+    def __init__(self, cfg: JobConfig, rules: Sequence[Rule],
+                 registry: CollectorRegistry | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.rules = [r.id for r in rules]
+        self.registry = registry or CollectorRegistry()
+        self.clock = clock
+        self.ready = False
+        self.failed = False
+        self._beat = time.monotonic()
+        self._lock = threading.Lock()
+        # Accumulators restart with each query; these hold what earlier queries counted.
+        self._counts: Any = None
+        self._base = {"in": 0.0, "out": 0.0}
+        self._matches_base: dict[str, float] = {}
+        self._matches: dict[str, float] = {}
+        self._latest: dict[Any, float] = {}
+        r = self.registry
+
+        def gauge(name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
+            return Gauge(name, doc, labels, registry=r)
+
+        def counter(name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+            return Counter(name, doc, labels, registry=r)
+
+        self.batches = counter("l2m_batches", "Micro-batches completed.")
+        self.duration = Histogram("l2m_batch_duration_seconds",
+                                  "Duration of each micro-batch (Spark's triggerExecution).",
+                                  buckets=BATCH_BUCKETS, registry=r)
+        self.last_duration = gauge("l2m_last_batch_duration_seconds",
+                                   "Duration of the last micro-batch.")
+        self.last_time = gauge("l2m_last_batch_timestamp_seconds",
+                               "Unix time the last micro-batch completed.")
+        self.last_id = gauge("l2m_last_batch_id", "Id of the last micro-batch.")
+        self.batch_records = gauge("l2m_batch_input_records", "Records the last batch read.")
+        self.records = counter("l2m_input_records", "Records read from the logs topic.")
+        self.input_rate = gauge("l2m_input_records_per_second",
+                                "Spark's input rate of the last micro-batch.")
+        self.processed_rate = gauge("l2m_processed_records_per_second",
+                                    "Spark's processing rate of the last micro-batch.")
+        gauge("l2m_trigger_interval_seconds", "The configured trigger interval.").set(
+            cfg.trigger_ms / 1000)
+        self.committed = gauge("l2m_source_committed_offset",
+                               "Next offset to read after the last batch.", ("topic", "partition"))
+        self.latest = gauge("l2m_source_latest_offset",
+                            "End of the partition when the last batch was planned.",
+                            ("topic", "partition"))
+        self.lag = gauge("l2m_source_lag_records", "Records behind the end after the last batch.",
+                         ("topic", "partition"))
+        self.executors = gauge("l2m_executors", "Executors registered with the driver.")
+        gauge("l2m_executors_expected",
+              "spark.executor.instances (or dynamic allocation's minimum); 0 in local mode."
+              ).set(expected_executors(cfg))
+        self.executor_tasks = gauge("l2m_executor_batch_tasks",
+                                    "Tasks the executor ran in the last batch.", ("executor",))
+        self.executor_records = gauge("l2m_executor_batch_records",
+                                      "Records the executor's tasks read in the last batch.",
+                                      ("executor",))
+        self.tasks_max = gauge("l2m_batch_executor_tasks_max",
+                               "Most tasks one executor ran in the last batch.")
+        self.tasks_mean = gauge("l2m_batch_executor_tasks_mean",
+                                "Mean tasks per executor in the last batch.")
+        self.records_max = gauge("l2m_batch_executor_records_max",
+                                 "Most records one executor read in the last batch.")
+        self.records_mean = gauge("l2m_batch_executor_records_mean",
+                                  "Mean records per executor in the last batch.")
+        self.watermark = gauge("l2m_watermark_timestamp_seconds",
+                               "The gauge windows' watermark.")
+        self.event_max = gauge("l2m_event_time_max_timestamp_seconds",
+                               "Largest event time seen by the last batch.")
+        self.event_delay = gauge("l2m_event_time_delay_seconds",
+                                 "Now minus the largest event time of the last batch with data.")
+        self.sink_failures = counter("l2m_sink_failures",
+                                     "Batches that failed because the metrics topic could not "
+                                     "take them.")
+        self.restarts = counter("l2m_query_restarts",
+                                "Query restarts after a retriable failure.", ("code",))
+        self.active = gauge("l2m_query_active", "1 while the query runs.")
+        self.state_rows = gauge("l2m_state_rows", "Rows in the state store after the last batch.")
+        self.state_bytes = gauge("l2m_state_memory_bytes",
+                                 "State store memory after the last batch.")
+        gauge("l2m_rules", "Rules the job runs.").set(len(self.rules))
+        gauge("l2m_build_info", "l2m's version.", ("version",)).labels(_version()).set(1)
+        self._seen_executors: set[str] = set()
+        self._seen_partitions: set[str] = set()
+        r.register(_FromTasks(self))
+
+    # -- the runner's life cycle ------------------------------------------------------------
+
+    def started(self, counts: Any) -> None:
+        """A (new) query is running; ``counts`` are its accumulators
+        (:class:`l2m.streaming.job.Counts` or None)."""
+        with self._lock:
+            self._fold()
+            self._counts = counts
+        self.ready = True
+        self.active.set(1)
+
+    def stopping(self) -> None:
+        """The query is stopping or being restarted: not ready."""
+        self.ready = False
+        self.active.set(0)
+
+    def restarted(self, code: str) -> None:
+        self.restarts.labels(code).inc()
+
+    def failed_batch(self, code: str) -> None:
+        """A query failed with this error code; SINK failures are the sink's."""
+        if code == "SINK":
+            self.sink_failures.inc()
+
+    def failed_job(self) -> None:
+        self.failed = True
+        self.stopping()
+
+    def tick(self) -> None:
+        """The watch loop is alive."""
+        self._beat = time.monotonic()
+
+    def healthy(self) -> bool:
+        return not self.failed and time.monotonic() - self._beat < STALL_S
+
+    # -- after each micro-batch -------------------------------------------------------------
+
+    def batch(self, progress: dict[str, Any],
+              executors: dict[str, ExecutorLoad] | None = None,
+              registered: int | None = None) -> None:
+        """Record a completed micro-batch: its progress, and (when known) what each executor
+        did in it and how many executors are registered."""
+        seconds = float((progress.get("durationMs") or {}).get("triggerExecution", 0)) / 1000
+        rows = input_records(progress)
+        self.batches.inc()
+        self.duration.observe(seconds)
+        self.last_duration.set(seconds)
+        started = _epoch(progress.get("timestamp"))
+        self.last_time.set(started + seconds if started is not None else self.clock())
+        self.last_id.set(int(progress.get("batchId", -1)))
+        self.batch_records.set(rows)
+        self.records.inc(rows)
+        arriving, processed = input_rates(progress)
+        self.input_rate.set(arriving)
+        self.processed_rate.set(processed)
+        self._offsets(progress)
+        self._event_time(progress, rows)
+        state = progress.get("stateOperators") or []
+        self.state_rows.set(sum(int(s.get("numRowsTotal") or 0) for s in state))
+        self.state_bytes.set(sum(int(s.get("memoryUsedBytes") or 0) for s in state))
+        if executors is not None:
+            self._executors(executors)
+        if registered is not None:
+            self.executors.set(registered)
+        with self._lock:
+            self._absorb()
+
+    def _offsets(self, progress: dict[str, Any]) -> None:
+        topic = self.cfg.topics.logs
+        for source in progress.get("sources") or []:
+            end = partition_offsets(source.get("endOffset")) or {}
+            latest = partition_offsets(source.get("latestOffset"))
+            for partition, offset in end.items():
+                self.committed.labels(topic, str(partition)).set(int(offset))
+                self._seen_partitions.add(str(partition))
+            if latest is None:  # a replayed batch is not planned: no latest, lag unknown
+                continue
+            for partition, offset in latest.items():
+                self.latest.labels(topic, str(partition)).set(int(offset))
+                behind = max(0, int(offset) - int(end.get(partition, 0)))
+                self.lag.labels(topic, str(partition)).set(behind)
+
+    def _event_time(self, progress: dict[str, Any], rows: int) -> None:
+        event = progress.get("eventTime") or {}
+        watermark = _epoch(event.get("watermark"))
+        if watermark is not None and watermark > 0:
+            self.watermark.set(watermark)
+        newest = _epoch(event.get("max"))
+        if newest is not None and rows:
+            self.event_max.set(newest)
+            self.event_delay.set(max(0.0, self.clock() - newest))
+
+    def _executors(self, loads: dict[str, ExecutorLoad]) -> None:
+        # An executor that ran nothing in this batch shows 0, not its last busy batch.
+        for gone in self._seen_executors - set(loads):
+            self.executor_tasks.labels(gone).set(0)
+            self.executor_records.labels(gone).set(0)
+        self._seen_executors |= set(loads)
+        for executor, load in loads.items():
+            self.executor_tasks.labels(executor).set(load.tasks)
+            self.executor_records.labels(executor).set(load.records)
+        tasks = [load.tasks for load in loads.values()] or [0]
+        records = [load.records for load in loads.values()] or [0]
+        self.tasks_max.set(max(tasks))
+        self.tasks_mean.set(sum(tasks) / len(tasks))
+        self.records_max.set(max(records))
+        self.records_mean.set(sum(records) / len(records))
+
+    # -- accumulators (under the lock) -------------------------------------------------------
+
+    def _absorb(self) -> None:
+        """Take the current query's accumulator values."""
+        counts = self._counts
+        if counts is None:
+            return
+        self._matches = {key[1]: n for key, n in (counts.reduction.matches.value
+                                                  if counts.reduction.matches else {}).items()}
+        if counts.tally is not None:
+            self._latest.update(counts.tally.value)
+
+    def _fold(self) -> None:
+        """A query ends: what its accumulators counted becomes the base of the next one's."""
+        counts = self._counts
+        if counts is None:
+            return
+        self._absorb()
+        self._base["in"] += counts.reduction.rows_in.value
+        self._base["out"] += counts.reduction.rows_out.value
+        for rule, n in self._matches.items():
+            self._matches_base[rule] = self._matches_base.get(rule, 0) + n
+        self._matches = {}
+
+    def snapshot(self) -> tuple[dict[str, float], dict[str, float], dict[Any, float]]:
+        """(pre-aggregation rows in/out, matches per rule, the state keys' last reports),
+        summed over every query this driver ran."""
+        with self._lock:
+            counts = self._counts
+            rows = dict(self._base)
+            if counts is not None:
+                rows["in"] += counts.reduction.rows_in.value
+                rows["out"] += counts.reduction.rows_out.value
+            matches = dict(self._matches_base)
+            for rule, n in self._matches.items():
+                matches[rule] = matches.get(rule, 0) + n
+            return rows, matches, dict(self._latest)
+
+
+class _FromTasks:
+    """Metrics computed at scrape time from what the tasks reported (accumulators)."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self.t = telemetry
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        rows, matches, latest = self.t.snapshot()
+        yield _counter("l2m_preaggregate_rows_in",
+                       "Match rows into the in-task pre-aggregation.", rows["in"])
+        yield _counter("l2m_preaggregate_rows_out",
+                       "Partial rows out of the pre-aggregation.", rows["out"])
+        statuses = {name: 0.0 for name in dict.fromkeys(STATUS_NAMES)}
+        for key, n in latest.items():
+            if key[0] == "input":
+                statuses[key[1]] = n
+        family = CounterMetricFamily("l2m_input_logs", "Logs read, by input status (exact: "
+                                     "from the job's state).", labels=["status"])
+        for status, n in statuses.items():
+            family.add_metric([status], n)
+        yield family
+        yield _counter("l2m_late_logs", "Logs that came after their gauge window closed "
+                       "(exact: from the job's state).", latest.get(("late",), 0.0))
+        family = CounterMetricFamily("l2m_dead_letters", "Records sent to the dead-letter "
+                                     "topic, by reason (exact: from the job's state).",
+                                     labels=["reason"])
+        for reason in DEAD_LETTER_REASONS:
+            family.add_metric([reason], statuses.get(reason, 0.0))
+        yield family
+        family = CounterMetricFamily("l2m_rule_matches", "Logs each rule matched.",
+                                     labels=["rule"])
+        for rule in self.t.rules:
+            family.add_metric([rule], matches.get(rule, 0.0))
+        yield family
+        series = dict.fromkeys(self.t.rules, 0.0)
+        for key, n in latest.items():
+            if key[0] == "series" and key[1] in series:
+                series[key[1]] += n
+        family = GaugeMetricFamily("l2m_rule_series", "Live series (counters) or open windows' "
+                                   "series (gauges) in the state.", labels=["rule"])
+        for rule, n in series.items():
+            family.add_metric([rule], n)
+        yield family
+
+
+def input_records(progress: dict[str, Any]) -> int:
+    """Records a micro-batch read: its offset ranges summed over the sources' partitions.
+    Spark's ``numInputRows`` counts the rows the source emitted, and l2m's read tasks emit
+    only their partials (about one per two hundred logs)."""
+    total = 0
+    for source in progress.get("sources", []):
+        start = partition_offsets(source.get("startOffset")) or {}
+        end = partition_offsets(source.get("endOffset"))
+        if end is None:
+            return int(progress.get("numInputRows") or 0)
+        total += sum(max(0, int(o) - int(start.get(p, 0))) for p, o in end.items())
+    return total if progress.get("sources") else int(progress.get("numInputRows") or 0)
+
+
+def input_rates(progress: dict[str, Any]) -> tuple[float, float]:
+    """Records per second arriving and processed, as Spark's input and processed row rates
+    over the same intervals, in records (:func:`input_records`)."""
+    rows = int(progress.get("numInputRows") or 0)
+    if not rows:
+        return 0.0, 0.0
+    scale = input_records(progress) / rows
+    return (float(progress.get("inputRowsPerSecond") or 0) * scale,
+            float(progress.get("processedRowsPerSecond") or 0) * scale)
+
+
+def partition_offsets(value: Any) -> dict[str, Any] | None:
+    """The ``partitions`` of a source offset as Spark reports it (JSON text, a dict, or
+    null), or None."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, dict):
+        return None
+    partitions = value.get("partitions")
+    return partitions if isinstance(partitions, dict) else None
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _epoch(text: Any) -> float | None:
+    """Seconds since the epoch of Spark's ISO-8601 timestamps (``…T10:00:00.000Z``)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def expected_executors(cfg: JobConfig) -> int:
+    """The executors the configuration asks for: 0 in local mode."""
+    if not cfg.master.startswith(("k8s://", "spark://", "yarn", "local-cluster")):
+        return 0
+    spark = cfg.spark
+    if spark.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        return int(spark.get("spark.dynamicAllocation.minExecutors", "0"))
+    if cfg.master.startswith("local-cluster"):
+        return int(cfg.master.split("[")[1].split(",")[0])
+    return int(spark.get("spark.executor.instances", "2"))
+
+
+# -- Spark's status store ------------------------------------------------------------------
+
+class BatchTasks:
+    """What each executor did in a micro-batch, from Spark's status store (what its UI
+    shows; kept with the UI off too): the tasks of the batch's jobs — the streaming engine
+    runs them in the job group of the query's run id, described ``… batch = N`` — and the
+    records their tasks read. Only new jobs are looked at, so a scrape costs a few py4j calls
+    per job of the batch."""
+
+    def __init__(self, spark: Any) -> None:
+        self.sc = spark.sparkContext
+        self._store = self.sc._jsc.sc().statusStore()
+        self._described: dict[int, tuple[str, list[int]]] = {}
+
+    def loads(self, run_id: str, batch_id: int) -> dict[str, ExecutorLoad]:
+        suffix = f"batch = {batch_id}"
+        loads: dict[str, list[int]] = {}
+        for job in self.sc.statusTracker().getJobIdsForGroup(run_id):
+            description, stages = self._job(job)
+            if not description.endswith(suffix):
+                continue
+            for stage in stages:
+                for executor, records in self._tasks(stage):
+                    entry = loads.setdefault(executor, [0, 0])
+                    entry[0] += 1
+                    entry[1] += records
+        for job in [j for j in self._described if j not in set(
+                self.sc.statusTracker().getJobIdsForGroup(run_id))]:
+            del self._described[job]  # jobs the store no longer keeps
+        return {e: ExecutorLoad(t, r) for e, (t, r) in loads.items()}
+
+    def _job(self, job_id: int) -> tuple[str, list[int]]:
+        if job_id not in self._described:
+            data = self._store.job(job_id)
+            description = data.description()
+            stages = data.stageIds()
+            self._described[job_id] = (
+                description.get() if description.isDefined() else "",
+                [int(stages.apply(i)) for i in range(stages.size())])
+        return self._described[job_id]
+
+    def _tasks(self, stage: int) -> Iterator[tuple[str, int]]:
+        try:
+            attempt = self._store.lastStageAttempt(stage)
+        except Exception:  # a stage skipped (its shuffle output reused) has no attempt
+            return
+        tasks = self._store.taskList(stage, attempt.attemptId(), 2**31 - 1).iterator()
+        while tasks.hasNext():
+            task = tasks.next()
+            metrics = task.taskMetrics()
+            records = int(metrics.get().inputMetrics().recordsRead()) \
+                if metrics.isDefined() else 0
+            yield str(task.executorId()), records
+
+    def registered(self) -> int:
+        """Executors registered now (in local mode, the driver itself: 1)."""
+        executors = self._store.executorList(True)
+        ids = [str(executors.apply(i).id()) for i in range(executors.size())]
+        return len([i for i in ids if i != "driver"]) or len(ids)

@@ -1,0 +1,145 @@
+"""Counters stage (SPEC §3): cumulative totals per (rule, series) since first seen, in the
+state of a (rule, shard) key; idle series expire after the TTL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from pyspark import Accumulator
+from pyspark.sql.streaming.state import GroupState
+
+from l2m.engine.routing import STATUS_RULE
+from l2m.engine.samples import (
+    Partial,
+    frame_partials,
+    rule_samples,
+    samples_frame,
+    series_labels,
+    series_samples,
+)
+from l2m.rules.model import Rule
+from l2m.state.format import dump_blob, load_blob
+
+WINDOW_MS = 60_000
+
+# The input counter l2m keeps about itself: logs per parse status (ok, malformed, …).
+INPUT_RULE = Rule(id="l2m-input", name="l2m_input_logs_total", kind="counter", query="*",
+                  aggregation="count", group_by=("status",), file="<l2m>")
+# Logs that arrived after the watermark had closed their one-minute window: the gauges
+# ignored them (counters still counted them).
+LATE_RULE = Rule(id="l2m-late", name="l2m_late_logs_total", kind="counter", query="*",
+                 aggregation="count", file="<l2m>")
+
+
+def signature(rule: Rule) -> list[Any]:
+    """What makes accumulated values meaningful: when it changes, a series restarts."""
+    return [rule.aggregation, rule.field, list(rule.bucket_labels), list(rule.group_by)]
+
+
+@dataclass
+class CounterState:
+    """Counter keys of the state function, keyed by (rule, shard, …).
+
+    State: a blob (:mod:`l2m.state.function`) of ``{"sig": signature, "series": {series: [last_seen_ms,
+    {le: partial}]}}``, so many series are updated per Python call and the state schema does
+    not depend on the rules. Series idle for longer than the TTL are dropped (a later log
+    restarts them at 0, a counter reset for PromQL).
+
+    The input-status key (rule ``__status__``, one shard) also counts late logs: its status
+    partials carry each log's one-minute window in ``le``, and a log whose window the
+    watermark has closed — the gauges ignore it — is added to ``"late"``, emitted as
+    ``l2m_late_logs_total``. Counting here, once per log and in the checkpoint, keeps the
+    count exact across restarts."""
+
+    rules: Mapping[str, Rule]
+    ttl_ms: int
+    late: Accumulator[int] | None = None  # late logs, for the progress line
+    # The driver's metrics (l2m.state.tally.Latest): live series per key; for the input-status
+    # key its exact per-status and late counts.
+    tally: Accumulator[dict[Any, float]] | None = None
+
+    def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
+                 state: GroupState) -> Iterator[pd.DataFrame]:
+        """A (rule, shard) key of state format 1."""
+        rule_id = key[0]
+        stored = load_blob(state.get[0]) if state.exists else {}
+        rows = [] if state.hasTimedOut else [p for frame in frames
+                                             for p in frame_partials(frame)]
+        # Only the input statuses read the watermark (a test's GroupState may have none).
+        watermark = state.getCurrentWatermarkMs() if rule_id == STATUS_RULE and rows else 0
+        content, samples = self.update(rule_id, stored, rows, state.getCurrentProcessingTimeMs(),
+                                       watermark, sweep=True)
+        if content is None:
+            state.remove()
+        else:
+            state.update((dump_blob(content, version=1),))
+            state.setTimeoutDuration(self.ttl_ms)
+        if self.tally is not None:
+            self.tally.add(tallied(rule_id, key[1], key[2], content))
+        if samples:
+            yield samples_frame(samples)
+
+    def update(self, rule_id: str, stored: dict[str, Any],
+               rows: list[tuple[str, str, Partial]], now: int, watermark: int,
+               sweep: bool = True) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """One rule's counters in one key: its stored content (``{"sig", "series"[, "late"]}``),
+        its partials of this batch → the new content (None: nothing left to keep) and the
+        samples of the series this batch touched. ``sweep``: drop series idle past the TTL."""
+        status = rule_id == STATUS_RULE
+        rule = INPUT_RULE if status else self.rules.get(rule_id)
+        series: dict[str, list[Any]] = stored.get("series", {})
+        late = stored.get("late")
+        late_before = Partial.load(late).matches if late else 0
+        if rule is not None and stored.get("sig") not in (None, signature(rule)):
+            series = {}
+        touched: set[str] = set()
+        for name, le, part in rows:
+            if status:
+                if le and int(le) + WINDOW_MS <= watermark:
+                    late = part.merged_into(late)
+                le = ""
+            entry = series.setdefault(name, [now, {}])
+            entry[0] = now
+            entry[1][le] = part.merged_into(entry[1].get(le))
+            touched.add(name)
+        if sweep:
+            cutoff = now - self.ttl_ms
+            series = {s: v for s, v in series.items() if v[0] >= cutoff}
+        content: dict[str, Any] | None = None
+        if series or late:
+            sig = signature(rule) if rule is not None else stored.get("sig")
+            content = {"sig": sig, "series": series}
+            if late:
+                content["late"] = late
+        if rule is None or not touched:
+            return content, []
+        samples = [
+            s for name in sorted(touched)
+            for s in rule_samples(rule, series_labels(rule, name), None,
+                                  {le: Partial.load(v) for le, v in series[name][1].items()})]
+        counted = Partial.load(late) if late else None
+        if counted is not None and counted.matches > late_before:
+            samples += series_samples(LATE_RULE, [], counted.ts or 0, counted)
+            if self.late is not None:
+                self.late.add(counted.matches - late_before)
+        return content, samples
+
+
+def tallied(rule_id: str, shard: int, window: int,
+             content: dict[str, Any] | None) -> dict[Any, float]:
+    """What a rule's counters in a key tell the driver's metrics (:mod:`l2m.runtime.telemetry`): its
+    live series; the input statuses their totals per status (``2:ok`` → ``ok``) and late
+    logs."""
+    series: dict[str, list[Any]] = (content or {}).get("series", {})
+    late = (content or {}).get("late")
+    if rule_id != STATUS_RULE:
+        return {("series", rule_id, shard, window): len(series)}
+    tally: dict[Any, float] = {
+        ("input", name.partition(":")[2]): sum(Partial.load(p).matches
+                                               for p in entry[1].values())
+        for name, entry in series.items()}
+    tally[("late",)] = Partial.load(late).matches if late else 0
+    return tally

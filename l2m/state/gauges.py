@@ -1,0 +1,87 @@
+"""Gauges stage (SPEC §3): one-minute tumbling windows per series, in the state of a
+(rule, shard, window) key.
+
+The watermark is Spark's (``withWatermark`` on the partials' event time: the largest event
+time seen minus the grace, advanced at the end of each micro-batch). A window stays open —
+each batch that changes it re-emits its corrected value — until the watermark passes its
+end; then its state goes, and logs that still arrive for it are dropped and counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from pyspark import Accumulator
+from pyspark.sql.streaming.state import GroupState
+
+from l2m.engine.samples import Partial, frame_partials, rule_samples, samples_frame, series_labels
+from l2m.rules.model import Rule
+from l2m.state.counters import WINDOW_MS, signature
+from l2m.state.format import dump_blob, load_blob
+
+
+@dataclass
+class GaugeState:
+    """Gauge keys of the state function, keyed by (rule, shard, window start).
+
+    State: a blob (:mod:`l2m.state.function`) of ``{"sig", "series": {series: {le: partial}}}``. A
+    key that gets no data is looked at again every ``recheck_ms`` of processing time, to let
+    its window go once the watermark has passed."""
+
+    rules: Mapping[str, Rule]
+    recheck_ms: int = 60_000
+    # The driver's metrics (l2m.state.tally.Latest): open series per (rule, shard, window) key.
+    tally: Accumulator[dict[Any, float]] | None = None
+
+    def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
+                 state: GroupState) -> Iterator[pd.DataFrame]:
+        """A (rule, shard, window) key of state format 1."""
+        rule_id, _shard, window = key
+        if self.closed(int(window), state.getCurrentWatermarkMs()) or \
+                rule_id not in self.rules:  # a removed rule: nothing more will come for it
+            self._tally(key, 0)
+            state.remove()
+            return
+        stored = load_blob(state.get[0]) if state.exists else {}
+        rows = [] if state.hasTimedOut else [p for frame in frames
+                                             for p in frame_partials(frame)]
+        content, samples = self.update(rule_id, int(window), stored, rows)
+        state.update((dump_blob(content, version=1),))
+        state.setTimeoutDuration(self.recheck_ms)
+        self._tally(key, len(content["series"]))
+        if samples:
+            yield samples_frame(samples)
+
+    @staticmethod
+    def closed(window: int, watermark: int) -> bool:
+        """The watermark has passed the window: its state goes, and the logs still arriving
+        for it are counted as late by the input statuses (l2m_late_logs_total)."""
+        return window + WINDOW_MS <= watermark
+
+    def update(self, rule_id: str, window: int, stored: dict[str, Any],
+               rows: list[tuple[str, str, Partial]]
+               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """One rule's open window in one key: its stored content (``{"sig", "series"}``) and
+        its partials of this batch → the new content and the samples of the series this
+        batch touched (corrected values re-emitted)."""
+        rule = self.rules[rule_id]
+        series: dict[str, dict[str, list[Any]]] = stored.get("series", {})
+        if stored.get("sig") not in (None, signature(rule)):
+            series = {}
+        touched: set[str] = set()
+        for name, le, part in rows:
+            buckets = series.setdefault(name, {})
+            buckets[le] = part.merged_into(buckets.get(le))
+            touched.add(name)
+        content = {"sig": signature(rule), "series": series}
+        samples = [
+            s for name in sorted(touched)
+            for s in rule_samples(rule, series_labels(rule, name), window,
+                                  {le: Partial.load(v) for le, v in series[name].items()})]
+        return content, samples
+
+    def _tally(self, key: tuple[Any, ...], series: int) -> None:
+        if self.tally is not None:
+            self.tally.add({("series", key[0], key[1], key[2]): series})

@@ -1,0 +1,39 @@
+"""Dictionary accumulators: what the job's tasks tell the driver about themselves, for its
+metrics (:mod:`l2m.runtime.telemetry`).
+
+Input: ``{key: number}`` updates added in tasks (route, pre-aggregation, state). Output: the
+merged dictionary on the driver. :class:`Sums` adds values per key (logs matched per rule);
+:class:`Latest` keeps the last value per key (series per state key, the exact input-status
+counts). Tasks of one micro-batch touch disjoint state keys and batches run one after the
+other, so "last" is well defined. Kept free of heavy imports: workers unpickle these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.accumulators import AccumulatorParam
+
+Tally = dict[Any, float]
+
+
+class Sums(AccumulatorParam[Tally]):
+    """Per key: the sum of every update."""
+
+    def zero(self, value: Tally) -> Tally:
+        return {}
+
+    def addInPlace(self, value1: Tally, value2: Tally) -> Tally:
+        for key, number in value2.items():
+            value1[key] = value1.get(key, 0) + number
+        return value1
+
+
+class Latest(AccumulatorParam[Tally]):
+    """Per key: the last value set."""
+
+    def zero(self, value: Tally) -> Tally:
+        return {}
+
+    def addInPlace(self, value1: Tally, value2: Tally) -> Tally:
+        value1.update(value2)
+        return value1

@@ -1,0 +1,1 @@
+"""l2m.streaming.job."""

@@ -1,0 +1,247 @@
+"""The streaming job (SPEC §6): one query in one Spark application.
+
+    read task: consume → parse → route → pre-aggregate (Arrow, l2m.engine.pipeline)
+    → partials (rule, series, le, window) → watermark → shuffle by (rule, shard, window)
+    → state (counters: cumulative per (rule, shard); gauges: one-minute windows per
+    (rule, shard, window)) → sink
+
+Every log is handled in Python inside the task that reads it; only partials — about one per
+two hundred logs with the benchmark rules — reach the JVM, the shuffle and the state.
+
+Counters and gauges share one query, so each log is read from Kafka, parsed and routed
+once. Spark's own window aggregation cannot share a query with ``applyInPandasWithState`` in
+update mode, so the gauge windows live in the same state function as the counters
+(:mod:`l2m.state.function`), with the same semantics: watermark = largest event time seen − grace,
+corrected windows re-emitted, logs for windows past the watermark dropped and counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark import Accumulator
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+from l2m.config.job import JobConfig
+from l2m.engine.parse import ROUTED, STATUS_NAMES
+from l2m.engine.pipeline import RuleTable, routing_option
+from l2m.engine.routing import STATUS_RULE, plan_for
+from l2m.kafka.sink import KafkaSink, write_batch
+from l2m.kafka.source import KafkaSource
+from l2m.rules.model import Rule
+from l2m.state.counters import CounterState
+from l2m.state.format import STATE_FORMAT
+from l2m.state.function import (
+    CUMULATIVE,
+    OUTPUT_SCHEMA,
+    STATE_SCHEMA,
+    MetricState,
+    Reduction,
+    check_checkpoint,
+    local_checkpoint,
+)
+from l2m.state.gauges import GaugeState
+from l2m.state.tally import Latest, Sums, Tally
+
+QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
+# Series keys (l2m.engine.fanout: length-prefixed) of the input statuses whose logs are routed.
+ROUTED_STATUS_SERIES = sorted({f"{len(n)}:{n}" for n in (STATUS_NAMES[c] for c in ROUTED)})
+
+
+def stop_file(cfg: JobConfig) -> str:
+    """While this file exists the source admits no new data (graceful stop).
+
+    Only the driver writes and reads it, so it lives on local disk: beside a local checkpoint,
+    and for an object-store checkpoint (``s3a://...``) in the temp folder under a name derived
+    from the URI, one marker per checkpoint."""
+    checkpoint = cfg.checkpoint
+    local = local_checkpoint(checkpoint)
+    if local is not None:
+        return f"{local}/STOPPING"
+    digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / f"l2m-stop-{digest}" / "STOPPING")
+
+
+def register(spark: SparkSession) -> None:
+    spark.dataSource.register(KafkaSource)
+    spark.dataSource.register(KafkaSink)
+
+
+def source_frame(spark: SparkSession, cfg: JobConfig, routing: str,
+                 dead_letters: bool = True) -> DataFrame:
+    """The Kafka source's partials (``PARTIAL_SCHEMA``) for the routing option."""
+    src = cfg.source
+    reader = (spark.readStream.format("l2m-kafka")
+              .option("topic", cfg.topics.logs)
+              .option("routing", routing)
+              .option("startingOffsets", src.starting_offsets)
+              .option("failOnDataLoss", str(src.fail_on_data_loss).lower())
+              .option("pollTimeoutMs", str(src.poll_timeout_ms))
+              .option("planner", src.planner)
+              .option("minPartitions",
+                      str(src.min_partitions or spark.sparkContext.defaultParallelism)))
+    for key, value in cfg.kafka.items():
+        reader = reader.option(f"kafka.{key}", value)
+    for option, value in (("maxRecordsPerTrigger", src.max_records_per_trigger),
+                          ("maxRecordsPerTask", src.max_records_per_task)):
+        if value:
+            reader = reader.option(option, str(value))
+    reader = reader.option("stopFile", stop_file(cfg))
+    if src.plan_log:
+        reader = reader.option("planLog", src.plan_log)
+    if dead_letters:
+        reader = reader.option("deadLetterTopic", cfg.topics.dead_letters)
+        if src.group_id:
+            reader = reader.option("groupId", src.group_id)
+    return reader.load()
+
+
+@dataclass
+class Counts:
+    """What the job counts about itself for its progress lines and metrics, over the query's
+    life (Spark accumulators): the pre-aggregation's rows in → out and per rule, logs that
+    came after their gauge window closed (the late count that persists is
+    ``l2m_late_logs_total``), and what the state keys last reported (:mod:`l2m.state.tally`)."""
+
+    reduction: Reduction
+    late: Accumulator[int]
+    tally: Accumulator[Tally] | None = None
+
+    @staticmethod
+    def create(spark: SparkSession) -> Counts:
+        sc = spark.sparkContext
+        return Counts(Reduction(sc.accumulator(0), sc.accumulator(0), sc.accumulator({}, Sums())),
+                      sc.accumulator(0), sc.accumulator({}, Latest()))
+
+
+# A source of partials: given the routing option (l2m.engine.pipeline.routing_option), a streaming
+# DataFrame of PARTIAL_SCHEMA rows.
+Source = Callable[[str], DataFrame]
+# A sink: called with each micro-batch's ``key, value`` samples and the batch id.
+Sink = Callable[[DataFrame, int], None]
+
+
+def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
+                  counts: Counts | None = None, source: Source | None = None,
+                  state_format: int = STATE_FORMAT) -> DataFrame:
+    """The query's output: ``key, value`` samples of every updated counter series and gauge
+    window. ``source`` replaces the Kafka source (the in-memory test harness).
+    ``state_format`` is the checkpoint's (:mod:`l2m.state.function`): format 2 keys the state by
+    (shard, window) for all rules together, format 1 by (rule, shard, window)."""
+    routing = plan_for(rules, cfg.timestamp_field, cfg.max_future_ms)
+    option = routing_option(routing)
+    read = source(option) if source is not None else source_frame(spark, cfg, option)
+    status = F.col("rule") == F.lit(STATUS_RULE)
+    # Only the times of logs the rules see move the watermark: a malformed or future-dated
+    # record (dated by its Kafka time, which may itself be wrong) must not close windows.
+    unrouted = status & ~F.col("series").isin(*ROUTED_STATUS_SERIES)
+    partials = (read
+                .withColumn("window", F.coalesce("window", F.lit(CUMULATIVE)))
+                # The input statuses share one key: one exact late-log count (l2m.state.counters).
+                .withColumn("shard", F.when(status, F.lit(0)).otherwise(
+                    F.pmod(F.hash("rule", "series"), F.lit(cfg.counter_shards))))
+                # The watermark's event time: every log has a status row carrying its own.
+                .withColumn("event_time", F.timestamp_millis(
+                    F.when(unrouted, F.lit(0)).otherwise(
+                        F.coalesce("ts", F.greatest("window", F.lit(0))))))
+                .withWatermark("event_time", f"{cfg.grace_ms} milliseconds"))
+    tally = None if counts is None else counts.tally
+    state = MetricState(
+        CounterState(RuleTable(option, "counter"),
+                     cfg.counter_ttl_ms, None if counts is None else counts.late, tally),
+        GaugeState(RuleTable(option, "gauge"), tally=tally),
+        None if counts is None else counts.reduction,
+    )
+    keys = ("rule", "shard", "window") if state_format == 1 else ("shard", "window")
+    return partials.groupBy(*keys).applyInPandasWithState(
+        state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)
+
+
+@dataclass
+class Job:
+    query: StreamingQuery
+    counts: Counts | None = None
+
+    @property
+    def queries(self) -> list[StreamingQuery]:
+        return [self.query]
+
+
+def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
+              once: bool = False, source: Source | None = None,
+              sink: Sink | None = None) -> Job:
+    """Start the query; ``once`` processes what is available now and stops. ``source`` and
+    ``sink`` replace Kafka (the in-memory test harness, :mod:`l2m.dev.memory`)."""
+    register(spark)
+    state_format = check_checkpoint(cfg.checkpoint, QUERY)
+
+    def kafka_sink(frame: DataFrame, batch_id: int) -> None:
+        write_batch(frame, cfg.topics.metrics, cfg.sink)
+
+    counts = Counts.create(spark)
+    writer = (metrics_frame(spark, cfg, rules, counts, source, state_format).writeStream
+              .queryName(f"l2m-{QUERY}").outputMode("update").foreachBatch(sink or kafka_sink)
+              .option("checkpointLocation", f"{cfg.checkpoint}/{QUERY}"))
+    if once:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
+    # Processing-time timeouts make Spark run a batch after every batch, data or not, to
+    # look for timed-out keys: availableNow would never end. Timeouts are taken with the
+    # next batch that has data; the setting is captured when the query starts.
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    try:
+        query = writer.start()
+    finally:
+        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    return Job(query=query, counts=counts)
+
+
+# Spark settings the streaming job needs regardless of the configuration file.
+STREAMING_CONF = {
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.streaming.metricsEnabled": "true",
+    # Losing an executor (benchmarks/RESULTS.md, "executor loss"): state tasks prefer the
+    # executor that last held their state and would wait spark.locality.wait (3 s) for a dead
+    # one; the driver would wait 5 s after the disconnect before removing it; a fetch from it
+    # would be retried 3 × 5 s. Measured gap after a kill: 11.6 s by default, 6.5 s with these.
+    "spark.locality.wait": "0s",
+    "spark.standalone.executorRemoveDelayOnDisconnection": "0s",
+    "spark.shuffle.io.maxRetries": "1",
+    "spark.shuffle.io.retryWait": "1s",
+    "spark.scheduler.revive.interval": "200ms",
+    # The state a surviving executor reloads is the last snapshot plus the changelogs since:
+    # snapshots every 5 versions, uploaded by maintenance every 15 s, keep that replay short
+    # (gap after a kill 6.6 s → 5.5 s).
+    "spark.sql.streaming.stateStore.minDeltasForSnapshot": "5",
+    "spark.sql.streaming.stateStore.maintenanceInterval": "15s",
+}
+# Checkpoints on a local disk (a laptop, CI, a Kubernetes volume). Spark's default writer of
+# checkpoint files goes through Hadoop's FileContext, whose rename asks for the link status
+# of both paths; without Hadoop's native library (pip's pyspark has none) each ask forks a
+# `readlink` process from the JVM. Every micro-batch renames its offset and commit log
+# entries and each state partition's changelog: 40-45 ms for each log entry, ~0.1 s per
+# batch of a 2-core drain. The FileSystem-based writer renames with java.io (atomic on a
+# local disk, as before): offset log 42 -> 8 ms, commit log 45 -> 13 ms. Object stores keep
+# Spark's default.
+LOCAL_CHECKPOINT_CONF = {
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager",
+}
+
+
+def streaming_conf(checkpoint: str) -> dict[str, str]:
+    """The Spark settings of a streaming job whose checkpoint is ``checkpoint``."""
+    local = local_checkpoint(checkpoint) is not None
+    return {**STREAMING_CONF, **(LOCAL_CHECKPOINT_CONF if local else {})}
+

@@ -1,0 +1,89 @@
+# ruff: noqa: E501  (the rendered document has long Markdown table rows)
+"""`l2m topology`: the stage graph of the streaming job, like Kafka Streams'
+``Topology.describe()``, rendered from a job configuration and its rules."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from l2m.config.job import JobConfig
+from l2m.engine.routing import plan_for
+from l2m.rules.model import Rule
+
+
+def _fmt_ms(ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms % size == 0 and ms >= size:
+            return f"{ms // size} {unit}"
+    return f"{ms} ms"
+
+
+def _shown(path: str) -> str:
+    """A path relative to the working directory when it is below it (stable across
+    machines in the committed TOPOLOGY.md)."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
+    """Markdown description of the query's stages, with the settings that shape them."""
+    enabled = [r for r in rules if r.enabled]
+    counters = [r for r in enabled if r.kind == "counter"]
+    gauges = [r for r in enabled if r.kind == "gauge"]
+    src = cfg.source
+    if src.planner == "partition":
+        split = "one task per partition range"
+    else:
+        split = ("balanced plan: tasks of about equal size, a hot partition split over several"
+                 + (f", about {src.max_records_per_task:,} records at most"
+                    if src.max_records_per_task else ""))
+    limit = (f"at most {src.max_records_per_trigger:,} records per micro-batch, shared by "
+             "backlog" if src.max_records_per_trigger else "everything available per batch")
+    fields = ", ".join(u.path for u in plan_for(enabled, cfg.timestamp_field).plan.fields)
+
+    def rule_list(rs: list[Rule]) -> str:
+        return ", ".join(f"`{r.id}`" for r in rs) or "(none)"
+
+    return f"""# l2m streaming topology
+
+Rendered by `l2m topology --config {_shown(cfg.path) if cfg.path else '<config>'}` — do not edit by hand.
+
+One streaming query in one Spark application (`{cfg.master}`), checkpoint
+`{_shown(cfg.checkpoint)}/metrics`. Trigger: every {_fmt_ms(cfg.trigger_ms)}. Kafka:
+`{cfg.kafka.get('bootstrap.servers')}`; metrics to `{cfg.sink.get('bootstrap.servers')}`.
+
+```
+l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
+  Source: l2m-kafka [{cfg.topics.logs}]; in each read task, on Arrow (l2m/engine/pipeline.py):
+    consume --> parse --> Dead letters [{cfg.topics.dead_letters}]
+            --> Route: one row per (log, rule, series), plus one status row per log
+            --> Pre-aggregate: per task, per (rule, series, le, window)
+    --> partials only leave the task
+    --> Watermark: max event time of routed logs - {_fmt_ms(cfg.grace_ms)}
+    --> Exchange: hash(rule, shard, window)
+    --> State: applyInPandasWithState, RocksDB
+          counters: per (rule, shard), {cfg.counter_shards} shards per rule, TTL {_fmt_ms(cfg.counter_ttl_ms)}
+          gauges:   per (rule, shard, 1-minute window), until the watermark passes the window
+    --> Sink: l2m-kafka-sink [{cfg.topics.metrics}]
+```
+
+| stage | module | contract |
+|---|---|---|
+| source | `l2m/kafka/source.py`, `l2m/kafka/offsets.py` | Kafka → the task pipeline's partials (`l2m/engine/pipeline.py`); offsets in the checkpoint, explicit partition assignment (no consumer group, no rebalancing); {split}; {limit}; starting offsets `{src.starting_offsets}`; failOnDataLoss `{str(src.fail_on_data_loss).lower()}` |
+| parse | `l2m/engine/parse.py` | JSON → typed columns for the referenced fields only, and one boolean per regex/wildcard (RE2, `l2m/query/patterns.py`); event time `{cfg.timestamp_field}`, else the Kafka timestamp; more than {_fmt_ms(cfg.max_future_ms)} ahead of the record: `future`; malformed and future → `{cfg.topics.dead_letters}` with the reason (records over 256 KiB cut) |
+| route | `l2m/engine/match.py`, `l2m/engine/fanout.py` | each rule's query evaluated on Arrow, every distinct query node once per chunk of logs; rules scoped to an account only on that account's logs; one row per (log, rule, series) |
+| pre-aggregate | `l2m/engine/preaggregate.py` | per task, before any shuffle: one partial per (rule, series, le, window); counters have no window; exact decimal sums |
+| counters | `l2m/state/counters.py` (`CounterState`) | state keyed by (rule, shard), many series per Python call; idle series dropped after the TTL; the input statuses (one key) also count late logs, `l2m_late_logs_total` |
+| gauges | `l2m/state/gauges.py` (`GaugeState`) | state keyed by (rule, shard, window); watermark = max event time − grace; corrected windows re-emitted; logs for windows past the watermark dropped |
+| sink | `l2m/kafka/sink.py` | idempotent producer, deterministic keys, a batch commits only when every sample is acknowledged |
+
+The state schema does not depend on the rules (rule id, labels and `le` are data): adding,
+changing or removing rules keeps the checkpoint usable. State blobs carry their format
+version (`l2m/state/format.py`, format 1).
+
+Fields parsed: {fields or "(none)"}.
+
+Counter rules: {rule_list(counters)}.
+Gauge rules: {rule_list(gauges)}.
+"""
