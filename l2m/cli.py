@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from l2m import defaults
 from l2m.errors import L2mError, Problem, RuleValidationError
 from l2m.query.nodes import QueryConfig
 
@@ -23,9 +24,10 @@ def _fields(text: str) -> tuple[str, ...]:
 
 
 def _add_query_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--text-fields", type=_fields, default=("message",), metavar="F,F",
+    parser.add_argument("--text-fields", type=_fields, default=defaults.TEXT_FIELDS, metavar="F,F",
                         help="fields analysed as text (default: message)")
-    parser.add_argument("--default-fields", type=_fields, default=("message",), metavar="F,F",
+    parser.add_argument("--default-fields", type=_fields, default=defaults.DEFAULT_FIELDS,
+                        metavar="F,F",
                         help="fields searched by terms without a field (default: message)")
 
 
@@ -240,8 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", nargs="+", required=True, help="rule files or directories")
     p.add_argument("--input", nargs="+", required=True, help="JSON-lines files or directories")
     p.add_argument("--output", required=True, help="file to write samples to (JSON lines)")
-    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    p.add_argument("--timestamp-field", default="@timestamp")
+    p.add_argument("--master", default=defaults.MASTER, help="Spark master (default %(default)s)")
+    p.add_argument("--timestamp-field", default=defaults.TIMESTAMP_FIELD,
+                   help="the event-time field (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress, no summary")
     p.add_argument("--strict", action="store_true",
                    help="fail on a corrupt or unreadable input file instead of skipping it")

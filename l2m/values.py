@@ -121,7 +121,3 @@ def label_name(field: str) -> str:
     """Label name for a group-by field: characters outside ``[a-zA-Z0-9_]`` become ``_``."""
     return re.sub(r"[^a-zA-Z0-9_]", "_", field)
 
-
-def window_start(ts_ms: int) -> int:
-    """Start of the one-minute tumbling window holding ``ts_ms``."""
-    return ts_ms // 60_000 * 60_000

@@ -1,4 +1,11 @@
-"""Shared fixtures: one local Spark session for the whole test run (sessions are slow to
+"""Shared fixtures and the test tiers.
+
+Tests are tiered like the package: ``tests/unit`` (no JVM, no broker: must run in seconds),
+``tests/spark`` (the one shared local Spark session), ``tests/integration`` (the embedded
+broker, real Prometheus tools, whole ``l2m`` processes); ``tests/support`` holds the reference
+evaluator and helpers. Each test gets its folder's marker (``-m unit``, ``-m spark``,
+``-m integration``), and a unit test that asks for the Spark session or the broker is an
+error, not a slow test. One local Spark session serves the whole run (sessions are slow to
 start), created only when a test needs it."""
 
 from __future__ import annotations
@@ -13,8 +20,30 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Every `l2m run` a test starts would otherwise build the JVM class-data archive beside it
 # (45 s of a core, l2m/runtime/jvm.py), and later runs would start faster than earlier ones:
-# tests run on a plain JVM, and tests/test_jvmcache.py checks the archive on its own.
+# tests run on a plain JVM, and tests/spark/test_jvmcache.py checks the archive on its own.
 os.environ.setdefault("L2M_JVM_CACHE", "off")
+
+TIERS = ("unit", "spark", "integration")
+# What a unit test may not use: each starts a JVM or a broker.
+HEAVY_FIXTURES = ("spark", "broker", "stream_test")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for tier in TIERS:
+        config.addinivalue_line("markers", f"{tier}: tests in tests/{tier}/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = Path(str(item.fspath)).relative_to(ROOT / "tests").parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in tests/unit, tests/spark or "
+                                    "tests/integration")
+        item.add_marker(getattr(pytest.mark, tier))
+        heavy = [f for f in HEAVY_FIXTURES if f in getattr(item, "fixturenames", ())]
+        if tier == "unit" and heavy:
+            raise pytest.UsageError(f"{item.nodeid} is a unit test but uses {', '.join(heavy)}: "
+                                    "move it to tests/spark or tests/integration")
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +74,7 @@ def stream_test(spark: Any, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     ``stream_test(rules, **options)``, each on its own folder under ``tmp_path``. Their queries
     are stopped at teardown, so a failed test never leaves the job's query running (its name
     is fixed: the next test's query could not start)."""
-    from tests.streamtest import StreamTest
+    from tests.support.streamtest import StreamTest
 
     made: list[StreamTest] = []
 

@@ -38,6 +38,7 @@ from l2m.batch.lines import (
     split_size,
 )
 from l2m.batch.progress import JobProgress
+from l2m.defaults import TIMESTAMP_FIELD
 from l2m.engine.parse import parse_lines
 from l2m.engine.pipeline import TaskPipeline, routing_from_option, routing_option
 from l2m.engine.preaggregate import KEY, PARTIAL_SCHEMA
@@ -300,7 +301,7 @@ def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: Backf
 
 
 def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[str],
-                 output: str | Path, timestamp_field: str = "@timestamp",
+                 output: str | Path, timestamp_field: str = TIMESTAMP_FIELD,
                  progress: bool = True, strict: bool = False) -> BackfillSummary:
     """Run enabled ``rules`` over ``inputs`` and write the final samples to ``output``
     (atomically: a partial file never replaces a previous result, and is removed when the run

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from l2m import defaults
 from l2m.query.nodes import QueryConfig
 
 
 @dataclass(frozen=True)
 class Topics:
-    logs: str = "logs"
-    metrics: str = "metrics"
-    dead_letters: str = "logs-dead-letters"
+    logs: str = defaults.LOGS_TOPIC
+    metrics: str = defaults.METRICS_TOPIC
+    dead_letters: str = defaults.DEAD_LETTERS_TOPIC
 
 
 @dataclass(frozen=True)
@@ -43,25 +44,26 @@ class MonitoringConfig:
 class JobConfig:
     """Everything ``l2m run`` needs. See ``topology/production.yaml`` for each key."""
 
-    kafka: dict[str, str] = field(default_factory=lambda: {"bootstrap.servers": "127.0.0.1:9092"})
+    kafka: dict[str, str] = field(
+        default_factory=lambda: {"bootstrap.servers": defaults.BOOTSTRAP_SERVERS})
     # Overrides of `kafka` for the metrics (sink) side, e.g. another cluster.
     sink_kafka: dict[str, str] = field(default_factory=dict)
     topics: Topics = Topics()
-    rules: tuple[str, ...] = ("rules",)
-    checkpoint: str = "checkpoints/l2m"
-    trigger_ms: int = 5_000
-    grace_ms: int = 20 * 60_000
+    rules: tuple[str, ...] = (defaults.RULES_PATH,)
+    checkpoint: str = defaults.CHECKPOINT
+    trigger_ms: int = defaults.TRIGGER_MS
+    grace_ms: int = defaults.GRACE_MS
     # Event times further ahead of their record's Kafka time are counted as `future` and
     # dead-lettered instead of moving the watermark.
-    max_future_ms: int = 5 * 60_000
-    counter_ttl_ms: int = 7 * 86_400_000
-    counter_shards: int = 8
-    text_fields: tuple[str, ...] = ("message",)
-    default_fields: tuple[str, ...] = ("message",)
-    timestamp_field: str = "@timestamp"
+    max_future_ms: int = defaults.MAX_FUTURE_MS
+    counter_ttl_ms: int = defaults.COUNTER_TTL_MS
+    counter_shards: int = defaults.COUNTER_SHARDS
+    text_fields: tuple[str, ...] = defaults.TEXT_FIELDS
+    default_fields: tuple[str, ...] = defaults.DEFAULT_FIELDS
+    timestamp_field: str = defaults.TIMESTAMP_FIELD
     source: SourceConfig = SourceConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
-    master: str = "local[*]"
+    master: str = defaults.MASTER
     spark: dict[str, str] = field(default_factory=dict)
     path: str | None = None
 

@@ -29,6 +29,7 @@ from l2m.engine.parse import ROUTED, STATUS, STATUS_NAMES, TIMESTAMP, ParsePlan
 from l2m.engine.routing import STATUS_RULE, Routing
 from l2m.query.nodes import KeywordEquals
 from l2m.rules.model import Aggregation, Kind, Rule
+from l2m.windows import MINUTE_MS
 
 MATCH_SCHEMA = pa.schema([
     pa.field("rule", pa.string()),
@@ -38,7 +39,6 @@ MATCH_SCHEMA = pa.schema([
     pa.field("ts", pa.int64()),
     pa.field("v", pa.float64()),
 ])
-MINUTE = 60_000
 
 
 @functools.cache
@@ -260,7 +260,7 @@ def _minute(ts: pa.Array) -> pa.Array:
     1970); null stays null."""
     valid = pc.is_valid(ts).to_numpy(zero_copy_only=False)
     values = pc.fill_null(ts, 0).to_numpy(zero_copy_only=False)
-    return pa.array(values // MINUTE * MINUTE, pa.int64(), mask=~valid)
+    return pa.array(values // MINUTE_MS * MINUTE_MS, pa.int64(), mask=~valid)
 
 
 def _buckets(rule: Rule, v: pa.Array) -> pa.Array:

@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from l2m.defaults import MAX_FUTURE_MS, TIMESTAMP_FIELD
 from l2m.engine.decoding import field_decoder, json_int
 from l2m.query.nodes import FieldUse
 from l2m.query.patterns import match_any_token, match_whole
@@ -52,7 +53,6 @@ FUTURE = 5  # streaming: event time too far ahead of the record's time; not rout
 STATUS_NAMES = ("ok", "malformed", "no_timestamp", "blank", "no_timestamp", "future")
 ROUTED = (OK, KAFKA_TIME)  # statuses whose logs the rules see
 DEAD_LETTERED = (MALFORMED, FUTURE)  # statuses whose records go to the dead-letter topic
-MAX_FUTURE_MS = 5 * 60_000
 # Lines decoded and typed at a time. Every step touches each decoded value once; a slice's
 # values (~2 MB of Python objects) stay in a core's cache between the steps, where ten
 # thousand lines' did not: parse 10.2 -> 8.4 µs/log (2 cores, EPYC, 2 MB L2 per core).
@@ -69,11 +69,11 @@ class ParsePlan:
     each. Serialisable (:meth:`to_json`): the streaming source receives it as an option."""
 
     fields: tuple[FieldUse, ...]
-    timestamp_field: str = "@timestamp"
+    timestamp_field: str = TIMESTAMP_FIELD
     max_future_ms: int = MAX_FUTURE_MS
 
     @staticmethod
-    def merge(uses: Iterable[FieldUse], timestamp_field: str = "@timestamp",
+    def merge(uses: Iterable[FieldUse], timestamp_field: str = TIMESTAMP_FIELD,
               max_future_ms: int = MAX_FUTURE_MS) -> ParsePlan:
         merged: dict[str, FieldUse] = {}
         for use in uses:

@@ -12,7 +12,8 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from l2m.engine.parse import MAX_FUTURE_MS, ParsePlan
+from l2m.defaults import MAX_FUTURE_MS, TIMESTAMP_FIELD
+from l2m.engine.parse import ParsePlan
 from l2m.query.nodes import FieldUse
 from l2m.rules.model import Aggregation, Rule
 
@@ -51,7 +52,7 @@ class Routing:
             Aggregation.SUM, Aggregation.AVG, Aggregation.HISTOGRAM))
 
 
-def plan_for(rules: Sequence[Rule], timestamp_field: str = "@timestamp",
+def plan_for(rules: Sequence[Rule], timestamp_field: str = TIMESTAMP_FIELD,
              max_future_ms: int = MAX_FUTURE_MS) -> Routing:
     """Collect the fields of enabled rules (queries, group-by, value, account) into one plan."""
     enabled = tuple(r for r in rules if r.enabled)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from l2m.defaults import DEFAULT_FIELDS, TEXT_FIELDS
+
 
 @dataclass(frozen=True)
 class QueryConfig:
     """Which fields are analysed as text, and which fields bare terms search."""
 
-    text_fields: tuple[str, ...] = ("message",)
-    default_fields: tuple[str, ...] = ("message",)
+    text_fields: tuple[str, ...] = TEXT_FIELDS
+    default_fields: tuple[str, ...] = DEFAULT_FIELDS
 
 
 # --- the compiled query tree -------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from l2m.defaults import MASTER
 from l2m.errors import ConfigError
 from l2m.runtime.jvm import java_options
 
@@ -52,7 +53,7 @@ MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|"
                     r"spark://\S+|k8s://\S+|yarn")
 
 
-def build_session(master: str = "local[*]", app_name: str = "l2m",
+def build_session(master: str = MASTER, app_name: str = "l2m",
                   conf: Mapping[str, str] | None = None) -> SparkSession:
     """A Spark session whose Python workers run this interpreter (so they see l2m and its
     dependencies, with or without an activated venv). A master URL Spark would not accept is

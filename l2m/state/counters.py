@@ -22,8 +22,7 @@ from l2m.engine.samples import (
 )
 from l2m.rules.model import Rule
 from l2m.state.format import dump_blob, load_blob
-
-WINDOW_MS = 60_000
+from l2m.windows import window_closed
 
 # The input counter l2m keeps about itself: logs per parse status (ok, malformed, …).
 INPUT_RULE = Rule(id="l2m-input", name="l2m_input_logs_total", kind="counter", query="*",
@@ -98,7 +97,7 @@ class CounterState:
         touched: set[str] = set()
         for name, le, part in rows:
             if status:
-                if le and int(le) + WINDOW_MS <= watermark:
+                if le and window_closed(int(le), watermark):
                     late = part.merged_into(late)
                 le = ""
             entry = series.setdefault(name, [now, {}])

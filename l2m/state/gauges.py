@@ -18,8 +18,9 @@ from pyspark.sql.streaming.state import GroupState
 
 from l2m.engine.samples import Partial, frame_partials, rule_samples, samples_frame, series_labels
 from l2m.rules.model import Rule
-from l2m.state.counters import WINDOW_MS, signature
+from l2m.state.counters import signature
 from l2m.state.format import dump_blob, load_blob
+from l2m.windows import window_closed
 
 
 @dataclass
@@ -58,7 +59,7 @@ class GaugeState:
     def closed(window: int, watermark: int) -> bool:
         """The watermark has passed the window: its state goes, and the logs still arriving
         for it are counted as late by the input statuses (l2m_late_logs_total)."""
-        return window + WINDOW_MS <= watermark
+        return window_closed(window, watermark)
 
     def update(self, rule_id: str, window: int, stored: dict[str, Any],
                rows: list[tuple[str, str, Partial]]

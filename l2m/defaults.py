@@ -1,0 +1,34 @@
+"""Every default of a job, a rule set's query settings and the command line, defined once.
+
+Input: none. Output: constants read by :mod:`l2m.query.nodes` (query settings),
+:mod:`l2m.config.job` (the job configuration's defaults), :mod:`l2m.engine` (event time) and
+:mod:`l2m.cli` (option defaults), so that a default changed here changes everywhere and the
+documentation (``topology/production.yaml``, ``docs/streaming.md``) has one place to agree
+with."""
+
+from __future__ import annotations
+
+# Query semantics (SPEC §2): fields analysed as text, and the fields bare terms search.
+TEXT_FIELDS: tuple[str, ...] = ("message",)
+DEFAULT_FIELDS: tuple[str, ...] = ("message",)
+# Event time (SPEC §3).
+TIMESTAMP_FIELD = "@timestamp"
+
+# Spark.
+MASTER = "local[*]"
+
+# The streaming job (SPEC §6; topology/production.yaml documents each).
+BOOTSTRAP_SERVERS = "127.0.0.1:9092"
+LOGS_TOPIC = "logs"
+METRICS_TOPIC = "metrics"
+DEAD_LETTERS_TOPIC = "logs-dead-letters"
+RULES_PATH = "rules"
+CHECKPOINT = "checkpoints/l2m"
+TRIGGER_MS = 5_000
+# How long a gauge window stays open for late logs after the newest event time (SPEC §3).
+GRACE_MS = 20 * 60_000
+# Event times further ahead of their record's Kafka time are counted as `future` and
+# dead-lettered instead of moving the watermark.
+MAX_FUTURE_MS = 5 * 60_000
+COUNTER_TTL_MS = 7 * 86_400_000
+COUNTER_SHARDS = 8

@@ -1,0 +1,112 @@
+"""Poison-proof input: no log can fail or stall the job, in streaming or backfill. Each hostile
+record is either processed or counted (and, in streaming, dead-lettered with its reason); the
+good logs around it are counted exactly."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import orjson
+from confluent_kafka import Producer
+
+from l2m.rules.loader import load_text
+from tests.integration.test_streaming import run_once
+from tests.support.kafka_helpers import (
+    CLOSER,
+    consume_all,
+    fresh_topics,
+    job_config,
+    latest_samples,
+)
+
+T0 = 1795341600000  # 2026-11-22T10:00:00Z
+RULES, _ = load_text("""\
+rules:
+  - {id: n, name: logs_total, kind: counter, query: "*", aggregation: count, group_by: [svc]}
+  - {id: s, name: bytes_total, kind: counter, query: "*", aggregation: sum, field: b}
+  - {id: g, name: bytes_max, kind: gauge, query: "NOT svc:big", aggregation: max, field: b}
+""")
+
+# (record, what it is): hostile records that are still JSON objects with a usable time, or
+# not; the expected status follows each.
+HOSTILE_TIMES = [
+    (b'{"@timestamp": 1e20, "svc": "a"}', "timestamp 1e20"),
+    (b'{"@timestamp": 9223372036854775808, "svc": "a"}', "timestamp 2^63"),
+    (b'{"@timestamp": -9223372036854775808, "svc": "a"}', "timestamp int64 min"),
+    (b'{"@timestamp": 1e16, "svc": "a"}', "timestamp 1e16"),
+    (b'{"@timestamp": 1e30, "svc": "a"}', "timestamp 1e30"),
+    (b'{"@timestamp": "99999-01-01T00:00:00Z", "svc": "a"}', "ISO year 99999"),
+    (b'{"@timestamp": "0001-01-01T00:00:00+01:00", "svc": "a"}', "before year 1"),
+]
+MALFORMED_LINES = [
+    (b'{"@timestamp": 1795341600000, "b": NaN}', "NaN literal"),
+    (b'{"@timestamp": 1795341600000, "b": Infinity}', "Infinity literal"),
+    (b'{"@timestamp": 1795341600000, "svc": "\xff\xfe"}', "invalid UTF-8"),
+    (b'{"a":' * 5000 + b"1" + b"}" * 5000, "nesting 5000 deep"),
+    (b'{"@timestamp": 1795341600002, "b": 1e400}', "past double range"),
+]
+PROCESSED = [
+    (b'{"@timestamp": 1795341600000, "b": 1e308, "svc": "big"}', "1e308"),
+    (b'{"@timestamp": 1795341600001, "b": 1e308, "svc": "big"}', "1e308 again: sum is +Inf"),
+    (b'{"@timestamp": 1795341600002, "b": 123456789012345678901234567890, "svc": "x"}',
+     "an integer past int64: read as a double"),
+    (json.dumps({"@timestamp": T0, "svc": "huge", "m": "x" * 2_000_000}).encode(), "2 MB"),
+]
+
+
+def test_streaming_survives_every_hostile_record_and_counts_good_logs_exactly(
+        spark, broker, tmp_path):
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    # Event times near the clock: logs dated by their Kafka time (now) move the watermark.
+    base = (int(time.time() * 1000) // 60_000 - 10) * 60_000
+    good = [orjson.dumps({"@timestamp": base + i, "svc": "ok", "b": i}) for i in range(1, 101)]
+    huge_malformed = b"{" + b"x" * (5 * 1024 * 1024)  # 5 MB, not JSON
+    future = orjson.dumps({"@timestamp": int(time.time() * 1000) + 86_400_000, "svc": "ok",
+                           "b": 1})
+    hostile = ([r for r, _ in HOSTILE_TIMES + MALFORMED_LINES + PROCESSED]
+               + [huge_malformed, future, None])  # None: a tombstone
+    producer = Producer({"bootstrap.servers": t.bootstrap, "message.max.bytes": 16 << 20,
+                         "log_level": "3"})
+    for i, record in enumerate(good[:50] + hostile + good[50:]):
+        producer.produce(t.topics.logs, value=record, partition=i % 2)
+    producer.flush(30)
+    for p in range(2):
+        producer.produce(t.topics.logs, value=CLOSER, partition=p)
+        producer.flush(30)
+    cfg = job_config(t, tmp_path)
+    run_once(spark, cfg, RULES)
+    # a late log for the first window (within the 20-minute grace): the future-dated log did
+    # not move the watermark a day ahead, so the window is still open
+    producer.produce(t.topics.logs,
+                     value=orjson.dumps({"@timestamp": base + 5, "svc": "late", "b": 10**6}),
+                     partition=0)
+    producer.flush(30)
+    for p in range(2):
+        producer.produce(t.topics.logs, value=CLOSER, partition=p)
+        producer.flush(30)
+    run_once(spark, cfg, RULES)
+
+    samples = latest_samples(consume_all(t.bootstrap, t.topics.metrics))
+    inputs = {s["labels"]["status"]: s["value"] for s in samples if s["rule"] == "l2m-input"}
+    assert inputs == {"ok": 100.0 + len(PROCESSED) + 1,
+                      "no_timestamp": float(len(HOSTILE_TIMES)),  # dated by Kafka time
+                      "malformed": float(len(MALFORMED_LINES) + 1),
+                      "future": 1.0, "blank": 5.0}  # the tombstone and 4 closers
+    by = {(s["rule"], tuple(s["labels"].items()), s["timestamp"]): s["value"] for s in samples}
+    assert by[("n", (("svc", "ok"),), base + 100)] == 100.0
+    assert by[("g", (), base)] == 10.0**6  # the late log corrected the open window
+    assert not [s for s in samples if s["rule"] == "l2m-late"]
+
+    dead = consume_all(t.bootstrap, t.topics.dead_letters)
+    assert len(dead) == len(MALFORMED_LINES) + 2
+    headers = [dict(m.headers()) for m in dead]
+    reasons = sorted(h["l2m.error"].decode().split(":")[0] for h in headers)
+    assert reasons.count("future") == 1
+    assert reasons.count("invalid JSON") == len(MALFORMED_LINES) + 1
+    big = [(m, h) for m, h in zip(dead, headers, strict=True) if h.get("l2m.truncated")]
+    assert len(big) == 1
+    message, header = big[0]
+    assert int(header["l2m.size"]) == len(huge_malformed)
+    assert message.value() == huge_malformed[: len(message.value())]
+    assert len(message.value()) < len(huge_malformed)

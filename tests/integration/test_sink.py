@@ -1,0 +1,70 @@
+"""The Kafka sink: a metrics broker that is down is said clearly and waited out (the query is
+restarted with backoff on the same checkpoint); once it is back, everything is delivered (the
+failed batch is replayed)."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from dataclasses import replace
+
+from l2m.dev.broker import EmbeddedBroker, create_topics, free_port
+from l2m.rules.loader import load_text
+from l2m.runtime.runner import Runner
+from tests.integration.test_streaming import backfill_samples, generated
+from tests.support.kafka_helpers import (
+    canonical,
+    consume_all,
+    fresh_topics,
+    job_config,
+    latest_samples,
+    produce,
+)
+from tests.support.rulesets import COUNTER_RULES
+
+
+def test_metrics_broker_outage_is_ridden_out_and_loses_nothing(spark, broker, tmp_path):
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    rules, _ = load_text(COUNTER_RULES)
+    lines = generated(500, seed=31)
+    produce(t.bootstrap, t.topics.logs, lines, t.partitions)
+    port = free_port()
+    sink = {"bootstrap.servers": f"127.0.0.1:{port}", "message.timeout.ms": "3000"}
+    cfg = replace(job_config(t, tmp_path), sink_kafka=sink)
+
+    out = io.StringIO()
+    runner = Runner(cfg, rules, once=True, out=out, spark=spark)
+    runner.start()
+    result: dict[str, int] = {}
+    watcher = threading.Thread(target=lambda: result.setdefault("code", runner.wait(poll=0.5)))
+    watcher.start()
+    deadline = time.monotonic() + 120
+    while out.getvalue().count("retrying") < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # the outage is said, with the real cause, and the job keeps waiting
+    assert "Kafka did not acknowledge" in out.getvalue() and watcher.is_alive()
+
+    with EmbeddedBroker(port=port) as metrics_broker:
+        create_topics(metrics_broker.bootstrap, [t.topics.metrics])
+        watcher.join(240)
+        assert result == {"code": 0}, out.getvalue()
+        assert runner.restarts >= 2
+        got = latest_samples(consume_all(metrics_broker.bootstrap, t.topics.metrics))
+    expected = backfill_samples(spark, rules, lines, tmp_path)
+    assert canonical(s for s in got if s["rule"] not in ("l2m-input", "l2m-late")) \
+        == canonical(expected)
+
+
+def test_without_retries_a_broker_outage_fails_with_the_sink_code(spark, broker, tmp_path):
+    t = fresh_topics(broker.bootstrap, partitions=1)
+    rules, _ = load_text(COUNTER_RULES)
+    produce(t.bootstrap, t.topics.logs, generated(50, seed=32), t.partitions)
+    sink = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "message.timeout.ms": "2000"}
+    cfg = replace(job_config(t, tmp_path), sink_kafka=sink)
+    out = io.StringIO()
+    runner = Runner(cfg, rules, once=True, out=out, spark=spark, retry=False)
+    runner.start()
+    assert runner.wait(poll=0.5) == 1
+    assert runner.error is not None and runner.error.code == "SINK"
+    assert out.getvalue().strip().splitlines()[-1].startswith("l2m: error [SINK]: Kafka did not")

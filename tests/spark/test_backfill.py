@@ -1,0 +1,229 @@
+"""`l2m backfill` end to end on a hand-checked corpus: every aggregation, histogram buckets,
+windows across minute boundaries, ISO and epoch timestamps with offsets, malformed lines."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from l2m.batch.backfill import run_backfill
+from l2m.rules.loader import load_rules
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = 1795341600000  # 2026-11-22T10:00:00Z
+
+PART1 = [
+    '{"@timestamp":"2026-11-22T10:00:10Z","service":"web","status":500,"latency":0.25,'
+    '"account":"acme"}',
+    '{"@timestamp":1795341630500,"service":"web","status":"502","latency":"0.75",'
+    '"account":"acme"}',
+    '{"@timestamp":"2026-11-22T11:00:59.999+01:00","service":"api","status":200,"latency":3,'
+    '"account":"globex"}',
+    '{"@timestamp":"2026-11-22T05:01:00-05:00","service":"web","status":503,"latency":1.5,'
+    '"account":"acme"}',
+    '{"service": "web"',
+]
+PART2 = [
+    '{"@timestamp":"2026-11-22T10:01:30.25Z","status":500,"latency":"n/a","account":"acme"}',
+    '{"service":"web","status":500}',
+    "[1, 2]",
+    "",
+    '{"@timestamp":"2026-11-22T10:02:00Z","service":"api","status":404,"latency":7,'
+    '"account":"globex"}',
+]
+
+RULES = """\
+rules:
+  - id: errors
+    name: errors_total
+    kind: counter
+    query: "status:[500 TO 599]"
+    aggregation: count
+    group_by: [service]
+    labels: {env: prod}
+    target_account: metrics
+  - id: latency-sum
+    name: latency_seconds_total
+    kind: counter
+    query: "*"
+    aggregation: sum
+    field: latency
+    account: acme
+  - id: latency-avg
+    name: latency_avg
+    kind: gauge
+    query: "*"
+    aggregation: avg
+    field: latency
+    group_by: [service]
+  - id: latency-min
+    name: latency_min
+    kind: gauge
+    query: "service:web"
+    aggregation: min
+    field: latency
+  - id: latency-max
+    name: latency_max
+    kind: gauge
+    query: "status:>=500"
+    aggregation: max
+    field: latency
+  - id: latency-hist
+    name: latency
+    kind: counter
+    query: "_exists_:status"
+    aggregation: histogram
+    field: latency
+    buckets: [0.5, 1, 5]
+  - id: web-latency-hist
+    name: web_latency
+    kind: gauge
+    query: "service:web"
+    aggregation: histogram
+    field: latency
+    buckets: [1]
+  - id: off
+    name: never_total
+    kind: counter
+    query: "*"
+    aggregation: count
+    enabled: false
+  - id: logs-per-minute
+    name: logs
+    kind: gauge
+    query: "*"
+    aggregation: count
+"""
+
+
+def s(name, kind, labels, value, ts, rule, account=None):
+    return {"name": name, "kind": kind, "labels": labels, "value": value, "timestamp": ts,
+            "account": account, "rule": rule}
+
+
+EXPECTED = [
+    s("errors_total", "counter", {"env": "prod"}, 1.0, T0 + 90250, "errors", "metrics"),
+    s("errors_total", "counter", {"env": "prod", "service": "web"}, 3.0, T0 + 60000, "errors",
+      "metrics"),
+    s("latency_seconds_total", "counter", {}, 2.5, T0 + 60000, "latency-sum"),
+    s("latency_avg", "gauge", {"service": "api"}, 3.0, T0, "latency-avg"),
+    s("latency_avg", "gauge", {"service": "api"}, 7.0, T0 + 120000, "latency-avg"),
+    s("latency_avg", "gauge", {"service": "web"}, 0.5, T0, "latency-avg"),
+    s("latency_avg", "gauge", {"service": "web"}, 1.5, T0 + 60000, "latency-avg"),
+    s("latency_min", "gauge", {}, 0.25, T0, "latency-min"),
+    s("latency_min", "gauge", {}, 1.5, T0 + 60000, "latency-min"),
+    s("latency_max", "gauge", {}, 0.75, T0, "latency-max"),
+    s("latency_max", "gauge", {}, 1.5, T0 + 60000, "latency-max"),
+    s("latency_bucket", "counter", {"le": "0.5"}, 1.0, T0 + 120000, "latency-hist"),
+    s("latency_bucket", "counter", {"le": "1"}, 2.0, T0 + 120000, "latency-hist"),
+    s("latency_bucket", "counter", {"le": "5"}, 4.0, T0 + 120000, "latency-hist"),
+    s("latency_bucket", "counter", {"le": "+Inf"}, 5.0, T0 + 120000, "latency-hist"),
+    s("latency_sum", "counter", {}, 12.5, T0 + 120000, "latency-hist"),
+    s("latency_count", "counter", {}, 5.0, T0 + 120000, "latency-hist"),
+    s("web_latency_bucket", "gauge", {"le": "1"}, 2.0, T0, "web-latency-hist"),
+    s("web_latency_bucket", "gauge", {"le": "+Inf"}, 2.0, T0, "web-latency-hist"),
+    s("web_latency_sum", "gauge", {}, 1.0, T0, "web-latency-hist"),
+    s("web_latency_count", "gauge", {}, 2.0, T0, "web-latency-hist"),
+    s("web_latency_bucket", "gauge", {"le": "1"}, 0.0, T0 + 60000, "web-latency-hist"),
+    s("web_latency_bucket", "gauge", {"le": "+Inf"}, 1.0, T0 + 60000, "web-latency-hist"),
+    s("web_latency_sum", "gauge", {}, 1.5, T0 + 60000, "web-latency-hist"),
+    s("web_latency_count", "gauge", {}, 1.0, T0 + 60000, "web-latency-hist"),
+    s("logs", "gauge", {}, 3.0, T0, "logs-per-minute"),
+    s("logs", "gauge", {}, 2.0, T0 + 60000, "logs-per-minute"),
+    s("logs", "gauge", {}, 1.0, T0 + 120000, "logs-per-minute"),
+]
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> tuple[Path, Path]:
+    logs = tmp_path / "logs"
+    (logs / "day2").mkdir(parents=True)
+    (logs / "part1.jsonl").write_text("\n".join(PART1) + "\n")
+    with gzip.open(logs / "day2" / "part2.jsonl.gz", "wt") as f:
+        f.write("\n".join(PART2) + "\n")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    return rules, logs
+
+
+def test_backfill_hand_checked_corpus(spark, corpus, tmp_path):
+    rules_path, logs = corpus
+    out = tmp_path / "out" / "samples.jsonl"
+    summary = run_backfill(spark, load_rules([rules_path]).rules, [str(logs)], out,
+                           progress=False)
+    samples = [json.loads(line) for line in out.read_text().splitlines()]
+    assert samples == EXPECTED
+    assert (summary.logs, summary.parsed, summary.malformed, summary.no_timestamp,
+            summary.blank_lines, summary.samples) == (9, 6, 2, 1, 1, len(EXPECTED))
+    assert summary.matches == {
+        "errors": 4, "latency-sum": 4, "latency-avg": 6, "latency-min": 3, "latency-max": 4,
+        "latency-hist": 6, "web-latency-hist": 3, "logs-per-minute": 6,
+    }
+    assert not (tmp_path / "out" / "samples.jsonl.partial").exists()
+
+
+def test_backfill_with_no_matching_logs_writes_an_empty_file(spark, tmp_path):
+    rules = tmp_path / "r.yaml"
+    rules.write_text(RULES)
+    logs = tmp_path / "l.jsonl"
+    logs.write_text('{"@timestamp": 1, "nothing": "here"}\n')
+    out = tmp_path / "o.jsonl"
+    summary = run_backfill(spark, load_rules([rules]).rules, [str(logs)], out, progress=False)
+    # only the match-everything rules see it, and they have no value to aggregate
+    assert [json.loads(x)["rule"] for x in out.read_text().splitlines()] == ["logs-per-minute"]
+    assert summary.logs == 1
+
+
+def test_cli_validate_and_backfill(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(textwrap.dedent("""\
+        rules:
+          - id: web-5xx
+            name: http_errors_total
+            kind: counter
+            query: "status:[500 TO 599] AND (service:web"
+            aggregation: count
+        """))
+    cli = [sys.executable, "-m", "l2m.cli"]
+    res = subprocess.run([*cli, "validate", str(bad)], capture_output=True, text=True)
+    assert res.returncode == 1
+    assert f"{bad}:5:37: rule 'web-5xx': query: unbalanced '(' [QUERY_SYNTAX]" in res.stderr
+    res = subprocess.run([*cli, "validate", str(ROOT / "rules")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "samples.jsonl"
+    res = subprocess.run([*cli, "backfill", "--rules", str(ROOT / "rules"), "--input",
+                          str(ROOT / "samples"), "--output", str(out), "--master", "local[2]"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "logs read:          1500" in res.stderr
+    lines = out.read_text().splitlines()
+    assert f"wrote {len(lines)} samples" in res.stderr
+    assert {json.loads(x)["rule"] for x in lines} >= {"http-requests", "payment-amount"}
+
+
+def test_sums_are_exact_and_order_independent(spark, tmp_path):
+    rules = tmp_path / "r.yaml"
+    rules.write_text(textwrap.dedent("""\
+        rules:
+          - {id: s, name: s, kind: counter, query: "*", aggregation: sum, field: v,
+             group_by: [g]}
+          - {id: a, name: a, kind: gauge, query: "*", aggregation: avg, field: v,
+             group_by: [g]}
+        """))
+    logs = tmp_path / "l.jsonl"
+    rows = [("small", 0.1), ("small", 0.2), ("huge", 1e30), ("huge", 1.0)]
+    logs.write_text("".join(json.dumps({"@timestamp": 0, "g": g, "v": v}) + "\n"
+                            for g, v in rows))
+    out = tmp_path / "o.jsonl"
+    run_backfill(spark, load_rules([rules]).rules, [str(logs)], out, progress=False)
+    values = {(x["rule"], x["labels"]["g"]): x["value"]
+              for x in map(json.loads, out.read_text().splitlines())}
+    # 0.1 + 0.2 is 0.30000000000000004 in doubles; the exact decimal sum is 0.3
+    assert values == {("s", "huge"): 1e30, ("s", "small"): 0.3,
+                      ("a", "huge"): 5e29, ("a", "small"): 0.15}

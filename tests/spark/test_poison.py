@@ -1,0 +1,109 @@
+"""Poison-proof input: no log can fail or stall the job, in streaming or backfill. Each hostile
+record is either processed or counted (and, in streaming, dead-lettered with its reason); the
+good logs around it are counted exactly."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from l2m.batch.backfill import run_backfill
+from l2m.errors import InputError
+from l2m.rules.loader import load_text
+
+T0 = 1795341600000  # 2026-11-22T10:00:00Z
+RULES, _ = load_text("""\
+rules:
+  - {id: n, name: logs_total, kind: counter, query: "*", aggregation: count, group_by: [svc]}
+  - {id: s, name: bytes_total, kind: counter, query: "*", aggregation: sum, field: b}
+  - {id: g, name: bytes_max, kind: gauge, query: "NOT svc:big", aggregation: max, field: b}
+""")
+
+# (record, what it is): hostile records that are still JSON objects with a usable time, or
+# not; the expected status follows each.
+HOSTILE_TIMES = [
+    (b'{"@timestamp": 1e20, "svc": "a"}', "timestamp 1e20"),
+    (b'{"@timestamp": 9223372036854775808, "svc": "a"}', "timestamp 2^63"),
+    (b'{"@timestamp": -9223372036854775808, "svc": "a"}', "timestamp int64 min"),
+    (b'{"@timestamp": 1e16, "svc": "a"}', "timestamp 1e16"),
+    (b'{"@timestamp": 1e30, "svc": "a"}', "timestamp 1e30"),
+    (b'{"@timestamp": "99999-01-01T00:00:00Z", "svc": "a"}', "ISO year 99999"),
+    (b'{"@timestamp": "0001-01-01T00:00:00+01:00", "svc": "a"}', "before year 1"),
+]
+MALFORMED_LINES = [
+    (b'{"@timestamp": 1795341600000, "b": NaN}', "NaN literal"),
+    (b'{"@timestamp": 1795341600000, "b": Infinity}', "Infinity literal"),
+    (b'{"@timestamp": 1795341600000, "svc": "\xff\xfe"}', "invalid UTF-8"),
+    (b'{"a":' * 5000 + b"1" + b"}" * 5000, "nesting 5000 deep"),
+    (b'{"@timestamp": 1795341600002, "b": 1e400}', "past double range"),
+]
+PROCESSED = [
+    (b'{"@timestamp": 1795341600000, "b": 1e308, "svc": "big"}', "1e308"),
+    (b'{"@timestamp": 1795341600001, "b": 1e308, "svc": "big"}', "1e308 again: sum is +Inf"),
+    (b'{"@timestamp": 1795341600002, "b": 123456789012345678901234567890, "svc": "x"}',
+     "an integer past int64: read as a double"),
+    (json.dumps({"@timestamp": T0, "svc": "huge", "m": "x" * 2_000_000}).encode(), "2 MB"),
+]
+
+
+def test_backfill_counts_hostile_lines_skips_corrupt_archives_and_keeps_good_logs_exact(
+        spark, tmp_path):
+    good = [orjson.dumps({"@timestamp": T0 + i, "svc": "ok", "b": i}) for i in range(1, 101)]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    hostile = [r for r, _ in HOSTILE_TIMES + MALFORMED_LINES + PROCESSED]
+    (folder / "a.jsonl").write_bytes(b"\n".join(good[:50] + hostile) + b"\n")
+    with gzip.open(folder / "b.jsonl.gz", "wb") as f:
+        f.write(b"\n".join(good[50:75]) + b"\n")
+    with bz2.open(folder / "b2.jsonl.bz2", "wb") as f:
+        f.write(b"\n".join(good[75:]))  # no final newline
+    whole = gzip.compress(b"\n".join(good) * 50)
+    (folder / "c.jsonl.gz").write_bytes(whole[: len(whole) // 2])  # truncated
+    (folder / "d.jsonl.gz").write_bytes(b"not gzip at all")
+    packed = bz2.compress(b"\n".join(good) * 50)
+    (folder / "e.jsonl.bz2").write_bytes(packed[: len(packed) // 2])  # truncated
+
+    out = tmp_path / "out.jsonl"
+    summary = run_backfill(spark, RULES, [str(folder)], out, progress=False)
+    assert sorted(Path(p).name for p, _ in summary.skipped_files) == [
+        "c.jsonl.gz", "d.jsonl.gz", "e.jsonl.bz2"]
+    assert summary.malformed == len(MALFORMED_LINES)
+    assert summary.no_timestamp == len(HOSTILE_TIMES)
+    assert summary.parsed == 100 + len(PROCESSED)
+    samples = {(s["rule"], tuple(s["labels"].items()), s["timestamp"]): s["value"]
+               for s in map(json.loads, out.read_text().splitlines())}
+    assert samples[("n", (("svc", "ok"),), T0 + 100)] == 100.0
+    assert samples[("n", (("svc", "big"),), T0 + 1)] == 2.0
+    # a sum that leaves the double range is +Inf, written as Prometheus writes it, and counted
+    assert samples[("s", (), T0 + 100)] == "+Inf"
+    assert summary.nonfinite == 1
+    assert "corrupt files:      3 (skipped)" in summary.render()
+
+    with pytest.raises(InputError, match=r"corrupt or truncated (gzip|bzip2)"):
+        run_backfill(spark, RULES, [str(folder)], tmp_path / "strict.jsonl", progress=False,
+                     strict=True)
+    assert not (tmp_path / "strict.jsonl.partial").exists()
+
+
+def test_a_failed_backfill_removes_its_partial_output(spark, tmp_path, monkeypatch):
+    import l2m.batch.backfill as backfill
+
+    logs = tmp_path / "logs.jsonl"
+    logs.write_bytes(orjson.dumps({"@timestamp": T0, "svc": "a"}) + b"\n")
+
+    def broken(*_args: object) -> object:
+        yield {"rule": "n", "value": 1.0}  # the output has begun when the failure comes
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(backfill, "samples_from_rows", broken)
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(Exception, match="disk full"):
+        run_backfill(spark, RULES, [str(logs)], out, progress=False)
+    assert not out.exists() and not (tmp_path / "out.jsonl.partial").exists()
+
+

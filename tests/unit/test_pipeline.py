@@ -1,0 +1,123 @@
+"""The read task's pipeline on Arrow (l2m/engine/pipeline.py, l2m/engine/preaggregate.py, the account
+slices of l2m/engine/fanout.py), no JVM: exact decimal values as the reference takes them, chunking
+that does not change a partial, account-scoped rules evaluated on their account's slice
+exactly as with an account mask, and the rules' trip through a data-source option."""
+
+from __future__ import annotations
+
+import decimal
+import math
+import random
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.engine.fanout import FanOut, fan_out
+from l2m.engine.parse import parse_lines
+from l2m.engine.pipeline import TaskPipeline, routing_from_option, routing_option
+from l2m.engine.preaggregate import PARTIAL_ARROW, exact_values, preaggregate
+from l2m.engine.routing import plan_for
+from l2m.rules.loader import load_rules, load_text
+from tests.support.rulesets import SCOPED_RULES
+
+ROOT = Path(__file__).resolve().parents[2]
+_Q = Decimal(1).scaleb(-18)
+
+
+def _expected_exact(v: float | None) -> Decimal | None:
+    if v is None or not math.isfinite(v) or abs(v) >= 1e20:
+        return None
+    return Decimal(repr(v)).quantize(_Q, rounding=decimal.ROUND_HALF_UP,
+                                     context=decimal.Context(prec=100))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_exact_values_are_the_shortest_digits_rounded_to_18_places(seed: int) -> None:
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    values: list[float | None] = []
+    for _ in range(20_000):
+        v = rng.choice([1, -1]) * 10 ** rng.uniform(-22, 21)
+        values.append(round(v, rng.randint(0, 6)) if rng.random() < 0.3 else v)
+    values += [0.1, 0.2, 5e-19, -5e-19, 4.9999999999999996e-19, 1.5e-18, -0.0, 1e20,
+               99999999999999983616.0, math.nan, math.inf, -math.inf, None, 5e-324]
+    got = exact_values(pa.array(values, pa.float64())).to_pylist()
+    assert got == [_expected_exact(v) for v in values]
+
+
+
+def test_exact_values_of_repeated_values_are_converted_once_and_equal() -> None:
+    """Most values repeat (status codes, byte counts): the distinct ones are converted and
+    mapped back - nulls, NaN, ±0 and ±Inf included."""
+    rng = random.Random(4)
+    pool: list[float | None] = [0.1, 0.2, 1.0, 200.0, -0.0, 0.0, 0.30000000000000004, 1e20,
+                                math.nan, math.inf, -math.inf, None, 5e-19, 1.5e-18, 19.131]
+    values = [rng.choice(pool) for _ in range(5_000)]
+    got = exact_values(pa.array(values, pa.float64())).to_pylist()
+    assert got == [_expected_exact(v) for v in values]
+
+def _rules() -> list[Any]:
+    return [*load_rules([ROOT / "rules", ROOT / "benchmarks" / "rules.yaml"]).rules,
+            *load_text(SCOPED_RULES)[0]]
+
+
+def _lines(n: int, seed: int) -> list[bytes]:
+    gen = LogGenerator(GeneratorConfig(seed=seed, malformed_ratio=0.02,
+                                       no_timestamp_ratio=0.02, late_ratio=0.05))
+    return list(gen.lines(n))
+
+
+def _sorted(table: pa.Table) -> list[dict[str, Any]]:
+    """The partials in key order; the double sum (which depends on the order of additions:
+    the exact sum is the one samples show) rounded to 9 significant digits."""
+    rows = sorted(table.to_pylist(), key=lambda r: (r["rule"], r["series"], r["le"] or "",
+                                                     r["window"] or 0))
+    return [{**r, "sum": float(f"{r['sum']:.9g}")} for r in rows]
+
+
+def test_account_slices_match_exactly_what_an_account_mask_matches() -> None:
+    routing = plan_for(_rules())
+    batch = parse_lines(_lines(4000, seed=5), routing.plan)
+    got = fan_out(batch, routing, with_status=False)
+    masked = FanOut(batch, routing)  # every rule on the whole batch, scope as a mask
+    expected = pa.concat_tables([masked.rule_rows(rule) for rule in routing.rules])
+    key = ["rule", "series", "le", "window", "ts", "v"]
+    assert got.num_rows == expected.num_rows > 20_000
+    assert got.sort_by([(k, "ascending") for k in key]).equals(
+        expected.sort_by([(k, "ascending") for k in key]))
+    scoped = set(got.column("rule").to_pylist())
+    assert {"acct-web", "acct-lat", "acct-sum"} <= scoped and "acct-none" not in scoped
+
+
+def test_a_task_partials_do_not_depend_on_how_its_logs_were_chunked() -> None:
+    routing = plan_for(_rules())
+    lines = _lines(5000, seed=6)
+    batches = [parse_lines(lines[i:i + 500], routing.plan, now_ms=1_700_000_000_000)
+               for i in range(0, len(lines), 500)]
+    small = TaskPipeline(routing, chunk_rows=700)  # chunks of 1000, merged more than once
+    whole = TaskPipeline(routing, chunk_rows=10**9)
+    for batch in batches:
+        small.add(batch)
+        whole.add(batch)
+    got = pa.Table.from_batches(list(small.finish()), PARTIAL_ARROW)
+    expected = pa.Table.from_batches(list(whole.finish()), PARTIAL_ARROW)
+    assert got.schema == PARTIAL_ARROW
+    assert _sorted(got) == _sorted(expected)
+    # ... and equal the match rows of all logs pre-aggregated at once
+    table = pa.Table.from_batches(batches)
+    direct = preaggregate(fan_out(table, routing), routing.exact_rules)
+    assert _sorted(got) == _sorted(direct)
+    assert sum(got.column("matches").to_pylist()) == small.match_rows > 5000
+    assert small.logs == 5000 and got.num_rows < small.match_rows // 10
+
+
+def test_routing_travels_as_an_option_and_is_decoded_once_per_process() -> None:
+    routing = plan_for(_rules())
+    option = routing_option(routing)
+    decoded = routing_from_option(option)
+    assert decoded == routing and decoded.by_account.keys() == routing.by_account.keys()
+    assert routing_from_option(option) is decoded

@@ -1,0 +1,143 @@
+"""State outlives releases: golden blobs pin every state layout l2m has written since format
+versions exist (``tests/golden/state-v<N>-*.json``); each must keep loading and continuing
+exactly. Blobs of an unknown version are refused with ``[STATE_FORMAT]``, naming the version.
+
+Adding a format: write its golden blobs here, keep the old ones, add the version to
+``l2m.state.format.READABLE`` with the code that reads it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+
+from l2m.engine.samples import Partial
+from l2m.errors import StateFormatError
+from l2m.rules.loader import load_text
+from l2m.state.counters import CounterState
+from l2m.state.format import READABLE, STATE_FORMAT, dump_blob, load_blob
+from l2m.state.function import CUMULATIVE, MetricState, check_checkpoint
+from l2m.state.gauges import GaugeState
+from tests.unit.test_counter_state import group_state, partial, run
+from tests.unit.test_gauge_state import group_state as gauge_group_state
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+W = 1_795_341_600_000
+RULES, _ = load_text("""\
+rules:
+  - {id: b, name: bytes_total, kind: counter, query: "*", aggregation: sum, field: b,
+     group_by: [svc]}
+  - {id: h, name: ms, kind: gauge, query: "*", aggregation: histogram, field: ms,
+     buckets: [10, 100]}
+""")
+BY_ID = {r.id: r for r in RULES}
+
+
+def golden(name: str) -> bytes:
+    return (GOLDEN / name).read_bytes()
+
+
+def test_every_readable_version_has_golden_blobs():
+    for version in READABLE:
+        assert sorted(GOLDEN.glob(f"state-v{version}-*.json")), version
+    assert STATE_FORMAT in READABLE
+
+
+def test_v1_counter_blob_continues_exactly_including_an_infinite_sum():
+    fn = CounterState(BY_ID, ttl_ms=10**12)
+    state = group_state(golden("state-v1-counter.json"), now=W + 1000)
+    row = partial("3:web", None, 1, 0.25, W + 3000)
+    out = run(fn, ("b", 0), [row, {**row, "series": "-"}], state)
+    assert [(s["labels"], s["value"], s["timestamp"]) for s in out] == [
+        ({}, "+Inf", W + 3000), ({"svc": "web"}, 6.75, W + 3000)]
+    stored = load_blob(state.get[0])
+    assert stored["v"] == 1  # a checkpoint keeps the format it was started with
+    assert math.isinf(Partial.load(stored["series"]["-"][1][""]).sum)
+
+
+def test_v1_status_blob_keeps_its_late_count():
+    fn = CounterState({}, ttl_ms=10**12)
+    state = group_state(golden("state-v1-status.json"), now=W + 1000, watermark=W + 60_000)
+    out = run(fn, ("__status__", 0), [partial("2:ok", str(W), 1, 1.0, W + 10)], state)
+    assert {s["name"]: s["value"] for s in out} == {"l2m_input_logs_total": 11.0,
+                                                   "l2m_late_logs_total": 3.0}
+
+
+def test_v1_gauge_blob_continues_its_window():
+    fn = GaugeState(BY_ID)
+    state = gauge_group_state(golden("state-v1-gauge.json"), watermark=0)
+    row = {"rule": "h", "series": "", "le": "100", "window": W, "matches": 1, "n": 1,
+           "sum": 50.0, "exact_sum": None, "exact_n": 0, "min": 50.0, "max": 50.0,
+           "ts": W + 1}
+    frames = [pd.DataFrame([row])]
+    out = [orjson.loads(v) for f in fn(("h", 0, W), iter(frames), state) for v in f["value"]]
+    assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
+        ("ms_bucket", "10", 2.0), ("ms_bucket", "100", 3.0), ("ms_bucket", "+Inf", 4.0),
+        ("ms_sum", None, 559.0), ("ms_count", None, 4.0)]
+
+
+def _state(counters: CounterState | None = None, gauges: GaugeState | None = None
+           ) -> MetricState:
+    return MetricState(counters or CounterState(BY_ID, ttl_ms=10**12), gauges or GaugeState(BY_ID))
+
+
+def test_v2_counter_key_continues_every_rule_in_it():
+    fn = _state()
+    state = group_state(golden("state-v2-counter.json"), now=W + 1000, watermark=W + 60_000)
+    rows = [{**partial("3:web", None, 1, 0.25, W + 3000), "rule": "b"},
+            {**partial("2:ok", str(W), 1, 1.0, W + 10), "rule": "__status__"}]
+    out = run(fn, (0, CUMULATIVE), rows, state)
+    assert {(s["name"], tuple(s["labels"].items()), s["value"]) for s in out} == {
+        ("bytes_total", (("svc", "web"),), 6.75),
+        ("l2m_input_logs_total", (("status", "ok"),), 11.0),
+        ("l2m_late_logs_total", (), 4.0)}  # the log's window had closed: late
+    stored = load_blob(state.get[0])
+    assert stored["v"] == 2 and set(stored["rules"]) == {"b", "__status__"}
+    # the untouched series of rule b stays, its infinite sum with it
+    assert math.isinf(Partial.load(stored["rules"]["b"]["series"]["-"][1][""]).sum)
+
+
+def test_v2_gauge_key_continues_its_window_and_drops_removed_rules():
+    fn = _state()
+    state = gauge_group_state(golden("state-v2-gauge.json"), watermark=0)
+    row = {"rule": "h", "series": "", "le": "10", "window": W, "matches": 1, "n": 1,
+           "sum": 1.0, "exact_sum": None, "exact_n": 0, "min": 1.0, "max": 1.0, "ts": W + 1}
+    out = run(fn, (1, W), [row], state)
+    assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
+        ("ms_bucket", "10", 3.0), ("ms_bucket", "100", 4.0), ("ms_bucket", "+Inf", 5.0),
+        ("ms_sum", None, 510.0), ("ms_count", None, 5.0)]
+    assert load_blob(state.get[0])["v"] == 2
+    gone = gauge_group_state(golden("state-v2-gauge.json"), watermark=0)
+    assert run(_state(gauges=GaugeState({})), (1, W), [], gone) == []
+    assert not gone.exists  # rule h was removed: its window's state goes
+
+
+def test_a_blob_without_a_version_is_refused_naming_what_it_found():
+    with pytest.raises(StateFormatError) as err:
+        load_blob(golden("state-v0-counter.json"))
+    assert err.value.code == "STATE_FORMAT"
+    assert "format 0" in str(err.value) and "Upgrading" in str(err.value)
+    with pytest.raises(StateFormatError, match="format 7"):
+        load_blob(orjson.dumps({"v": 7}))
+
+
+def test_blobs_written_now_are_the_current_format():
+    assert orjson.loads(dump_blob({"series": {}})) == {"v": STATE_FORMAT, "series": {}}
+
+
+def test_the_checkpoint_marker_is_written_on_a_new_checkpoint_and_checked(tmp_path):
+    root = tmp_path / "ckpt"
+    check_checkpoint(str(root), "metrics")
+    assert json.loads((root / "l2m.json").read_text()) == {"state_format": STATE_FORMAT}
+    check_checkpoint(str(root), "metrics")  # ours: accepted
+    (root / "l2m.json").write_text('{"state_format": 0}')
+    with pytest.raises(StateFormatError, match="holds state format 0"):
+        check_checkpoint(str(root), "metrics")
+    legacy = tmp_path / "legacy"
+    (legacy / "counters").mkdir(parents=True)  # the two-query layout
+    with pytest.raises(StateFormatError, match="before state format versions"):
+        check_checkpoint(str(legacy), "metrics")
