@@ -14,6 +14,10 @@ DEFAULT_FIELDS: tuple[str, ...] = ("message",)
 # Event time (SPEC §3).
 TIMESTAMP_FIELD = "@timestamp"
 
+# Records per parsed batch of a read task: the Kafka reader's consume batches, the in-memory
+# source's and backfill's slices of lines (l2m.engine.readtask).
+BATCH_ROWS = 10_000
+
 # Spark.
 MASTER = "local[*]"
 

@@ -38,10 +38,10 @@ from l2m.batch.lines import (
     split_size,
 )
 from l2m.batch.progress import JobProgress
-from l2m.defaults import TIMESTAMP_FIELD
-from l2m.engine.parse import parse_lines
-from l2m.engine.pipeline import TaskPipeline, routing_from_option, routing_option
+from l2m.defaults import BATCH_ROWS, TIMESTAMP_FIELD
+from l2m.engine.pipeline import routing_option
 from l2m.engine.preaggregate import KEY, PARTIAL_SCHEMA
+from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import STATUS_RULE, Routing, plan_for
 from l2m.engine.samples import (
     Partial,
@@ -203,13 +203,14 @@ def _partials(routing: str, lines_of: Callable[[pa.RecordBatch], Iterable[list[b
     (:func:`l2m.engine.pipeline.routing_option`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rules = routing_from_option(routing)
-        pipeline = TaskPipeline(rules)
+        task = ReadTask.from_options(routing, None)
+        assert task is not None
         for batch in batches:
             for lines in lines_of(batch):
-                for i in range(0, len(lines), PARSE_ROWS):
-                    pipeline.add(parse_lines(lines[i:i + PARSE_ROWS], rules.plan))
-        yield from pipeline.finish()
+                for i in range(0, len(lines), BATCH_ROWS):
+                    # Backfill has no record times: a log without an event time is skipped.
+                    yield from task.add(lines[i:i + BATCH_ROWS])
+        yield from task.finish()
 
     return run
 
@@ -236,7 +237,6 @@ def split_partials(routing: str) -> Callable[[Iterator[pa.RecordBatch]],
     return _partials(routing, _split_lines)
 
 
-PARSE_ROWS = 10_000  # lines per parsed batch, as the streaming reader's
 SPLIT_SCHEMA = "path string, start bigint, end bigint, stripe int, stripes int"
 
 

@@ -9,8 +9,8 @@ Input: a folder with one sub-folder per logical partition (``p0``, ``p1``, …);
 never sees half a file. Offsets are ``{"partitions": {"0": n, …}}``: records per partition,
 like Kafka offsets. Output: with ``routing``, the task's partials (``PARTIAL_SCHEMA``); with
 ``parsePlan``, the rows of ``ParsePlan.schema()`` (the rules' field columns, ``_ts``,
-``_status``, ``_error``) — parsed by :func:`l2m.engine.parse.parse_lines` with the record
-timestamps as fallback, exactly as the Kafka reader parses; one task per partition with new
+``_status``, ``_error``) — by the same read task as the Kafka reader's
+(:class:`l2m.engine.readtask.ReadTask`), with the record timestamps as fallback; one task per partition with new
 records, so tasks run in parallel.
 
 ``read()`` is stateless — it needs only the folder and the offsets in its partition — because
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,10 +29,10 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from l2m.engine.parse import ParsePlan, parse_lines
-from l2m.engine.pipeline import TaskPipeline, routing_from_option
+from l2m.defaults import BATCH_ROWS
+from l2m.engine.parse import ParsePlan
 from l2m.engine.preaggregate import PARTIAL_SCHEMA
-from l2m.kafka.source import BATCH_ROWS
+from l2m.engine.readtask import ReadTask
 
 NAME = "l2m-memory"
 
@@ -85,8 +84,7 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.folder = Path(options["path"])
         self.partitions_n = int(options.get("partitions", "2"))
         self.routing = options.get("routing")
-        self.plan = (routing_from_option(self.routing).plan if self.routing else
-                     ParsePlan.from_json(options["parseplan"]))
+        self.parse_plan = options.get("parseplan")
         self._target: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
 
@@ -130,17 +128,11 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     stamps.append(record["ts"])
         # Batches of the Kafka reader's size, so a large add() reaches the pre-aggregation
         # in several Arrow batches as Kafka input would.
-        now_ms = int(time.time() * 1000)
-        pipeline = TaskPipeline(routing_from_option(self.routing)) if self.routing else None
+        task = ReadTask.from_options(self.routing, self.parse_plan)
+        assert task is not None
         for i in range(0, len(values), BATCH_ROWS):
-            batch = parse_lines(values[i:i + BATCH_ROWS], self.plan,
-                                fallback_ts=stamps[i:i + BATCH_ROWS], now_ms=now_ms)
-            if pipeline is None:
-                yield batch
-            else:
-                pipeline.add(batch)
-        if pipeline is not None:
-            yield from pipeline.finish()
+            yield from task.add(values[i:i + BATCH_ROWS], stamps[i:i + BATCH_ROWS])
+        yield from task.finish()
 
 
 class MemorySource(DataSource):

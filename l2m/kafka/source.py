@@ -24,16 +24,14 @@ confluent-kafka (``format("l2m-kafka")``; options: :mod:`l2m.kafka.options`).
 
 from __future__ import annotations
 
-import itertools
+import functools
 import json
-import operator
 import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -46,21 +44,18 @@ from pyspark.sql.types import StructType
 
 from l2m.engine.preaggregate import PARTIAL_SCHEMA
 from l2m.errors import DataLossError, KafkaUnavailableError
+from l2m.kafka.consumer import PartitionReader, Records
 from l2m.kafka.deadletters import DeadLetters
 from l2m.kafka.offsets import OffsetRange, plan_tasks, rate_limit
 from l2m.kafka.options import SourceOptions
 
-if TYPE_CHECKING:
-    from l2m.engine.parse import ParsePlan
-
-# The parse and pipeline stages (l2m.engine.parse, l2m.engine.pipeline: luqum, msgspec, the rules) are
-# imported where logs are read, not here: the driver's source process, started anew for
+# The read task (l2m.engine.readtask: the parse and pipeline stages, luqum, msgspec, the
+# rules) is imported where logs are read, not here: the driver's source process, started anew for
 # every query start and restart, only plans offsets (0.15 s of imports less, and no decoding
 # of ten thousand rules it never evaluates). Executors' workers have them pre-imported.
 
 RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, "
               "timestamp bigint")
-BATCH_ROWS = 10_000
 
 
 class KafkaInputPartition(InputPartition):
@@ -247,143 +242,32 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- executor side -------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """A task: its records → partials (``routing``), parsed logs (``parsePlan``) or raw
+        rows; dead letters flushed and acknowledged before the partials are handed over."""
         assert isinstance(partition, KafkaInputPartition)
         if partition.size <= 0:
             return
-        from confluent_kafka import Consumer, TopicPartition
+        from l2m.engine.readtask import ReadTask
 
-        from l2m.engine.parse import ParsePlan
-        from l2m.engine.pipeline import TaskPipeline, routing_from_option
-
-        routing = routing_from_option(self.routing) if self.routing else None
-        plan = (routing.plan if routing is not None else
-                ParsePlan.from_json(self.parse_plan) if self.parse_plan else None)
-        consumer = Consumer({
-            "group.id": f"l2m-reader-{self.topic}",  # required by the client; never joined
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.max.bytes": 64 * 1024 * 1024,
-            "max.partition.fetch.bytes": 16 * 1024 * 1024,
-            "queued.max.messages.kbytes": 262144,
-            "log_level": "3",
-            **self.config,
-        })
+        task = ReadTask.from_options(self.routing, self.parse_plan)
         dead_letters = DeadLetters(self.config, self.dead_letters, self.topic) \
-            if self.dead_letters and plan else None
-        # All pieces at once (a task holds at most one per partition): one fetch session,
-        # no per-range re-assignment round trips.
-        pipeline = TaskPipeline(routing) if routing is not None else None
-        ends = {r.partition: r.end for r in partition.ranges}
-        position = {r.partition: r.start for r in partition.ranges}
+            if self.dead_letters and task is not None else None
         started = time.time()
-        try:
-            consumer.assign([TopicPartition(self.topic, r.partition, r.start)
-                             for r in partition.ranges])
-            buffer = _Buffer()
-            deadline = time.monotonic() + self.poll_timeout
-            while (remaining := sum(max(0, ends[p] - position[p]) for p in ends)) > 0:
-                # Ask for no more than is still due: consume() waits for the full count.
-                messages = consumer.consume(num_messages=min(BATCH_ROWS, remaining),
-                                            timeout=1.0)
-                if not messages and time.monotonic() > deadline:
-                    behind = {p: position[p] for p in ends if position[p] < ends[p]}
-                    raise KafkaUnavailableError(
-                        f"no records from {self.topic} partitions/offsets {behind} within "
-                        f"{self.poll_timeout:.0f}s (expected up to {ends})")
-                done = self._take_all(messages, position, ends, buffer)
-                if done is None:
-                    done = self._take_each(messages, position, ends, buffer)
-                if done:  # fetched to the end of their pieces: fetch no more of them
-                    consumer.pause([TopicPartition(self.topic, p) for p in done])
-                if messages:
-                    deadline = time.monotonic() + self.poll_timeout
-                if len(buffer) >= BATCH_ROWS:
-                    batch = self._emit(buffer, plan, dead_letters)
-                    if pipeline is None:
-                        yield batch
-                    else:
-                        pipeline.add(batch)
-                    buffer = _Buffer()
-            if len(buffer):
-                batch = self._emit(buffer, plan, dead_letters)
-                if pipeline is None:
-                    yield batch
-                else:
-                    pipeline.add(batch)
-            if dead_letters is not None:
-                dead_letters.flush()
-            if pipeline is not None:
-                yield from pipeline.finish()
-            if self.plan_log:
-                self._log_task(started, partition.size)
-        finally:
-            consumer.close()
-
-    @staticmethod
-    def _take_all(messages: list[Any], position: dict[int, int], ends: dict[int, int],
-                  buffer: _Buffer) -> list[int] | None:
-        """The usual fetch — no errors, each partition's offsets increasing from its position
-        — taken as :meth:`_take_each` would take it, without a Python step per message:
-        messages past their piece's end dropped, the rest added to the buffer. Returns the
-        partitions now read to their end; None: go through the messages one by one."""
-        # any(): a KafkaError is true, and cannot be compared with None (it raises).
-        if not messages or any(map(_ERROR, messages)):
-            return None
-        n = len(messages)
-        partitions = np.fromiter(map(_PARTITION, messages), np.int64, n)
-        offsets = np.fromiter(map(_OFFSET, messages), np.int64, n)
-        distinct = np.unique(partitions).tolist()
-        pieces = []
-        for p in distinct:  # every partition checked before anything is taken
-            if p not in ends:
-                return None
-            rows = slice(None) if len(distinct) == 1 else partitions == p
-            mine = offsets[rows]
-            if mine[0] < position[p] or (len(mine) > 1 and (np.diff(mine) <= 0).any()):
-                return None  # before the position or out of order: one by one decides
-            pieces.append((p, rows, mine, mine < ends[p]))
-        keep = np.ones(n, bool)
-        done = []
-        for p, rows, mine, due in pieces:
-            if not due.all():  # fetched past this piece's end
-                keep[rows] = due
-            if due.any():
-                position[p] = int(mine[due][-1]) + 1
-            if position[p] >= ends[p]:
-                done.append(p)
-        buffer.messages.extend(messages if keep.all() else
-                               itertools.compress(messages, keep.tolist()))
-        return done
-
-    def _take_each(self, messages: list[Any], position: dict[int, int],
-                   ends: dict[int, int], buffer: _Buffer) -> list[int]:
-        """Messages one by one: error events (end of partition, offsets out of range,
-        failures), offsets before the position or past the piece's end. Returns the
-        partitions now read to their end."""
-        from confluent_kafka import KafkaError
-
-        done = []
-        for msg in messages:
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                    p = msg.partition()
-                    self._data_loss(f"offset {position.get(p)} of {self.topic}-{p} "
-                                    "is out of range")
-                    position[p] = ends[p]
-                    continue
-                raise KafkaUnavailableError(f"Kafka error reading {self.topic}: {error}")
-            p = msg.partition()
-            offset = msg.offset()
-            if offset < position[p] or offset >= ends[p]:
-                continue  # fetched past this piece's end
-            buffer.add(msg)
-            position[p] = offset + 1
-            if position[p] >= ends[p]:
-                done.append(p)
-        return done
+        reader = PartitionReader(self.topic, self.config, partition.ranges, self.poll_timeout,
+                                 self._data_loss)
+        for records in reader.batches():
+            if task is None:
+                yield raw_batch(records, self.topic)
+                continue
+            send = None if dead_letters is None else functools.partial(dead_letters.send,
+                                                                       records)
+            yield from task.add(records.values, records.timestamps, send)
+        if dead_letters is not None:
+            dead_letters.flush()
+        if task is not None:
+            yield from task.finish()
+        if self.plan_log:
+            self._log_task(started, partition.size)
 
     def _log_task(self, started: float, records: int) -> None:
         """Benchmarks: which executor read how many records (the Python worker's parent is
@@ -395,78 +279,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                   "seconds": round(time.time() - started, 3),
                                   "executor": f"{socket.gethostname()}:{os.getppid()}"}) + "\n")
 
-    def _emit(self, buffer: _Buffer, plan: ParsePlan | None,
-              dead_letters: DeadLetters | None) -> pa.RecordBatch:
-        from l2m.engine.parse import DEAD_LETTERED, ERROR, STATUS, parse_lines
-
-        if plan is None:
-            return pa.RecordBatch.from_arrays([
-                pa.array(buffer.keys, pa.binary()), pa.array(buffer.values, pa.binary()),
-                pa.array([self.topic] * len(buffer), pa.string()),
-                pa.array(buffer.partitions, pa.int32()),
-                pa.array(buffer.offsets, pa.int64()), pa.array(buffer.timestamps, pa.int64()),
-            ], names=["key", "value", "topic", "partition", "offset", "timestamp"])
-        batch = parse_lines(buffer.values, plan, fallback_ts=buffer.timestamps,
-                            now_ms=int(time.time() * 1000))
-        if dead_letters is not None:
-            status = batch.column(STATUS).to_pylist()
-            errors = batch.column(ERROR).to_pylist()
-            for i, st in enumerate(status):
-                if st in DEAD_LETTERED:
-                    dead_letters.send(buffer, i, errors[i] or "malformed")
-        return batch
-
-
-_ERROR = operator.methodcaller("error")
-_PARTITION = operator.methodcaller("partition")
-_OFFSET = operator.methodcaller("offset")
-
-
-class _Buffer:
-    """The messages of one batch of a read task; their fields are read when first needed,
-    each in one pass (keys, partitions and offsets only for raw rows and dead letters)."""
-
-    def __init__(self) -> None:
-        self.messages: list[Any] = []
-        self._fields: dict[str, list[Any]] = {}
-
-    def add(self, msg: Any) -> None:
-        self.messages.append(msg)
-
-    def _field(self, name: str) -> list[Any]:
-        found = self._fields.get(name)
-        if found is None:
-            getter = operator.methodcaller(name)
-            found = self._fields[name] = list(map(getter, self.messages))
-        return found
-
-    @property
-    def keys(self) -> list[bytes | None]:
-        return self._field("key")
-
-    @property
-    def values(self) -> list[bytes | None]:
-        return self._field("value")
-
-    @property
-    def partitions(self) -> list[int]:
-        return self._field("partition")
-
-    @property
-    def offsets(self) -> list[int]:
-        return self._field("offset")
-
-    @property
-    def timestamps(self) -> list[int | None]:
-        found = self._fields.get("timestamp")
-        if found is None:
-            found = self._fields["timestamp"] = [ts if kind else None for kind, ts in
-                                                 map(operator.methodcaller("timestamp"),
-                                                     self.messages)]
-        return found
-
-    def __len__(self) -> int:
-        return len(self.messages)
 
 
 class KafkaSource(DataSource):
@@ -488,3 +300,13 @@ class KafkaSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(dict(self.options), schema)
+
+
+def raw_batch(records: Records, topic: str) -> pa.RecordBatch:
+    """Records as the source's raw rows (:data:`RAW_SCHEMA`)."""
+    return pa.RecordBatch.from_arrays([
+        pa.array(records.keys, pa.binary()), pa.array(records.values, pa.binary()),
+        pa.array([topic] * len(records), pa.string()),
+        pa.array(records.partitions, pa.int32()),
+        pa.array(records.offsets, pa.int64()), pa.array(records.timestamps, pa.int64()),
+    ], names=["key", "value", "topic", "partition", "offset", "timestamp"])

@@ -49,7 +49,7 @@ DEFAULTS: dict[str, str] = {
 
 # The master URLs Spark 4 accepts. Checked here because a bad one makes spark-submit exit
 # before the JVM gateway starts, and all pyspark can say then is JAVA_GATEWAY_EXITED.
-MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|"
+MASTER_URL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|"
                     r"spark://\S+|k8s://\S+|yarn")
 
 
@@ -58,7 +58,7 @@ def build_session(master: str = MASTER, app_name: str = "l2m",
     """A Spark session whose Python workers run this interpreter (so they see l2m and its
     dependencies, with or without an activated venv). A master URL Spark would not accept is
     a :class:`~l2m.errors.ConfigError`."""
-    if not MASTER.fullmatch(master):
+    if not MASTER_URL.fullmatch(master):
         raise ConfigError(f"Spark master '{master}' is not one Spark accepts: local, local[N], "
                           "local[*], local-cluster[N,CORES,MEMORY_MB], spark://HOST:PORT, "
                           "k8s://URL or yarn")
