@@ -1,9 +1,9 @@
 """`l2m backfill`: the rules over JSON-lines files as one Spark batch job (SPEC §3–5).
 
 per task, in Python: read its split of the files (:mod:`l2m.batch.lines`) → on Arrow: parse →
-route → pre-aggregate (the streaming job's read-task pipeline, :mod:`l2m.engine.pipeline`) → merge
-the partials by (rule, series, le, window) → final samples written by the driver as JSON
-lines, one per gauge series-window and one per counter series. One pass over the input yields
+route → pre-aggregate (the streaming job's read task, :mod:`l2m.engine.readtask`) → shuffle
+and merge the partials by (rule, series, le, window) with the read tasks' own merge
+(:func:`l2m.engine.partials.merge`) → final samples written by the driver as JSON lines, one per gauge series-window and one per counter series. One pass over the input yields
 both the samples and the run's summary (status rows, see :mod:`l2m.engine.routing`).
 
 No input line can fail the job: lines are read as bytes (invalid UTF-8 is a malformed line,
@@ -39,17 +39,11 @@ from l2m.batch.lines import (
 )
 from l2m.batch.progress import JobProgress
 from l2m.defaults import BATCH_ROWS, TIMESTAMP_FIELD
+from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge_batches
 from l2m.engine.pipeline import routing_option
-from l2m.engine.preaggregate import KEY, PARTIAL_SCHEMA
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import STATUS_RULE, Routing, plan_for
-from l2m.engine.samples import (
-    Partial,
-    family_samples,
-    is_finite_sample,
-    series_labels,
-    series_samples,
-)
+from l2m.engine.samples import family_samples, is_finite_sample, series_labels, series_samples
 from l2m.errors import InputError
 from l2m.rules.model import Rule
 
@@ -241,8 +235,8 @@ SPLIT_SCHEMA = "path string, start bigint, end bigint, stripe int, stripes int"
 
 
 def final_aggregates(spark: SparkSession, files: Sequence[Path], routing: Routing) -> DataFrame:
-    """One merged partial per (rule, series, le, window) over all the files. An exact sum
-    is known only where every task's was (``exact_n`` counts only those)."""
+    """One merged partial per (rule, series, le, window) over all the files
+    (:func:`l2m.engine.partials.merge`: an exact sum is known only where every task's was)."""
     option = routing_option(routing)
     ours = [f for f in files if f.suffix not in SPARK_CODECS]
     theirs = [f for f in files if f.suffix in SPARK_CODECS]
@@ -257,12 +251,9 @@ def final_aggregates(spark: SparkSession, files: Sequence[Path], routing: Routin
         parts.append(read_lines(spark, theirs).mapInArrow(task_partials(option),
                                                           PARTIAL_SCHEMA))
     partials = functools.reduce(DataFrame.unionByName, parts)
-    exact = F.col("exact_sum")
-    return partials.groupBy(*KEY).agg(
-        F.sum("matches").alias("matches"), F.sum("n").alias("n"), F.sum("sum").alias("sum"),
-        F.try_sum(exact).alias("exact_sum"),
-        F.sum(F.when(exact.isNotNull(), F.col("exact_n")).otherwise(F.lit(0))).alias("exact_n"),
-        F.min("min").alias("min"), F.max("max").alias("max"), F.max("ts").alias("ts"))
+    # The same merge as the end of every read task (l2m.engine.partials.merge), after a
+    # shuffle that brings each key's partials together.
+    return partials.repartition(*KEY).mapInArrow(merge_batches, PARTIAL_SCHEMA)
 
 
 def _le_order(le: str | None) -> float:

@@ -31,7 +31,7 @@ from pyspark.sql.types import StructType
 
 from l2m.defaults import BATCH_ROWS
 from l2m.engine.parse import ParsePlan
-from l2m.engine.preaggregate import PARTIAL_SCHEMA
+from l2m.engine.partials import PARTIAL_SCHEMA
 from l2m.engine.readtask import ReadTask
 
 NAME = "l2m-memory"

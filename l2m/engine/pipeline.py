@@ -27,7 +27,8 @@ from typing import Any
 import pyarrow as pa
 
 from l2m.engine.fanout import fan_out
-from l2m.engine.preaggregate import PARTIAL_ARROW, merge, preaggregate
+from l2m.engine.partials import PARTIAL_ARROW, merge
+from l2m.engine.preaggregate import preaggregate
 from l2m.engine.routing import Routing
 from l2m.rules.model import Rule
 

@@ -1,90 +1,22 @@
-"""Aggregates → metric samples (SPEC §3–4). Pure Python, shared by backfill, the counter
-state and the sink."""
+"""Partials → metric samples (SPEC §3–4).
+
+Input: a rule, a series' labels (from its key, :func:`series_labels`), a timestamp and the
+series' partials (:class:`~l2m.engine.partials.Partial`, per bucket for histograms). Output:
+sample dicts (name, kind, labels, value, timestamp, account, rule), their deterministic Kafka
+keys and JSON lines. Pure Python, shared by backfill and the state stage."""
 
 from __future__ import annotations
 
-import decimal
 import hashlib
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import orjson
 import pandas as pd
 
+from l2m.engine.partials import Partial, dump_float
 from l2m.rules.model import Rule
-from l2m.state.format import dump_float, load_float
-
-# Exact sums: wide enough that adding never rounds; past ±1e20 (what Spark's decimal(38,18)
-# holds) a sum falls back to doubles, as the Spark aggregate does.
-_EXACT = decimal.Context(prec=80)
-_EXACT_LIMIT = Decimal(10) ** 20
-
-
-@dataclass
-class Partial:
-    """A mergeable aggregate of one series (window, bucket): what the Spark aggregate
-    (:mod:`l2m.engine.preaggregate`) produces per group, and what the counter state keeps."""
-
-    matches: int = 0
-    n: int = 0
-    sum: float = 0.0
-    exact: Decimal | None = Decimal(0)  # None once a value or the total does not fit
-    min: float | None = None
-    max: float | None = None
-    ts: int | None = None
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Partial:
-        exact = row["exact_sum"]
-        if row["exact_n"] != row["n"] or exact is None:
-            exact = None
-        return cls(row["matches"], row["n"], row["sum"] or 0.0,
-                   None if exact is None else Decimal(exact), row["min"], row["max"], row["ts"])
-
-    def merge(self, other: Partial) -> Partial:
-        exact = None
-        if self.exact is not None and other.exact is not None:
-            exact = _EXACT.add(self.exact, other.exact)
-            if abs(exact) >= _EXACT_LIMIT:
-                exact = None
-        return Partial(
-            self.matches + other.matches, self.n + other.n, self.sum + other.sum, exact,
-            _pick(min, self.min, other.min), _pick(max, self.max, other.max),
-            _pick(max, self.ts, other.ts),
-        )
-
-    def dump(self) -> list[Any]:
-        """The JSON-able form the streaming state stores (:mod:`l2m.state.function`, format 1: exact
-        sum as a string, non-finite floats as strings)."""
-        return [self.matches, self.n, dump_float(self.sum),
-                None if self.exact is None else str(self.exact),
-                dump_float(self.min), dump_float(self.max), self.ts]
-
-    @classmethod
-    def load(cls, stored: list[Any]) -> Partial:
-        matches, n, total, exact, lo, hi, ts = stored
-        return cls(matches, n, load_float(total) or 0.0,
-                   None if exact is None else Decimal(exact), load_float(lo), load_float(hi), ts)
-
-    def merged_into(self, stored: list[Any] | None) -> list[Any]:
-        """The stored form of ``stored`` (if any) merged with this partial."""
-        return (self if stored is None else Partial.load(stored).merge(self)).dump()
-
-    @property
-    def total(self) -> float:
-        """The sum: exact when possible, else the double sum."""
-        return float(self.exact) if self.exact is not None else self.sum
-
-
-def _pick(fn: Any, a: Any, b: Any) -> Any:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return fn(a, b)
 
 
 def sample_value(value: float) -> float | str:
@@ -152,28 +84,6 @@ def family_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int
     out.append(sample(rule, f"{rule.name}_sum", dict(base), total.total, ts))
     out.append(sample(rule, f"{rule.name}_count", dict(base), total.n, ts))
     return out
-
-
-def frame_partials(frame: pd.DataFrame) -> Iterator[tuple[str, str, Partial]]:
-    """(series, le or "", partial) of each row of a pre-aggregated frame."""
-    columns = [frame[c].tolist() for c in ("series", "le", "matches", "n", "sum", "exact_sum",
-                                           "exact_n", "min", "max", "ts")]
-    for name, le, matches, n, total, exact, exact_n, lo, hi, ts in zip(*columns, strict=True):
-        yield name, le if isinstance(le, str) else "", Partial(
-            int(matches), int(n), _float(total) or 0.0,
-            _exact(exact, int(exact_n), int(n)),
-            _float(lo), _float(hi), None if ts is None or ts != ts else int(ts))
-
-
-def _exact(exact: Any, exact_n: int, n: int) -> Decimal | None:
-    """A partial's exact sum; one without values sums to an exact 0 (SQL's sum is null)."""
-    if n == 0:
-        return Decimal(0)
-    return exact if isinstance(exact, Decimal) and exact_n == n else None
-
-
-def _float(value: Any) -> float | None:
-    return None if value is None or value != value else float(value)
 
 
 def rule_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int | None,

@@ -42,7 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from l2m.engine.preaggregate import PARTIAL_SCHEMA
+from l2m.engine.partials import PARTIAL_SCHEMA
 from l2m.errors import DataLossError, KafkaUnavailableError
 from l2m.kafka.consumer import PartitionReader, Records
 from l2m.kafka.deadletters import DeadLetters

@@ -11,15 +11,9 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
+from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.routing import STATUS_RULE
-from l2m.engine.samples import (
-    Partial,
-    frame_partials,
-    rule_samples,
-    samples_frame,
-    series_labels,
-    series_samples,
-)
+from l2m.engine.samples import rule_samples, samples_frame, series_labels, series_samples
 from l2m.rules.model import Rule
 from l2m.state.format import dump_blob, load_blob
 from l2m.windows import window_closed

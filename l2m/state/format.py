@@ -6,7 +6,6 @@ l2m reads, or :class:`~l2m.errors.StateFormatError`."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import orjson
@@ -19,9 +18,6 @@ UPGRADE_HINT = (
     "Start this release on a new checkpoint (a new `checkpoint:` path): counters restart at 0, "
     "which PromQL reads as a counter reset; rebuild history with `l2m backfill` if needed. "
     "Or keep running the release that wrote it. See docs/streaming.md, \"Upgrading\".")
-
-_NONFINITE = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
-
 
 def dump_blob(content: dict[str, Any], version: int = STATE_FORMAT) -> bytes:
     """A state blob of ``version`` (a checkpoint keeps the format it was started with)."""
@@ -40,18 +36,3 @@ def load_blob(raw: bytes) -> dict[str, Any]:
             f"the checkpoint holds state format {version}; this l2m reads format(s) "
             f"{', '.join(map(str, READABLE))}. {UPGRADE_HINT}")
     return content  # type: ignore[no-any-return]
-
-
-def dump_float(value: float | None) -> float | str | None:
-    """A float as stored: finite as itself, else ``"+Inf"``, ``"-Inf"`` or ``"NaN"``."""
-    if value is None or math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return "NaN"
-    return "+Inf" if value > 0 else "-Inf"
-
-
-def load_float(value: float | str | None) -> float | None:
-    if isinstance(value, str):
-        return _NONFINITE[value]
-    return value

@@ -39,8 +39,9 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
+from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.routing import STATUS_RULE
-from l2m.engine.samples import Partial, frame_partials, samples_frame
+from l2m.engine.samples import samples_frame
 from l2m.errors import StateFormatError
 from l2m.state.counters import CounterState, tallied
 from l2m.state.format import READABLE, STATE_FORMAT, UPGRADE_HINT, dump_blob, load_blob

@@ -16,7 +16,8 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
-from l2m.engine.samples import Partial, frame_partials, rule_samples, samples_frame, series_labels
+from l2m.engine.partials import Partial, frame_partials
+from l2m.engine.samples import rule_samples, samples_frame, series_labels
 from l2m.rules.model import Rule
 from l2m.state.counters import signature
 from l2m.state.format import dump_blob, load_blob

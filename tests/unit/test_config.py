@@ -10,7 +10,8 @@ import pytest
 
 from l2m.config.loader import ConfigError, config_from_dict, duration_ms, load_config
 from l2m.engine.fanout import MATCH_SCHEMA
-from l2m.engine.preaggregate import merge, preaggregate
+from l2m.engine.partials import merge
+from l2m.engine.preaggregate import preaggregate
 from l2m.rules.loader import load_rules
 from l2m.streaming.topology import describe
 

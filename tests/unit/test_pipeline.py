@@ -18,8 +18,9 @@ import pytest
 from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.engine.fanout import FanOut, fan_out
 from l2m.engine.parse import parse_lines
+from l2m.engine.partials import PARTIAL_ARROW
 from l2m.engine.pipeline import TaskPipeline, routing_from_option, routing_option
-from l2m.engine.preaggregate import PARTIAL_ARROW, exact_values, preaggregate
+from l2m.engine.preaggregate import exact_values, preaggregate
 from l2m.engine.routing import plan_for
 from l2m.rules.loader import load_rules, load_text
 from tests.support.rulesets import SCOPED_RULES

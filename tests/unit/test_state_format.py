@@ -15,7 +15,7 @@ import orjson
 import pandas as pd
 import pytest
 
-from l2m.engine.samples import Partial
+from l2m.engine.partials import Partial
 from l2m.errors import StateFormatError
 from l2m.rules.loader import load_text
 from l2m.state.counters import CounterState
