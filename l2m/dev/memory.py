@@ -14,7 +14,7 @@ like Kafka offsets. Output: with ``routing``, the task's partials (``PARTIAL_SCH
 records, so tasks run in parallel.
 
 ``read()`` is stateless — it needs only the folder and the offsets in its partition — because
-Spark pickles the reader to a Python worker that is not the driver's (FACTS.md)."""
+Spark pickles the reader to a Python worker that is not the driver's."""
 
 from __future__ import annotations
 

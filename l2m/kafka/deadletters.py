@@ -2,7 +2,7 @@
 key and bytes (truncated past a limit), the reason, the origin and the original size in
 headers, keyed deterministically (a retried task overwrites, never adds).
 
-Input: the records of a read task (:class:`l2m.kafka.source.Records`) and the rows the parse
+Input: the records of a read task (:class:`l2m.kafka.consumer.Records`) and the rows the parse
 stage dead-lettered. Output: messages on the dead-letter topic, flushed and checked before
 the task ends (:class:`~l2m.errors.SinkError` otherwise)."""
 

@@ -1,12 +1,16 @@
 """Sink stage: ``key, value`` rows → a Kafka topic, as a PySpark Python Data Source
 (``format("l2m-kafka-sink")``).
 
+Input: ``key, value`` rows (strings or bytes: the state stage's samples) and the
+``kafka.*`` client settings. Output: messages on the topic, every one acknowledged before the
+task returns, or :class:`~l2m.errors.SinkError`.
+
 Each task produces its rows with an idempotent producer, flushes, and fails if any message
 was not acknowledged — so a micro-batch commits only when every sample is in Kafka, and a
 broker error fails the query with a clear message instead of dropping samples. Replays after
 a failure re-send the same deterministic keys (SPEC §4): at-least-once, idempotent samples.
 
-Spark accepts Python stream writers only in append mode, while both l2m queries run in update
+Spark accepts Python stream writers only in append mode, while l2m's query runs in update
 mode; the job therefore writes each micro-batch with the batch writer from ``foreachBatch``
 (:func:`write_batch`), which has the same delivery guarantees. The stream writer serves
 append-mode queries.

@@ -34,7 +34,7 @@ from l2m.runtime.telemetry import (
     input_records,
     partition_offsets,
 )
-from l2m.state.function import check_checkpoint
+from l2m.state.checkpoint import check_checkpoint
 from l2m.streaming.job import QUERY, Job, start_job, stop_file, streaming_conf
 
 

@@ -1,5 +1,10 @@
-"""Counters stage (SPEC §3): cumulative totals per (rule, series) since first seen, in the
-state of a (rule, shard) key; idle series expire after the TTL."""
+"""Counters stage (SPEC §3): cumulative totals per (rule, series) since first seen; idle
+series expire after the TTL.
+
+Input: one rule's stored section of a counter key (state format 2 keys by shard, with one
+section per rule — :mod:`l2m.state.function`; format 1 by (rule, shard), one rule per key)
+and its partials of this micro-batch. Output: the new section and the samples of the series
+the batch touched; for the input statuses also the late-log count."""
 
 from __future__ import annotations
 
@@ -34,11 +39,12 @@ def signature(rule: Rule) -> list[Any]:
 
 @dataclass
 class CounterState:
-    """Counter keys of the state function, keyed by (rule, shard, …).
+    """Counter sections of the state function (:meth:`update`), and format 1's (rule, shard)
+    keys whole (:meth:`__call__`).
 
-    State: a blob (:mod:`l2m.state.function`) of ``{"sig": signature, "series": {series: [last_seen_ms,
-    {le: partial}]}}``, so many series are updated per Python call and the state schema does
-    not depend on the rules. Series idle for longer than the TTL are dropped (a later log
+    A rule's section: ``{"sig": signature, "series": {series: [last_seen_ms, {le:
+    partial}]}}`` (layouts: :mod:`l2m.state.format`), so many series are updated per Python
+    call and the state schema does not depend on the rules. Series idle for longer than the TTL are dropped (a later log
     restarts them at 0, a counter reset for PromQL).
 
     The input-status key (rule ``__status__``, one shard) also counts late logs: its status

@@ -1,8 +1,27 @@
-"""The stored form of streaming state (see :mod:`l2m.state.function` for the layouts): versioned blobs
-and partial aggregates, with non-finite floats kept (orjson would write them as null).
+"""The stored form of streaming state: versioned blobs, every layout ever written.
 
 Input: a blob from the state store (bytes). Output: its mapping, checked for a version this
-l2m reads, or :class:`~l2m.errors.StateFormatError`."""
+l2m reads, or :class:`~l2m.errors.StateFormatError`.
+
+State outlives releases: every blob is orjson of a mapping with ``"v"``, the format version
+(:data:`STATE_FORMAT`). :func:`load_blob` reads every version l2m has written since versions
+exist (``tests/golden/`` pins each) and refuses anything else with ``[STATE_FORMAT]``, naming
+the version it found and what to do. The checkpoint folder carries the same version in
+``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong checkpoint is refused before Spark starts.
+
+Layouts, version 2: a key's blob is ``{"v": 2, "rules": {rule id: section}}`` — a counter
+key adds ``"swept": ms`` (when its idle series were last dropped for every rule; touched rules
+are swept each batch) — and each section is what a version 1 blob holds below, without
+``"v"``. Version 1:
+
+* counter key: ``{"v": 1, "sig": signature, "series": {series: [last_seen_ms, {le:
+  partial}]}}``; the input-status key (rule ``__status__``) adds ``"late": partial`` — logs
+  that came after the watermark had closed their window;
+* gauge key: ``{"v": 1, "sig": signature, "series": {series: {le: partial}}}``;
+* partial: ``[matches, n, sum, exact_sum (decimal string or null), min, max, ts]``; a
+  non-finite float is stored as ``"+Inf"``, ``"-Inf"`` or ``"NaN"``.
+
+A partial's stored form is :meth:`l2m.engine.partials.Partial.dump`'s."""
 
 from __future__ import annotations
 
@@ -18,6 +37,7 @@ UPGRADE_HINT = (
     "Start this release on a new checkpoint (a new `checkpoint:` path): counters restart at 0, "
     "which PromQL reads as a counter reset; rebuild history with `l2m backfill` if needed. "
     "Or keep running the release that wrote it. See docs/streaming.md, \"Upgrading\".")
+
 
 def dump_blob(content: dict[str, Any], version: int = STATE_FORMAT) -> bytes:
     """A state blob of ``version`` (a checkpoint keeps the format it was started with)."""

@@ -4,35 +4,20 @@ State is keyed by (shard, window) for all rules together (format 2; format 1 che
 their (rule, shard, window) keys): counters by shard with window :data:`CUMULATIVE`, gauges
 by (shard, one-minute window), so a batch touches only the windows its logs fall in, and the
 number of Python calls — Spark's per-key overhead is about a millisecond — does not grow
-with the number of rules. The value is one opaque
-blob per key, so the state schema never depends on the rules. Running both in one query
+with the number of rules. The value is one opaque blob per key, so the state schema never depends on the rules. Running both in one query
 means each log is read, parsed and routed once (Spark's own window aggregation cannot share a
 query with ``applyInPandasWithState`` in update mode, hence gauges are ours too).
 
-State outlives releases: every blob is orjson of a mapping with ``"v"``, the format version
-(:data:`STATE_FORMAT`). :func:`load_blob` reads every version l2m has written since versions
-exist (``tests/golden/`` pins each) and refuses anything else with ``[STATE_FORMAT]``, naming
-the version it found and what to do. The checkpoint folder carries the same version in
-``l2m.json`` (:func:`check_checkpoint`), so a wrong checkpoint is refused before Spark starts.
-
-Layouts, version 2: a key's blob is ``{"v": 2, "rules": {rule id: section}}`` — a counter
-key adds ``"swept": ms`` (when its idle series were last dropped for every rule; touched rules
-are swept each batch) — and each section is what a version 1 blob holds below, without
-``"v"``. Version 1:
-
-* counter key: ``{"v": 1, "sig": signature, "series": {series: [last_seen_ms, {le:
-  partial}]}}``; the input-status key (rule ``__status__``) adds ``"late": partial`` — logs
-  that came after the watermark had closed their window;
-* gauge key: ``{"v": 1, "sig": signature, "series": {series: {le: partial}}}``;
-* partial: ``[matches, n, sum, exact_sum (decimal string or null), min, max, ts]``; a
-  non-finite float is stored as ``"+Inf"``, ``"-Inf"`` or ``"NaN"``."""
+Input: the partials of one micro-batch (:data:`~l2m.engine.partials.PARTIAL_SCHEMA`, plus
+``shard`` and ``window``), grouped by the state key, and each key's stored blob. Output: the
+samples of every series the batch touched (``key, value`` rows, :data:`OUTPUT_SCHEMA`: the
+deterministic Kafka key and the JSON sample) and each key's new blob
+(:data:`STATE_SCHEMA`; its layouts: :mod:`l2m.state.format`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -42,9 +27,8 @@ from pyspark.sql.streaming.state import GroupState
 from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.routing import STATUS_RULE
 from l2m.engine.samples import samples_frame
-from l2m.errors import StateFormatError
 from l2m.state.counters import CounterState, tallied
-from l2m.state.format import READABLE, STATE_FORMAT, UPGRADE_HINT, dump_blob, load_blob
+from l2m.state.format import dump_blob, load_blob
 from l2m.state.gauges import GaugeState
 
 CUMULATIVE = -1  # the window of every counter key
@@ -177,50 +161,3 @@ def _by_rule(frames: Iterator[pd.DataFrame]) -> dict[str, list[tuple[str, str, P
         for rule, row in zip(frame["rule"].tolist(), frame_partials(frame), strict=True):
             out.setdefault(rule, []).append(row)
     return out
-
-
-CHECKPOINT_MARKER = "l2m.json"
-
-
-def local_checkpoint(checkpoint: str) -> str | None:
-    """The path of a checkpoint on a local (or mounted) disk — a plain path or a ``file://``
-    URI; None for an object store (``s3a://``, ``gs://``, ``hdfs://``…)."""
-    if checkpoint.startswith("file://"):
-        return checkpoint.removeprefix("file://")
-    return None if "://" in checkpoint else checkpoint
-
-
-def check_checkpoint(checkpoint: str, query_dir: str) -> int:
-    """The state format of a checkpoint this l2m continues (a new one is marked with
-    :data:`STATE_FORMAT`); a checkpoint it cannot continue is refused before Spark starts.
-
-    A checkpoint with a query folder but no ``l2m.json`` was written before state versions
-    (or by the two-query layout); one whose version is not :data:`STATE_FORMAT` by another
-    release. Only local (and mounted) paths are checked; object-store URIs rely on the
-    blobs' own versions."""
-    local = local_checkpoint(checkpoint)
-    if local is None:
-        return STATE_FORMAT
-    root = Path(local)
-    marker = root / CHECKPOINT_MARKER
-    if marker.exists():
-        try:
-            found = json.loads(marker.read_text()).get("state_format")
-        except (OSError, ValueError, AttributeError):
-            found = "unreadable"
-        if found not in READABLE:
-            raise StateFormatError(
-                f"checkpoint {checkpoint} holds state format {found}; this l2m reads formats "
-                f"{', '.join(map(str, READABLE))}. {UPGRADE_HINT}")
-        return int(found)
-    started = (root / query_dir / "offsets").is_dir() or (root / "counters").is_dir() \
-        or (root / "gauges").is_dir()
-    if started:
-        raise StateFormatError(
-            f"checkpoint {checkpoint} was written by an l2m before state format versions "
-            f"(format 0); this l2m reads format {STATE_FORMAT}. {UPGRADE_HINT}")
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"state_format": STATE_FORMAT}) + "\n")
-    tmp.replace(marker)
-    return STATE_FORMAT

@@ -1,5 +1,9 @@
-"""Gauges stage (SPEC §3): one-minute tumbling windows per series, in the state of a
-(rule, shard, window) key.
+"""Gauges stage (SPEC §3): one-minute tumbling windows per series.
+
+Input: one rule's stored section of a gauge key (state format 2 keys by (shard, window), one
+section per rule — :mod:`l2m.state.function`; format 1 by (rule, shard, window)) and its
+partials of this micro-batch. Output: the new section and the corrected samples of the series
+the batch touched.
 
 The watermark is Spark's (``withWatermark`` on the partials' event time: the largest event
 time seen minus the grace, advanced at the end of each micro-batch). A window stays open —
@@ -26,10 +30,11 @@ from l2m.windows import window_closed
 
 @dataclass
 class GaugeState:
-    """Gauge keys of the state function, keyed by (rule, shard, window start).
+    """Gauge sections of the state function (:meth:`update`), and format 1's (rule, shard,
+    window) keys whole (:meth:`__call__`).
 
-    State: a blob (:mod:`l2m.state.function`) of ``{"sig", "series": {series: {le: partial}}}``. A
-    key that gets no data is looked at again every ``recheck_ms`` of processing time, to let
+    A rule's section: ``{"sig", "series": {series: {le: partial}}}`` (layouts:
+    :mod:`l2m.state.format`). A key that gets no data is looked at again every ``recheck_ms`` of processing time, to let
     its window go once the watermark has passed."""
 
     rules: Mapping[str, Rule]

@@ -1,9 +1,14 @@
 """The streaming job (SPEC §6): one query in one Spark application.
 
-    read task: consume → parse → route → pre-aggregate (Arrow, l2m.engine.pipeline)
-    → partials (rule, series, le, window) → watermark → shuffle by (rule, shard, window)
-    → state (counters: cumulative per (rule, shard); gauges: one-minute windows per
-    (rule, shard, window)) → sink
+    read task: consume → parse → route → pre-aggregate (Arrow, l2m.engine.readtask)
+    → partials (rule, series, le, window) → watermark → shuffle by (shard, window)
+    → state (counters: cumulative, key (shard, CUMULATIVE); gauges: one-minute windows, key
+    (shard, window); one section per rule in each key) → sink
+
+Input: a :class:`~l2m.config.job.JobConfig` and the rules (or, for the in-memory harness, a
+source and a sink in place of Kafka's). Output: the running query (:class:`Job`) and its
+accumulators (:class:`Counts`); its samples go to the metrics topic each micro-batch. A
+checkpoint of state format 1 keeps its (rule, shard, window) keys (:mod:`l2m.state.format`).
 
 Every log is handled in Python inside the task that reads it; only partials — about one per
 two hundred logs with the benchmark rules — reach the JVM, the shuffle and the state.
@@ -36,17 +41,10 @@ from l2m.engine.routing import STATUS_RULE, plan_for
 from l2m.kafka.sink import KafkaSink, write_batch
 from l2m.kafka.source import KafkaSource
 from l2m.rules.model import Rule
+from l2m.state.checkpoint import check_checkpoint, local_checkpoint
 from l2m.state.counters import CounterState
 from l2m.state.format import STATE_FORMAT
-from l2m.state.function import (
-    CUMULATIVE,
-    OUTPUT_SCHEMA,
-    STATE_SCHEMA,
-    MetricState,
-    Reduction,
-    check_checkpoint,
-    local_checkpoint,
-)
+from l2m.state.function import CUMULATIVE, OUTPUT_SCHEMA, STATE_SCHEMA, MetricState, Reduction
 from l2m.state.gauges import GaugeState
 from l2m.state.tally import Latest, Sums, Tally
 

@@ -18,9 +18,10 @@ import pytest
 from l2m.engine.partials import Partial
 from l2m.errors import StateFormatError
 from l2m.rules.loader import load_text
+from l2m.state.checkpoint import check_checkpoint
 from l2m.state.counters import CounterState
 from l2m.state.format import READABLE, STATE_FORMAT, dump_blob, load_blob
-from l2m.state.function import CUMULATIVE, MetricState, check_checkpoint
+from l2m.state.function import CUMULATIVE, MetricState
 from l2m.state.gauges import GaugeState
 from tests.unit.test_counter_state import group_state, partial, run
 from tests.unit.test_gauge_state import group_state as gauge_group_state
