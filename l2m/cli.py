@@ -127,8 +127,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         runner.start()
         if not args.once:
-            # For the next start (a roll-out, a restart): about 4 s sooner (l2m/runtime/jvm.py).
-            from l2m.runtime.jvm import build_in_background
+            # For the next start (a roll-out, a restart): about 4 s sooner (l2m/dev/jvmarchive.py).
+            from l2m.dev.jvmarchive import build_in_background
 
             build_in_background()
         return runner.wait(duration=args.duration)

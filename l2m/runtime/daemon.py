@@ -33,7 +33,8 @@ def _without_bundled_zips() -> None:
 
 _without_bundled_zips()
 
-if __name__ == "__main__":
+def main() -> None:
+    """Run Spark's worker daemon with l2m's stages pre-imported and frozen."""
     from pyspark.daemon import manager
 
     # Its own process group: a signal sent to the driver's group (SIGTERM for a graceful
@@ -47,7 +48,7 @@ if __name__ == "__main__":
         import pyarrow.acero  # noqa: F401  (pyarrow's group_by imports it on first use: 30 ms)
 
         import l2m.batch.backfill
-        import l2m.engine.pipeline
+        import l2m.engine.readtask
         import l2m.kafka.source
         import l2m.state.function  # noqa: F401
     except Exception:  # never keep the daemon from starting: workers import on demand
@@ -57,3 +58,7 @@ if __name__ == "__main__":
     # workers fork, they are never scanned again (and their pages stay shared).
     gc.freeze()
     manager()
+
+
+if __name__ == "__main__":
+    main()

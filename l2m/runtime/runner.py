@@ -25,15 +25,10 @@ from l2m.config.job import JobConfig
 from l2m.errors import L2mError
 from l2m.rules.model import Rule
 from l2m.runtime.failures import failure, retriable
+from l2m.runtime.progress import describe
 from l2m.runtime.session import build_session
-from l2m.runtime.telemetry import (
-    BatchTasks,
-    ExecutorLoad,
-    Telemetry,
-    input_rates,
-    input_records,
-    partition_offsets,
-)
+from l2m.runtime.sparkstatus import BatchTasks, ExecutorLoad
+from l2m.runtime.telemetry import Telemetry
 from l2m.state.checkpoint import check_checkpoint
 from l2m.streaming.job import QUERY, Job, start_job, stop_file, streaming_conf
 
@@ -41,50 +36,6 @@ from l2m.streaming.job import QUERY, Job, start_job, stop_file, streaming_conf
 def session_for(cfg: JobConfig) -> SparkSession:
     conf = {**streaming_conf(cfg.checkpoint), **cfg.spark}
     return build_session(cfg.master, "l2m", conf)
-
-
-def lag(progress: dict[str, Any]) -> int | None:
-    """Records behind the end of the topic after this batch, over all partitions."""
-    total = 0
-    for source in progress.get("sources", []):
-        # A replayed batch (after a crash) is not planned again, so the source never computes
-        # its latest offsets: Spark reports null, and the lag is unknown for that batch.
-        latest = partition_offsets(source.get("latestOffset"))
-        end = partition_offsets(source.get("endOffset"))
-        if latest is None or end is None:
-            return None
-        for p, offset in latest.items():
-            total += max(0, int(offset) - int(end.get(p, 0)))
-    return total
-
-
-def describe(name: str, progress: dict[str, Any], reduction: tuple[int, int] | None = None,
-             late: int = 0) -> str:
-    """One progress line: batch, rows, rates, lag, duration, state, the pre-aggregation's
-    rows in → out and the logs dropped past the watermark, when known."""
-    state = progress.get("stateOperators") or []
-    rows = sum(int(s.get("numRowsTotal", 0)) for s in state)
-    dropped = late + sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
-    behind = lag(progress)
-    arriving, processed = input_rates(progress)
-    parts = [
-        f"{name:<8} batch {progress.get('batchId'):>5}",
-        f"in {input_records(progress):>8} rows",
-        f"{arriving:>9.0f}/s in",
-        f"{processed:>9.0f}/s processed",
-        f"lag {behind if behind is not None else '?':>8}",
-        f"{int(progress.get('durationMs', {}).get('triggerExecution', 0)):>6} ms",
-        f"state {rows}",
-    ]
-    if reduction and reduction[0]:
-        rows_in, rows_out = reduction
-        parts.append(f"preagg {rows_in}→{rows_out} ({rows_in / max(rows_out, 1):.0f}×)")
-    if dropped:
-        parts.append(f"late dropped {dropped}")
-    watermark = (progress.get("eventTime") or {}).get("watermark")
-    if watermark and not watermark.startswith("1970"):
-        parts.append(f"watermark {watermark}")
-    return "  ".join(parts)
 
 
 @dataclass

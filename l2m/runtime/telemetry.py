@@ -2,21 +2,18 @@
 registry that :mod:`l2m.runtime.endpoint` serves.
 
 Input, after each micro-batch: Spark's query progress (rates, durations, offsets, watermark,
-state), the job's accumulators (:class:`l2m.streaming.job.Counts`: pre-aggregation rows, matches
+state; read by :mod:`l2m.runtime.progress`), the job's accumulators (:class:`l2m.streaming.job.Counts`: pre-aggregation rows, matches
 per rule, what each state key last reported) and Spark's status store (the tasks each
-executor ran in the batch, and the records they read). Output: ``l2m_*`` metrics. Counters
+executor ran in the batch, and the records they read: :mod:`l2m.runtime.sparkstatus`). Output: ``l2m_*`` metrics. Counters
 that come from the state (``l2m_input_logs_total``, ``l2m_late_logs_total``,
 ``l2m_dead_letters_total``) are exact and continue across restarts; the others count since
 the driver started."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -26,6 +23,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from l2m.config.job import JobConfig
 from l2m.engine.parse import DEAD_LETTERED, STATUS_NAMES
 from l2m.rules.model import Rule
+from l2m.runtime.progress import epoch_seconds, input_rates, input_records, partition_offsets
+from l2m.runtime.sparkstatus import ExecutorLoad
 
 BATCH_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 DEAD_LETTER_REASONS = tuple(STATUS_NAMES[c] for c in DEAD_LETTERED)
@@ -38,14 +37,6 @@ def _version() -> str:
         return version("l2m")
     except PackageNotFoundError:
         return "unknown"
-
-
-@dataclass(frozen=True)
-class ExecutorLoad:
-    """What one executor did in a micro-batch."""
-
-    tasks: int = 0
-    records: int = 0
 
 
 class Telemetry:
@@ -188,7 +179,7 @@ class Telemetry:
         self.batches.inc()
         self.duration.observe(seconds)
         self.last_duration.set(seconds)
-        started = _epoch(progress.get("timestamp"))
+        started = epoch_seconds(progress.get("timestamp"))
         self.last_time.set(started + seconds if started is not None else self.clock())
         self.last_id.set(int(progress.get("batchId", -1)))
         self.batch_records.set(rows)
@@ -225,10 +216,10 @@ class Telemetry:
 
     def _event_time(self, progress: dict[str, Any], rows: int) -> None:
         event = progress.get("eventTime") or {}
-        watermark = _epoch(event.get("watermark"))
+        watermark = epoch_seconds(event.get("watermark"))
         if watermark is not None and watermark > 0:
             self.watermark.set(watermark)
-        newest = _epoch(event.get("max"))
+        newest = epoch_seconds(event.get("max"))
         if newest is not None and rows:
             self.event_max.set(newest)
             self.event_delay.set(max(0.0, self.clock() - newest))
@@ -336,57 +327,8 @@ class _FromTasks:
         yield family
 
 
-def input_records(progress: dict[str, Any]) -> int:
-    """Records a micro-batch read: its offset ranges summed over the sources' partitions.
-    Spark's ``numInputRows`` counts the rows the source emitted, and l2m's read tasks emit
-    only their partials (about one per two hundred logs)."""
-    total = 0
-    for source in progress.get("sources", []):
-        start = partition_offsets(source.get("startOffset")) or {}
-        end = partition_offsets(source.get("endOffset"))
-        if end is None:
-            return int(progress.get("numInputRows") or 0)
-        total += sum(max(0, int(o) - int(start.get(p, 0))) for p, o in end.items())
-    return total if progress.get("sources") else int(progress.get("numInputRows") or 0)
-
-
-def input_rates(progress: dict[str, Any]) -> tuple[float, float]:
-    """Records per second arriving and processed, as Spark's input and processed row rates
-    over the same intervals, in records (:func:`input_records`)."""
-    rows = int(progress.get("numInputRows") or 0)
-    if not rows:
-        return 0.0, 0.0
-    scale = input_records(progress) / rows
-    return (float(progress.get("inputRowsPerSecond") or 0) * scale,
-            float(progress.get("processedRowsPerSecond") or 0) * scale)
-
-
-def partition_offsets(value: Any) -> dict[str, Any] | None:
-    """The ``partitions`` of a source offset as Spark reports it (JSON text, a dict, or
-    null), or None."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    if not isinstance(value, dict):
-        return None
-    partitions = value.get("partitions")
-    return partitions if isinstance(partitions, dict) else None
-
-
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=value)
-
-
-def _epoch(text: Any) -> float | None:
-    """Seconds since the epoch of Spark's ISO-8601 timestamps (``…T10:00:00.000Z``)."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def expected_executors(cfg: JobConfig) -> int:
@@ -399,64 +341,3 @@ def expected_executors(cfg: JobConfig) -> int:
     if cfg.master.startswith("local-cluster"):
         return int(cfg.master.split("[")[1].split(",")[0])
     return int(spark.get("spark.executor.instances", "2"))
-
-
-# -- Spark's status store ------------------------------------------------------------------
-
-class BatchTasks:
-    """What each executor did in a micro-batch, from Spark's status store (what its UI
-    shows; kept with the UI off too): the tasks of the batch's jobs — the streaming engine
-    runs them in the job group of the query's run id, described ``… batch = N`` — and the
-    records their tasks read. Only new jobs are looked at, so a scrape costs a few py4j calls
-    per job of the batch."""
-
-    def __init__(self, spark: Any) -> None:
-        self.sc = spark.sparkContext
-        self._store = self.sc._jsc.sc().statusStore()
-        self._described: dict[int, tuple[str, list[int]]] = {}
-
-    def loads(self, run_id: str, batch_id: int) -> dict[str, ExecutorLoad]:
-        suffix = f"batch = {batch_id}"
-        loads: dict[str, list[int]] = {}
-        for job in self.sc.statusTracker().getJobIdsForGroup(run_id):
-            description, stages = self._job(job)
-            if not description.endswith(suffix):
-                continue
-            for stage in stages:
-                for executor, records in self._tasks(stage):
-                    entry = loads.setdefault(executor, [0, 0])
-                    entry[0] += 1
-                    entry[1] += records
-        for job in [j for j in self._described if j not in set(
-                self.sc.statusTracker().getJobIdsForGroup(run_id))]:
-            del self._described[job]  # jobs the store no longer keeps
-        return {e: ExecutorLoad(t, r) for e, (t, r) in loads.items()}
-
-    def _job(self, job_id: int) -> tuple[str, list[int]]:
-        if job_id not in self._described:
-            data = self._store.job(job_id)
-            description = data.description()
-            stages = data.stageIds()
-            self._described[job_id] = (
-                description.get() if description.isDefined() else "",
-                [int(stages.apply(i)) for i in range(stages.size())])
-        return self._described[job_id]
-
-    def _tasks(self, stage: int) -> Iterator[tuple[str, int]]:
-        try:
-            attempt = self._store.lastStageAttempt(stage)
-        except Exception:  # a stage skipped (its shuffle output reused) has no attempt
-            return
-        tasks = self._store.taskList(stage, attempt.attemptId(), 2**31 - 1).iterator()
-        while tasks.hasNext():
-            task = tasks.next()
-            metrics = task.taskMetrics()
-            records = int(metrics.get().inputMetrics().recordsRead()) \
-                if metrics.isDefined() else 0
-            yield str(task.executorId()), records
-
-    def registered(self) -> int:
-        """Executors registered now (in local mode, the driver itself: 1)."""
-        executors = self._store.executorList(True)
-        ids = [str(executors.apply(i).id()) for i in range(executors.size())]
-        return len([i for i in ids if i != "driver"]) or len(ids)

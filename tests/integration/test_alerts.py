@@ -156,7 +156,8 @@ def test_the_driver_exposes_every_metric_queried() -> None:
     /metrics really says, after a batch, a restart and a sink failure."""
     from prometheus_client import generate_latest
 
-    from l2m.runtime.telemetry import ExecutorLoad, Telemetry
+    from l2m.runtime.sparkstatus import ExecutorLoad
+    from l2m.runtime.telemetry import Telemetry
 
     from .test_telemetry import CFG, PROGRESS, RULES, counts
 
@@ -397,7 +398,8 @@ def test_a_real_prometheus_loads_the_rules_and_answers_every_dashboard_query(
     import urllib.request
 
     from l2m.runtime.endpoint import Endpoint
-    from l2m.runtime.telemetry import ExecutorLoad, Telemetry
+    from l2m.runtime.sparkstatus import ExecutorLoad
+    from l2m.runtime.telemetry import Telemetry
 
     from .test_telemetry import CFG, PROGRESS, RULES, counts
 

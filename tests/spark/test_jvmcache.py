@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from l2m.dev import jvmarchive
 from l2m.runtime import jvm as jvmcache
 
 
@@ -25,7 +26,7 @@ def test_the_cache_can_be_switched_off(value: str, monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv(jvmcache.DUMP_ENV, raising=False)
     assert jvmcache.cache_dir() is None and jvmcache.archive() is None
     assert jvmcache.java_options() == ""
-    assert jvmcache.build_in_background() is False
+    assert jvmarchive.build_in_background() is False
 
 
 def test_the_default_folder_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -61,12 +62,12 @@ def test_a_build_in_progress_is_not_started_twice(cache: Path) -> None:
     cache.mkdir(parents=True)
     lock = path.with_suffix(".lock")
     lock.write_text(str(os.getpid()))  # a live builder
-    assert jvmcache.build_in_background() is False
-    assert jvmcache.build(path) is False
+    assert jvmarchive.build_in_background() is False
+    assert jvmarchive.build(path) is False
     dead = subprocess.Popen(["true"])
     dead.wait()
     lock.write_text(str(dead.pid))  # its builder died: the lock is stale
-    assert not jvmcache._locked(path)
+    assert not jvmcache.locked(path)
 
 
 def test_a_truncated_archive_does_not_pass_the_check(tmp_path: Path) -> None:
@@ -89,6 +90,6 @@ def test_old_archives_are_pruned(tmp_path: Path) -> None:
         path.write_bytes(b"x")
         os.utime(path, (1_000_000 - age, 1_000_000 - age))  # a newest, c oldest
     (tmp_path / "notes.txt").write_text("kept")
-    jvmcache._prune(tmp_path, 2)
+    jvmarchive._prune(tmp_path, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "spark-a.jsa",
                                                           "spark-b.jsa"]

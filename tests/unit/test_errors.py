@@ -16,7 +16,7 @@ from l2m.errors import (
     StateFormatError,
 )
 from l2m.runtime.failures import failure, retriable
-from l2m.runtime.runner import lag
+from l2m.runtime.progress import lag
 from tests.support.tools import cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,8 @@ from typing import Any
 from l2m.config.job import JobConfig, MonitoringConfig, Topics
 from l2m.rules.model import Rule
 from l2m.runtime.endpoint import Endpoint
-from l2m.runtime.telemetry import ExecutorLoad, Telemetry, expected_executors
+from l2m.runtime.sparkstatus import ExecutorLoad
+from l2m.runtime.telemetry import Telemetry, expected_executors
 
 RULES = [Rule(id="a", name="a_total", kind="counter", query="*", aggregation="count"),
          Rule(id="b", name="b", kind="gauge", query="*", aggregation="max", field="x")]
