@@ -1,1 +1,5 @@
-"""l2m.batch."""
+"""Layer 5 — ``l2m backfill``: the rules over JSON-lines files as one Spark batch job.
+
+* :mod:`l2m.batch.backfill` — the job and its summary;
+* :mod:`l2m.batch.lines` — each task's split of the files, read in Python;
+* :mod:`l2m.batch.progress` — task progress on stderr."""

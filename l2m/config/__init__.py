@@ -1,1 +1,8 @@
-"""l2m.config.loader."""
+"""Layer 3 — job configuration files (``topology/*.yaml``) → a typed
+:class:`~l2m.config.job.JobConfig`.
+
+* :mod:`l2m.config.job` — the typed records and their defaults (:mod:`l2m.defaults`);
+* :mod:`l2m.config.loader` and its decoder — YAML → records, every error positioned and
+  secret-safe.
+
+Depends on the query layer and the base layer; independent of :mod:`l2m.rules`."""

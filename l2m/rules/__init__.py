@@ -1,1 +1,7 @@
-"""l2m.rules.loader."""
+"""Layer 3 — rule files (SPEC §1) → validated, immutable rules.
+
+* :mod:`l2m.rules.model` — :class:`~l2m.rules.model.Rule`, :class:`~l2m.rules.model.RuleSet`
+  and what a rule may say (kinds, aggregations, keys, name patterns);
+* :mod:`l2m.rules.loader` — YAML files → rules, every problem reported with its position.
+
+Depends on the query layer and the base layer; independent of :mod:`l2m.config`."""
