@@ -28,8 +28,9 @@ LAYERS: list[list[str]] = [
     # entry points: the command line and the shims images and Spark confs name
     ["l2m.cli", "l2m.__main__", "l2m.daemon", "l2m.jvmcache", "l2m"],
 ]
-# The base layer's modules are one group: they may use each other.
+# The base layer's modules are one group: they may use each other; so may the entry points.
 BASE = set(LAYERS[0])
+OPEN = (0, len(LAYERS) - 1)
 # Third-party packages a layer must never import: the engine runs without a JVM (unit tests,
 # any future engine), so pyspark stays out of it.
 FORBIDDEN = {"l2m.engine": ("pyspark", "py4j"), "l2m.query": ("pyspark", "py4j"),
@@ -104,7 +105,7 @@ def test_no_module_imports_a_higher_layer_or_a_sibling_package():
             assert there is not None
             if there[0] > here[0]:
                 problems.append(f"{name}:{line} imports {target}, a higher layer")
-            elif there[0] == here[0] and there[1] != here[1] and here[0] != 0:
+            elif there[0] == here[0] and there[1] != here[1] and here[0] not in OPEN:
                 problems.append(f"{name}:{line} imports {target}, a sibling package "
                                 f"({here[1]} and {there[1]} are independent)")
     assert problems == []
@@ -161,7 +162,7 @@ def test_no_import_cycles():
 
 def test_the_layer_table_matches_the_architecture_document():
     text = (ROOT / "docs" / "architecture.md").read_text()
-    for members in LAYERS:
+    for members in LAYERS[:-1]:
         for member in members:
             if member != "l2m":
                 assert f"`{member.removeprefix('l2m.')}" in text, member
