@@ -41,16 +41,16 @@ def _print_problems(problems: Sequence[Problem]) -> None:
         print(problem, file=sys.stderr)
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def _rules(paths: Sequence[str], config: QueryConfig) -> RuleSet:
+    """The rules of every command: loaded and validated once; their problems, if any, are
+    printed by :func:`main` (every one, each on its own line)."""
     from l2m.rules.loader import load_rules
 
-    try:
-        ruleset = load_rules(args.paths, _query_config(args))
-    except RuleValidationError as exc:
-        _print_problems(exc.problems)
-        errors = sum(1 for p in exc.problems if p.severity == "error")
-        print(f"{errors} error(s)", file=sys.stderr)
-        return 1
+    return load_rules(paths, config)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    ruleset = _rules(args.paths, _query_config(args))
     _print_problems(ruleset.warnings)
     files = len({r.file for r in ruleset.rules})
     disabled = len(ruleset.rules) - len(ruleset.enabled)
@@ -60,13 +60,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from l2m.rules.loader import load_rules
-
-    try:
-        ruleset = load_rules(args.rules, _query_config(args))
-    except RuleValidationError as exc:
-        _print_problems(exc.problems)
-        return 1
+    ruleset = _rules(args.rules, _query_config(args))
     from l2m.batch.backfill import check_paths, run_backfill
     from l2m.runtime.session import build_session
 
@@ -90,14 +84,8 @@ def _load_config(path: str) -> JobConfig:
     return load_config(path)
 
 
-def _rules_for(cfg: JobConfig) -> RuleSet | None:
-    from l2m.rules.loader import load_rules
-
-    try:
-        return load_rules(cfg.rules, cfg.query_config)
-    except RuleValidationError as exc:
-        _print_problems(exc.problems)
-        return None
+def _rules_for(cfg: JobConfig) -> RuleSet:
+    return _rules(cfg.rules, cfg.query_config)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -107,8 +95,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.bootstrap:
         cfg = cfg.with_bootstrap(args.bootstrap)
     ruleset = _rules_for(cfg)
-    if ruleset is None:
-        return 1
     runner = Runner(cfg, ruleset.rules, once=args.once)
     runner.install_signals()
     endpoint = None
@@ -144,8 +130,6 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
     cfg = _load_config(args.config)
     ruleset = _rules_for(cfg)
-    if ruleset is None:
-        return 1
     text = describe(cfg, ruleset.rules)
     print(text)
     if args.write:
@@ -180,13 +164,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from l2m.dev.demo import demo_rules_path, run_demo
-    from l2m.rules.loader import load_rules
 
-    try:
-        ruleset = load_rules([args.rules or demo_rules_path()])
-    except RuleValidationError as exc:
-        _print_problems(exc.problems)
-        return 1
+    ruleset = _rules([args.rules or demo_rules_path()], QueryConfig())
     return run_demo(ruleset.rules, duration=args.duration, rate=args.rate,
                     hot_share=args.hot_share, port=args.port, rows=args.rows)
 
@@ -314,6 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("l2m: interrupted", file=sys.stderr)
         return 130
+    except RuleValidationError as exc:
+        _print_problems(exc.problems)
+        print(f"{len(exc.errors)} error(s)", file=sys.stderr)
+        return 1
     except Exception as exc:
         from l2m.runtime.failures import failure
 

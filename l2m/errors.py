@@ -1,11 +1,12 @@
 """Stable error codes with message templates, in the manner of PySpark's error classes.
 
-Two families:
+Every exception l2m raises for a user is an :class:`L2mError` with a stable ``code``:
 
-* validation findings (:class:`Problem`, :class:`QueryError`): a rule file's error with its
-  position, one code per kind of mistake (:data:`ERROR_CLASSES`);
-* operator errors (:class:`L2mError` and its subclasses): why a command or a job stopped,
-  one stable code per class, shown as ``l2m: error [CODE]: message`` (:func:`describe`).
+* validation findings: :class:`Problem` (a rule file's error with its position, one code per
+  kind of mistake, :data:`ERROR_CLASSES`), raised together as :class:`RuleValidationError`
+  (code ``RULES``); :class:`QueryError` carries its finding's own code and offset;
+* operator errors (the other subclasses): why a command or a job stopped, one stable code per
+  class, shown as ``l2m: error [CODE]: message`` (:meth:`L2mError.render`).
 
 Tests assert the code and the position, never the wording; the wording may improve."""
 
@@ -85,18 +86,42 @@ def render(code: str, params: dict[str, object]) -> str:
     return template.format(**params)
 
 
-class QueryError(Exception):
-    """A query that cannot be compiled. ``pos`` is the 0-based offset inside the query."""
+class L2mError(Exception):
+    """Base of every error l2m reports to an operator. ``code`` is stable per class; the
+    message says what failed, the real cause, and what to do."""
+
+    code = "L2M"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def render(self) -> str:
+        """The one line a user sees."""
+        return f"l2m: error [{self.code}]: {self.message}"
+
+
+# --- validation findings ---------------------------------------------------------------------
+
+
+class QueryError(L2mError):
+    """A query that cannot be compiled. ``code`` is the finding's own (``QUERY_SYNTAX``…, one
+    of :data:`ERROR_CLASSES`), ``pos`` the 0-based offset inside the query. The rule loader
+    turns it into a positioned :class:`Problem`."""
+
+    code = "QUERY"
 
     def __init__(self, code: str, pos: int, **params: object) -> None:
+        super().__init__(render(code, params))
         self.code = code
         self.pos = pos
         self.params = params
-        super().__init__(f"{code} at {pos}: {render(code, params)}")
 
-    @property
-    def message(self) -> str:
-        return render(self.code, self.params)
+    def __str__(self) -> str:
+        return f"{self.code} at {self.pos}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -120,34 +145,22 @@ class Problem:
         return f"{where}:{who}{what} {tag}{self.message} [{self.code}]"
 
 
-class RuleValidationError(Exception):
-    """Raised when rule files hold errors; carries every problem found."""
+class RuleValidationError(L2mError):
+    """Rule files hold errors; carries every problem found (the command line prints each on
+    its own line, ``file:line:col: rule 'id': key: message [CODE]``)."""
+
+    code = "RULES"
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
-        errors = [p for p in problems if p.severity == "error"]
-        super().__init__("\n".join(str(p) for p in errors))
+        self.errors = [p for p in problems if p.severity == "error"]
+        super().__init__("\n".join(str(p) for p in self.errors))
+
+    def render(self) -> str:
+        return f"l2m: error [{self.code}]: {len(self.errors)} error(s) in the rule files"
 
 
 # --- operator errors -----------------------------------------------------------------------
-
-
-class L2mError(Exception):
-    """Base of every error l2m reports to an operator. ``code`` is stable per class; the
-    message says what failed, the real cause, and what to do."""
-
-    code = "L2M"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-    def render(self) -> str:
-        """The one line a user sees."""
-        return f"l2m: error [{self.code}]: {self.message}"
 
 
 class ConfigError(L2mError, ValueError):
@@ -188,6 +201,13 @@ class StateFormatError(L2mError, RuntimeError):
     code = "STATE_FORMAT"
 
 
+class BrokerError(L2mError, RuntimeError):
+    """The embedded broker (tansu, ``l2m broker`` and ``l2m demo``) could not start, answer or
+    create its topics."""
+
+    code = "BROKER"
+
+
 class SparkError(L2mError):
     """Spark failed; the message is the underlying Java or Python exception's own."""
 
@@ -198,5 +218,5 @@ class SparkError(L2mError):
 # raised in a Python worker reaches the driver as text, wrapped by Spark and py4j).
 OPERATOR_ERRORS: dict[str, type[L2mError]] = {
     cls.__name__: cls for cls in (ConfigError, InputError, DataLossError, SinkError,
-                                  KafkaUnavailableError, StateFormatError)
+                                  KafkaUnavailableError, StateFormatError, BrokerError)
 }

