@@ -5,10 +5,31 @@ Input: none (plain values; :mod:`l2m.config.loader` builds them from a YAML file
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, Literal
 
 from l2m import defaults
+from l2m.config.decode import (
+    DURATION,
+    PATH,
+    ZERO_IS_NONE,
+    Client,
+    Invalid,
+    Key,
+    Parse,
+    Range,
+    describe,
+)
 from l2m.query.nodes import QueryConfig
+
+# How values are written in the file (l2m.config.decode reads these annotations; in Python
+# they are plain ints and strings).
+Duration = Annotated[int, DURATION]  # milliseconds; written "20 minutes", "5s" or seconds
+Count = Annotated[int, Range(minimum=1)]  # at least 1, at most a Java int
+Limit = Annotated[int | None, Range(minimum=1), ZERO_IS_NONE]  # 0 or null: no limit
+ClientSettings = Annotated[dict[str, str], Client()]  # librdkafka settings; values secret
 
 
 @dataclass(frozen=True)
@@ -18,25 +39,56 @@ class Topics:
     dead_letters: str = defaults.DEAD_LETTERS_TOPIC
 
 
+def starting_offsets(value: Any) -> str:
+    """``earliest``, ``latest`` or per-partition offsets (-2 earliest, -1 latest), written as
+    a YAML mapping or a JSON string, optionally under the topic's name → ``earliest``,
+    ``latest`` or the JSON :mod:`l2m.kafka.source` reads; else :class:`Invalid`."""
+    if value in ("earliest", "latest"):
+        return str(value)
+    expected = "expected earliest, latest or a mapping of partition to offset"
+    written = value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise Invalid(f"{expected}, got {describe(written)}") from None
+    if not isinstance(value, dict) or not value:
+        raise Invalid(f"{expected}, got {describe(written)}")
+    per_topic = all(isinstance(v, dict) for v in value.values())
+    for partitions in value.values() if per_topic else [value]:
+        for partition, offset in partitions.items():
+            if not re.fullmatch(r"[0-9]+", str(partition)):
+                raise Invalid(f"partition '{partition}' is not a partition number")
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < -2:
+                raise Invalid(f"offset of partition {partition} must be an integer, -2 "
+                              f"(earliest) or -1 (latest) or more, got {describe(offset)}")
+    if per_topic:
+        return json.dumps({str(t): {str(p): o for p, o in ps.items()} for t, ps in value.items()})
+    return json.dumps({str(p): o for p, o in value.items()})
+
+
 @dataclass(frozen=True)
 class SourceConfig:
-    starting_offsets: str = "earliest"
-    max_records_per_trigger: int | None = None
-    max_records_per_task: int | None = 100_000
-    min_partitions: int | None = None  # default: Spark's default parallelism
-    planner: str = "balanced"  # or "partition": one task per partition range
+    """How the Kafka source reads (``source:`` in the file; the same fields, by their
+    option names, are ``format("l2m-kafka")``'s options: :mod:`l2m.kafka.options`)."""
+
+    starting_offsets: Annotated[str, Parse(starting_offsets)] = "earliest"
+    max_records_per_trigger: Limit = None
+    max_records_per_task: Limit = 100_000
+    min_partitions: Limit = None  # default: Spark's default parallelism
+    planner: Literal["balanced", "partition"] = "balanced"  # partition: a task per partition
     plan_log: str | None = None  # benchmarks: a file each batch's task sizes are appended to
     fail_on_data_loss: bool = True
     group_id: str | None = None
-    poll_timeout_ms: int = 120_000
+    poll_timeout_ms: Count = 120_000
 
 
 @dataclass(frozen=True)
 class MonitoringConfig:
     """Where the driver serves ``/metrics``, ``/healthz`` and ``/readyz`` (docs/metrics.md);
-    port 0: a free one (the endpoint reports it); no port: not served."""
+    port 0: a free one (the endpoint reports it); no port (absent or null): not served."""
 
-    port: int | None = None
+    port: Annotated[int | None, Range(0, 65535)] = None
     host: str = "0.0.0.0"
 
 
@@ -44,28 +96,29 @@ class MonitoringConfig:
 class JobConfig:
     """Everything ``l2m run`` needs. See ``topology/production.yaml`` for each key."""
 
-    kafka: dict[str, str] = field(
+    # A file must name bootstrap.servers; this default is for jobs built in code.
+    kafka: Annotated[ClientSettings, Client(required=("bootstrap.servers",))] = field(
         default_factory=lambda: {"bootstrap.servers": defaults.BOOTSTRAP_SERVERS})
     # Overrides of `kafka` for the metrics (sink) side, e.g. another cluster.
-    sink_kafka: dict[str, str] = field(default_factory=dict)
+    sink_kafka: ClientSettings = field(default_factory=dict)
     topics: Topics = Topics()
-    rules: tuple[str, ...] = (defaults.RULES_PATH,)
-    checkpoint: str = defaults.CHECKPOINT
-    trigger_ms: int = defaults.TRIGGER_MS
-    grace_ms: int = defaults.GRACE_MS
+    rules: Annotated[tuple[str, ...], PATH] = (defaults.RULES_PATH,)
+    checkpoint: Annotated[str, PATH] = defaults.CHECKPOINT  # a URI is kept as written
+    trigger_ms: Annotated[Duration, Key("trigger")] = defaults.TRIGGER_MS
+    grace_ms: Annotated[Duration, Key("grace")] = defaults.GRACE_MS
     # Event times further ahead of their record's Kafka time are counted as `future` and
     # dead-lettered instead of moving the watermark.
-    max_future_ms: int = defaults.MAX_FUTURE_MS
-    counter_ttl_ms: int = defaults.COUNTER_TTL_MS
-    counter_shards: int = defaults.COUNTER_SHARDS
+    max_future_ms: Annotated[Duration, Key("max_future_skew")] = defaults.MAX_FUTURE_MS
+    counter_ttl_ms: Annotated[Duration, Key("counter_ttl")] = defaults.COUNTER_TTL_MS
+    counter_shards: Count = defaults.COUNTER_SHARDS
     text_fields: tuple[str, ...] = defaults.TEXT_FIELDS
     default_fields: tuple[str, ...] = defaults.DEFAULT_FIELDS
     timestamp_field: str = defaults.TIMESTAMP_FIELD
     source: SourceConfig = SourceConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
-    master: str = defaults.MASTER
-    spark: dict[str, str] = field(default_factory=dict)
-    path: str | None = None
+    master: Annotated[str, Key("spark", "master")] = defaults.MASTER
+    spark: dict[str, str] = field(default_factory=dict)  # Spark settings (master aside)
+    path: Annotated[str | None, Key()] = None  # the file it was read from
 
     @property
     def query_config(self) -> QueryConfig:

@@ -6,60 +6,30 @@ Unknown keys are errors, as in rule files."""
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from l2m import yamlsafe
-from l2m.config.job import JobConfig, MonitoringConfig, SourceConfig, Topics
+from l2m.config.decode import Decoder, Invalid, parse_duration_ms, shown
+from l2m.config.job import JobConfig
 from l2m.errors import ConfigError
-
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?|"
-                       r"d|days?)\s*")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-# Past this a duration is a typo (and far past it, Spark's millisecond longs overflow).
-MAX_DURATION_MS = 100 * 365 * 86_400_000
 
 
 def duration_ms(text: str | int | float, key: str = "duration") -> int:
-    """``"20 minutes"``, ``"5s"``, ``"250 ms"``, ``"7 days"`` → milliseconds; a number is
-    seconds. At least 0, at most :data:`MAX_DURATION_MS`."""
+    """A duration as written in a configuration → milliseconds
+    (:func:`l2m.config.decode.parse_duration_ms`); a problem names ``key``."""
     try:
-        return _duration_ms(text)
-    except ValueError as exc:
+        return parse_duration_ms(text)
+    except Invalid as exc:
         raise ConfigError(f"{key}: {exc}") from None
 
 
-def _duration_ms(text: str | int | float) -> int:
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        if not math.isfinite(text) or text < 0:
-            raise ValueError(f"'{text}' is not a duration (e.g. '5 seconds', '20 minutes')")
-        ms = text * 1000
-    else:
-        match = _DURATION.fullmatch(str(text))
-        if not match:
-            raise ValueError(f"'{text}' is not a duration (e.g. '5 seconds', '20 minutes')")
-        unit = match.group(2)
-        unit = "ms" if unit.startswith("milli") or unit == "ms" else unit[0]
-        ms = float(match.group(1)) * _UNIT_MS[unit]
-    if ms > MAX_DURATION_MS:
-        raise ValueError(f"'{text}' is longer than 100 years")
-    return int(ms)
-
-
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_TOP = {"kafka", "sink_kafka", "topics", "rules", "checkpoint", "trigger", "grace", "counter_ttl",
-        "counter_shards", "max_future_skew", "text_fields", "default_fields", "timestamp_field",
-        "source", "spark", "monitoring"}
-_SECRET_SECTIONS = ("kafka", "sink_kafka")  # client settings: values never printed
-_MAX_INT = 2**31 - 1  # counts and limits reach Spark and Kafka as Java ints
 
 
 def load_config(path: str | Path) -> JobConfig:
@@ -124,7 +94,7 @@ def _compose(path: Path, text: str) -> yaml.Node | None:
             if first is not key:
                 # YAML would keep the last silently: a second `source:` section would
                 # replace the first one whole.
-                raise fail(key, f"key '{_shown(key.value)}' appears twice (first at line "
+                raise fail(key, f"key '{shown(key.value)}' appears twice (first at line "
                                 f"{first.start_mark.line + 1})")
     loader = yamlsafe.SafeLoader("")
     try:
@@ -151,19 +121,12 @@ _MERGE = "tag:yaml.org,2002:merge"
 _QUOTED = re.compile(r"'([^']*)'")
 _HARMLESS = re.compile(r"\\?.|\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|<[a-z ]+>")
 _ALIAS = re.compile(r"\*[^\s)]+")
-# A key that does not look like a setting name may be a value typed without its colon
-# (`kafka: {sasl.password s3cret}` is the key "sasl.password s3cret"): not shown.
-_KEY_NAME = re.compile(r"[A-Za-z0-9_.@-]+")
 
 
 def _redact(problem: str) -> str:
     problem = _ALIAS.sub("*(not shown)", problem)
     return _QUOTED.sub(lambda m: m.group(0) if _HARMLESS.fullmatch(m.group(1)) else "(not shown)",
                        problem)
-
-
-def _shown(key: object) -> str:
-    return str(key) if _KEY_NAME.fullmatch(str(key)) else "(a key not shown)"
 
 
 def _lines(root: yaml.Node | None) -> dict[tuple[str, ...], int]:
@@ -194,13 +157,8 @@ def _expand(value: Any) -> Any:
 
 def config_from_dict(data: dict[str, Any], path: Path | None = None,
                      lines: dict[tuple[str, ...], int] | None = None) -> JobConfig:
-    """A :class:`JobConfig` from parsed YAML, every value checked by type; errors name the
-    key and, with ``lines``, its line."""
-    check = _Checker(path, lines or {})
-    unknown = sorted(set(map(str, data)) - _TOP)
-    if unknown:
-        raise check.error((), f"unknown key(s): {', '.join(map(_shown, unknown))} "
-                              f"(allowed: {', '.join(sorted(_TOP))})")
+    """A :class:`JobConfig` from parsed YAML, every value checked by the type of its field
+    (:mod:`l2m.config.decode`); errors name the key and, with ``lines``, its line."""
     base = path.resolve().parent if path else Path.cwd()
 
     def resolve(p: str) -> str:
@@ -209,208 +167,25 @@ def config_from_dict(data: dict[str, Any], path: Path | None = None,
             return p
         return str((base / p).resolve())
 
-    kafka = check.client_settings(data, "kafka")
-    sink_kafka = check.client_settings(data, "sink_kafka")
-    if "bootstrap.servers" not in kafka:
-        raise check.error(("kafka",), "'bootstrap.servers' is required")
-    spark = check.mapping(data, "spark")
-    master = check.string(spark, ("spark", "master"), "local[*]")
-    spark_conf = {str(k): check.scalar(v, ("spark", str(k)))
-                  for k, v in spark.items() if k != "master"}
-    topics = check.mapping(data, "topics")
-    check.known(topics, ("topics",), Topics)
-    source = check.mapping(data, "source")
-    check.known(source, ("source",), SourceConfig)
-    monitoring = check.mapping(data, "monitoring")
-    check.known(monitoring, ("monitoring",), MonitoringConfig)
-    port = check.optional_int(monitoring, ("monitoring", "port"))
-    if port is not None and port > 65535:
-        raise check.error(("monitoring", "port"), f"{port} is not a TCP port (0-65535)")
-    planner = check.string(source, ("source", "planner"), "balanced")
-    if planner not in ("balanced", "partition"):
-        raise check.error(("source", "planner"),
-                          f"expected balanced or partition, got '{planner}'")
-    return JobConfig(
-        kafka=kafka,
-        sink_kafka=sink_kafka,
-        topics=Topics(**{f: check.string(topics, ("topics", f), getattr(Topics(), f))
-                         for f in Topics.__dataclass_fields__}),
-        rules=tuple(resolve(r) for r in check.strings(data, ("rules",), ["rules"])),
-        checkpoint=resolve(check.string(data, ("checkpoint",), "checkpoints/l2m")),
-        trigger_ms=check.duration(data, ("trigger",), "5 seconds"),
-        grace_ms=check.duration(data, ("grace",), "20 minutes"),
-        max_future_ms=check.duration(data, ("max_future_skew",), "5 minutes"),
-        counter_ttl_ms=check.duration(data, ("counter_ttl",), "7 days"),
-        counter_shards=check.integer(data, ("counter_shards",), 8, minimum=1),
-        text_fields=tuple(check.strings(data, ("text_fields",), ["message"])),
-        default_fields=tuple(check.strings(data, ("default_fields",), ["message"])),
-        timestamp_field=check.string(data, ("timestamp_field",), "@timestamp"),
-        source=SourceConfig(
-            starting_offsets=_offsets_spec(check, source),
-            max_records_per_trigger=check.optional_int(
-                source, ("source", "max_records_per_trigger")),
-            max_records_per_task=check.optional_int(
-                source, ("source", "max_records_per_task"), SourceConfig.max_records_per_task),
-            min_partitions=check.optional_int(source, ("source", "min_partitions")),
-            planner=planner,
-            plan_log=check.optional_string(source, ("source", "plan_log")),
-            fail_on_data_loss=check.boolean(source, ("source", "fail_on_data_loss"), True),
-            group_id=check.optional_string(source, ("source", "group_id")),
-            poll_timeout_ms=check.integer(source, ("source", "poll_timeout_ms"),
-                                          SourceConfig.poll_timeout_ms, minimum=1),
-        ),
-        monitoring=MonitoringConfig(
-            port=port, host=check.string(monitoring, ("monitoring", "host"), "0.0.0.0")),
-        master=master,
-        spark=spark_conf,
-        path=str(path) if path else None,
-    )
+    decoder = Decoder(_Errors(path, lines or {}), resolve=resolve)
+    cfg: JobConfig = decoder.record(JobConfig, data)
+    return replace(cfg, path=str(path) if path else None)
 
 
-def _offsets_spec(check: _Checker, source: dict[str, Any]) -> str:
-    """``earliest``, ``latest`` or per-partition offsets (-2 earliest, -1 latest), written as
-    a YAML mapping or a JSON string, optionally under the topic's name — what
-    :mod:`l2m.kafka.source` reads."""
-    key = ("source", "starting_offsets")
-    value = source.get("starting_offsets", "earliest")
-    if value in ("earliest", "latest"):
-        return str(value)
-    expected = "expected earliest, latest or a mapping of partition to offset"
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise check.error(key, f"{expected}, got {check.got(key, value)}") from None
-    if not isinstance(value, dict) or not value:
-        raise check.error(key, f"{expected}, got {check.got(key, value)}")
-    per_topic = all(isinstance(v, dict) for v in value.values())
-    for partitions in value.values() if per_topic else [value]:
-        for partition, offset in partitions.items():
-            if not re.fullmatch(r"[0-9]+", str(partition)):
-                raise check.error(key, f"partition '{partition}' is not a partition number")
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < -2:
-                raise check.error(key, f"offset of partition {partition} must be an integer, "
-                                       f"-2 (earliest) or -1 (latest) or more, got "
-                                       f"{check.got(key, offset)}")
-    if per_topic:
-        return json.dumps({str(t): {str(p): o for p, o in ps.items()} for t, ps in value.items()})
-    return json.dumps({str(p): o for p, o in value.items()})
-
-
-class _Checker:
-    """Typed reads of configuration values; errors say ``file:line: key: problem``."""
+class _Errors:
+    """Problems as ``file:line: key: problem`` (:class:`l2m.config.decode.Fail`)."""
 
     def __init__(self, path: Path | None, lines: dict[tuple[str, ...], int]) -> None:
         self.path = path
         self.lines = lines
 
-    def error(self, key: tuple[str, ...], problem: str, *, hide_key: bool = False
-              ) -> ConfigError:
+    def __call__(self, at: tuple[str, ...], problem: str, *,
+                 line_at: tuple[str, ...] | None = None, hide_key: bool = False
+                 ) -> ConfigError:
         where = str(self.path) if self.path else "config"
-        line = self.lines.get(key) or (self.lines.get(key[:1]) if key else None)
+        key = line_at or at
+        line = next((self.lines[key[:n]] for n in range(len(key), 0, -1)
+                     if key[:n] in self.lines), None)
         prefix = f"{where}:{line}" if line else where
-        name = ".".join(map(_shown, key[:-1] if hide_key else key))
+        name = ".".join(map(shown, at[:-1] if hide_key else at))
         return ConfigError(f"{prefix}: {name}: {problem}" if name else f"{prefix}: {problem}")
-
-    def got(self, key: tuple[str, ...], value: Any) -> str:
-        if (key and key[0] in _SECRET_SECTIONS) or isinstance(value, dict | list):
-            return f"a {_type_name(value)}"  # never a client value: it may be a secret
-        return f"{_type_name(value)} {value!r}"
-
-    def mapping(self, data: dict[str, Any], name: str) -> dict[str, Any]:
-        value = data.get(name)
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise self.error((name,), f"expected a mapping, got {self.got((name,), value)}")
-        return value
-
-    def known(self, section: dict[str, Any], key: tuple[str, ...], cls: type) -> None:
-        allowed = set(cls.__dataclass_fields__)
-        bad = sorted(set(map(str, section)) - allowed)
-        if bad:
-            raise self.error(key, f"unknown key(s): {', '.join(map(_shown, bad))} "
-                                  f"(allowed: {', '.join(sorted(allowed))})")
-
-    def scalar(self, value: Any, key: tuple[str, ...]) -> str:
-        if isinstance(value, bool):
-            return "true" if value else "false"  # as librdkafka and Spark spell booleans
-        if isinstance(value, str | int | float):
-            return str(value)
-        if value is None and key[0] in _SECRET_SECTIONS:
-            # `kafka: {bootstrap.servers: x, s3cret}`: the "key" may be a stray value
-            raise self.error(key, "a setting on this line has no value", hide_key=True)
-        raise self.error(key, "expected a string, number or boolean, got "
-                              f"{self.got(key, value)}")
-
-    def client_settings(self, data: dict[str, Any], name: str) -> dict[str, str]:
-        return {str(k): self.scalar(v, (name, str(k)))
-                for k, v in self.mapping(data, name).items()}
-
-    def string(self, data: dict[str, Any], key: tuple[str, ...], default: str) -> str:
-        value = data.get(key[-1], default)
-        if isinstance(value, str) and value:
-            return value
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return str(value)
-        raise self.error(key, f"expected a non-empty string, got {self.got(key, value)}")
-
-    def optional_string(self, data: dict[str, Any], key: tuple[str, ...]) -> str | None:
-        return None if data.get(key[-1]) is None else self.string(data, key, "")
-
-    def strings(self, data: dict[str, Any], key: tuple[str, ...],
-                default: list[str]) -> list[str]:
-        value = data.get(key[-1], default)
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not value or not all(
-                isinstance(v, str) and v for v in value):
-            got = "an empty list" if value == [] else self.got(key, value)
-            raise self.error(key, f"expected a list of strings (at least one, none empty), "
-                                  f"got {got}")
-        return value
-
-    def integer(self, data: dict[str, Any], key: tuple[str, ...], default: int,
-                minimum: int = 0) -> int:
-        value = data.get(key[-1], default)
-        if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(key, f"expected an integer, got {self.got(key, value)}")
-        if value < minimum:
-            raise self.error(key, f"must be at least {minimum}, got {value}")
-        if value > _MAX_INT:
-            raise self.error(key, f"must be at most {_MAX_INT}, got {value}")
-        return value
-
-    def optional_int(self, data: dict[str, Any], key: tuple[str, ...],
-                     default: int | None = None) -> int | None:
-        if key[-1] not in data:
-            return default
-        value = data[key[-1]]
-        if value is None or (type(value) is int and value == 0):  # `false` is not 0 here
-            return None  # 0 or null: no limit
-        return self.integer(data, key, 0, minimum=1)
-
-    def boolean(self, data: dict[str, Any], key: tuple[str, ...], default: bool) -> bool:
-        value = data.get(key[-1], default)
-        if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {self.got(key, value)}")
-        return value
-
-    def duration(self, data: dict[str, Any], key: tuple[str, ...], default: str) -> int:
-        value = data.get(key[-1], default)
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise self.error(key, "expected a duration (e.g. '5 seconds', '20 minutes'), got "
-                                  f"{self.got(key, value)}")
-        try:
-            return _duration_ms(value)
-        except ValueError as exc:
-            raise self.error(key, str(exc)) from None
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
-            dict: "mapping"}.get(type(value), type(value).__name__)

@@ -1,13 +1,47 @@
-"""The source's options: every option ``format("l2m-kafka")`` takes, parsed and checked once.
+"""The Kafka source's settings, one type end to end: the job's ``source:`` section
+(:class:`~l2m.config.job.SourceConfig`) travels to ``format("l2m-kafka")`` as Spark options
+and comes back as the same record.
 
-Input: the options Spark hands a Python data source (names lower-cased). Output: a frozen
-:class:`SourceOptions`, or a ``ValueError`` naming the option and what it must be. Every
-``kafka.*`` option is passed to the client (TLS, SASL…); none is ever logged."""
+Input: the options Spark hands a Python data source (names compared case-insensitively).
+Output: a frozen :class:`SourceOptions` — the topic, the client settings, a
+:class:`~l2m.config.job.SourceConfig` and the settings only the running job knows — or a
+:class:`~l2m.errors.ConfigError` naming the option and what it must be (code ``CONFIG``).
+:meth:`SourceOptions.spark_options` is the way back (what the streaming job sets).
+
+The options' names are the documented camelCase ones (:data:`OPTIONS`, the one table mapping
+them to ``SourceConfig``'s fields); values are read as the configuration file's are
+(:mod:`l2m.config.decode`), an absent or empty option taking ``SourceConfig``'s default (null
+for an optional one: ``maxRecordsPerTask=""`` or ``"0"`` is no limit). Every ``kafka.*``
+option is passed to the client (TLS, SASL…); none is ever logged."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from l2m.config.decode import Decoder, client_setting_problem, shown
+from l2m.config.job import SourceConfig
+from l2m.errors import ConfigError
+
+# format("l2m-kafka")'s option → the SourceConfig field it sets.
+OPTIONS: dict[str, str] = {
+    "startingOffsets": "starting_offsets",
+    "maxRecordsPerTrigger": "max_records_per_trigger",
+    "maxRecordsPerTask": "max_records_per_task",
+    "minPartitions": "min_partitions",
+    "planner": "planner",
+    "planLog": "plan_log",
+    "failOnDataLoss": "fail_on_data_loss",
+    "groupId": "group_id",
+    "pollTimeoutMs": "poll_timeout_ms",
+}
+# Options only the running job sets (not in the configuration file) → SourceOptions' fields.
+RUNTIME: dict[str, str] = {
+    "deadLetterTopic": "dead_letter_topic",
+    "stopFile": "stop_file",
+    "routing": "routing",
+    "parsePlan": "parse_plan",
+}
 
 
 def kafka_config(options: dict[str, str]) -> dict[str, str]:
@@ -17,86 +51,58 @@ def kafka_config(options: dict[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """The parsed options of the Kafka source (see :mod:`l2m.kafka.source`)."""
+    """Everything the Kafka source reads (see :mod:`l2m.kafka.source`)."""
 
     topic: str
     kafka: dict[str, str]
-    starting_offsets: str = "earliest"
-    max_per_trigger: int | None = None
-    max_per_task: int | None = None
-    min_partitions: int | None = None
-    balanced: bool = True
-    fail_on_data_loss: bool = True
-    group_id: str | None = None
-    poll_timeout_s: float = 120.0
-    dead_letter_topic: str | None = None
+    source: SourceConfig = field(default_factory=SourceConfig)
+    dead_letter_topic: str | None = None  # malformed logs go here (original bytes, reason)
     stop_file: str | None = None  # while it exists no new data is admitted (graceful stop)
-    plan_log: str | None = None  # benchmarks: each batch's task plan is appended here
     routing: str | None = None  # the job's rules (l2m.engine.pipeline.routing_option)
     parse_plan: str | None = None  # a JSON l2m.engine.parse.ParsePlan
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> SourceOptions:
-        """Parse and check the options; a bad one is a ``ValueError`` naming it."""
+        """Parse and check the options; a bad one is a :class:`ConfigError` naming it."""
         options = {str(k).lower(): str(v) for k, v in raw.items()}
+        if not options.get("topic"):
+            raise ConfigError("l2m-kafka option topic is required")
         kafka = kafka_config(options)
-        if "topic" not in options or not options["topic"]:
-            raise ValueError("option topic is required")
+        for name in kafka:
+            problem = client_setting_problem(name, prefix="kafka.")
+            if problem:
+                raise _fail((f"kafka.{name}",), problem)
         if "bootstrap.servers" not in kafka:
-            raise ValueError("option kafka.bootstrap.servers is required")
-        planner = options.get("planner", "balanced").lower()
-        if planner not in ("balanced", "partition"):
-            raise ValueError(f"option planner must be balanced or partition, not {planner!r}")
-        return SourceOptions(
-            topic=options["topic"], kafka=kafka,
-            starting_offsets=options.get("startingoffsets", "earliest"),
-            max_per_trigger=_count(options, "maxrecordspertrigger"),
-            max_per_task=_count(options, "maxrecordspertask"),
-            min_partitions=_count(options, "minpartitions"),
-            balanced=planner == "balanced",
-            fail_on_data_loss=_flag(options, "failondataloss", True),
-            group_id=options.get("groupid") or None,
-            poll_timeout_s=_number(options, "polltimeoutms", 120_000) / 1000,
-            dead_letter_topic=options.get("deadlettertopic") or None,
-            stop_file=options.get("stopfile") or None,
-            plan_log=options.get("planlog") or None,
-            routing=options.get("routing") or None,
-            parse_plan=options.get("parseplan") or None,
-        )
+            raise ConfigError("l2m-kafka option kafka.bootstrap.servers is required")
+        given = {name: options[name.lower()] for name in OPTIONS if name.lower() in options}
+        source = Decoder(_fail, text=True).record(
+            SourceConfig, given, names={f: name for name, f in OPTIONS.items()})
+        runtime = {f: options.get(name.lower()) or None for name, f in RUNTIME.items()}
+        return SourceOptions(topic=options["topic"], kafka=kafka, source=source, **runtime)
+
+    def spark_options(self) -> dict[str, str]:
+        """The options that :meth:`parse` reads back as this (every ``SourceConfig`` field
+        written out, so the job's settings, not the defaults, apply)."""
+        options = {"topic": self.topic, **{f"kafka.{k}": v for k, v in self.kafka.items()}}
+        for name, f in OPTIONS.items():
+            options[name] = _text(getattr(self.source, f))
+        for name, f in RUNTIME.items():
+            value = getattr(self, f)
+            if value is not None:
+                options[name] = value
+        return options
 
 
-def _count(options: dict[str, str], name: str) -> int | None:
-    """A positive count; absent, empty or 0: none."""
-    value = options.get(name)
-    if value in (None, "", "0"):
-        return None
-    try:
-        count = int(value)  # type: ignore[arg-type]
-    except ValueError:
-        raise ValueError(f"option {name} must be a whole number, not {value!r}") from None
-    if count < 0:
-        raise ValueError(f"option {name} must not be negative, not {count}")
-    return count
+def _text(value: Any) -> str:
+    """A setting as an option's text: null is empty, booleans as Spark spells them."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
-def _number(options: dict[str, str], name: str, default: float) -> float:
-    value = options.get(name)
-    if value in (None, ""):
-        return default
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except ValueError:
-        raise ValueError(f"option {name} must be a number, not {value!r}") from None
-    if number <= 0:
-        raise ValueError(f"option {name} must be positive, not {value}")
-    return number
-
-
-def _flag(options: dict[str, str], name: str, default: bool) -> bool:
-    value = options.get(name)
-    if value in (None, ""):
-        return default
-    lowered = value.lower()  # type: ignore[union-attr]
-    if lowered not in ("true", "false"):
-        raise ValueError(f"option {name} must be true or false, not {value!r}")
-    return lowered == "true"
+def _fail(at: tuple[str, ...], problem: str, *, line_at: tuple[str, ...] | None = None,
+          hide_key: bool = False) -> ConfigError:
+    """A bad option (:class:`l2m.config.decode.Fail`): ``l2m-kafka option NAME: problem``."""
+    return ConfigError(f"l2m-kafka option {'.'.join(map(shown, at))}: {problem}")

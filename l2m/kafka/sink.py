@@ -128,9 +128,12 @@ class KafkaSink(DataSource):
 
 
 def _check(schema: StructType) -> None:
+    from l2m.errors import ConfigError  # a usage error (code CONFIG), not a Spark failure
+
     missing = {"key", "value"} - set(schema.fieldNames())
     if missing:
-        raise ValueError(f"l2m-kafka-sink needs columns key and value; missing {sorted(missing)}")
+        raise ConfigError(f"l2m-kafka-sink needs columns key and value; missing "
+                          f"{', '.join(sorted(missing))}")
 
 
 def write_batch(frame: DataFrame, topic: str, kafka: dict[str, str]) -> None:

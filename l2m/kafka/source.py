@@ -73,22 +73,25 @@ class KafkaInputPartition(InputPartition):
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        parsed = SourceOptions.parse(options)
-        self.topic = parsed.topic
-        self.config = parsed.kafka
-        self.starting = parsed.starting_offsets
-        self.max_per_trigger = parsed.max_per_trigger
-        self.max_per_task = parsed.max_per_task
-        self.min_partitions = parsed.min_partitions
-        self.balanced = parsed.balanced
-        self.fail_on_data_loss = parsed.fail_on_data_loss
-        self.group_id = parsed.group_id
-        self.poll_timeout = parsed.poll_timeout_s
-        self.dead_letters = parsed.dead_letter_topic
-        self.stop_file = parsed.stop_file
-        self.plan_log = parsed.plan_log
-        self.routing = parsed.routing
-        self.parse_plan = parsed.parse_plan
+        # One type end to end: the job's SourceConfig, read back from the options. The
+        # attributes below are the names this class's methods read, each taken from it.
+        self.settings = SourceOptions.parse(options)
+        source = self.settings.source
+        self.topic = self.settings.topic
+        self.config = self.settings.kafka
+        self.starting = source.starting_offsets
+        self.max_per_trigger = source.max_records_per_trigger
+        self.max_per_task = source.max_records_per_task
+        self.min_partitions = source.min_partitions
+        self.balanced = source.planner == "balanced"
+        self.fail_on_data_loss = source.fail_on_data_loss
+        self.group_id = source.group_id
+        self.poll_timeout = source.poll_timeout_ms / 1000  # seconds
+        self.dead_letters = self.settings.dead_letter_topic
+        self.stop_file = self.settings.stop_file
+        self.plan_log = source.plan_log
+        self.routing = self.settings.routing
+        self.parse_plan = self.settings.parse_plan
         self.schema = schema
         self._admin: Any = None
         self._latest: dict[int, int] | None = None

@@ -33,6 +33,7 @@ from l2m.rules.model import (
     Rule,
     RuleSet,
 )
+from l2m.text import similar
 from l2m.values import label_name, string_form
 
 # --- YAML with positions -------------------------------------------------------------------
@@ -298,7 +299,7 @@ def _load_rule(node: yaml.Node, ctx: _Ctx, config: QueryConfig) -> Rule | None:
 
     for key, (_, key_node, _) in raw.items():
         if key not in KEYS:
-            close = [k for k in KEYS if _similar(k, key)]
+            close = [k for k in KEYS if similar(k, key)]
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             ctx.add("UNKNOWN_KEY", key_node, rule_id, None, key=key, hint=hint)
     for key in REQUIRED:
@@ -378,12 +379,6 @@ def _load_rule(node: yaml.Node, ctx: _Ctx, config: QueryConfig) -> Rule | None:
         account=account, target_account=target_account, enabled=enabled,
         file=ctx.file, line=node.start_mark.line + 1, compiled=compiled,
     )
-
-
-def _similar(a: str, b: str) -> bool:
-    from difflib import SequenceMatcher
-
-    return SequenceMatcher(None, a, b).ratio() >= 0.75
 
 
 def _buckets(raw, node, aggregation, ctx, rule_id, bad):  # type: ignore[no-untyped-def]

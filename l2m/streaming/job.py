@@ -74,31 +74,22 @@ def register(spark: SparkSession) -> None:
 
 def source_frame(spark: SparkSession, cfg: JobConfig, routing: str,
                  dead_letters: bool = True) -> DataFrame:
-    """The Kafka source's partials (``PARTIAL_SCHEMA``) for the routing option."""
-    src = cfg.source
-    reader = (spark.readStream.format("l2m-kafka")
-              .option("topic", cfg.topics.logs)
-              .option("routing", routing)
-              .option("startingOffsets", src.starting_offsets)
-              .option("failOnDataLoss", str(src.fail_on_data_loss).lower())
-              .option("pollTimeoutMs", str(src.poll_timeout_ms))
-              .option("planner", src.planner)
-              .option("minPartitions",
-                      str(src.min_partitions or spark.sparkContext.defaultParallelism)))
-    for key, value in cfg.kafka.items():
-        reader = reader.option(f"kafka.{key}", value)
-    for option, value in (("maxRecordsPerTrigger", src.max_records_per_trigger),
-                          ("maxRecordsPerTask", src.max_records_per_task)):
-        if value:
-            reader = reader.option(option, str(value))
-    reader = reader.option("stopFile", stop_file(cfg))
-    if src.plan_log:
-        reader = reader.option("planLog", src.plan_log)
-    if dead_letters:
-        reader = reader.option("deadLetterTopic", cfg.topics.dead_letters)
-        if src.group_id:
-            reader = reader.option("groupId", src.group_id)
-    return reader.load()
+    """The Kafka source's partials (``PARTIAL_SCHEMA``) for the routing option: the job's
+    ``source:`` settings as they are, carried by :class:`l2m.kafka.options.SourceOptions`."""
+    from dataclasses import replace
+
+    from l2m.kafka.options import SourceOptions
+
+    source = cfg.source
+    if not source.min_partitions:
+        source = replace(source, min_partitions=spark.sparkContext.defaultParallelism)
+    if not dead_letters:
+        source = replace(source, group_id=None)
+    options = SourceOptions(
+        topic=cfg.topics.logs, kafka=cfg.kafka, source=source,
+        dead_letter_topic=cfg.topics.dead_letters if dead_letters else None,
+        stop_file=stop_file(cfg), routing=routing)
+    return spark.readStream.format("l2m-kafka").options(**options.spark_options()).load()
 
 
 @dataclass

@@ -4,13 +4,17 @@ l2m/kafka/options.py, l2m/kafka/consumer.py)."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from l2m.config.job import SourceConfig
+from l2m.errors import ConfigError
 from l2m.kafka.consumer import PartitionReader, Records
 from l2m.kafka.offsets import OffsetRange, plan_tasks, rate_limit
-from l2m.kafka.options import SourceOptions
+from l2m.kafka.options import OPTIONS, SourceOptions
 from l2m.kafka.source import KafkaStreamReader
 
 
@@ -69,17 +73,24 @@ def test_options_are_case_insensitive_and_secrets_stay_in_config():
 @pytest.mark.parametrize(("options", "problem"), [
     ({}, "option topic is required"),
     ({"topic": "t"}, "option kafka.bootstrap.servers is required"),
-    ({"maxRecordsPerTask": "ten"}, "option maxrecordspertask must be a whole number"),
-    ({"maxRecordsPerTrigger": "-5"}, "option maxrecordspertrigger must not be negative"),
-    ({"pollTimeoutMs": "0"}, "option polltimeoutms must be positive"),
-    ({"failOnDataLoss": "maybe"}, "option failondataloss must be true or false"),
-    ({"planner": "random"}, "option planner must be balanced or partition"),
+    ({"maxRecordsPerTask": "ten"}, "option maxRecordsPerTask: expected an integer"),
+    ({"maxRecordsPerTrigger": "-5"}, "option maxRecordsPerTrigger: must be at least 1"),
+    ({"maxRecordsPerTask": "99999999999"}, "option maxRecordsPerTask: must be at most"),
+    ({"pollTimeoutMs": "0"}, "option pollTimeoutMs: must be at least 1"),
+    ({"failOnDataLoss": "maybe"}, "option failOnDataLoss: expected true or false"),
+    ({"planner": "random"}, "option planner: expected balanced or partition"),
+    ({"startingOffsets": "soon"}, "option startingOffsets: expected earliest, latest"),
+    ({"kafka.bootstrap_servers": "b:1"},
+     "option kafka.bootstrap_servers: unknown client setting; did you mean "
+     "'kafka.bootstrap.servers'"),
 ])
 def test_source_options_are_checked_in_one_place(options, problem):
     base = {"topic": "t", "kafka.bootstrap.servers": "127.0.0.1:1"}
     raw = options if options in ({}, {"topic": "t"}) else {**base, **options}
-    with pytest.raises(ValueError, match=problem):
+    with pytest.raises(ConfigError) as err:  # an l2m error, code CONFIG (not [SPARK])
         SourceOptions.parse(raw)
+    assert err.value.code == "CONFIG"
+    assert problem in str(err.value)
 
 
 def test_source_options_parse_what_the_job_sets():
@@ -88,8 +99,42 @@ def test_source_options_parse_what_the_job_sets():
                                   "minPartitions": "4", "planner": "PARTITION",
                                   "failOnDataLoss": "false", "pollTimeoutMs": "1500"})
     assert parsed.kafka == {"bootstrap.servers": "b:1", "security.protocol": "SSL"}
-    assert (parsed.max_per_task, parsed.min_partitions, parsed.balanced) == (None, 4, False)
-    assert (parsed.fail_on_data_loss, parsed.poll_timeout_s) == (False, 1.5)
+    src = parsed.source
+    assert (src.max_records_per_task, src.min_partitions, src.planner) == (None, 4, "partition")
+    assert (src.fail_on_data_loss, src.poll_timeout_ms) == (False, 1500)
+    # absent options: SourceConfig's defaults, the same as a configuration file's
+    assert SourceOptions.parse({"topic": "t", "kafka.bootstrap.servers": "b:1"}).source == \
+        SourceConfig()
+
+
+@pytest.mark.parametrize("source", [
+    SourceConfig(),
+    SourceConfig(starting_offsets='{"logs": {"0": 5, "1": -2}}', max_records_per_trigger=7,
+                 max_records_per_task=None, min_partitions=3, planner="partition",
+                 plan_log="/tmp/plan.jsonl", fail_on_data_loss=False, group_id="l2m",
+                 poll_timeout_ms=1),
+    SourceConfig(starting_offsets="latest", max_records_per_task=1),
+])
+def test_the_job_settings_come_back_from_the_spark_options_unchanged(source):
+    # one type end to end: SourceConfig → format("l2m-kafka")'s options → the same SourceConfig
+    options = SourceOptions(topic="logs", kafka={"bootstrap.servers": "b:1", "acks": "all"},
+                            source=source, dead_letter_topic="dead", stop_file="/x/STOPPING",
+                            routing="r")
+    spark = options.spark_options()
+    assert set(spark) - {"topic", "kafka.bootstrap.servers", "kafka.acks"} <= \
+        {*OPTIONS, "deadLetterTopic", "stopFile", "routing", "parsePlan"}
+    assert SourceOptions.parse(spark) == options
+    assert SourceOptions.parse({k.lower(): v for k, v in spark.items()}) == options
+    reader = KafkaStreamReader(spark, None)  # type: ignore[arg-type]
+    assert reader.settings == options
+    assert (reader.max_per_task, reader.balanced, reader.poll_timeout) == (
+        source.max_records_per_task, source.planner == "balanced",
+        source.poll_timeout_ms / 1000)
+
+
+def test_every_source_setting_has_one_option_name():
+    assert sorted(OPTIONS.values()) == sorted(f.name for f in fields(SourceConfig))
+    assert len(set(OPTIONS)) == len({name.lower() for name in OPTIONS})
 
 
 class _Msg:
