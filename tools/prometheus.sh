@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs Prometheus and promtool (Debian's `prometheus` package, 2.42) into .tools/prometheus
 # without root and without touching the system: the package is downloaded and unpacked, not
-# installed. The tests find the binaries there (tests/tools.py). Idempotent.
+# installed. The tests find the binaries there (tests/support/tools.py). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=.tools/prometheus

@@ -42,8 +42,9 @@ from l2m.defaults import BATCH_ROWS, TIMESTAMP_FIELD
 from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge_batches
 from l2m.engine.pipeline import routing_option
 from l2m.engine.readtask import ReadTask
-from l2m.engine.routing import STATUS_RULE, Routing, plan_for
+from l2m.engine.routing import Routing, plan_for
 from l2m.engine.samples import family_samples, is_finite_sample, series_labels, series_samples
+from l2m.engine.status import STATUS_RULE, status_label
 from l2m.errors import InputError
 from l2m.rules.model import Rule
 
@@ -271,7 +272,7 @@ def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: Backf
     for row in rows:
         rule_id = row["rule"]
         if rule_id == STATUS_RULE:
-            summary.count_status(row["series"].partition(":")[2], row["matches"])
+            summary.count_status(status_label(row["series"]), row["matches"])
             continue
         labels = tuple(series_labels(by_id[rule_id], row["series"]))
         families.setdefault((rule_id, labels, row["window"]), {})[row["le"]] = \

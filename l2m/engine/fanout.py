@@ -25,8 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from l2m.engine.match import Matcher
-from l2m.engine.parse import ROUTED, STATUS, STATUS_NAMES, TIMESTAMP, ParsePlan
-from l2m.engine.routing import STATUS_RULE, Routing
+from l2m.engine.parse import STATUS, TIMESTAMP, Form, ParsePlan
+from l2m.engine.routing import Routing
+from l2m.engine.status import ROUTED, STATUS_NAMES, STATUS_RULE, status_series
 from l2m.query.nodes import KeywordEquals
 from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.windows import MINUTE_MS
@@ -46,7 +47,7 @@ def _status_series() -> pa.Array:
     """A status row's series: its status name, encoded as a one-value series. Built on first
     use: a process's first ``pa.array`` imports pandas (0.25 s), which the source's planner
     process, importing this module on every query start, never needs."""
-    return pa.array([f"{len(n)}:{n}" for n in STATUS_NAMES], pa.string())
+    return pa.array([status_series(n) for n in STATUS_NAMES], pa.string())
 
 
 # What a rule's match rows are built from besides its matches: rules of one shape (the
@@ -99,8 +100,8 @@ class FanOut:
         by_account = self.routing.by_account
         if not by_account or not self.batch.num_rows:
             return None
-        encoded = pc.dictionary_encode(_plain(self.batch.column(self.plan.column("account",
-                                                                                   "s"))))
+        account = self.plan.column("account", Form.STRING)
+        encoded = pc.dictionary_encode(_plain(self.batch.column(account)))
         names = encoded.dictionary.to_pylist()
         wanted = np.array([i for i, name in enumerate(names) if name in by_account], np.int64)
         if not len(wanted):
@@ -145,7 +146,7 @@ class FanOut:
             v: pa.Array = pa.repeat(pa.scalar(1.0), n)
         else:
             assert rule.field is not None
-            v = _plain(self.batch.column(self.plan.column(rule.field, "n"))).take(rows)
+            v = _plain(self.batch.column(self.plan.column(rule.field, Form.NUMBER))).take(rows)
         le: pa.Array = pa.nulls(n, pa.string())
         if rule.aggregation == Aggregation.HISTOGRAM:
             le = _buckets(rule, v)
@@ -188,7 +189,7 @@ class FanOut:
             if not fields:
                 found = pa.repeat(pa.scalar(""), self.batch.num_rows)
             else:
-                parts = [_encoded(_plain(self.batch.column(self.plan.column(f, "s"))))
+                parts = [_encoded(_plain(self.batch.column(self.plan.column(f, Form.STRING))))
                          for f in fields]
                 found = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "")
             self._series[fields] = found

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from l2m.engine.parse import ParsePlan
+from l2m.engine.parse import Form, ParsePlan
 from l2m.errors import QueryError
 from l2m.query.compiler import pattern_of
 from l2m.query.nodes import (
@@ -107,14 +107,14 @@ class Matcher:
 
     # -- leaves ----------------------------------------------------------------------------
 
-    def _column(self, path: str, form: str) -> pa.Array:
+    def _column(self, path: str, form: Form) -> pa.Array:
         return self.batch.column(self.plan.column(path, form))
 
     def visit_Exists(self, node: Exists) -> pa.BooleanArray:
-        return _safe(self._column(node.field, "x"))
+        return _safe(self._column(node.field, Form.EXISTS))
 
     def visit_KeywordEquals(self, node: KeywordEquals) -> pa.BooleanArray:
-        return _safe(pc.equal(self._column(node.field, "s"), pa.scalar(node.value, pa.string())))
+        return _safe(pc.equal(self._column(node.field, Form.STRING), pa.scalar(node.value, pa.string())))
 
     def _pattern(self, node: Node) -> pa.BooleanArray:
         found = pattern_of(node)
@@ -128,15 +128,15 @@ class Matcher:
     def visit_TextPhrase(self, node: TextPhrase) -> pa.BooleanArray:
         # Tokens are stored padded (" a b "), so a phrase is a substring with its spaces.
         needle = " " + " ".join(node.tokens) + " "
-        return _safe(pc.match_substring(self._column(node.field, "t"), needle))
+        return _safe(pc.match_substring(self._column(node.field, Form.TEXT), needle))
 
     def visit_Range(self, node: Range) -> pa.BooleanArray:
         if node.numeric:
-            column = self._column(node.field, "n")
+            column = self._column(node.field, Form.NUMBER)
             low = None if node.low is None else pa.scalar(float(node.low), pa.float64())
             high = None if node.high is None else pa.scalar(float(node.high), pa.float64())
         else:
-            column = self._column(node.field, "s")
+            column = self._column(node.field, Form.STRING)
             low = None if node.low is None else pa.scalar(node.low, pa.string())
             high = None if node.high is None else pa.scalar(node.high, pa.string())
         masks = [pc.is_valid(column)]

@@ -30,6 +30,7 @@ import gc
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import pyarrow as pa
@@ -37,26 +38,32 @@ import pyarrow.compute as pc
 
 from l2m.defaults import MAX_FUTURE_MS, TIMESTAMP_FIELD
 from l2m.engine.decoding import field_decoder, json_int
+from l2m.engine.status import Status
 from l2m.query.nodes import FieldUse
 from l2m.query.patterns import match_any_token, match_whole
 from l2m.values import number, padded_tokens, parse_timestamp, string_form
 
-OK = 0
-MALFORMED = 1
-NO_TIMESTAMP = 2  # no usable event time: skipped (backfill, or streaming without Kafka time)
-BLANK = 3  # an empty line in a JSON-lines file or an empty Kafka record: skipped, not a log
-KAFKA_TIME = 4  # streaming: no usable event time, dated by the Kafka record instead; routed
-FUTURE = 5  # streaming: event time too far ahead of the record's time; not routed
-
-# Index = status code: the ``status`` label of ``l2m_input_logs_total`` and the backfill
-# summary. A log dated by its Kafka time is still reported as ``no_timestamp``.
-STATUS_NAMES = ("ok", "malformed", "no_timestamp", "blank", "no_timestamp", "future")
-ROUTED = (OK, KAFKA_TIME)  # statuses whose logs the rules see
-DEAD_LETTERED = (MALFORMED, FUTURE)  # statuses whose records go to the dead-letter topic
+# The statuses as plain ints, for the hot loops (l2m.engine.status names them).
+OK, MALFORMED, NO_TIMESTAMP, BLANK, KAFKA_TIME, FUTURE = (int(s) for s in Status)
 # Lines decoded and typed at a time. Every step touches each decoded value once; a slice's
 # values (~2 MB of Python objects) stay in a core's cache between the steps, where ten
 # thousand lines' did not: parse 10.2 -> 8.4 µs/log (2 cores, EPYC, 2 MB L2 per core).
 SLICE_LINES = 2_500
+
+class Form(StrEnum):
+    """The forms of a field the parse stage extracts (:class:`~l2m.query.nodes.FieldUse`),
+    each a column (:meth:`ParsePlan.column`)."""
+
+    STRING = "s"  # the string form (SPEC §2)
+    NUMBER = "n"  # the numeric value, null when not numeric
+    EXISTS = "x"  # present and not null
+    TEXT = "t"  # padded lower-case tokens
+
+
+def _field(i: int, form: Form) -> str:
+    """The column of the ``i``-th field's ``form``."""
+    return f"f{i}_{form}"  # a StrEnum formats as its value
+
 
 STATUS = "_status"
 TIMESTAMP = "_ts"
@@ -103,9 +110,9 @@ class ParsePlan:
                 return i
         raise KeyError(path)
 
-    def column(self, path: str, form: str) -> str:
-        """Column name of ``form`` (``s`` string, ``n`` number, ``x`` exists, ``t`` text)."""
-        return f"f{self.index(path)}_{form}"
+    def column(self, path: str, form: Form) -> str:
+        """Column name of a field's ``form``."""
+        return _field(self.index(path), form)
 
     def pattern_column(self, path: str, text: bool, regex: str) -> str:
         """Column name of the boolean match of ``regex`` against ``path``: its whole string
@@ -120,13 +127,13 @@ class ParsePlan:
         cols: list[pa.Field] = []
         for i, use in enumerate(self.fields):
             if use.string:
-                cols.append(pa.field(f"f{i}_s", pa.string()))
+                cols.append(pa.field(_field(i, Form.STRING), pa.string()))
             if use.number:
-                cols.append(pa.field(f"f{i}_n", pa.float64()))
+                cols.append(pa.field(_field(i, Form.NUMBER), pa.float64()))
             if use.exists:
-                cols.append(pa.field(f"f{i}_x", pa.bool_()))
+                cols.append(pa.field(_field(i, Form.EXISTS), pa.bool_()))
             if use.text:
-                cols.append(pa.field(f"f{i}_t", pa.string()))
+                cols.append(pa.field(_field(i, Form.TEXT), pa.string()))
             cols += [pa.field(f"f{i}_km{j}", pa.bool_())
                      for j in range(len(use.keyword_patterns))]
             cols += [pa.field(f"f{i}_tm{j}", pa.bool_()) for j in range(len(use.text_patterns))]
@@ -181,17 +188,17 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
     for i, use in enumerate(plan.fields):
         col = values[use.path]
         if use.string or use.keyword_patterns:
-            strings = columns[f"f{i}_s"] = _strings(col)
+            strings = columns[_field(i, Form.STRING)] = _strings(col)
             for j, regex in enumerate(use.keyword_patterns):
                 columns[f"f{i}_km{j}"] = match_whole(strings, regex)
         if use.number:
-            columns[f"f{i}_n"] = _numbers(col)
+            columns[_field(i, Form.NUMBER)] = _numbers(col)
         if use.exists:
-            columns[f"f{i}_x"] = pa.array([v is not None for v in col], pa.bool_())
+            columns[_field(i, Form.EXISTS)] = pa.array([v is not None for v in col], pa.bool_())
         if use.text or use.text_patterns:
             distinct, rows = _texts(col)
             if use.text:
-                columns[f"f{i}_t"] = distinct.take(rows)
+                columns[_field(i, Form.TEXT)] = distinct.take(rows)
             for j, regex in enumerate(use.text_patterns):
                 # Matched once per distinct text; a missing field (null row) never matches.
                 columns[f"f{i}_tm{j}"] = pc.fill_null(

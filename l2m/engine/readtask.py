@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from l2m.engine.parse import DEAD_LETTERED, ERROR, STATUS, ParsePlan, parse_lines
+from l2m.engine.parse import ERROR, STATUS, ParsePlan, parse_lines
 from l2m.engine.pipeline import TaskPipeline, routing_from_option
 from l2m.engine.routing import Routing
+from l2m.engine.status import DEAD_LETTERED
 
 DeadLetter = Callable[[int, str], None]
 

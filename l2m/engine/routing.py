@@ -17,11 +17,6 @@ from l2m.engine.parse import ParsePlan
 from l2m.query.nodes import FieldUse
 from l2m.rules.model import Aggregation, Rule
 
-# Status rows carry one row per input log with its parse status (label ``status``), so one
-# job yields both the metrics and the run's summary; streaming counts them as the
-# ``l2m_input_logs_total`` counter.
-STATUS_RULE = "__status__"
-
 
 @dataclass(frozen=True)
 class Routing:

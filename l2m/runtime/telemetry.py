@@ -21,10 +21,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from l2m.config.job import JobConfig
-from l2m.engine.parse import DEAD_LETTERED, STATUS_NAMES
+from l2m.engine.status import DEAD_LETTERED, STATUS_NAMES
 from l2m.rules.model import Rule
 from l2m.runtime.progress import epoch_seconds, input_rates, input_records, partition_offsets
 from l2m.runtime.sparkstatus import ExecutorLoad
+from l2m.state.tally import InputCount, LateCount, SeriesCount
 
 BATCH_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 DEAD_LETTER_REASONS = tuple(STATUS_NAMES[c] for c in DEAD_LETTERED)
@@ -247,7 +248,7 @@ class Telemetry:
         counts = self._counts
         if counts is None:
             return
-        self._matches = {key[1]: n for key, n in (counts.reduction.matches.value
+        self._matches = {key.rule: n for key, n in (counts.reduction.matches.value
                                                   if counts.reduction.matches else {}).items()}
         if counts.tally is not None:
             self._latest.update(counts.tally.value)
@@ -296,15 +297,15 @@ class _FromTasks:
                        "Partial rows out of the pre-aggregation.", rows["out"])
         statuses = {name: 0.0 for name in dict.fromkeys(STATUS_NAMES)}
         for key, n in latest.items():
-            if key[0] == "input":
-                statuses[key[1]] = n
+            if isinstance(key, InputCount):
+                statuses[key.status] = n
         family = CounterMetricFamily("l2m_input_logs", "Logs read, by input status (exact: "
                                      "from the job's state).", labels=["status"])
         for status, n in statuses.items():
             family.add_metric([status], n)
         yield family
         yield _counter("l2m_late_logs", "Logs that came after their gauge window closed "
-                       "(exact: from the job's state).", latest.get(("late",), 0.0))
+                       "(exact: from the job's state).", latest.get(LateCount(), 0.0))
         family = CounterMetricFamily("l2m_dead_letters", "Records sent to the dead-letter "
                                      "topic, by reason (exact: from the job's state).",
                                      labels=["reason"])
@@ -318,8 +319,8 @@ class _FromTasks:
         yield family
         series = dict.fromkeys(self.t.rules, 0.0)
         for key, n in latest.items():
-            if key[0] == "series" and key[1] in series:
-                series[key[1]] += n
+            if isinstance(key, SeriesCount) and key.rule in series:
+                series[key.rule] += n
         family = GaugeMetricFamily("l2m_rule_series", "Live series (counters) or open windows' "
                                    "series (gauges) in the state.", labels=["rule"])
         for rule, n in series.items():

@@ -17,10 +17,11 @@ from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
 from l2m.engine.partials import Partial, frame_partials
-from l2m.engine.routing import STATUS_RULE
 from l2m.engine.samples import rule_samples, samples_frame, series_labels, series_samples
+from l2m.engine.status import STATUS_RULE, status_label
 from l2m.rules.model import Rule
 from l2m.state.format import dump_blob, load_blob
+from l2m.state.tally import InputCount, LateCount, SeriesCount, Tally
 from l2m.windows import window_closed
 
 # The input counter l2m keeps about itself: logs per parse status (ok, malformed, …).
@@ -58,7 +59,7 @@ class CounterState:
     late: Accumulator[int] | None = None  # late logs, for the progress line
     # The driver's metrics (l2m.state.tally.Latest): live series per key; for the input-status
     # key its exact per-status and late counts.
-    tally: Accumulator[dict[Any, float]] | None = None
+    tally: Accumulator[Tally] | None = None
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
@@ -128,17 +129,17 @@ class CounterState:
 
 
 def tallied(rule_id: str, shard: int, window: int,
-             content: dict[str, Any] | None) -> dict[Any, float]:
+             content: dict[str, Any] | None) -> Tally:
     """What a rule's counters in a key tell the driver's metrics (:mod:`l2m.runtime.telemetry`): its
     live series; the input statuses their totals per status (``2:ok`` → ``ok``) and late
     logs."""
     series: dict[str, list[Any]] = (content or {}).get("series", {})
     late = (content or {}).get("late")
     if rule_id != STATUS_RULE:
-        return {("series", rule_id, shard, window): len(series)}
-    tally: dict[Any, float] = {
-        ("input", name.partition(":")[2]): sum(Partial.load(p).matches
+        return {SeriesCount(rule_id, shard, window): len(series)}
+    tally: Tally = {
+        InputCount(status_label(name)): sum(Partial.load(p).matches
                                                for p in entry[1].values())
         for name, entry in series.items()}
-    tally[("late",)] = Partial.load(late).matches if late else 0
+    tally[LateCount()] = Partial.load(late).matches if late else 0
     return tally

@@ -25,11 +25,12 @@ from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
 from l2m.engine.partials import Partial, frame_partials
-from l2m.engine.routing import STATUS_RULE
 from l2m.engine.samples import samples_frame
+from l2m.engine.status import STATUS_RULE
 from l2m.state.counters import CounterState, tallied
 from l2m.state.format import dump_blob, load_blob
 from l2m.state.gauges import GaugeState
+from l2m.state.tally import MatchCount, SeriesCount
 
 CUMULATIVE = -1  # the window of every counter key
 SWEEP_MS = 60_000  # format 2: how often a key's untouched rules are checked for idle series
@@ -130,7 +131,7 @@ class MetricState:
             else:
                 state.remove()
         if self.gauges.tally is not None:
-            self.gauges.tally.add({("series", r, shard, window): len(kept.get(r, {}).get(
+            self.gauges.tally.add({SeriesCount(r, shard, window): len(kept.get(r, {}).get(
                 "series", {})) for r in set(sections) | set(kept)})
         if samples:
             yield samples_frame(samples)
@@ -145,7 +146,7 @@ class MetricState:
             matches += int(frame["matches"].sum())
             if reduction.matches is not None:
                 for rule, n in frame.groupby("rule", sort=False)["matches"].sum().items():
-                    per_rule[("matches", rule)] = per_rule.get(("matches", rule), 0) + int(n)
+                    per_rule[MatchCount(rule)] = per_rule.get(MatchCount(rule), 0) + int(n)
             yield frame
         if rows:
             reduction.rows_in.add(matches)

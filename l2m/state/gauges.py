@@ -25,6 +25,7 @@ from l2m.engine.samples import rule_samples, samples_frame, series_labels
 from l2m.rules.model import Rule
 from l2m.state.counters import signature
 from l2m.state.format import dump_blob, load_blob
+from l2m.state.tally import SeriesCount, Tally
 from l2m.windows import window_closed
 
 
@@ -40,7 +41,7 @@ class GaugeState:
     rules: Mapping[str, Rule]
     recheck_ms: int = 60_000
     # The driver's metrics (l2m.state.tally.Latest): open series per (rule, shard, window) key.
-    tally: Accumulator[dict[Any, float]] | None = None
+    tally: Accumulator[Tally] | None = None
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
@@ -91,4 +92,4 @@ class GaugeState:
 
     def _tally(self, key: tuple[Any, ...], series: int) -> None:
         if self.tally is not None:
-            self.tally.add({("series", key[0], key[1], key[2]): series})
+            self.tally.add({SeriesCount(key[0], key[1], key[2]): series})

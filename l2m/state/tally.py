@@ -1,19 +1,49 @@
 """Dictionary accumulators: what the job's tasks tell the driver about themselves, for its
 metrics (:mod:`l2m.runtime.telemetry`).
 
-Input: ``{key: number}`` updates added in tasks (route, pre-aggregation, state). Output: the
-merged dictionary on the driver. :class:`Sums` adds values per key (logs matched per rule);
+Input: ``{key: number}`` updates added in tasks (pre-aggregation, state), keyed by the named
+types below — what each number is about. Output: the merged dictionary on the driver. :class:`Sums` adds values per key (logs matched per rule);
 :class:`Latest` keeps the last value per key (series per state key, the exact input-status
 counts). Tasks of one micro-batch touch disjoint state keys and batches run one after the
 other, so "last" is well defined. Kept free of heavy imports: workers unpickle these."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from pyspark.accumulators import AccumulatorParam
 
-Tally = dict[Any, float]
+
+@dataclass(frozen=True, slots=True)
+class SeriesCount:
+    """Live series of one rule in one state key (counters: window -1)."""
+
+    rule: str
+    shard: int
+    window: int
+
+
+@dataclass(frozen=True, slots=True)
+class InputCount:
+    """Logs read with one input status label (exact: the input-status key's own count)."""
+
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class LateCount:
+    """Logs that came after their gauge window had closed (exact)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MatchCount:
+    """Match rows (logs) one rule matched, as the pre-aggregation counted them."""
+
+    rule: str
+
+
+TallyKey = SeriesCount | InputCount | LateCount | MatchCount
+Tally = dict[TallyKey, float]
 
 
 class Sums(AccumulatorParam[Tally]):

@@ -35,9 +35,9 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from l2m.config.job import JobConfig
-from l2m.engine.parse import ROUTED, STATUS_NAMES
 from l2m.engine.pipeline import RuleTable, routing_option
-from l2m.engine.routing import STATUS_RULE, plan_for
+from l2m.engine.routing import plan_for
+from l2m.engine.status import ROUTED, STATUS_RULE
 from l2m.kafka.sink import KafkaSink, write_batch
 from l2m.kafka.source import KafkaSource
 from l2m.rules.model import Rule
@@ -50,7 +50,7 @@ from l2m.state.tally import Latest, Sums, Tally
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
 # Series keys (l2m.engine.fanout: length-prefixed) of the input statuses whose logs are routed.
-ROUTED_STATUS_SERIES = sorted({f"{len(n)}:{n}" for n in (STATUS_NAMES[c] for c in ROUTED)})
+ROUTED_STATUS_SERIES = sorted({status.series for status in ROUTED})
 
 
 def stop_file(cfg: JobConfig) -> str:

@@ -158,13 +158,13 @@ def test_the_driver_exposes_every_metric_queried() -> None:
 
     from l2m.runtime.sparkstatus import ExecutorLoad
     from l2m.runtime.telemetry import Telemetry
-
-    from .test_telemetry import CFG, PROGRESS, RULES, counts
+    from l2m.state.tally import InputCount, LateCount, MatchCount, SeriesCount
+    from tests.unit.test_telemetry import CFG, PROGRESS, RULES, counts
 
     t = Telemetry(CFG, RULES)
-    t.started(counts(100, 10, {("matches", "a"): 60},
-                     {("input", "ok"): 48, ("input", "malformed"): 2, ("late",): 3,
-                      ("series", "a", 0, -1): 4}))
+    t.started(counts(100, 10, {MatchCount("a"): 60},
+                     {InputCount("ok"): 48, InputCount("malformed"): 2, LateCount(): 3,
+                      SeriesCount("a", 0, -1): 4}))
     t.batch(PROGRESS, {"1": ExecutorLoad(3, 1000), "2": ExecutorLoad(1, 500)}, registered=2)
     t.failed_batch("SINK")
     t.restarted("SINK")
@@ -400,8 +400,8 @@ def test_a_real_prometheus_loads_the_rules_and_answers_every_dashboard_query(
     from l2m.runtime.endpoint import Endpoint
     from l2m.runtime.sparkstatus import ExecutorLoad
     from l2m.runtime.telemetry import Telemetry
-
-    from .test_telemetry import CFG, PROGRESS, RULES, counts
+    from l2m.state.tally import InputCount, LateCount, MatchCount, SeriesCount
+    from tests.unit.test_telemetry import CFG, PROGRESS, RULES, counts
 
     def get(base: str, path: str, **params: str) -> Any:
         url = f"{base}{path}?{urllib.parse.urlencode(params)}"
@@ -412,9 +412,9 @@ def test_a_real_prometheus_loads_the_rules_and_answers_every_dashboard_query(
         s.bind(("127.0.0.1", 0))
         prom_port = s.getsockname()[1]
     t = Telemetry(CFG, RULES)
-    t.started(counts(100, 10, {("matches", "a"): 60},
-                     {("input", "ok"): 48, ("input", "malformed"): 2, ("late",): 3,
-                      ("series", "a", 0, -1): 4}))
+    t.started(counts(100, 10, {MatchCount("a"): 60},
+                     {InputCount("ok"): 48, InputCount("malformed"): 2, LateCount(): 3,
+                      SeriesCount("a", 0, -1): 4}))
     t.batch(PROGRESS, {"1": ExecutorLoad(3, 1000), "2": ExecutorLoad(1, 500)}, registered=2)
     t.failed_batch("SINK")
     t.restarted("SINK")

@@ -11,7 +11,8 @@ import time
 from l2m.engine.fanout import fan_out
 from l2m.engine.match import Matcher
 from l2m.engine.parse import ParsePlan, parse_lines
-from l2m.engine.routing import STATUS_RULE, plan_for
+from l2m.engine.routing import plan_for
+from l2m.engine.status import STATUS_RULE
 from l2m.query.compiler import parse_query
 from l2m.query.limits import MAX_NESTING, MAX_TERMS
 from l2m.rules.loader import load_text

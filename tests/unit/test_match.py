@@ -14,7 +14,8 @@ import pytest
 
 from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.engine.match import Matcher
-from l2m.engine.parse import ROUTED, STATUS, ParsePlan, parse_lines
+from l2m.engine.parse import STATUS, ParsePlan, parse_lines
+from l2m.engine.status import ROUTED
 from l2m.errors import QueryError
 from l2m.query.compiler import parse_query
 from l2m.query.nodes import KeywordEquals, Node, Or

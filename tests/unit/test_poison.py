@@ -10,7 +10,15 @@ import time
 import pytest
 
 from l2m.batch.backfill import run_backfill
-from l2m.engine.parse import FUTURE, KAFKA_TIME, MALFORMED, NO_TIMESTAMP, OK, ParsePlan, parse_lines
+from l2m.engine.parse import (
+    FUTURE,
+    KAFKA_TIME,
+    MALFORMED,
+    NO_TIMESTAMP,
+    OK,
+    ParsePlan,
+    parse_lines,
+)
 from l2m.errors import InputError
 from l2m.query.nodes import FieldUse
 from l2m.rules.loader import load_text

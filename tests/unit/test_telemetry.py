@@ -13,6 +13,7 @@ from l2m.rules.model import Rule
 from l2m.runtime.endpoint import Endpoint
 from l2m.runtime.sparkstatus import ExecutorLoad
 from l2m.runtime.telemetry import Telemetry, expected_executors
+from l2m.state.tally import InputCount, LateCount, MatchCount, SeriesCount
 
 RULES = [Rule(id="a", name="a_total", kind="counter", query="*", aggregation="count"),
          Rule(id="b", name="b", kind="gauge", query="*", aggregation="max", field="x")]
@@ -105,10 +106,10 @@ def test_a_batch_sets_the_batch_partition_executor_and_state_metrics():
 
 def test_state_backed_counters_are_exact_and_accumulators_add_up_across_restarts():
     t = Telemetry(CFG, RULES)
-    first = counts(100, 10, {("matches", "a"): 60, ("matches", "__status__"): 50},
-                   {("input", "ok"): 48, ("input", "malformed"): 2, ("late",): 3,
-                    ("series", "a", 0, -1): 4, ("series", "a", 1, -1): 5,
-                    ("series", "b", 0, 1_795_341_600_000): 2})
+    first = counts(100, 10, {MatchCount("a"): 60, MatchCount("__status__"): 50},
+                   {InputCount("ok"): 48, InputCount("malformed"): 2, LateCount(): 3,
+                    SeriesCount("a", 0, -1): 4, SeriesCount("a", 1, -1): 5,
+                    SeriesCount("b", 0, 1_795_341_600_000): 2})
     t.started(first)
     t.batch(PROGRESS)
     assert sample(t, "l2m_input_logs_total", status="ok") == 48
@@ -126,8 +127,8 @@ def test_state_backed_counters_are_exact_and_accumulators_add_up_across_restarts
     # the state's counts are absolute and replace the old ones; a window that closed is 0.
     t.stopping()
     t.restarted("KAFKA_UNAVAILABLE")
-    second = counts(30, 3, {("matches", "a"): 7},
-                    {("input", "ok"): 58, ("series", "b", 0, 1_795_341_600_000): 0})
+    second = counts(30, 3, {MatchCount("a"): 7},
+                    {InputCount("ok"): 58, SeriesCount("b", 0, 1_795_341_600_000): 0})
     t.started(second)
     t.batch(PROGRESS)
     assert sample(t, "l2m_preaggregate_rows_in_total") == 130
