@@ -19,7 +19,7 @@ import yaml
 from l2m import yamlsafe
 from l2m.errors import Problem, QueryError, RuleValidationError, render
 from l2m.query.compiler import parse_query
-from l2m.query.nodes import QueryConfig
+from l2m.query.nodes import CompiledQuery, QueryConfig
 from l2m.rules.model import (
     AGGREGATIONS,
     ALLOWED,
@@ -30,6 +30,8 @@ from l2m.rules.model import (
     MAX_BUCKETS,
     NAME_RE,
     REQUIRED,
+    Aggregation,
+    Kind,
     Rule,
     RuleSet,
 )
@@ -275,211 +277,258 @@ def _key_node(mapping: yaml.MappingNode, key: str) -> yaml.Node:
 
 
 def _load_rule(node: yaml.Node, ctx: _Ctx, config: QueryConfig) -> Rule | None:
+    """One rule's mapping → a :class:`Rule`, or None with its problems added to ``ctx``."""
     if not isinstance(node, yaml.MappingNode):
         ctx.add("INVALID_RULE", node, None, type=_type_name(_construct(node)))
         return None
-    before = len(ctx.problems)
-    raw: dict[str, tuple[Any, yaml.Node, yaml.Node]] = {}
-    rule_id: str | None = None
-    for key, key_node, value_node in _mapping_items(node, ctx, None):
-        raw[key] = (_construct(value_node), key_node, value_node)
-    if "id" in raw and isinstance(raw["id"][0], str | int) and not isinstance(raw["id"][0], bool):
-        rule_id = str(raw["id"][0])
-        mark = raw["id"][2].start_mark
-        ctx.ids.append((rule_id, mark.line + 1, mark.column + 1))
-    # _mapping_items reported duplicate keys without the id; attach it now.
-    ctx.problems[before:] = [
-        Problem(p.code, p.file, p.line, p.column, rule_id, p.message, p.key, p.severity)
-        for p in ctx.problems[before:]
-    ]
+    return _RuleReader(node, ctx, config).read()
 
-    def bad(code: str, at: str, **params: object) -> None:
-        target = raw[at][2] if at in raw else node
-        ctx.add(code, target, rule_id, at if at in raw else None, **params)
 
-    for key, (_, key_node, _) in raw.items():
-        if key not in KEYS:
-            close = [k for k in KEYS if similar(k, key)]
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            ctx.add("UNKNOWN_KEY", key_node, rule_id, None, key=key, hint=hint)
-    for key in REQUIRED:
-        if key not in raw:
-            ctx.add("MISSING_KEY", node, rule_id, None, key=key)
+# A rule's keys as written: key → (constructed value, key node, value node).
+Raw = dict[str, tuple[Any, yaml.Node, yaml.Node]]
 
-    def get_str(key: str, *, scalar_ok: bool = False) -> str | None:
-        if key not in raw:
+
+class _RuleReader:
+    """Reads one rule mapping, one method per key (or group of keys that depend on each
+    other); every problem is added to the file's context with the rule's id."""
+
+    def __init__(self, node: yaml.MappingNode, ctx: _Ctx, config: QueryConfig) -> None:
+        self.node = node
+        self.ctx = ctx
+        self.config = config
+        self.before = len(ctx.problems)
+        self.raw: Raw = {key: (_construct(value), key_node, value)
+                         for key, key_node, value in _mapping_items(node, ctx, None)}
+        self.rule_id = self._rule_id()
+
+    def _rule_id(self) -> str | None:
+        found = self.raw.get("id")
+        rule_id = None
+        if found is not None and isinstance(found[0], str | int) and not isinstance(found[0],
+                                                                                    bool):
+            rule_id = str(found[0])
+            mark = found[2].start_mark
+            self.ctx.ids.append((rule_id, mark.line + 1, mark.column + 1))
+        # _mapping_items reported duplicate keys without the id; attach it now.
+        self.ctx.problems[self.before:] = [
+            Problem(p.code, p.file, p.line, p.column, rule_id, p.message, p.key, p.severity)
+            for p in self.ctx.problems[self.before:]
+        ]
+        return rule_id
+
+    def bad(self, code: str, at: str, **params: object) -> None:
+        """A problem with key ``at`` (at the rule when the key is absent)."""
+        target = self.raw[at][2] if at in self.raw else self.node
+        self.ctx.add(code, target, self.rule_id, at if at in self.raw else None, **params)
+
+    def add(self, code: str, node: yaml.Node, where: str | None = None, **params: object
+            ) -> None:
+        self.ctx.add(code, node, self.rule_id, where, **params)
+
+    def string(self, key: str, *, scalar_ok: bool = False) -> str | None:
+        if key not in self.raw:
             return None
-        value = raw[key][0]
+        value = self.raw[key][0]
         if isinstance(value, str):
             return value
         if scalar_ok and isinstance(value, int | float) and not isinstance(value, bool):
             return string_form(value)
-        bad("INVALID_TYPE", key, key=key, expected="a string", type=_type_name(value))
+        self.bad("INVALID_TYPE", key, key=key, expected="a string", type=_type_name(value))
         return None
 
-    rid = get_str("id", scalar_ok=True)
-    if rid is not None and not ID_RE.fullmatch(rid):
-        bad("INVALID_ID", "id", value=rid)
-    name = get_str("name")
-    if name is not None and not NAME_RE.fullmatch(name):
-        bad("INVALID_NAME", "name", value=name)
-    kind = get_str("kind")
-    if kind is not None and kind not in KINDS:
-        bad("INVALID_KIND", "kind", value=kind)
-        kind = None
-    aggregation = get_str("aggregation")
-    if aggregation is not None and aggregation not in AGGREGATIONS:
-        bad("INVALID_AGGREGATION", "aggregation", value=aggregation)
-        aggregation = None
-    if kind and aggregation and aggregation not in ALLOWED[kind]:
-        bad("AGGREGATION_KIND_MISMATCH", "aggregation", kind=kind, aggregation=aggregation,
-            allowed=", ".join(ALLOWED[kind]))
+    def read(self) -> Rule | None:
+        self.keys()
+        rid, name = self.identity()
+        kind, aggregation = self.kind_and_aggregation()
+        field_name = self.field(aggregation)
+        buckets, bucket_labels = self.buckets(aggregation)
+        group_by = self.group_by()
+        labels = self.labels()
+        self.label_clash(group_by, labels, aggregation)
+        account = self.string("account", scalar_ok=True)
+        target_account = self.string("target_account", scalar_ok=True)
+        enabled = self.enabled()
+        query, compiled = self.query()
+        if any(p.severity == "error" for p in self.ctx.problems[self.before:]):
+            return None
+        assert rid and name and kind and query is not None and aggregation
+        return Rule(
+            id=rid, name=name, kind=kind, query=query, aggregation=aggregation,
+            field=field_name if aggregation != Aggregation.COUNT else None,
+            buckets=buckets, bucket_labels=bucket_labels, group_by=group_by, labels=labels,
+            account=account, target_account=target_account, enabled=enabled,
+            file=self.ctx.file, line=self.node.start_mark.line + 1, compiled=compiled,
+        )
 
-    field_name = get_str("field")
-    if field_name is not None and not field_name:
-        bad("INVALID_FIELD_NAME", "field", key="field")
-    if aggregation and aggregation != "count" and "field" not in raw:
-        ctx.add("MISSING_FIELD", node, rule_id, None, aggregation=aggregation)
-    if aggregation == "count" and "field" in raw:
-        ctx.add("UNUSED_KEY", raw["field"][1], rule_id, None, severity="warning",
-                key="field", aggregation="count")
-        field_name = None
+    def keys(self) -> None:
+        """Unknown keys (with a suggestion) and missing required ones."""
+        for key, (_, key_node, _) in self.raw.items():
+            if key not in KEYS:
+                close = [k for k in KEYS if similar(k, key)]
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                self.add("UNKNOWN_KEY", key_node, None, key=key, hint=hint)
+        for key in REQUIRED:
+            if key not in self.raw:
+                self.add("MISSING_KEY", self.node, None, key=key)
 
-    buckets, bucket_labels = _buckets(raw, node, aggregation, ctx, rule_id, bad)
-    group_by = _group_by(raw, ctx, rule_id, bad)
-    labels = _labels(raw, ctx, rule_id, bad)
-    _check_label_clash(raw, group_by, labels, aggregation, ctx, rule_id, bad)
+    def identity(self) -> tuple[str | None, str | None]:
+        rid = self.string("id", scalar_ok=True)
+        if rid is not None and not ID_RE.fullmatch(rid):
+            self.bad("INVALID_ID", "id", value=rid)
+        name = self.string("name")
+        if name is not None and not NAME_RE.fullmatch(name):
+            self.bad("INVALID_NAME", "name", value=name)
+        return rid, name
 
-    account = get_str("account", scalar_ok=True)
-    target_account = get_str("target_account", scalar_ok=True)
-    enabled = True
-    if "enabled" in raw:
-        if isinstance(raw["enabled"][0], bool):
-            enabled = raw["enabled"][0]
-        else:
-            bad("INVALID_TYPE", "enabled", key="enabled", expected="true or false",
-                type=_type_name(raw["enabled"][0]))
+    def kind_and_aggregation(self) -> tuple[Kind | None, Aggregation | None]:
+        written_kind = self.string("kind")
+        kind = Kind(written_kind) if written_kind in KINDS else None
+        if written_kind is not None and kind is None:
+            self.bad("INVALID_KIND", "kind", value=written_kind)
+        written = self.string("aggregation")
+        aggregation = Aggregation(written) if written in AGGREGATIONS else None
+        if written is not None and aggregation is None:
+            self.bad("INVALID_AGGREGATION", "aggregation", value=written)
+        if kind and aggregation and aggregation not in ALLOWED[kind]:
+            self.bad("AGGREGATION_KIND_MISMATCH", "aggregation", kind=kind,
+                     aggregation=aggregation, allowed=", ".join(ALLOWED[kind]))
+        return kind, aggregation
 
-    query = get_str("query")
-    compiled = None
-    if query is not None:
+    def field(self, aggregation: Aggregation | None) -> str | None:
+        field_name = self.string("field")
+        if field_name is not None and not field_name:
+            self.bad("INVALID_FIELD_NAME", "field", key="field")
+        if aggregation and aggregation != Aggregation.COUNT and "field" not in self.raw:
+            self.add("MISSING_FIELD", self.node, None, aggregation=aggregation)
+        if aggregation == Aggregation.COUNT and "field" in self.raw:
+            self.add("UNUSED_KEY", self.raw["field"][1], None, severity="warning",
+                     key="field", aggregation="count")
+            return None
+        return field_name
+
+    def buckets(self, aggregation: Aggregation | None
+                ) -> tuple[tuple[float, ...], tuple[str, ...]]:
+        if "buckets" not in self.raw:
+            if aggregation == Aggregation.HISTOGRAM:
+                self.add("MISSING_BUCKETS", self.node, None)
+            return (), ()
+        value, key_node, value_node = self.raw["buckets"]
+        if aggregation is not None and aggregation != Aggregation.HISTOGRAM:
+            self.add("UNUSED_KEY", key_node, None, severity="warning", key="buckets",
+                     aggregation=aggregation)
+            return (), ()
+        if not isinstance(value, list) or not value:
+            self.bad("INVALID_BUCKETS", "buckets", reason="expected a non-empty list of numbers")
+            return (), ()
+        if len(value) > MAX_BUCKETS:
+            self.bad("INVALID_BUCKETS", "buckets", reason=f"at most {MAX_BUCKETS} bounds")
+            return (), ()
+        bounds: list[float] = []
+        for item, item_node in zip(value, value_node.value, strict=True):
+            if isinstance(item, bool) or not isinstance(item, int | float) \
+                    or not math.isfinite(item):
+                self.add("INVALID_BUCKETS", item_node, "buckets",
+                         reason=f"bound {item!r} is not a finite number")
+                return (), ()
+            if bounds and float(item) <= bounds[-1]:
+                self.add("INVALID_BUCKETS", item_node, "buckets",
+                         reason=f"bounds must be strictly increasing ({item} after "
+                                f"{bounds[-1]:g})")
+                return (), ()
+            bounds.append(float(item))
+        return tuple(bounds), tuple(string_form(v) or "" for v in value)
+
+    def group_by(self) -> tuple[str, ...]:
+        if "group_by" not in self.raw:
+            return ()
+        value, _, value_node = self.raw["group_by"]
+        if isinstance(value, str):
+            value = [value]
+        elif not isinstance(value, list):
+            self.bad("INVALID_TYPE", "group_by", key="group_by",
+                     expected="a list of field names", type=_type_name(value))
+            return ()
+        nodes = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+        fields: list[str] = []
+        for item, item_node in zip(value, nodes, strict=True):
+            if not isinstance(item, str) or not item:
+                self.add("INVALID_FIELD_NAME", item_node, "group_by", key="group_by")
+            elif item in fields:
+                self.add("DUPLICATE_GROUP_BY", item_node, "group_by", value=item)
+            elif not LABEL_RE.fullmatch(label_name(item)) or label_name(item).startswith("__"):
+                # Prometheus: [a-zA-Z_][a-zA-Z0-9_]*, and names starting with __ are reserved
+                self.add("INVALID_GROUP_BY_LABEL", item_node, "group_by", field=item,
+                         label=label_name(item))
+            else:
+                fields.append(item)
+        return tuple(fields)
+
+    def labels(self) -> tuple[tuple[str, str], ...]:
+        if "labels" not in self.raw:
+            return ()
+        value, _, node = self.raw["labels"]
+        if not isinstance(node, yaml.MappingNode):
+            self.bad("INVALID_TYPE", "labels", key="labels",
+                     expected="a mapping of label names to values", type=_type_name(value))
+            return ()
+        labels: list[tuple[str, str]] = []
+        for key, key_node, value_node in _mapping_items(node, self.ctx, self.rule_id):
+            item = _construct(value_node)
+            if not LABEL_RE.fullmatch(key) or key.startswith("__"):
+                self.add("INVALID_LABEL_NAME", key_node, "labels", value=key)
+                continue
+            text = string_form(item) if not isinstance(item, list | dict) else None
+            if text is None:
+                self.add("INVALID_TYPE", value_node, "labels", key=f"labels.{key}",
+                         expected="a string", type=_type_name(item))
+                continue
+            labels.append((key, text))
+        return tuple(sorted(labels))
+
+    def label_clash(self, group_by: tuple[str, ...], labels: tuple[tuple[str, str], ...],
+                    aggregation: Aggregation | None) -> None:
+        names: dict[str, str] = {}
+        for field_name in group_by:
+            label = label_name(field_name)
+            if label in names:
+                self.bad("LABEL_CLASH", "group_by", label=label,
+                         reason=f"comes from both group_by fields '{names[label]}' and "
+                                f"'{field_name}'")
+            names[label] = field_name
+        for label, _ in labels:
+            if label in names:
+                self.bad("LABEL_CLASH", "labels", label=label,
+                         reason=f"is both a static label and the group_by field "
+                                f"'{names[label]}'")
+        if aggregation == Aggregation.HISTOGRAM:
+            if "le" in names:
+                self.bad("LABEL_CLASH", "group_by", label="le",
+                         reason="is reserved for histogram buckets")
+            if any(label == "le" for label, _ in labels):
+                self.bad("LABEL_CLASH", "labels", label="le",
+                         reason="is reserved for histogram buckets")
+
+    def enabled(self) -> bool:
+        if "enabled" not in self.raw:
+            return True
+        value = self.raw["enabled"][0]
+        if isinstance(value, bool):
+            return value
+        self.bad("INVALID_TYPE", "enabled", key="enabled", expected="true or false",
+                 type=_type_name(value))
+        return True
+
+    def query(self) -> tuple[str | None, CompiledQuery | None]:
+        query = self.string("query")
+        if query is None:
+            return None, None
         try:
-            compiled = parse_query(query, config)
+            return query, parse_query(query, self.config)
         except QueryError as exc:
-            line, column = _query_position(raw["query"][2], exc.pos, ctx)
-            ctx.add(exc.code, None, rule_id, "query", line=line, column=column, **exc.params)
-
-    if any(p.severity == "error" for p in ctx.problems[before:]):
-        return None
-    assert rid and name and kind and query is not None and aggregation
-    return Rule(
-        id=rid, name=name, kind=kind, query=query, aggregation=aggregation,
-        field=field_name if aggregation != "count" else None,
-        buckets=buckets, bucket_labels=bucket_labels, group_by=group_by, labels=labels,
-        account=account, target_account=target_account, enabled=enabled,
-        file=ctx.file, line=node.start_mark.line + 1, compiled=compiled,
-    )
-
-
-def _buckets(raw, node, aggregation, ctx, rule_id, bad):  # type: ignore[no-untyped-def]
-    if "buckets" not in raw:
-        if aggregation == "histogram":
-            ctx.add("MISSING_BUCKETS", node, rule_id, None)
-        return (), ()
-    value = raw["buckets"][0]
-    if aggregation is not None and aggregation != "histogram":
-        ctx.add("UNUSED_KEY", raw["buckets"][1], rule_id, None, severity="warning",
-                key="buckets", aggregation=aggregation)
-        return (), ()
-    if not isinstance(value, list) or not value:
-        bad("INVALID_BUCKETS", "buckets", reason="expected a non-empty list of numbers")
-        return (), ()
-    if len(value) > MAX_BUCKETS:
-        bad("INVALID_BUCKETS", "buckets", reason=f"at most {MAX_BUCKETS} bounds")
-        return (), ()
-    items = raw["buckets"][2].value
-    bounds: list[float] = []
-    for item, item_node in zip(value, items, strict=True):
-        if isinstance(item, bool) or not isinstance(item, int | float) or not math.isfinite(item):
-            ctx.add("INVALID_BUCKETS", item_node, rule_id, "buckets",
-                    reason=f"bound {item!r} is not a finite number")
-            return (), ()
-        if bounds and float(item) <= bounds[-1]:
-            ctx.add("INVALID_BUCKETS", item_node, rule_id, "buckets",
-                    reason=f"bounds must be strictly increasing ({item} after {bounds[-1]:g})")
-            return (), ()
-        bounds.append(float(item))
-    return tuple(bounds), tuple(string_form(v) or "" for v in value)
-
-
-def _group_by(raw, ctx, rule_id, bad) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
-    if "group_by" not in raw:
-        return ()
-    value = raw["group_by"][0]
-    if isinstance(value, str):
-        value = [value]
-    elif not isinstance(value, list):
-        bad("INVALID_TYPE", "group_by", key="group_by", expected="a list of field names",
-            type=_type_name(value))
-        return ()
-    nodes = raw["group_by"][2].value if isinstance(raw["group_by"][2], yaml.SequenceNode) \
-        else [raw["group_by"][2]]
-    fields: list[str] = []
-    for item, item_node in zip(value, nodes, strict=True):
-        if not isinstance(item, str) or not item:
-            ctx.add("INVALID_FIELD_NAME", item_node, rule_id, "group_by", key="group_by")
-        elif item in fields:
-            ctx.add("DUPLICATE_GROUP_BY", item_node, rule_id, "group_by", value=item)
-        elif not LABEL_RE.fullmatch(label_name(item)) or label_name(item).startswith("__"):
-            # Prometheus: [a-zA-Z_][a-zA-Z0-9_]*, and names starting with __ are reserved
-            ctx.add("INVALID_GROUP_BY_LABEL", item_node, rule_id, "group_by", field=item,
-                    label=label_name(item))
-        else:
-            fields.append(item)
-    return tuple(fields)
-
-
-def _labels(raw, ctx, rule_id, bad) -> tuple[tuple[str, str], ...]:  # type: ignore[no-untyped-def]
-    if "labels" not in raw:
-        return ()
-    node = raw["labels"][2]
-    if not isinstance(node, yaml.MappingNode):
-        bad("INVALID_TYPE", "labels", key="labels", expected="a mapping of label names to values",
-            type=_type_name(raw["labels"][0]))
-        return ()
-    labels: list[tuple[str, str]] = []
-    for key, key_node, value_node in _mapping_items(node, ctx, rule_id):
-        value = _construct(value_node)
-        if not LABEL_RE.fullmatch(key) or key.startswith("__"):
-            ctx.add("INVALID_LABEL_NAME", key_node, rule_id, "labels", value=key)
-            continue
-        text = string_form(value) if not isinstance(value, list | dict) else None
-        if text is None:
-            ctx.add("INVALID_TYPE", value_node, rule_id, "labels", key=f"labels.{key}",
-                    expected="a string", type=_type_name(value))
-            continue
-        labels.append((key, text))
-    return tuple(sorted(labels))
-
-
-def _check_label_clash(raw, group_by, labels, aggregation, ctx, rule_id, bad) -> None:  # type: ignore[no-untyped-def]
-    names: dict[str, str] = {}
-    for field_name in group_by:
-        label = label_name(field_name)
-        if label in names:
-            bad("LABEL_CLASH", "group_by", label=label,
-                reason=f"comes from both group_by fields '{names[label]}' and '{field_name}'")
-        names[label] = field_name
-    for label, _ in labels:
-        if label in names:
-            bad("LABEL_CLASH", "labels", label=label,
-                reason=f"is both a static label and the group_by field '{names[label]}'")
-    if aggregation == "histogram":
-        if "le" in names:
-            bad("LABEL_CLASH", "group_by", label="le",
-                reason="is reserved for histogram buckets")
-        if any(label == "le" for label, _ in labels):
-            bad("LABEL_CLASH", "labels", label="le", reason="is reserved for histogram buckets")
+            line, column = _query_position(self.raw["query"][2], exc.pos, self.ctx)
+            self.ctx.add(exc.code, None, self.rule_id, "query", line=line, column=column,
+                         **exc.params)
+            return query, None
 
 
 def _query_position(node: yaml.Node, offset: int, ctx: _Ctx) -> tuple[int, int]:
