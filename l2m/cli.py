@@ -194,8 +194,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                        no_timestamp_ratio=args.no_timestamp))
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    opener = gzip.open if out.suffix == ".gz" else open
-    with opener(out, "wb") as f:  # type: ignore[operator]
+    with gzip.open(out, "wb") if out.suffix == ".gz" else out.open("wb") as f:
         for line in gen.lines(args.lines):
             f.write(line + b"\n")
     print(f"wrote {args.lines} lines to {out}", file=sys.stderr)

@@ -13,6 +13,7 @@ Tests assert the code and the position, never the wording; the wording may impro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 ERROR_CLASSES: dict[str, str] = {
     # files
@@ -114,7 +115,7 @@ class QueryError(L2mError):
 
     code = "QUERY"
 
-    def __init__(self, code: str, pos: int, **params: object) -> None:
+    def __init__(self, code: str, pos: int, **params: Any) -> None:
         super().__init__(render(code, params))
         self.code = code
         self.pos = pos

@@ -43,7 +43,7 @@ from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge_batches
 from l2m.engine.pipeline import routing_option
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing, plan_for
-from l2m.engine.samples import family_samples, is_finite_sample, series_labels, series_samples
+from l2m.engine.samples import is_finite_sample, rule_samples, series_labels
 from l2m.engine.status import STATUS_RULE, status_label
 from l2m.errors import InputError
 from l2m.rules.model import Rule
@@ -257,8 +257,8 @@ def final_aggregates(spark: SparkSession, files: Sequence[Path], routing: Routin
     return partials.repartition(*KEY).mapInArrow(merge_batches, PARTIAL_SCHEMA)
 
 
-def _le_order(le: str | None) -> float:
-    return float("inf") if le == "+Inf" else float(le) if le is not None else 0.0
+def _le_order(le: str) -> float:
+    return float("inf") if le == "+Inf" else float(le) if le else 0.0
 
 
 def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: BackfillSummary
@@ -268,26 +268,22 @@ def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: Backf
     by_id = {r.id: r for r in rules}
     order = {r.id: i for i, r in enumerate(rules)}
     families: dict[tuple[str, tuple[tuple[str, str], ...], int | None],
-                   dict[str | None, Partial]] = {}
+                   dict[str, Partial]] = {}
     for row in rows:
         rule_id = row["rule"]
         if rule_id == STATUS_RULE:
             summary.count_status(status_label(row["series"]), row["matches"])
             continue
         labels = tuple(series_labels(by_id[rule_id], row["series"]))
-        families.setdefault((rule_id, labels, row["window"]), {})[row["le"]] = \
-            Partial.from_row(row)
+        # "" outside histograms, as the state stage reads partials (frame_partials)
+        families.setdefault((rule_id, labels, row["window"]), {})[row["le"] or ""] = \
+            Partial.from_row(row.asDict())
     for (rule_id, labels, window), parts in sorted(
             families.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2] or 0)):
         rule = by_id[rule_id]
         parts = dict(sorted(parts.items(), key=lambda kv: _le_order(kv[0])))
         summary.matches[rule.id] += sum(p.matches for p in parts.values())
-        if rule.aggregation == "histogram":
-            produced = family_samples(rule, labels, window, parts)
-        else:
-            (agg,) = parts.values()
-            produced = series_samples(rule, labels, window if window is not None else agg.ts,
-                                      agg)
+        produced = rule_samples(rule, labels, window, parts)
         summary.series[rule.id] += len(produced)
         yield from produced
 

@@ -19,18 +19,22 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeAlias
+
+# A binary file: plain (open) or decompressing (gzip, bz2 files are buffered streams).
+Binary: TypeAlias = IO[bytes] | io.BufferedIOBase
 
 BLOCK = 8 << 20  # bytes read (or decompressed) at a time
 _TERMINATOR = re.compile(rb"[\r\n]")
 # Hadoop codecs Spark's text source would decompress by extension that Python's standard
 # library cannot: such files are read by Spark (l2m.batch.backfill).
 SPARK_CODECS = (".deflate", ".lz4", ".snappy", ".zst", ".zstd")
-_OPENERS = {".gz": gzip.open, ".bz2": bz2.open}
+COMPRESSED = (".gz", ".bz2")  # what Python's standard library decompresses here
 
 
 @dataclass(frozen=True)
@@ -46,12 +50,14 @@ class Split:
 
 
 def compressed(path: str | Path) -> bool:
-    return Path(path).suffix in _OPENERS
+    return Path(path).suffix in COMPRESSED
 
 
-def open_compressed(path: str | Path) -> IO[bytes]:
+def open_compressed(path: str | Path) -> io.BufferedIOBase:
     """A ``.gz`` or ``.bz2`` file, decompressed as it is read."""
-    return _OPENERS[Path(path).suffix](path, "rb")  # type: ignore[no-any-return]
+    if Path(path).suffix == ".bz2":
+        return bz2.open(path, "rb")
+    return gzip.open(path, "rb")
 
 
 def split_size(total: int, parallelism: int) -> int:
@@ -91,7 +97,7 @@ def read_split(split: Split) -> Iterator[list[bytes]]:
                 yield chunk.splitlines()
 
 
-def line_start(f: IO[bytes], pos: int, size: int) -> int:
+def line_start(f: Binary, pos: int, size: int) -> int:
     """The first position at or after ``pos`` where a line starts: 0, or just after a
     terminator (``\\r\\n`` is one terminator), or ``size``."""
     if pos <= 0:
@@ -129,7 +135,7 @@ def _cut(block: bytes, final: bool) -> int:
     return end + 1
 
 
-def _whole_lines(f: IO[bytes], limit: int | None = None) -> Iterator[bytes]:
+def _whole_lines(f: Binary, limit: int | None = None) -> Iterator[bytes]:
     """``f`` (up to ``limit`` bytes) one read at a time, each cut after its last whole line;
     the rest goes to the next. One chunk per read, empty ones too: stripes count reads."""
     carry = b""

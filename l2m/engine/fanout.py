@@ -19,6 +19,7 @@ group-by) get their rows together, so the cost per rule is a few numpy calls.
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +29,7 @@ from l2m.engine.match import Matcher
 from l2m.engine.parse import STATUS, TIMESTAMP, Form, ParsePlan
 from l2m.engine.routing import Routing
 from l2m.engine.status import ROUTED, STATUS_NAMES, STATUS_RULE, status_series
-from l2m.query.nodes import KeywordEquals
+from l2m.query.nodes import KeywordEquals, Node
 from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.windows import MINUTE_MS
 
@@ -121,7 +122,7 @@ class FanOut:
         """A node's mask (None: the routed logs) as a numpy array, converted once."""
         found = self._numpy.get(node)
         if found is None:
-            mask = self._routed if node is None else self.matcher.mask(node)  # type: ignore
+            mask = self._routed if node is None else self.matcher.mask(cast(Node, node))
             found = self._numpy[node] = np.asarray(mask.to_numpy(zero_copy_only=False), bool)
         return found
 

@@ -19,7 +19,7 @@ Regexes and wildcards are not evaluated here: the parse stage matched them with 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,7 +41,7 @@ from l2m.query.nodes import (
     TextPhrase,
 )
 
-Batch = pa.RecordBatch | pa.Table
+Batch: TypeAlias = "pa.RecordBatch | pa.Table"
 
 
 class Matcher:

@@ -98,9 +98,9 @@ class ParsePlan:
     @staticmethod
     def from_json(text: str) -> ParsePlan:
         data = json.loads(text)
-        fields = tuple(
-            FieldUse(**{k: tuple(v) if isinstance(v, list) else v for k, v in u.items()})
-            for u in data["fields"])
+        fields = tuple(FieldUse(
+            u["path"], u["string"], u["number"], u["exists"], u["text"],
+            tuple(u["keyword_patterns"]), tuple(u["text_patterns"])) for u in data["fields"])
         return ParsePlan(fields, data["timestamp_field"],
                          int(data.get("max_future_ms", MAX_FUTURE_MS)))
 
@@ -256,9 +256,10 @@ def _times(raw: list[Any], failed: dict[int, str | None], plan: ParsePlan,
             if row in failed:
                 continue
             event_ts, record_ts = ts[row], fallback_ts[row]
+            assert event_ts is not None and record_ts is not None  # `ahead` is null otherwise
             status[row] = FUTURE
             errors[row] = (f"future: event time {event_ts} is "
-                           f"{(event_ts - record_ts) / 1000:.0f} s ahead of "  # type: ignore[operator]
+                           f"{(event_ts - record_ts) / 1000:.0f} s ahead of "
                            f"the record's Kafka time (limit {skew / 1000:.0f} s)")
             ts[row] = record_ts
     return ts, status, errors

@@ -132,6 +132,11 @@ def dump_float(value: float | None) -> float | str | None:
     ``"+Inf"``, ``"-Inf"`` or ``"NaN"`` (orjson would write them as null)."""
     if value is None or math.isfinite(value):
         return value
+    return nonfinite_text(value)
+
+
+def nonfinite_text(value: float) -> str:
+    """A non-finite float as Prometheus writes it: ``"+Inf"``, ``"-Inf"`` or ``"NaN"``."""
     if math.isnan(value):
         return "NaN"
     return "+Inf" if value > 0 else "-Inf"

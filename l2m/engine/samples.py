@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from l2m.engine.partials import Partial, dump_float
+from l2m.engine.partials import Partial, nonfinite_text
 from l2m.rules.model import Rule
 
 
@@ -26,7 +26,7 @@ def sample_value(value: float) -> float | str:
     value = float(value)
     if math.isfinite(value):
         return value
-    return dump_float(value)  # type: ignore[return-value]
+    return nonfinite_text(value)
 
 
 def is_finite_sample(s: Mapping[str, Any]) -> bool:
@@ -55,8 +55,8 @@ def series_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int
         "count": lambda: float(agg.n),
         "sum": lambda: agg.total,
         "avg": lambda: agg.total / agg.n,
-        "min": lambda: agg.min,
-        "max": lambda: agg.max,
+        "min": lambda: agg.min if agg.min is not None else math.nan,  # n > 0: never NaN
+        "max": lambda: agg.max if agg.max is not None else math.nan,
     }[rule.aggregation]()
     return [sample(rule, rule.name, dict(labels), value, timestamp)]
 
@@ -77,8 +77,8 @@ def family_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int
     out = []
     cumulative = 0
     for le in rule.bucket_labels:
-        part = buckets.get(le)
-        cumulative += part.n if part else 0
+        bucket = buckets.get(le)
+        cumulative += bucket.n if bucket else 0
         out.append(sample(rule, f"{rule.name}_bucket", {**base, "le": le}, cumulative, ts))
     out.append(sample(rule, f"{rule.name}_bucket", {**base, "le": "+Inf"}, total.n, ts))
     out.append(sample(rule, f"{rule.name}_sum", dict(base), total.total, ts))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 
 from luqum import tree as lq
 from luqum.exceptions import IllegalCharacterError, ParseError
@@ -284,7 +285,7 @@ class QueryCompiler(TreeVisitor):
 
     # leaves
 
-    def _leaf(self, field_name: str | None, build) -> Node:  # type: ignore[no-untyped-def]
+    def _leaf(self, field_name: str | None, build: Callable[[str, bool], Node]) -> Node:
         if field_name is None:
             options = tuple(build(name, True) for name in self.config.default_fields)
             return options[0] if len(options) == 1 else Or(options)

@@ -316,12 +316,12 @@ class _RuleReader:
         ]
         return rule_id
 
-    def bad(self, code: str, at: str, **params: object) -> None:
+    def bad(self, code: str, at: str, **params: Any) -> None:
         """A problem with key ``at`` (at the rule when the key is absent)."""
         target = self.raw[at][2] if at in self.raw else self.node
         self.ctx.add(code, target, self.rule_id, at if at in self.raw else None, **params)
 
-    def add(self, code: str, node: yaml.Node, where: str | None = None, **params: object
+    def add(self, code: str, node: yaml.Node, where: str | None = None, **params: Any
             ) -> None:
         self.ctx.add(code, node, self.rule_id, where, **params)
 

@@ -46,7 +46,7 @@ class Runner:
     cfg: JobConfig
     rules: Sequence[Rule]
     once: bool = False
-    out: TextIO = sys.stderr
+    out: TextIO | None = sys.stderr  # None: no progress lines (the demo draws its own)
     on_progress: Callable[[str, dict[str, Any]], None] | None = None
     spark: SparkSession | None = None
     job: Job | None = None

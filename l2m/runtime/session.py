@@ -6,8 +6,9 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -93,7 +94,7 @@ def _worker_python() -> str:
     return sys.executable
 
 
-def _without_sigterm(launch):  # type: ignore[no-untyped-def]
+def _without_sigterm(launch: Callable[[], SparkSession]) -> SparkSession:
     """Run ``launch`` (the session's creation) so that the JVM it starts ignores SIGTERM.
 
     l2m's driver stops the job gracefully on SIGTERM (the running batch finishes and commits);
@@ -111,7 +112,7 @@ def _without_sigterm(launch):  # type: ignore[no-untyped-def]
     if popen is None or os.name != "posix":
         return launch()
 
-    def ignoring_sigterm(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def ignoring_sigterm(*args: Any, **kwargs: Any) -> Any:
         inner = kwargs.get("preexec_fn")
 
         def preexec() -> None:
@@ -122,8 +123,9 @@ def _without_sigterm(launch):  # type: ignore[no-untyped-def]
         kwargs["preexec_fn"] = preexec
         return popen(*args, **kwargs)
 
-    java_gateway.Popen = ignoring_sigterm  # type: ignore[attr-defined]
+    # setattr: the module's Popen is subprocess.Popen, a class; ours is a function wrapping it
+    setattr(java_gateway, "Popen", ignoring_sigterm)  # noqa: B010
     try:
         return launch()
     finally:
-        java_gateway.Popen = popen  # type: ignore[attr-defined]
+        setattr(java_gateway, "Popen", popen)  # noqa: B010

@@ -321,11 +321,11 @@ class _FromTasks:
         for key, n in latest.items():
             if isinstance(key, SeriesCount) and key.rule in series:
                 series[key.rule] += n
-        family = GaugeMetricFamily("l2m_rule_series", "Live series (counters) or open windows' "
-                                   "series (gauges) in the state.", labels=["rule"])
+        gauge = GaugeMetricFamily("l2m_rule_series", "Live series (counters) or open windows' "
+                                  "series (gauges) in the state.", labels=["rule"])
         for rule, n in series.items():
-            family.add_metric([rule], n)
-        yield family
+            gauge.add_metric([rule], n)
+        yield gauge
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

@@ -19,18 +19,18 @@ from pyspark.sql.streaming.state import GroupState
 from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.samples import rule_samples, samples_frame, series_labels, series_samples
 from l2m.engine.status import STATUS_RULE, status_label
-from l2m.rules.model import Rule
+from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.state.format import dump_blob, load_blob
 from l2m.state.tally import InputCount, LateCount, SeriesCount, Tally
 from l2m.windows import window_closed
 
 # The input counter l2m keeps about itself: logs per parse status (ok, malformed, …).
-INPUT_RULE = Rule(id="l2m-input", name="l2m_input_logs_total", kind="counter", query="*",
-                  aggregation="count", group_by=("status",), file="<l2m>")
+INPUT_RULE = Rule(id="l2m-input", name="l2m_input_logs_total", kind=Kind.COUNTER, query="*",
+                  aggregation=Aggregation.COUNT, group_by=("status",), file="<l2m>")
 # Logs that arrived after the watermark had closed their one-minute window: the gauges
 # ignored them (counters still counted them).
-LATE_RULE = Rule(id="l2m-late", name="l2m_late_logs_total", kind="counter", query="*",
-                 aggregation="count", file="<l2m>")
+LATE_RULE = Rule(id="l2m-late", name="l2m_late_logs_total", kind=Kind.COUNTER, query="*",
+                 aggregation=Aggregation.COUNT, file="<l2m>")
 
 
 def signature(rule: Rule) -> list[Any]:

@@ -55,4 +55,5 @@ def load_blob(raw: bytes) -> dict[str, Any]:
         raise StateFormatError(
             f"the checkpoint holds state format {version}; this l2m reads format(s) "
             f"{', '.join(map(str, READABLE))}. {UPGRADE_HINT}")
-    return content  # type: ignore[no-any-return]
+    assert isinstance(content, dict)  # checked above: a mapping with a readable version
+    return content
