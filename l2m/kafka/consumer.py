@@ -6,7 +6,10 @@ pieces (at most one per partition). Output: :class:`Records` batches of up to
 piece, in offset order per partition. Offsets out of range are data loss (``on_data_loss``
 decides: fail or skip and say so); a broker that sends nothing for ``poll_timeout_s`` is
 :class:`~l2m.errors.KafkaUnavailableError`. Messages are read one by one only when a fetch is
-not the usual one (errors, gaps before the position, messages past a piece's end)."""
+not the usual one (errors, gaps before the position, messages past a piece's end).
+
+Also the driver's :class:`EndProbe`: where partitions end as a fetch sees them (tansu reports
+less in ListOffsets; docs/streaming.md, "The topic's end")."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import itertools
 import operator
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -152,6 +155,88 @@ class PartitionReader:
             if position[p] >= ends[p]:
                 done.append(p)
         return done
+
+
+class EndProbe:
+    """Where partitions really end, as a fetch sees them (the driver's check of the end offsets).
+
+    Kafka's end of a partition (ListOffsets ``latest``) is its high watermark, the same number
+    every fetch response carries. The embedded broker (tansu) answers ListOffsets with the base
+    offset of the newest record batch + 1, while its fetch responses carry the true high
+    watermark. :meth:`ends` fetches once from the given offsets and returns each partition's
+    high watermark from that response. One consumer is kept for the driver's lifetime (no
+    connection set-up per probe) and assigned only for the probe; it is never pickled."""
+
+    # One fetch, answered at once: a fetch at the end waits `fetch.wait.max.ms` for data
+    # (1 ms: a wait of 0 was never answered by tansu); a partition with records sends about
+    # one batch (64 KiB, or its first batch if larger) — the probe wants the response's high
+    # watermark, not the records.
+    SETTINGS: ClassVar[dict[str, Any]] = {
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "fetch.wait.max.ms": 1,
+        "max.partition.fetch.bytes": 64 * 1024,
+        "isolation.level": "read_uncommitted",  # as the admin client's ListOffsets
+        "auto.offset.reset": "latest",  # an offset past the end (data loss): the end
+        "log_level": "3",
+    }
+
+    def __init__(self, topic: str, config: dict[str, str], timeout_s: float) -> None:
+        self.topic = topic
+        self.config = config
+        self.timeout = timeout_s
+        self._consumer: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_consumer": None}
+
+    def ends(self, offsets: dict[int, int]) -> dict[int, int]:
+        """The high watermark of each partition of ``offsets`` as a fetch from that offset
+        sees it (at least the offset itself when the fetch finds records there). A partition
+        not answered within the timeout is :class:`~l2m.errors.KafkaUnavailableError`."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        if not offsets:
+            return {}
+        if self._consumer is None:
+            self._consumer = Consumer({"group.id": f"l2m-end-probe-{self.topic}",  # never joined
+                                       **self.config, **self.SETTINGS})
+        consumer = self._consumer
+        ends: dict[int, int] = {}
+        consumer.assign([TopicPartition(self.topic, p, o) for p, o in offsets.items()])
+        try:
+            deadline = time.monotonic() + self.timeout
+            while len(ends) < len(offsets):
+                # what has arrived, else wait for the next event (poll returns with it)
+                events = consumer.consume(num_messages=100_000, timeout=0) or \
+                    [e for e in [consumer.poll(0.1)] if e is not None]
+                for msg in events:
+                    p = msg.partition()
+                    if msg.topic() != self.topic or p not in offsets or p in ends:
+                        continue  # a client-wide event (a disconnect: the client retries)
+                    error = msg.error()
+                    if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaUnavailableError(
+                            f"Kafka error checking where {self.topic}-{p} ends: {error}")
+                    # a partition's first event follows the probe's fetch response, whose high
+                    # watermark the client keeps; an end-of-partition event's offset is it
+                    seen = msg.offset() + (0 if error is not None else 1)
+                    _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                             cached=True)
+                    ends[p] = max(seen, high)
+                if len(ends) < len(offsets) and time.monotonic() > deadline:
+                    missing = sorted(set(offsets) - set(ends))
+                    raise KafkaUnavailableError(
+                        f"no fetch answer for {self.topic} partitions {missing} within "
+                        f"{self.timeout:.0f}s (checking where they end)")
+        finally:
+            consumer.unassign()  # no fetching between probes
+        return ends
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            consumer.close()
 
 
 _ERROR = operator.methodcaller("error")

@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 
 from l2m.engine.partials import PARTIAL_SCHEMA
 from l2m.errors import DataLossError, KafkaUnavailableError
-from l2m.kafka.consumer import PartitionReader, Records
+from l2m.kafka.consumer import EndProbe, PartitionReader, Records
 from l2m.kafka.deadletters import DeadLetters
 from l2m.kafka.offsets import OffsetRange, plan_tasks, rate_limit
 from l2m.kafka.options import SourceOptions
@@ -142,6 +142,31 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise KafkaUnavailableError(f"cannot list {spec} offsets of Kafka topic "
                                         f"'{self.topic}': {exc}") from None
 
+    def _end_offsets(self, start: dict[int, int] | None = None) -> dict[int, int]:
+        """Each partition's end: ListOffsets(latest), checked by a fetch (:class:`EndProbe`)
+        where it does not show data past ``start`` (everywhere without one).
+
+        A broker may report less than it holds: tansu, the embedded broker, answers the base
+        offset of the partition's newest record batch + 1, so the rest of that batch would stay
+        unread until newer data arrives (and ``--once`` would skip it). Its fetch responses
+        carry the true end (the high watermark), as Kafka's do. A partition with new data is
+        planned up to the reported end — on tansu, the newest batch's tail waits for the next
+        micro-batch; one with none (idle, or the reported end behind what was already read) is
+        probed with a fetch from its reported end, always a valid offset (tansu answers a
+        fetch past its end with nothing at all, not an error): on Kafka a fetch at the end, no
+        records, one round trip, and only for idle partitions."""
+        reported = self._offsets("latest")
+        idle = {p: o for p, o in reported.items() if start is None or o <= start.get(p, 0)}
+        if not idle:
+            return reported
+        return {**reported, **self._end_probe().ends(idle)}
+
+    def _end_probe(self) -> EndProbe:
+        probe = getattr(self, "_probe", None)
+        if probe is None:
+            probe = self._probe = EndProbe(self.topic, self.config, self.poll_timeout)
+        return probe
+
     def _encode(self, offsets: dict[int, int]) -> dict[str, Any]:
         return {"topic": self.topic,
                 "partitions": {str(p): int(o) for p, o in sorted(offsets.items())}}
@@ -151,12 +176,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {int(p): int(o) for p, o in offset["partitions"].items()}
 
     def initialOffset(self) -> dict[str, Any]:
-        if self.starting in ("earliest", "latest"):
-            return self._encode(self._offsets(self.starting))
+        if self.starting == "earliest":
+            return self._encode(self._offsets("earliest"))
+        if self.starting == "latest":
+            return self._encode(self._end_offsets())
         wanted = json.loads(self.starting)
         wanted = wanted.get(self.topic, wanted)
         earliest = self._offsets("earliest")
-        latest = self._offsets("latest")
+        latest = self._end_offsets()
         start = {}
         for p in earliest:
             value = int(wanted.get(str(p), -2))
@@ -164,7 +191,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._encode(start)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._offsets("latest")
+        self._target = self._end_offsets()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_per_trigger:
@@ -175,7 +202,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.stop_file and os.path.exists(self.stop_file):
             return start
         begin = self._decode(start)
-        latest = self._target if self._target is not None else self._offsets("latest")
+        latest = self._target if self._target is not None else self._end_offsets(begin)
         self._latest = latest
         # New partitions start at their beginning.
         begin = {p: begin.get(p, 0) for p in latest}
@@ -241,6 +268,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         self._admin = None
+        probe = getattr(self, "_probe", None)
+        if probe is not None:
+            probe.close()
 
     # --- executor side -------------------------------------------------------------------
 

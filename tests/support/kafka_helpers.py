@@ -35,9 +35,11 @@ def fresh_topics(bootstrap: str, partitions: int = 3) -> TestTopics:
 def produce(bootstrap: str, topic: str, lines: Iterable[bytes | str], partitions: int,
             partition_of: Any = None) -> int:
     """Produce ``lines`` round-robin (or by ``partition_of(i)``), then one single-record batch
-    per partition: tansu reports the end offset only up to the last batch's base, so the
-    closing one-record batches make every real record visible to the job. Returns how many
-    closing records were added (empty messages: status ``blank``, ignored by every rule)."""
+    per partition. Returns how many closing records were added (empty messages: status
+    ``blank``, ignored by every rule). The closers date from before l2m checked tansu's end
+    offsets (it reports them only up to the newest batch's base, docs/streaming.md "The
+    topic's end"); l2m no longer needs them, tests that count ``blank`` still expect them,
+    and tests/integration/test_end_offsets.py produces without them."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": "3"})
     for i, line in enumerate(lines):
         value = line.encode() if isinstance(line, str) else line
