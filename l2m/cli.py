@@ -131,7 +131,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
     cfg = _load_config(args.config)
     ruleset = _rules_for(cfg)
     text = describe(cfg, ruleset.rules)
-    print(text)
+    print(text, end="")  # the document ends with its own newline
     if args.write:
         Path(args.write).write_text(text)
         print(f"wrote {args.write}", file=sys.stderr)

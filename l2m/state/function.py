@@ -33,6 +33,9 @@ from l2m.state.gauges import GaugeState
 from l2m.state.tally import MatchCount, SeriesCount
 
 CUMULATIVE = -1  # the window of every counter key
+# The state key's columns by state format (l2m.state.format): format 2 keys all rules
+# together; a format 1 checkpoint keeps its per-rule keys.
+STATE_KEYS: dict[int, tuple[str, ...]] = {2: ("shard", "window"), 1: ("rule", "shard", "window")}
 SWEEP_MS = 60_000  # format 2: how often a key's untouched rules are checked for idle series
 OUTPUT_SCHEMA = "key string, value string"
 STATE_SCHEMA = "blob binary"

@@ -44,7 +44,14 @@ from l2m.rules.model import Rule
 from l2m.state.checkpoint import check_checkpoint, local_checkpoint
 from l2m.state.counters import CounterState
 from l2m.state.format import STATE_FORMAT
-from l2m.state.function import CUMULATIVE, OUTPUT_SCHEMA, STATE_SCHEMA, MetricState, Reduction
+from l2m.state.function import (
+    CUMULATIVE,
+    OUTPUT_SCHEMA,
+    STATE_KEYS,
+    STATE_SCHEMA,
+    MetricState,
+    Reduction,
+)
 from l2m.state.gauges import GaugeState
 from l2m.state.tally import Latest, Sums, Tally
 
@@ -148,7 +155,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         GaugeState(RuleTable(option, "gauge"), tally=tally),
         None if counts is None else counts.reduction,
     )
-    keys = ("rule", "shard", "window") if state_format == 1 else ("shard", "window")
+    keys = STATE_KEYS[state_format]
     return partials.groupBy(*keys).applyInPandasWithState(
         state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)
 

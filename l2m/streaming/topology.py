@@ -1,15 +1,26 @@
 # ruff: noqa: E501  (the rendered document has long Markdown table rows)
 """`l2m topology`: the stage graph of the streaming job, like Kafka Streams'
-``Topology.describe()``, rendered from a job configuration and its rules."""
+``Topology.describe()``.
+
+Input: a job configuration and its rules. Output: Markdown — the stages, the modules that
+implement them (found from the code, so a moved stage shows its new home), the state format
+and keys (the code's own constants), and the settings that shape each stage.
+``topology/TOPOLOGY.md`` is this output for ``topology/local.yaml`` (a test keeps it so)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from l2m.config.job import JobConfig
+from l2m.engine.partials import KEY
 from l2m.engine.routing import plan_for
+from l2m.kafka.deadletters import DEAD_LETTER_MAX_BYTES
 from l2m.rules.model import Rule
+from l2m.state.format import READABLE, STATE_FORMAT
+from l2m.state.function import CUMULATIVE, STATE_KEYS
 
 
 def _fmt_ms(ms: int) -> str:
@@ -45,6 +56,8 @@ def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
     def rule_list(rs: list[Rule]) -> str:
         return ", ".join(f"`{r.id}`" for r in rs) or "(none)"
 
+    keys = ", ".join(STATE_KEYS[STATE_FORMAT])
+    m = _module
     return f"""# l2m streaming topology
 
 Rendered by `l2m topology --config {_shown(cfg.path) if cfg.path else '<config>'}` — do not edit by hand.
@@ -55,35 +68,50 @@ One streaming query in one Spark application (`{cfg.master}`), checkpoint
 
 ```
 l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
-  Source: l2m-kafka [{cfg.topics.logs}]; in each read task, on Arrow (l2m/engine/pipeline.py):
+  Source: l2m-kafka [{cfg.topics.logs}]; in each read task, on Arrow ({m("l2m.engine.readtask")}):
     consume --> parse --> Dead letters [{cfg.topics.dead_letters}]
             --> Route: one row per (log, rule, series), plus one status row per log
-            --> Pre-aggregate: per task, per (rule, series, le, window)
+            --> Pre-aggregate: per task, per ({", ".join(KEY)})
     --> partials only leave the task
     --> Watermark: max event time of routed logs - {_fmt_ms(cfg.grace_ms)}
-    --> Exchange: hash(rule, shard, window)
-    --> State: applyInPandasWithState, RocksDB
-          counters: per (rule, shard), {cfg.counter_shards} shards per rule, TTL {_fmt_ms(cfg.counter_ttl_ms)}
-          gauges:   per (rule, shard, 1-minute window), until the watermark passes the window
+    --> Exchange: hash({keys})
+    --> State: applyInPandasWithState, RocksDB, keyed by ({keys}), one section per rule
+          counters: window {CUMULATIVE}, {cfg.counter_shards} shards, TTL {_fmt_ms(cfg.counter_ttl_ms)}
+          gauges:   1-minute windows, until the watermark passes the window
     --> Sink: l2m-kafka-sink [{cfg.topics.metrics}]
 ```
 
 | stage | module | contract |
 |---|---|---|
-| source | `l2m/kafka/source.py`, `l2m/kafka/offsets.py` | Kafka → the task pipeline's partials (`l2m/engine/pipeline.py`); offsets in the checkpoint, explicit partition assignment (no consumer group, no rebalancing); {split}; {limit}; starting offsets `{src.starting_offsets}`; failOnDataLoss `{str(src.fail_on_data_loss).lower()}` |
-| parse | `l2m/engine/parse.py` | JSON → typed columns for the referenced fields only, and one boolean per regex/wildcard (RE2, `l2m/query/patterns.py`); event time `{cfg.timestamp_field}`, else the Kafka timestamp; more than {_fmt_ms(cfg.max_future_ms)} ahead of the record: `future`; malformed and future → `{cfg.topics.dead_letters}` with the reason (records over 256 KiB cut) |
-| route | `l2m/engine/match.py`, `l2m/engine/fanout.py` | each rule's query evaluated on Arrow, every distinct query node once per chunk of logs; rules scoped to an account only on that account's logs; one row per (log, rule, series) |
-| pre-aggregate | `l2m/engine/preaggregate.py` | per task, before any shuffle: one partial per (rule, series, le, window); counters have no window; exact decimal sums |
-| counters | `l2m/state/counters.py` (`CounterState`) | state keyed by (rule, shard), many series per Python call; idle series dropped after the TTL; the input statuses (one key) also count late logs, `l2m_late_logs_total` |
-| gauges | `l2m/state/gauges.py` (`GaugeState`) | state keyed by (rule, shard, window); watermark = max event time − grace; corrected windows re-emitted; logs for windows past the watermark dropped |
-| sink | `l2m/kafka/sink.py` | idempotent producer, deterministic keys, a batch commits only when every sample is acknowledged |
+| source | `{m("l2m.kafka.source")}`, `{m("l2m.kafka.consumer")}`, `{m("l2m.kafka.offsets")}` | Kafka → the read task's partials (`{m("l2m.engine.readtask")}`); offsets in the checkpoint, explicit partition assignment (no consumer group, no rebalancing); {split}; {limit}; starting offsets `{src.starting_offsets}`; failOnDataLoss `{str(src.fail_on_data_loss).lower()}` |
+| parse | `{m("l2m.engine.parse")}` | JSON → typed columns for the referenced fields only, and one boolean per regex/wildcard (RE2, `{m("l2m.query.patterns")}`); event time `{cfg.timestamp_field}`, else the Kafka timestamp; more than {_fmt_ms(cfg.max_future_ms)} ahead of the record: `future`; malformed and future → `{cfg.topics.dead_letters}` with the reason (records over {DEAD_LETTER_MAX_BYTES // 1024} KiB cut) |
+| route | `{m("l2m.engine.match")}`, `{m("l2m.engine.fanout")}` | each rule's query evaluated on Arrow, every distinct query node once per chunk of logs; rules scoped to an account only on that account's logs; one row per (log, rule, series) |
+| pre-aggregate | `{m("l2m.engine.preaggregate")}`, `{m("l2m.engine.partials")}` | per task, before any shuffle: one partial per ({", ".join(KEY)}); counters have no window; exact decimal sums |
+| state | `{m("l2m.state.function")}` | one key per ({keys}) for all rules together, one section per rule in its blob; a batch touches only the keys its logs fall in |
+| counters | `{m("l2m.state.counters")}` (`CounterState`) | cumulative per series, many series per Python call; idle series dropped after the TTL; the input statuses (one key) also count late logs, `l2m_late_logs_total` |
+| gauges | `{m("l2m.state.gauges")}` (`GaugeState`) | watermark = max event time − grace; corrected windows re-emitted; logs for windows past the watermark dropped |
+| sink | `{m("l2m.kafka.sink")}` | idempotent producer, deterministic keys, a batch commits only when every sample is acknowledged |
 
 The state schema does not depend on the rules (rule id, labels and `le` are data): adding,
 changing or removing rules keeps the checkpoint usable. State blobs carry their format
-version (`l2m/state/format.py`, format 1).
+version (`{m("l2m.state.format")}`): a new checkpoint is written in format {STATE_FORMAT}
+(keys ({keys})); formats {", ".join(map(str, READABLE))} are read (format 1 keeps its keys
+({", ".join(STATE_KEYS[1])})).
 
 Fields parsed: {fields or "(none)"}.
 
 Counter rules: {rule_list(counters)}.
 Gauge rules: {rule_list(gauges)}.
 """
+
+
+def _module(name: str) -> str:
+    """The source file of a module, relative to the package's parent (``l2m/kafka/sink.py``),
+    found without importing it: a stage that moves renders its new home, one that is gone
+    fails the render."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise LookupError(f"topology names {name}, which does not exist")
+    package = importlib.util.find_spec("l2m")
+    assert package is not None and package.origin is not None
+    return Path(spec.origin).relative_to(Path(package.origin).parent.parent).as_posix()

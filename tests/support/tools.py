@@ -26,7 +26,7 @@ def tool(name: str) -> str:
     return found
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``l2m ARGS…`` in a new process, as a user runs it: exit code, stdout and stderr."""
     return subprocess.run([sys.executable, "-m", "l2m.cli", *args], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, cwd=cwd)
