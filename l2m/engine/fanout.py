@@ -29,7 +29,7 @@ from l2m.engine.match import Matcher
 from l2m.engine.parse import STATUS, TIMESTAMP, Form, ParsePlan
 from l2m.engine.routing import Routing
 from l2m.engine.status import ROUTED, STATUS_NAMES, STATUS_RULE, status_series
-from l2m.query.nodes import KeywordEquals, Node
+from l2m.query.nodes import Node
 from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.windows import MINUTE_MS
 
@@ -163,24 +163,6 @@ class FanOut:
             "ts": pc.if_else(pc.is_valid(v), ts, pa.scalar(None, pa.int64())),
             "v": v,
         }, schema=MATCH_SCHEMA)
-
-    def condition(self, rule: Rule) -> pa.BooleanArray:
-        """Routed logs that match the rule's query and account scope (one rule alone, on
-        the whole batch: what the account slices of :meth:`table` must equal)."""
-        assert rule.compiled is not None
-        masks = [self._routed, self.matcher.mask(rule.compiled.root)]
-        if rule.account is not None:
-            masks.append(self.matcher.mask(KeywordEquals("account", rule.account)))
-        out = masks[0]
-        for mask in masks[1:]:
-            out = pc.and_(out, mask)
-        return out
-
-    def rule_rows(self, rule: Rule) -> pa.Table:
-        """One row per log the rule matches, the rule evaluated alone on the whole batch."""
-        hit = np.flatnonzero(np.asarray(self.condition(rule).to_numpy(zero_copy_only=False),
-                                        bool))
-        return self._shape_rows([(rule, hit)]) if len(hit) else MATCH_SCHEMA.empty_table()
 
     def series(self, fields: tuple[str, ...]) -> pa.Array:
         """The series key of every log for these group-by fields (all rows; rules take theirs):
