@@ -13,7 +13,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from l2m.errors import OPERATOR_ERRORS, KafkaUnavailableError, L2mError, SinkError, SparkError
+from l2m.errors import (
+    OPERATOR_ERRORS,
+    ConfigError,
+    KafkaUnavailableError,
+    L2mError,
+    SinkError,
+    SparkError,
+)
 
 # One line of a Python traceback or a Java exception: ``[module.]Name: message``.
 _CAUSE = re.compile(r"^\s*(?::\s*)?(?:Caused by: )?(?:[\w$]+\.)*(\w*(?:Error|Exception)): (.+)$")
@@ -28,10 +35,18 @@ _KAFKA_DOWN = re.compile(r"KafkaException|Connection refused|KafkaError\{code=(_
 
 def failure(exc: Any) -> L2mError:
     """The operator error behind a query failure or a Spark/py4j exception: l2m's own error
-    when one is in the text (its class decides the code), else the deepest real cause."""
+    when one is in the text (its class decides the code), else the deepest real cause. A
+    Kafka client setting librdkafka refuses is a configuration error, whatever wraps it: no
+    outage to wait out."""
+    text = str(exc.desc if hasattr(exc, "desc") else exc).strip()
+    setting = _CLIENT_SETTING.search(text)
+    if setting is not None:
+        # The property's name only: its value may be a secret.
+        name = setting.group(1) or setting.group(2)
+        return ConfigError(f"kafka.{name}: librdkafka does not accept this client setting "
+                           "(see librdkafka's CONFIGURATION.md for the names and values)")
     if isinstance(exc, L2mError):
         return exc
-    text = str(exc.desc if hasattr(exc, "desc") else exc).strip()
     if isinstance(exc, BaseException) and _plain(exc) \
             and not any(map(_CAUSE.match, text.splitlines())):
         # An exception of the driver's own Python code (OSError, ValueError…): its message
@@ -55,6 +70,11 @@ def failure(exc: Any) -> L2mError:
         name, message = causes[-1]
         return SparkError(f"{name}: {message}")
     return SparkError(text.splitlines()[0] if text else repr(exc))
+
+
+# librdkafka refusing a setting when a client is created (confluent-kafka's KafkaException).
+_CLIENT_SETTING = re.compile(r'No such configuration property: "([^"]+)"|'
+                             r'Invalid value (?:"[^"]*" )?for configuration property "([^"]+)"')
 
 
 def retriable(error: L2mError) -> bool:

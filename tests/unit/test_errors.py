@@ -7,6 +7,8 @@ from __future__ import annotations
 import builtins
 from pathlib import Path
 
+import pytest
+
 from l2m.errors import (
     ConfigError,
     DataLossError,
@@ -122,3 +124,19 @@ def test_everything_l2m_raises_for_a_user_is_an_l2m_error():
                     and node.exc.func.id in BUILTIN_ERRORS:
                 found.add((str(path.relative_to(ROOT)), node.exc.func.id))
     assert found == INTERNAL_RAISES
+
+
+def test_a_client_setting_librdkafka_refuses_is_a_config_error_not_an_outage():
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    with pytest.raises(KafkaException) as refused:
+        AdminClient({"bootstrap.servers": "127.0.0.1:1", "foo.bar": "s3cret"})
+    wrapped = KafkaUnavailableError(f"cannot read Kafka metadata: {refused.value}")
+    error = failure(wrapped)
+    assert isinstance(error, ConfigError) and not retriable(error)
+    assert "kafka.foo.bar" in error.message and "s3cret" not in error.message
+    with pytest.raises(KafkaException) as refused:
+        AdminClient({"bootstrap.servers": "127.0.0.1:1", "socket.timeout.ms": "s3cret"})
+    error = failure(f"Caused by: {refused.value}")
+    assert isinstance(error, ConfigError) and "s3cret" not in error.message
