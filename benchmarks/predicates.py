@@ -5,7 +5,7 @@ instead of walking the query tree for every log.
 Each compiled query node (:mod:`l2m.query.compiler`) becomes a closure ``pred(doc) -> bool`` built
 from its children's closures, with field paths pre-split, numbers pre-parsed and patterns
 precompiled. The semantics are exactly those of the reference evaluator
-(``tests/reference.py``, SPEC §2–4) and of the value helpers of :mod:`l2m.values`:
+(``tests/support/reference.py``, SPEC §2–4) and of the value helpers of :mod:`l2m.values`:
 
 * field lookup, string form and numbers are :func:`~l2m.values.lookup`,
   :func:`~l2m.values.string_form` and :func:`~l2m.values.number`, with the common cases

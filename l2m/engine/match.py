@@ -3,7 +3,7 @@
 Input: a batch with ``ParsePlan.schema()`` (:func:`l2m.engine.parse.parse_lines`) and query trees
 (:mod:`l2m.query.compiler`). Output: one ``pa.BooleanArray`` per tree, never null — a missing field is
 ``False``, so ``NOT f:x`` is true for logs without ``f`` (SPEC §2), exactly as the reference
-evaluator (``tests/reference.py``) reads it. It is l2m's one query engine: streaming and
+evaluator (``tests/support/reference.py``) reads it. It is l2m's one query engine: streaming and
 backfill both route with it.
 
 One visitor, one ``visit_<Node>`` method per node type, in the manner of luqum's

@@ -1,7 +1,7 @@
 """The streaming job end to end against the real embedded broker: produce, process
 (availableNow), stop, restart from the checkpoint, and check exact results. Stateful semantics
 (late data, the watermark, rule changes) are tested without the broker, faster, in
-tests/test_harness.py."""
+tests/spark/test_harness.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pipeline against the pure-Python reference implementation (tests/reference.py): the
+"""The pipeline against the pure-Python reference implementation (tests/support/reference.py): the
 example rules over generated logs through the whole backfill, and random queries over random
 logs through the parse stage and the matcher."""
 

@@ -1,5 +1,5 @@
 """A recording stand-in for the Kubernetes API server: just what Spark's fabric8 client asks
-in client mode (tests/test_k8s_executors.py). Plain HTTP on 127.0.0.1, a free port.
+in client mode (tests/integration/test_k8s_executors.py). Plain HTTP on 127.0.0.1, a free port.
 
 It holds the driver pod (Running and Ready, with a uid: Spark reads it for the executors'
 ownerReference) and the pods and ConfigMaps created through it (each given a uid, pods left

@@ -1,6 +1,6 @@
 """Random logs and random Lucene queries over a few fields whose values cross every type
 boundary (numbers as strings, objects, arrays, blanks): the differential tests run them
-through a pipeline and through the reference evaluator (tests/reference.py)."""
+through a pipeline and through the reference evaluator (tests/support/reference.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The Arrow fan-out (l2m/engine/fanout.py) produces exactly the match rows the reference evaluator
-(tests/reference.py) reads off each log: the example and benchmark rules over generated logs,
+(tests/support/reference.py) reads off each log: the example and benchmark rules over generated logs,
 with malformed and undated ones, and rules scoped to accounts."""
 
 from __future__ import annotations

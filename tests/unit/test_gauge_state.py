@@ -83,7 +83,7 @@ def test_a_window_past_the_watermark_closes_and_late_logs_are_dropped():
     assert run(fn, ("m", 0, W), [], kept) == []
     assert kept.exists
     # the watermark reaches the end: the window goes; logs for it are dropped (counted by the
-    # input-status key, tests/test_counter_state.py)
+    # input-status key, tests/unit/test_counter_state.py)
     closed = group_state(kept.get[0], watermark=W + 60_000)
     assert run(fn, ("m", 0, W), [partial("", None, [9.0, 9.5], W)], closed) == []
     assert not closed.exists

@@ -1,5 +1,5 @@
 """The Quix Streams peer's rules, compiled once into Python predicates
-(benchmarks/predicates.py), against the reference evaluator (tests/reference.py): the peer
+(benchmarks/predicates.py), against the reference evaluator (tests/support/reference.py): the peer
 is compared with l2m only while it computes exactly what the SPEC defines."""
 
 from __future__ import annotations
