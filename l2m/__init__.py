@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+from l2m.version import __version__
 
 # public name → the module that defines it
 _API = {

@@ -2,9 +2,10 @@
 registry that :mod:`l2m.runtime.endpoint` serves.
 
 Input, after each micro-batch: Spark's query progress (rates, durations, offsets, watermark,
-state; read by :mod:`l2m.runtime.progress`), the job's accumulators (:class:`l2m.streaming.job.Counts`: pre-aggregation rows, matches
-per rule, what each state key last reported) and Spark's status store (the tasks each
-executor ran in the batch, and the records they read: :mod:`l2m.runtime.sparkstatus`). Output: ``l2m_*`` metrics. Counters
+state; read by :mod:`l2m.runtime.progress`), the job's accumulators
+(:class:`l2m.streaming.job.Counts`: pre-aggregation rows, matches per rule, what each state
+key last reported) and Spark's status store (the tasks each executor ran in the batch, and
+the records they read: :mod:`l2m.runtime.sparkstatus`). Output: ``l2m_*`` metrics. Counters
 that come from the state (``l2m_input_logs_total``, ``l2m_late_logs_total``,
 ``l2m_dead_letters_total``) are exact and continue across restarts; the others count since
 the driver started."""
@@ -14,7 +15,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -26,18 +26,12 @@ from l2m.rules.model import Rule
 from l2m.runtime.progress import epoch_seconds, input_rates, input_records, partition_offsets
 from l2m.runtime.sparkstatus import ExecutorLoad
 from l2m.state.tally import InputCount, LateCount, SeriesCount
+from l2m.version import __version__
 
 BATCH_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 DEAD_LETTER_REASONS = tuple(STATUS_NAMES[c] for c in DEAD_LETTERED)
 # A watch loop that has not ticked for this long is stuck: /healthz says so.
 STALL_S = 60.0
-
-
-def _version() -> str:
-    try:
-        return version("l2m")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 class Telemetry:
@@ -128,7 +122,7 @@ class Telemetry:
         self.state_bytes = gauge("l2m_state_memory_bytes",
                                  "State store memory after the last batch.")
         gauge("l2m_rules", "Rules the job runs.").set(len(self.rules))
-        gauge("l2m_build_info", "l2m's version.", ("version",)).labels(_version()).set(1)
+        gauge("l2m_build_info", "l2m's version.", ("version",)).labels(__version__).set(1)
         self._seen_executors: set[str] = set()
         self._seen_partitions: set[str] = set()
         r.register(_FromTasks(self))
