@@ -271,6 +271,7 @@ class Decoder:
         hints = _hints(cls)
         for f in dataclasses.fields(cls):  # a key of a section written at this level
             base = _split(hints[f.name])[0]
+            # is_dataclass narrows to "a dataclass or an instance of one"; base is a class
             if dataclasses.is_dataclass(base) and key in {
                     p[0] for p in file_keys(base).values() if p}:  # type: ignore[arg-type]
                 return f"belongs under '{file_keys(cls)[f.name][0]}'"
@@ -295,6 +296,7 @@ class Decoder:
             except Invalid as exc:
                 raise self.fail(at, str(exc)) from None
         if dataclasses.is_dataclass(base):
+            # base is a record class (is_dataclass also admits instances, which mypy keeps)
             if raw is None:
                 return base()  # type: ignore[operator]
             if not isinstance(raw, Mapping):
