@@ -3,8 +3,14 @@
 per task, in Python: read its split of the files (:mod:`l2m.batch.lines`) → on Arrow: parse →
 route → pre-aggregate (the streaming job's read task, :mod:`l2m.engine.readtask`) → shuffle
 and merge the partials by (rule, series, le, window) with the read tasks' own merge
-(:func:`l2m.engine.partials.merge`) → final samples written by the driver as JSON lines, one per gauge series-window and one per counter series. One pass over the input yields
-both the samples and the run's summary (status rows, see :mod:`l2m.engine.routing`).
+(:func:`l2m.engine.partials.merge`) → final samples written by the driver as JSON lines,
+one per gauge series-window and one per counter series. One pass over the input yields both
+the samples and the run's summary (status rows, :mod:`l2m.engine.status`).
+
+Input: the rules, JSON-lines files or directories (plain, ``.gz``, ``.bz2``, other Hadoop
+codecs through Spark's text source) and an output path. Output: the samples file (atomically)
+and a :class:`BackfillSummary`; an :class:`~l2m.errors.InputError` for inputs it cannot read
+as asked.
 
 No input line can fail the job: lines are read as bytes (invalid UTF-8 is a malformed line,
 not a decoding error), and every ``.gz`` file is checked first, in parallel — a corrupt or

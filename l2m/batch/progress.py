@@ -1,4 +1,8 @@
-"""Progress of long Spark jobs on stderr, from the driver's status tracker."""
+"""Progress of long Spark jobs on stderr, from the driver's status tracker.
+
+Input: the Spark context (its status tracker) while a job runs. Output: a line every couple of
+seconds on stderr — each active stage's completed/total tasks (one updated line on a
+terminal)."""
 
 from __future__ import annotations
 

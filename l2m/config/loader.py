@@ -2,7 +2,11 @@
 
 Relative paths (rules, checkpoint) are resolved against the configuration file's folder, so a
 job runs the same from any working directory; a URI (``s3a://bucket/l2m``) is kept as written.
-Unknown keys are errors, as in rule files."""
+Unknown keys are errors, as in rule files.
+
+Input: a YAML file (or, :func:`config_from_dict`, its parsed mapping). Output: a
+:class:`~l2m.config.job.JobConfig`, or one :class:`~l2m.errors.ConfigError` naming the file,
+the line and the key — never a Kafka client value or the file's text (they hold secrets)."""
 
 from __future__ import annotations
 

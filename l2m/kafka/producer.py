@@ -1,7 +1,10 @@
 """Kafka producers for the tasks of a Python worker: cached (starting an idempotent producer
 costs a broker round trip), fed without failing on a full local queue, forgotten after a
 failure. Used by the sink (:mod:`l2m.kafka.sink`) and the dead letters
-(:mod:`l2m.kafka.deadletters`)."""
+(:mod:`l2m.kafka.deadletters`).
+
+Input: client settings and messages. Output: the worker's cached producer for those
+settings; messages queued (delivery is each caller's to check, with a flush)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,14 @@
 """Lucene query strings → a small typed query tree (SPEC §2).
 
 luqum parses; :class:`QueryCompiler` — one ``visit_<node>`` per luqum node type, like luqum's
-own ``ElasticsearchQueryBuilder`` — turns the luqum tree into the immutable nodes of :mod:`l2m.query.nodes`, which
-already carry the field semantics (keyword or text, numeric or lexicographic range). What
-is not handled raises :class:`~l2m.errors.QueryError` with a stable code and the offset inside
-the query. Runs on the driver only; :mod:`l2m.engine.match` evaluates the result over Arrow batches.
+own ``ElasticsearchQueryBuilder`` — turns the luqum tree into the immutable nodes of
+:mod:`l2m.query.nodes`, which already carry the field semantics (keyword or text, numeric or
+lexicographic range). Runs on the driver only; :mod:`l2m.engine.match` evaluates the result
+over Arrow batches.
+
+Input: a query string and the query settings (text and default fields). Output: a
+:class:`~l2m.query.nodes.CompiledQuery` (the tree and the fields it reads, in which forms), or
+:class:`~l2m.errors.QueryError` with a stable code and the offset inside the query.
 """
 
 from __future__ import annotations

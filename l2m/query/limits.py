@@ -1,5 +1,8 @@
 """The limits a query must stay within (SPEC §2): what validates must run, in bounded time
-and memory. Each limit has one definition here; errors quote it."""
+and memory. Each limit has one definition here; errors quote it.
+
+Input: none. Output: the limits the compiler (:mod:`l2m.query.compiler`) and the pattern
+checks (:mod:`l2m.query.patterns`) enforce."""
 
 from __future__ import annotations
 

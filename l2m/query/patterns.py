@@ -6,6 +6,9 @@ same library both validates a rule (:func:`regex_problem`) and evaluates it in t
 (:func:`match_whole`, :func:`match_any_token`): what ``l2m validate`` accepts, the job runs.
 Wildcards are translated to RE2 regexes (:func:`wildcard_regex`) and take the same path.
 
+Input: a regex body or wildcard parts (validation), and Arrow string columns (evaluation).
+Output: a :class:`PatternProblem` or None; boolean Arrow columns.
+
 A pattern matches the *whole* value (keyword fields) or one whole token (text fields):
 :func:`anchored` wraps it as ``(?s)^(?:…)$``. In RE2, without the ``m`` flag, ``$`` matches
 only at the very end of the text (Python's and Java's also match before a final newline), and

@@ -3,6 +3,10 @@
 Loading never stops at the first problem: every file is read, every rule checked, and all
 problems are reported together, each with ``file:line:column``, the rule id and a stable
 error code (:mod:`l2m.errors`). Queries are compiled here, once, on the driver.
+
+Input: rule files and directories (read recursively, ``*.yaml``/``*.yml``) or a YAML text,
+and the query settings. Output: a :class:`~l2m.rules.model.RuleSet` (the rules and the
+warnings), or :class:`~l2m.errors.RuleValidationError` carrying every problem found.
 """
 
 from __future__ import annotations
