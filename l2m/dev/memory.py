@@ -10,8 +10,8 @@ never sees half a file. Offsets are ``{"partitions": {"0": n, …}}``: records p
 like Kafka offsets. Output: with ``routing``, the task's partials (``PARTIAL_SCHEMA``); with
 ``parsePlan``, the rows of ``ParsePlan.schema()`` (the rules' field columns, ``_ts``,
 ``_status``, ``_error``) — by the same read task as the Kafka reader's
-(:class:`l2m.engine.readtask.ReadTask`), with the record timestamps as fallback; one task per partition with new
-records, so tasks run in parallel.
+(:class:`l2m.engine.readtask.ReadTask`), with the record timestamps as fallback; one task per
+partition with new records, so tasks run in parallel.
 
 ``read()`` is stateless — it needs only the folder and the offsets in its partition — because
 Spark pickles the reader to a Python worker that is not the driver's."""

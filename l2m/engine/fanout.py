@@ -12,9 +12,8 @@ Rules see only what can match them: the routed logs of accounts with scoped rule
 by account once, and a rule scoped to an account reads its query's mask only over that
 account's slice — with a thousand accounts, a log meets its own account's rules, not all of
 them. Every query node is evaluated once per batch however many rules share it
-(:class:`l2m.engine.match.Matcher`), and rules of one shape (kind, aggregation, value field, buckets,
-group-by) get their rows together, so the cost per rule is a few numpy calls.
-"""
+(:class:`l2m.engine.match.Matcher`), and rules of one shape (kind, aggregation, value field,
+buckets, group-by) get their rows together, so the cost per rule is a few numpy calls. """
 
 from __future__ import annotations
 

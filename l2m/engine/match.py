@@ -1,8 +1,8 @@
 """Match stage on Arrow: compiled query trees → boolean masks over one parsed batch.
 
 Input: a batch with ``ParsePlan.schema()`` (:func:`l2m.engine.parse.parse_lines`) and query trees
-(:mod:`l2m.query.compiler`). Output: one ``pa.BooleanArray`` per tree, never null — a missing field is
-``False``, so ``NOT f:x`` is true for logs without ``f`` (SPEC §2), exactly as the reference
+(:mod:`l2m.query.compiler`). Output: one ``pa.BooleanArray`` per tree, never null — a missing field
+is ``False``, so ``NOT f:x`` is true for logs without ``f`` (SPEC §2), exactly as the reference
 evaluator (``tests/support/reference.py``) reads it. It is l2m's one query engine: streaming and
 backfill both route with it.
 
@@ -114,7 +114,8 @@ class Matcher:
         return _safe(self._column(node.field, Form.EXISTS))
 
     def visit_KeywordEquals(self, node: KeywordEquals) -> pa.BooleanArray:
-        return _safe(pc.equal(self._column(node.field, Form.STRING), pa.scalar(node.value, pa.string())))
+        value = pa.scalar(node.value, pa.string())
+        return _safe(pc.equal(self._column(node.field, Form.STRING), value))
 
     def _pattern(self, node: Node) -> pa.BooleanArray:
         found = pattern_of(node)

@@ -3,8 +3,8 @@ per read task, vectorised in Arrow, before anything reaches the JVM.
 
 Input: match rows (:data:`l2m.engine.fanout.MATCH_SCHEMA`: ``rule, series, le, window, ts, v``) and
 the ids of the rules whose samples show a sum. Output: :data:`~l2m.engine.partials.PARTIAL_ARROW`
-rows — the mergeable partial of :mod:`l2m.engine.partials` — per key. Counters carry no window (null): a task's rows of one series collapse into
-one partial. Gauges carry their one-minute window.
+rows — the mergeable partial of :mod:`l2m.engine.partials` — per key. Counters carry no window
+(null): a task's rows of one series collapse into one partial. Gauges carry their one-minute window.
 
 Exact sums: each value enters as the decimal of its shortest representation rounded half away
 from zero to 18 places (what Spark's ``try_cast(v AS decimal(38,18))`` does with Java's

@@ -1,9 +1,9 @@
 """Running the streaming job: session, the query, progress lines, graceful shutdown, and
 riding out Kafka outages.
 
-Input: a :class:`~l2m.config.loader.JobConfig` and the rules. Output: the running query, one progress
-line per micro-batch on ``out``, and an exit code (0 stopped or finished, 1 failed). A query
-that fails because Kafka cannot be reached (sink, dead letters, offsets, records) is started
+Input: a :class:`~l2m.config.job.JobConfig` and the rules. Output: the running query, one
+progress line per micro-batch on ``out``, and an exit code (0 stopped or finished, 1 failed). A
+query that fails because Kafka cannot be reached (sink, dead letters, offsets, records) is started
 again on the same checkpoint after a backoff (1 s doubling to 60 s), for as long as the outage
 lasts; the batch it was running is replayed."""
 

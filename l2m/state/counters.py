@@ -45,8 +45,8 @@ class CounterState:
 
     A rule's section: ``{"sig": signature, "series": {series: [last_seen_ms, {le:
     partial}]}}`` (layouts: :mod:`l2m.state.format`), so many series are updated per Python
-    call and the state schema does not depend on the rules. Series idle for longer than the TTL are dropped (a later log
-    restarts them at 0, a counter reset for PromQL).
+    call and the state schema does not depend on the rules. Series idle for longer than the TTL are
+    dropped (a later log restarts them at 0, a counter reset for PromQL).
 
     The input-status key (rule ``__status__``, one shard) also counts late logs: its status
     partials carry each log's one-minute window in ``le``, and a log whose window the

@@ -7,7 +7,8 @@ State outlives releases: every blob is orjson of a mapping with ``"v"``, the for
 (:data:`STATE_FORMAT`). :func:`load_blob` reads every version l2m has written since versions
 exist (``tests/golden/`` pins each) and refuses anything else with ``[STATE_FORMAT]``, naming
 the version it found and what to do. The checkpoint folder carries the same version in
-``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong checkpoint is refused before Spark starts.
+``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong checkpoint is refused
+before Spark starts.
 
 Layouts, version 2: a key's blob is ``{"v": 2, "rules": {rule id: section}}`` — a counter
 key adds ``"swept": ms`` (when its idle series were last dropped for every rule; touched rules

@@ -4,9 +4,10 @@ State is keyed by (shard, window) for all rules together (format 2; format 1 che
 their (rule, shard, window) keys): counters by shard with window :data:`CUMULATIVE`, gauges
 by (shard, one-minute window), so a batch touches only the windows its logs fall in, and the
 number of Python calls — Spark's per-key overhead is about a millisecond — does not grow
-with the number of rules. The value is one opaque blob per key, so the state schema never depends on the rules. Running both in one query
-means each log is read, parsed and routed once (Spark's own window aggregation cannot share a
-query with ``applyInPandasWithState`` in update mode, hence gauges are ours too).
+with the number of rules. The value is one opaque blob per key, so the state schema never depends on
+the rules. Running both in one query means each log is read, parsed and routed once (Spark's own
+window aggregation cannot share a query with ``applyInPandasWithState`` in update mode, hence gauges
+are ours too).
 
 Input: the partials of one micro-batch (:data:`~l2m.engine.partials.PARTIAL_SCHEMA`, plus
 ``shard`` and ``window``), grouped by the state key, and each key's stored blob. Output: the

@@ -35,8 +35,8 @@ class GaugeState:
     window) keys whole (:meth:`__call__`).
 
     A rule's section: ``{"sig", "series": {series: {le: partial}}}`` (layouts:
-    :mod:`l2m.state.format`). A key that gets no data is looked at again every ``recheck_ms`` of processing time, to let
-    its window go once the watermark has passed."""
+    :mod:`l2m.state.format`). A key that gets no data is looked at again every ``recheck_ms`` of
+    processing time, to let its window go once the watermark has passed."""
 
     rules: Mapping[str, Rule]
     recheck_ms: int = 60_000

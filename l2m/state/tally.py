@@ -2,10 +2,11 @@
 metrics (:mod:`l2m.runtime.telemetry`).
 
 Input: ``{key: number}`` updates added in tasks (pre-aggregation, state), keyed by the named
-types below — what each number is about. Output: the merged dictionary on the driver. :class:`Sums` adds values per key (logs matched per rule);
-:class:`Latest` keeps the last value per key (series per state key, the exact input-status
-counts). Tasks of one micro-batch touch disjoint state keys and batches run one after the
-other, so "last" is well defined. Kept free of heavy imports: workers unpickle these."""
+types below — what each number is about. Output: the merged dictionary on the driver. :class:`Sums`
+adds values per key (logs matched per rule); :class:`Latest` keeps the last value per key (series
+per state key, the exact input-status counts). Tasks of one micro-batch touch disjoint state keys
+and batches run one after the other, so "last" is well defined. Kept free of heavy imports: workers
+unpickle these."""
 
 from __future__ import annotations
 

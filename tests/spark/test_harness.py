@@ -1,9 +1,9 @@
-"""Stateful semantics of the streaming job through the in-memory harness (tests/support/streamtest.py,
-no broker): counters across batches and restarts, gauge windows corrected by late data within
-the grace and closed beyond it (also across a restart), rules added, changed and removed across
-a restart, the clock bound. Each test runs the real query and really restarts it on its
-checkpoint; expected values are exact, from the pure-Python reference (tests/support/reference.py,
-differentially tested against ``l2m backfill``) or by hand."""
+"""Stateful semantics of the streaming job through the in-memory harness
+(tests/support/streamtest.py, no broker): counters across batches and restarts, gauge windows
+corrected by late data within the grace and closed beyond it (also across a restart), rules added,
+changed and removed across a restart, the clock bound. Each test runs the real query and really
+restarts it on its checkpoint; expected values are exact, from the pure-Python reference
+(tests/support/reference.py, differentially tested against ``l2m backfill``) or by hand."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Arrow fan-out (l2m/engine/fanout.py) produces exactly the match rows the reference evaluator
-(tests/support/reference.py) reads off each log: the example and benchmark rules over generated logs,
-with malformed and undated ones, and rules scoped to accounts."""
+(tests/support/reference.py) reads off each log: the example and benchmark rules over generated
+logs, with malformed and undated ones, and rules scoped to accounts."""
 
 from __future__ import annotations
 

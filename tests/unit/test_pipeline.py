@@ -1,6 +1,6 @@
-"""The read task's pipeline on Arrow (l2m/engine/pipeline.py, l2m/engine/preaggregate.py, the account
-slices of l2m/engine/fanout.py), no JVM: exact decimal values as the reference takes them, chunking
-that does not change a partial, account-scoped rules evaluated on their account's slice
+"""The read task's pipeline on Arrow (l2m/engine/pipeline.py, l2m/engine/preaggregate.py, the
+account slices of l2m/engine/fanout.py), no JVM: exact decimal values as the reference takes them,
+chunking that does not change a partial, account-scoped rules evaluated on their account's slice
 exactly as with an account mask, and the rules' trip through a data-source option."""
 
 from __future__ import annotations
