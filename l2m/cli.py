@@ -287,6 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     (exit 1); ``--debug`` adds the traceback."""
     args = build_parser().parse_args(argv)
     debug = getattr(args, "debug", False)
+    if debug:  # Spark's own failure logs too, with their stack traces (runtime/session.py)
+        import os
+
+        os.environ["L2M_DEBUG"] = "1"
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -17,7 +17,10 @@ from l2m.errors import ConfigError
 from l2m.runtime.jvm import java_options
 
 PACKAGE = Path(__file__).resolve().parent.parent  # the installed l2m package
+# Spark's logging: quiet (l2m reports failures itself, in one line), or in full for
+# `l2m --debug`, which sets L2M_DEBUG=1 (the stack traces of Spark's failure logs).
 LOG4J = PACKAGE / "log4j2.properties"
+LOG4J_DEBUG = PACKAGE / "log4j2-debug.properties"
 # The interpreter wrapper for every Python process Spark starts (see the script).
 PYTHON = PACKAGE / "bin" / "python"
 # The JVM moves partials, state and samples; all per-log work is in Python. C2's compiles of
@@ -31,7 +34,7 @@ DEFAULTS: dict[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     # JIT: see above (benchmarks/README.md, "JIT").
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J} {JIT}",
+    "spark.driver.extraJavaOptions": JIT,  # and l2m's log4j configuration (build_session)
     "spark.executor.extraJavaOptions": JIT,
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
@@ -68,6 +71,8 @@ def build_session(master: str = MASTER, app_name: str = "l2m",
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     cores = os.cpu_count() or 2
     settings = {"spark.sql.shuffle.partitions": str(max(4, 2 * cores)), **DEFAULTS,
+                "spark.driver.extraJavaOptions":
+                    f"-Dlog4j2.configurationFile=file:{log4j_config()} {JIT}",
                 # Executors elsewhere (Kubernetes: the same image) run the same interpreter.
                 "spark.executorEnv.L2M_PYTHON": os.environ.get("L2M_PYTHON", sys.executable),
                 **(conf or {})}
@@ -81,6 +86,11 @@ def build_session(master: str = MASTER, app_name: str = "l2m",
     spark = _without_sigterm(builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def log4j_config() -> Path:
+    """The driver's log4j configuration: :data:`LOG4J_DEBUG` when ``L2M_DEBUG=1``."""
+    return LOG4J_DEBUG if os.environ.get("L2M_DEBUG") == "1" else LOG4J
 
 
 def _worker_python() -> str:

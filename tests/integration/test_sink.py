@@ -1,13 +1,20 @@
 """The Kafka sink: a metrics broker that is down is said clearly and waited out (the query is
 restarted with backoff on the same checkpoint); once it is back, everything is delivered (the
-failed batch is replayed)."""
+failed batch is replayed). `l2m run` says so in one line per retry, without Spark's and the
+Python workers' stack traces of the failure (`--debug` shows them)."""
 
 from __future__ import annotations
 
 import io
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
+
+import pytest
 
 from l2m.dev.broker import EmbeddedBroker, create_topics, free_port
 from l2m.rules.loader import load_text
@@ -18,6 +25,7 @@ from tests.support.kafka_helpers import (
     consume_all,
     fresh_topics,
     job_config,
+    job_yaml,
     latest_samples,
     produce,
 )
@@ -68,3 +76,42 @@ def test_without_retries_a_broker_outage_fails_with_the_sink_code(spark, broker,
     assert runner.wait(poll=0.5) == 1
     assert runner.error is not None and runner.error.code == "SINK"
     assert out.getvalue().strip().splitlines()[-1].startswith("l2m: error [SINK]: Kafka did not")
+
+
+STACK_TRACE = ("\tat ", "Traceback (most recent call last)", "py4j")
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["quiet", "debug"])
+def test_a_sink_retry_is_one_line_without_stack_traces(broker, tmp_path, debug):
+    t = fresh_topics(broker.bootstrap, partitions=1)
+    produce(t.bootstrap, t.topics.logs, generated(50, seed=33), t.partitions)
+    config = job_yaml(t, tmp_path, f'sink_kafka: {{bootstrap.servers: "127.0.0.1:{free_port()}", '
+                                   'message.timeout.ms: "2000"}')
+    command = [sys.executable, "-m", "l2m.cli", *(["--debug"] if debug else []), "run",
+               "--config", str(config)]
+    run = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                           start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(run.stderr or ()))
+    reader.start()
+    try:
+        deadline = time.monotonic() + 180
+        while not any("retrying in" in x for x in lines) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        run.send_signal(signal.SIGTERM)  # waiting out the outage: stops at once
+        assert run.wait(120) == 0
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        reader.join(10)
+    stderr = "".join(lines)
+    retries = [x for x in lines if x.startswith("l2m: sink: Kafka did not acknowledge")]
+    assert retries and "retrying in 1 s (the batch will be replayed)" in retries[0], stderr
+    traces = [x for x in lines if any(mark in x for mark in STACK_TRACE)]
+    if debug:  # the operator's view: Spark's failure logs, Java and Python stacks included
+        assert any(x.startswith("\tat ") for x in traces), stderr
+        assert any("Traceback (most recent call last)" in x for x in traces), stderr
+    else:
+        assert traces == [], stderr
+        assert " ERROR " not in stderr and "Setting default log level" not in stderr, stderr
