@@ -5,15 +5,15 @@ Tests are tiered like the package: ``tests/unit`` (no JVM, no broker: must run i
 broker, real Prometheus tools, whole ``l2m`` processes); ``tests/support`` holds the reference
 evaluator and helpers. Each test gets its folder's marker (``-m unit``, ``-m spark``,
 ``-m integration``), and a unit test that asks for the Spark session or the broker is an
-error, not a slow test. One local Spark session serves the whole run (sessions are slow to
-start), created only when a test needs it."""
+error, not a slow test (markers: pyproject.toml). One local Spark session serves the whole
+run (sessions are slow to start), created only when a test needs it; each tier's own fixtures
+are in its folder's conftest.py."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,11 +26,6 @@ os.environ.setdefault("L2M_JVM_CACHE", "off")
 TIERS = ("unit", "spark", "integration")
 # What a unit test may not use: each starts a JVM or a broker.
 HEAVY_FIXTURES = ("spark", "broker", "stream_test")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    for tier in TIERS:
-        config.addinivalue_line("markers", f"{tier}: tests in tests/{tier}/")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -57,32 +52,3 @@ def spark() -> Iterator[object]:
     register(session)
     yield session
     session.stop()
-
-
-@pytest.fixture(scope="session")
-def broker() -> Iterator[object]:
-    """One embedded broker (tansu, in memory) for the whole run; tests use fresh topics."""
-    from l2m.dev.broker import EmbeddedBroker
-
-    with EmbeddedBroker() as embedded:
-        yield embedded
-
-
-@pytest.fixture
-def stream_test(spark: Any, tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """A factory of in-memory streaming harnesses (:class:`tests.streamtest.StreamTest`):
-    ``stream_test(rules, **options)``, each on its own folder under ``tmp_path``. Their queries
-    are stopped at teardown, so a failed test never leaves the job's query running (its name
-    is fixed: the next test's query could not start)."""
-    from tests.support.streamtest import StreamTest
-
-    made: list[StreamTest] = []
-
-    def make(rules: Any, **options: Any) -> StreamTest:
-        harness = StreamTest(spark, rules, tmp_path / f"stream{len(made)}", **options)
-        made.append(harness)
-        return harness
-
-    yield make
-    for harness in made:
-        harness.stop()
