@@ -24,6 +24,7 @@ import numpy as np
 from l2m.defaults import BATCH_ROWS
 from l2m.errors import KafkaUnavailableError
 from l2m.kafka.offsets import OffsetRange
+from l2m.kafka.options import CLIENT_LOG_LEVEL
 
 # Settings of the read task's consumer; the job's `kafka.*` settings come on top.
 CONSUMER_DEFAULTS: dict[str, Any] = {
@@ -32,7 +33,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "fetch.max.bytes": 64 * 1024 * 1024,
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
     "queued.max.messages.kbytes": 262144,
-    "log_level": "3",
+    "log_level": CLIENT_LOG_LEVEL,
 }
 
 
@@ -178,7 +179,7 @@ class EndProbe:
         "max.partition.fetch.bytes": 64 * 1024,
         "isolation.level": "read_uncommitted",  # as the admin client's ListOffsets
         "auto.offset.reset": "latest",  # an offset past the end (data loss): the end
-        "log_level": "3",
+        "log_level": CLIENT_LOG_LEVEL,
     }
 
     def __init__(self, topic: str, config: dict[str, str], timeout_s: float) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from l2m.errors import SinkError
+from l2m.kafka.options import CLIENT_LOG_LEVEL
 from l2m.kafka.producer import cached_producer, drop_producer, produce
 
 # Dead letters keep at most this many bytes of the original record: a 5 MB log must not be
@@ -30,7 +31,7 @@ class DeadLetters:
         self.source_topic = source_topic
         self.max_bytes = max_bytes
         self.producer = cached_producer({"enable.idempotence": True, "linger.ms": 20,
-                                         "log_level": "3", **config})
+                                         "log_level": CLIENT_LOG_LEVEL, **config})
         self.errors: list[str] = []
         self.sent = 0
 

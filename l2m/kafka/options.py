@@ -23,6 +23,11 @@ from l2m.config.decode import Decoder, client_setting_problem, shown
 from l2m.config.job import SourceConfig
 from l2m.errors import ConfigError
 
+# librdkafka's own log level for every client l2m creates: critical only. Its errors (a broker
+# unreachable, a refused connection) repeat what l2m reports once, as one line, with the cause
+# (l2m.runtime.failures); at level 3 each retry printed a handful of "FAIL" lines too.
+CLIENT_LOG_LEVEL = "2"
+
 # format("l2m-kafka")'s option → the SourceConfig field it sets.
 OPTIONS: dict[str, str] = {
     "startingOffsets": "starting_offsets",

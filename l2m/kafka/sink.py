@@ -35,7 +35,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from l2m.errors import SinkError
-from l2m.kafka.options import kafka_config
+from l2m.kafka.options import CLIENT_LOG_LEVEL, kafka_config
 from l2m.kafka.producer import cached_producer, drop_producer, produce
 
 
@@ -67,7 +67,7 @@ class _Producing:
             "linger.ms": 20,
             "compression.type": "lz4",
             "message.timeout.ms": int(self.timeout * 1000),
-            "log_level": "3",
+            "log_level": CLIENT_LOG_LEVEL,
             **self.config,
         })
         rows = 0

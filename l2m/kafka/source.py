@@ -20,6 +20,10 @@ confluent-kafka (``format("l2m-kafka")``; options: :mod:`l2m.kafka.options`).
   value, topic, partition, offset, timestamp`` rows. Malformed logs go to
   ``deadLetterTopic`` (original bytes, the reason in headers) when that option is set.
 * Every ``kafka.*`` option is passed to the client (TLS, SASL…); none is ever logged.
+
+Input: the source's options (:mod:`l2m.kafka.options`), the topic's offsets (driver) and a
+task's offset ranges (executors). Output: offsets for the checkpoint, the micro-batch's tasks,
+and each task's rows — partials, parsed logs or raw records, by the options.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from l2m.errors import DataLossError, KafkaUnavailableError
 from l2m.kafka.consumer import EndProbe, PartitionReader, Records
 from l2m.kafka.deadletters import DeadLetters
 from l2m.kafka.offsets import OffsetRange, plan_tasks, rate_limit
-from l2m.kafka.options import SourceOptions
+from l2m.kafka.options import CLIENT_LOG_LEVEL, SourceOptions
 
 # The read task (l2m.engine.readtask: the parse and pipeline stages, luqum, msgspec, the
 # rules) is imported where logs are read, not here: the driver's source process, started anew for
@@ -110,7 +114,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            self._admin = AdminClient({**self.config, "log_level": "3"})
+            self._admin = AdminClient({**self.config, "log_level": CLIENT_LOG_LEVEL})
         return self._admin
 
     def _partitions(self) -> list[int]:
@@ -255,7 +259,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from confluent_kafka import Consumer, TopicPartition
 
         consumer = Consumer({**self.config, "group.id": self.group_id,
-                             "enable.auto.commit": False, "log_level": "3"})
+                             "enable.auto.commit": False, "log_level": CLIENT_LOG_LEVEL})
         try:
             consumer.commit(offsets=[TopicPartition(self.topic, p, o)
                                      for p, o in self._decode(end).items()],
