@@ -4,13 +4,15 @@ the example rules, and a live view of the metrics it produces."""
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import shutil
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,6 +27,21 @@ from l2m.rules.model import Rule
 from l2m.runtime.runner import Runner
 
 PARTITIONS = 4
+
+# The demo's own Kafka clients log through this logger, not librdkafka's stderr printer: a
+# client that notices the broker go away at the end (it is stopped last) must not leave a
+# "Connection refused" line under the final table. Their errors surface as exceptions or
+# failed deliveries all the same; attach a handler to this logger to see the rest.
+CLIENT_LOG = logging.getLogger("l2m.demo.kafka")
+CLIENT_LOG.addHandler(logging.NullHandler())
+CLIENT_LOG.propagate = False
+
+
+def _close(client: Any) -> None:
+    """Close a Kafka client now (it leaves the broker before the broker goes)."""
+    close = getattr(client, "close", None)
+    if close is not None:
+        close()
 
 
 class LogProducer(threading.Thread):
@@ -41,7 +58,7 @@ class LogProducer(threading.Thread):
                                                 malformed_ratio=malformed_ratio,
                                                 late_ratio=late_ratio))
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                                  "log_level": "3"})
+                                  "logger": CLIENT_LOG})
         self.topic = topic
         self.rate = rate
         self.partitions = partitions
@@ -71,6 +88,13 @@ class LogProducer(threading.Thread):
             self.producer.poll(0)
             time.sleep(0.01)
         self.producer.flush(10)
+        _close(self.producer)
+
+    def finish(self) -> None:
+        """Stop producing, deliver what is queued and close the producer."""
+        self.stopping.set()
+        if self.is_alive():
+            self.join(timeout=15)
 
 
 @dataclass
@@ -84,8 +108,11 @@ class MetricsView:
 
     def __post_init__(self) -> None:
         self.consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "l2m-demo",
-                                  "enable.auto.commit": False, "log_level": "3"})
+                                  "enable.auto.commit": False, "logger": CLIENT_LOG})
         self.consumer.assign([TopicPartition(self.topic, 0, 0)])
+
+    def close(self) -> None:
+        self.consumer.close()
 
     def poll(self) -> None:
         for msg in self.consumer.consume(5000, timeout=0.2):
@@ -93,34 +120,103 @@ class MetricsView:
                 self.latest[msg.key()] = orjson.loads(msg.value())
                 self.received += 1
 
-    def render(self, rows: int, per_metric: int = 2) -> list[str]:
-        """The newest sample of a few series of every metric (histogram buckets hidden:
-        their ``_sum`` and ``_count`` stand for them), so every rule shows on one screen."""
-        by_series: dict[tuple[str, str], dict[str, Any]] = {}
-        for s in self.latest.values():
-            if s["name"].endswith("_bucket"):
-                continue
-            series = (s["name"], _labels(s["labels"]))
-            old = by_series.get(series)
-            if old is None or s["timestamp"] >= old["timestamp"]:
-                by_series[series] = s
-        ordered = sorted(by_series.values(), key=lambda s: (s["kind"], s["name"],
-                                                             _labels(s["labels"])))
-        shown: list[dict[str, Any]] = []
-        per_name: dict[str, int] = {}
-        for s in ordered:
-            if per_name.get(s["name"], 0) < per_metric:
-                per_name[s["name"]] = per_name.get(s["name"], 0) + 1
-                shown.append(s)
-        lines = [f"{'metric':<44} {'labels':<46} {'value':>12}  {'kind':<7} time"]
-        for s in shown[:rows]:
-            stamp = time.strftime("%H:%M:%S", time.gmtime(s["timestamp"] / 1000))
-            lines.append(f"{s['name'][:44]:<44} {_labels(s['labels'])[:46]:<46} "
-                         f"{s['value']:>12.6g}  {s['kind']:<7} {stamp}")
-        hidden = len(by_series) - min(len(shown), rows)
-        if hidden > 0:
-            lines.append(f"… {hidden} more series (histogram buckets not shown)")
-        return lines
+    def render(self, rows: int, per_metric: int = 2, width: int | None = None) -> list[str]:
+        return render_table(self.latest.values(), rows, per_metric, width)
+
+
+def render_table(samples: Iterable[dict[str, Any]], rows: int, per_metric: int = 2,
+                 width: int | None = None) -> list[str]:
+    """The table of the live view: the newest sample of a few series of every metric
+    (histogram buckets hidden: their ``_sum`` and ``_count`` stand for them), so every rule
+    shows on one screen.
+
+    Columns are as wide as their widest text. Labels are never cut off: when ``width`` (the
+    terminal's) leaves the labels column less than the widest label text, a row's labels wrap
+    onto continuation lines at the commas between labels, so two series always read
+    differently. Values are plain numbers (:func:`format_value`)."""
+    by_series: dict[tuple[str, str], dict[str, Any]] = {}
+    for s in samples:
+        if s["name"].endswith("_bucket"):
+            continue
+        series = (s["name"], _labels(s["labels"]))
+        old = by_series.get(series)
+        if old is None or s["timestamp"] >= old["timestamp"]:
+            by_series[series] = s
+    ordered = sorted(by_series.values(), key=lambda s: (s["kind"], s["name"],
+                                                         _labels(s["labels"])))
+    shown: list[dict[str, Any]] = []
+    per_name: dict[str, int] = {}
+    for s in ordered:
+        if per_name.get(s["name"], 0) < per_metric:
+            per_name[s["name"]] = per_name.get(s["name"], 0) + 1
+            shown.append(s)
+    shown = shown[:rows]
+    names = [s["name"] for s in shown]
+    labels = [_labels(s["labels"]) for s in shown]
+    values = [format_value(s["value"]) for s in shown]
+    kinds = [s["kind"] for s in shown]
+    name_w = max([len("metric"), *map(len, names)])
+    value_w = max([len("value"), *map(len, values)])
+    kind_w = max([len("kind"), *map(len, kinds)])
+    labels_w = max([len("labels"), *map(len, labels)])
+    if width is not None:
+        # metric, labels, value, kind, time (8) and the spaces between them
+        room = width - (name_w + 1 + 1 + value_w + 2 + kind_w + 1 + 8)
+        labels_w = max(MIN_LABELS_WIDTH, min(labels_w, room))
+    lines = [f"{'metric':<{name_w}} {'labels':<{labels_w}} {'value':>{value_w}}  "
+             f"{'kind':<{kind_w}} time"]
+    for s, name, text, value, kind in zip(shown, names, labels, values, kinds, strict=True):
+        stamp = time.strftime("%H:%M:%S", time.gmtime(s["timestamp"] / 1000))
+        first, *more = wrap_labels(text, labels_w)
+        lines.append(f"{name:<{name_w}} {first:<{labels_w}} {value:>{value_w}}  "
+                     f"{kind:<{kind_w}} {stamp}")
+        lines += [f"{'':<{name_w}} {part}" for part in more]
+    hidden = len(by_series) - len(shown)
+    if hidden > 0:
+        lines.append(f"… {hidden} more series (histogram buckets not shown)")
+    return lines
+
+
+MIN_LABELS_WIDTH = 20
+
+
+def wrap_labels(text: str, width: int) -> list[str]:
+    """``k=v,k=v`` in lines of at most ``width`` characters, broken after the commas between
+    labels (a label longer than a line is split across lines); joined back together they are
+    ``text`` again. At least one line (``""`` for no labels)."""
+    if len(text) <= width:
+        return [text]
+    pieces = [p + "," for p in text.split(",")]
+    pieces[-1] = pieces[-1][:-1]
+    lines: list[str] = []
+    line = ""
+    for piece in pieces:
+        if line and len(line) + len(piece) > width:
+            lines.append(line)
+            line = ""
+        line += piece
+        while len(line) > width:
+            lines.append(line[:width])
+            line = line[width:]
+    if line:
+        lines.append(line)
+    return lines
+
+
+def format_value(value: float) -> str:
+    """A sample's value as a plain number, never in scientific notation, thousands separated
+    by commas: integers without decimals (``3,542,620``), others with two decimals
+    (``15,649.58``), or three significant digits below 1 (``0.0123``)."""
+    v = float(value)
+    if not math.isfinite(v):
+        return str(v)
+    if v.is_integer():
+        return f"{int(v):,}"
+    if abs(v) >= 1:
+        return f"{v:,.2f}"
+    decimals = min(15, 2 - math.floor(math.log10(abs(v))))
+    text = f"{v:.{decimals}f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -150,31 +246,43 @@ def run_demo(rules: Sequence[Rule], duration: float | None = None, rate: float =
             status: dict[str, str] = {}
             runner = Runner(cfg, rules, out=None,  # type: ignore[arg-type]
                             on_progress=lambda name, p: status.__setitem__(name, _short(p)))
-            runner.install_signals()
-            print("l2m demo: starting Spark (about 10 s)…", file=out, flush=True)
-            runner.start()
-            view = MetricsView(broker.bootstrap, topics.metrics)
-            dead = MetricsView(broker.bootstrap, topics.dead_letters)
-            last_draw = [0.0]
+            views: list[MetricsView] = []
+            code = 1
+            # Every Kafka client — the log producer, the two views, Spark's (in its Python
+            # workers) — is gone before the broker stops (leaving the ``with``), so none of
+            # them reports the broker's port refusing connections under the final table.
+            try:
+                runner.install_signals()  # a Ctrl-C while Spark starts stops the demo
+                print("l2m demo: starting Spark (about 10 s)…", file=out, flush=True)
+                runner.start()
+                # pyspark's SparkContext replaces the SIGINT handler with one that cancels
+                # every job and raises KeyboardInterrupt: Ctrl-C is the graceful stop again.
+                runner.install_signals()
+                view = MetricsView(broker.bootstrap, topics.metrics)
+                views.append(view)
+                dead = MetricsView(broker.bootstrap, topics.dead_letters)
+                views.append(dead)
+                last_draw = [0.0]
 
-            def tick() -> None:
+                def tick() -> None:
+                    view.poll()
+                    _count_only(dead)
+                    if time.monotonic() - last_draw[0] >= 2.0:
+                        last_draw[0] = time.monotonic()
+                        _draw(out, tty, view, producer.sent, dead.received, status, rows)
+
+                code = runner.wait(duration=duration, poll=0.5, on_tick=tick)
+                producer.finish()
                 view.poll()
-                _count_only(dead)
-                if time.monotonic() - last_draw[0] >= 2.0:
-                    last_draw[0] = time.monotonic()
-                    _draw(out, tty, view, producer.sent, dead.received, status, rows)
-
-            code = runner.wait(duration=duration, poll=0.5, on_tick=tick)
-            producer.stopping.set()
-            producer.join(timeout=10)
-            view.poll()
-            _draw(out, tty, view, producer.sent, dead.received, status, rows, final=True)
-            view.consumer.close()
-            dead.consumer.close()
+                _draw(out, tty, view, producer.sent, dead.received, status, rows, final=True)
+            finally:
+                producer.finish()
+                for v in views:
+                    v.close()
+                if runner.spark is not None:
+                    runner.spark.stop()
             print(f"l2m demo: stopped; {producer.sent} logs produced, {view.received} samples "
                   f"received, {dead.received} dead letters", file=out, flush=True)
-            if runner.spark is not None:
-                runner.spark.stop()
             return code
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -187,8 +295,7 @@ def _count_only(view: MetricsView) -> None:
 
 
 def _short(progress: dict[str, Any]) -> str:
-    from l2m.runtime.runner import lag
-    from l2m.runtime.telemetry import input_records
+    from l2m.runtime.progress import input_records, lag
 
     behind = lag(progress)
     return (f"batch {progress.get('batchId')}: {input_records(progress)} logs in "
@@ -204,7 +311,7 @@ def _draw(out: TextIO, tty: bool, view: MetricsView, produced: int, dead: int,
              f"samples received {view.received}, dead letters {dead}"]
     lines += [f"  {name}: {text}" for name, text in sorted(status.items())]
     lines.append("")
-    lines += view.render(rows)
+    lines += view.render(rows, width=shutil.get_terminal_size().columns if tty else None)
     if tty and not final:
         out.write("\x1b[H\x1b[2J" + "\n".join(lines) + "\n")
     elif final:
