@@ -165,6 +165,9 @@ def run(broker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
     env = container_env(deployment)
     api = ApiServer(env["L2M_NAMESPACE"], env["L2M_POD_NAME"])
+    # As on a cluster: the driver pod runs but is not Ready until its query runs (the
+    # readiness probe asks /readyz).
+    api.driver["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     topics = fresh_topics(broker.bootstrap, partitions=2).topics
     job["spark"]["master"] = f"k8s://{api.url}"
     job["spark"]["spark.kubernetes.executor.podTemplateFile"] = str(root) + template_file
@@ -325,6 +328,16 @@ def role_verb(request: Request) -> tuple[str, str]:
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
                 "DELETE": "delete" if name else "deletecollection"}[request.method]
     return resource, verb
+
+
+def test_it_does_not_wait_for_the_driver_pod_to_be_ready(run: Run) -> None:
+    # The driver pod is Ready only once the query runs; Spark's executor allocator would wait
+    # 1 s for it first and log "ERROR Utils: Uncaught exception … KubernetesClientTimeoutException:
+    # Timed out waiting for [1000] milliseconds for [Pod]" on every start.
+    assert run.cfg.spark["spark.kubernetes.driver.service.publishNotReadyAddresses"] == "true"
+    assert run.started, run.stderr[-3000:]
+    assert "KubernetesClientTimeoutException" not in run.stderr, run.stderr[-3000:]
+    assert "Uncaught exception" not in run.stderr, run.stderr[-3000:]
 
 
 def test_the_driver_does_only_what_its_role_allows(run: Run) -> None:

@@ -368,6 +368,12 @@ def test_the_config_loads_in_the_driver_pod(name: str, tmp_path: Path,
     assert spark["spark.kubernetes.driver.service.deleteOnTermination"] == "false"
     assert spark["spark.kubernetes.authenticate.executor.serviceAccountName"] == \
         executor_template(name)["spec"]["serviceAccountName"]
+    # The driver pod is Ready only once the query runs (its readiness probe is /readyz), so
+    # Spark must not wait for it before asking for executors: the wait timed out and logged
+    # an ERROR on every start. readinessTimeout cannot be 0; this skips it (Spark 4.3;
+    # test_k8s_executors runs a not-Ready driver pod).
+    assert driver(name)["container"]["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert spark["spark.kubernetes.driver.service.publishNotReadyAddresses"] == "true"
 
 
 def test_the_prod_checkpoint_stays_an_object_store_uri(tmp_path: Path,
@@ -607,6 +613,9 @@ def test_the_spark_application_runs_the_same_job() -> None:
     # l2m picks the workers' interpreter (its wrapper): the application must not override it.
     assert "spark.pyspark.python" not in app["sparkConf"]
     assert app["sparkConf"]["spark.pyspark.driver.python"] == "/opt/l2m/venv/bin/python"
+    # A driver pod not Ready until its query runs: published, and not waited for.
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert app["sparkConf"]["spark.kubernetes.driver.service.publishNotReadyAddresses"] == "true"
     assert container["command"] == [ENTRYPOINT]
     image = container["image"]
     assert image != "l2m"
@@ -815,7 +824,7 @@ def test_the_other_install_steps_print_their_plan(tmp_path: Path) -> None:
 def test_kubectl_is_required_not_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without kubectl the manifests tests fail, saying why (never a silent skip)."""
     monkeypatch.setenv("PATH", "/nonexistent")
-    import tests.tools as tools
+    import tests.support.tools as tools
 
     monkeypatch.setattr(tools, "PROMETHEUS_DIR", Path("/nonexistent"))
     with pytest.raises(RuntimeError, match="kubectl"):
