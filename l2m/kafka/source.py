@@ -77,29 +77,24 @@ class KafkaInputPartition(InputPartition):
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        # One type end to end: the job's SourceConfig, read back from the options. The
-        # attributes below are the names this class's methods read, each taken from it.
+        # One type end to end: the job's SourceConfig (``self.source``), read back from the
+        # options, with the settings only the running job knows.
         self.settings = SourceOptions.parse(options)
-        source = self.settings.source
+        self.source = self.settings.source
         self.topic = self.settings.topic
         self.config = self.settings.kafka
-        self.starting = source.starting_offsets
-        self.max_per_trigger = source.max_records_per_trigger
-        self.max_per_task = source.max_records_per_task
-        self.min_partitions = source.min_partitions
-        self.balanced = source.planner == "balanced"
-        self.fail_on_data_loss = source.fail_on_data_loss
-        self.group_id = source.group_id
-        self.poll_timeout = source.poll_timeout_ms / 1000  # seconds
         self.dead_letters = self.settings.dead_letter_topic
         self.stop_file = self.settings.stop_file
-        self.plan_log = source.plan_log
         self.routing = self.settings.routing
         self.parse_plan = self.settings.parse_plan
         self.schema = schema
         self._admin: Any = None
         self._latest: dict[int, int] | None = None
         self._target: dict[int, int] | None = None
+
+    @property
+    def poll_timeout_s(self) -> float:
+        return self.source.poll_timeout_ms / 1000
 
     # --- pickling: executors get options only, never driver-side clients -----------------
 
@@ -168,7 +163,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _end_probe(self) -> EndProbe:
         probe = getattr(self, "_probe", None)
         if probe is None:
-            probe = self._probe = EndProbe(self.topic, self.config, self.poll_timeout)
+            probe = self._probe = EndProbe(self.topic, self.config, self.poll_timeout_s)
         return probe
 
     def _encode(self, offsets: dict[int, int]) -> dict[str, Any]:
@@ -180,11 +175,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {int(p): int(o) for p, o in offset["partitions"].items()}
 
     def initialOffset(self) -> dict[str, Any]:
-        if self.starting == "earliest":
+        if self.source.starting_offsets == "earliest":
             return self._encode(self._offsets("earliest"))
-        if self.starting == "latest":
+        if self.source.starting_offsets == "latest":
             return self._encode(self._end_offsets())
-        wanted = json.loads(self.starting)
+        wanted = json.loads(self.source.starting_offsets)
         wanted = wanted.get(self.topic, wanted)
         earliest = self._offsets("earliest")
         latest = self._end_offsets()
@@ -198,8 +193,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._end_offsets()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        if self.max_per_trigger:
-            return ReadMaxRows(self.max_per_trigger)
+        if self.source.max_records_per_trigger:
+            return ReadMaxRows(self.source.max_records_per_trigger)
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
@@ -241,31 +236,33 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                     f"(retention): {low - first} records lost")
                     first = low
             ranges.append(OffsetRange(p, first, stop))
-        tasks = plan_tasks(ranges, self.max_per_task, self.min_partitions, self.balanced)
-        if self.plan_log and tasks:
-            with open(self.plan_log, "a") as log:
+        src = self.source
+        tasks = plan_tasks(ranges, src.max_records_per_task, src.min_partitions,
+                           src.planner == "balanced")
+        if self.source.plan_log and tasks:
+            with open(self.source.plan_log, "a") as log:
                 log.write(json.dumps({"time": time.time(),
                                       "tasks": [sum(r.size for r in t) for t in tasks]}) + "\n")
         return [KafkaInputPartition(self.topic, t) for t in tasks]
 
     def _data_loss(self, message: str) -> None:
-        if self.fail_on_data_loss:
+        if self.source.fail_on_data_loss:
             raise DataLossError(message + " (set failOnDataLoss=false to skip and count)")
         print(f"l2m source: data loss, skipped: {message}", file=sys.stderr, flush=True)
 
     def commit(self, end: dict[str, Any]) -> None:
-        if not self.group_id:
+        if not self.source.group_id:
             return
         from confluent_kafka import Consumer, TopicPartition
 
-        consumer = Consumer({**self.config, "group.id": self.group_id,
+        consumer = Consumer({**self.config, "group.id": self.source.group_id,
                              "enable.auto.commit": False, "log_level": CLIENT_LOG_LEVEL})
         try:
             consumer.commit(offsets=[TopicPartition(self.topic, p, o)
                                      for p, o in self._decode(end).items()],
                             asynchronous=False)
         except Exception as exc:  # lag visibility only: never fail the query for it
-            print(f"l2m source: offset commit to group {self.group_id} failed: {exc}",
+            print(f"l2m source: offset commit to group {self.source.group_id} failed: {exc}",
                   file=sys.stderr, flush=True)
         finally:
             consumer.close()
@@ -290,7 +287,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         dead_letters = DeadLetters(self.config, self.dead_letters, self.topic) \
             if self.dead_letters and task is not None else None
         started = time.time()
-        reader = PartitionReader(self.topic, self.config, partition.ranges, self.poll_timeout,
+        reader = PartitionReader(self.topic, self.config, partition.ranges, self.poll_timeout_s,
                                  self._data_loss)
         for records in reader.batches():
             if task is None:
@@ -303,7 +300,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             dead_letters.flush()
         if task is not None:
             yield from task.finish()
-        if self.plan_log:
+        if self.source.plan_log:
             self._log_task(started, partition.size)
 
     def _log_task(self, started: float, records: int) -> None:
@@ -311,7 +308,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         its executor's worker daemon, one per executor)."""
         import socket
 
-        with open(f"{self.plan_log}.tasks", "a") as log:
+        with open(f"{self.source.plan_log}.tasks", "a") as log:
             log.write(json.dumps({"time": started, "records": records,
                                   "seconds": round(time.time() - started, 3),
                                   "executor": f"{socket.gethostname()}:{os.getppid()}"}) + "\n")

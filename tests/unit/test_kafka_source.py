@@ -65,7 +65,7 @@ def test_options_are_case_insensitive_and_secrets_stay_in_config():
     r = KafkaStreamReader({"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "x",
                            "kafka.sasl.password": "s3cret", "MAXRECORDSPERTASK": "5"},
                           None)  # type: ignore[arg-type]
-    assert r.max_per_task == 5
+    assert r.source.max_records_per_task == 5
     assert r.config["sasl.password"] == "s3cret"
     assert "s3cret" not in repr(vars(r).get("topic"))
 
@@ -127,9 +127,7 @@ def test_the_job_settings_come_back_from_the_spark_options_unchanged(source):
     assert SourceOptions.parse({k.lower(): v for k, v in spark.items()}) == options
     reader = KafkaStreamReader(spark, None)  # type: ignore[arg-type]
     assert reader.settings == options
-    assert (reader.max_per_task, reader.balanced, reader.poll_timeout) == (
-        source.max_records_per_task, source.planner == "balanced",
-        source.poll_timeout_ms / 1000)
+    assert reader.source == source and reader.poll_timeout_s == source.poll_timeout_ms / 1000
 
 
 def test_every_source_setting_has_one_option_name():
