@@ -6,15 +6,20 @@ Same rules' logic, written as a competent Quix user would: each process compiles
 once, at start, into plain Python closures (:mod:`benchmarks.predicates`) — the query tree
 into a predicate built from its children's predicates (field paths pre-split, numbers
 pre-parsed, patterns precompiled), plus the rule's account check, group-by labels and value
-extraction — with exactly the semantics of the reference evaluator ``tests/reference.py``
+extraction — with exactly the semantics of the reference evaluator ``tests/support/reference.py``
 (checked equal on random queries and the example rules). Per log: parse, pick the rules of
 the log's account, run their predicates. Matches are re-keyed by series (group_by, a
 repartition through Kafka), then counters are a stateful running total and gauges a
-one-minute tumbling window with a 20-minute grace, like the old Kafka Streams aggregator."""
+one-minute tumbling window with a 20-minute grace, like the old Kafka Streams aggregator.
+
+Each process is ``python -m benchmarks.peer_quix worker ARGS`` with Quix Streams' own packages
+first on its path (:mod:`benchmarks.peer_env`: Quix Streams pins an older confluent-kafka than
+l2m's); it prints how many logs it processed as its last line."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import json
+import subprocess
 import sys
 import time
 import uuid
@@ -23,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from benchmarks.peer_env import ensure_site, peer_environment
 from benchmarks.predicates import CompiledRules
 from l2m.values import lookup, parse_timestamp
 
@@ -64,8 +70,9 @@ def _matches(raw: bytes | None, rules: CompiledRules) -> list[dict[str, Any]]:
 
 
 def _worker(bootstrap: str, logs: str, metrics: str, partitions: int, group: str,
-            state_dir: str, idle_s: float, counts: Any, index: int) -> None:
-    sys.path.insert(0, str(ROOT))
+            state_dir: str, idle_s: float) -> int:
+    """One peer process's run: consume until ``idle_s`` without a message; the number of
+    logs it processed."""
     import logging
 
     from quixstreams import Application
@@ -124,7 +131,7 @@ def _worker(bootstrap: str, logs: str, metrics: str, partitions: int, group: str
               .tumbling_window(60_000, grace_ms=20 * 60_000).reduce(reduce, init).current())
     gauges.to_topic(sink)
     app.run(timeout=idle_s)
-    counts[index] = processed[0]
+    return processed[0]
 
 
 def run_peer(bootstrap: str, logs: str, partitions: int, records: int, processes: int,
@@ -133,22 +140,37 @@ def run_peer(bootstrap: str, logs: str, partitions: int, records: int, processes
     The drain time excludes the final idle wait that tells the processes the backlog is done."""
     from l2m.dev.broker import create_topics
 
+    site = ensure_site()  # before the clock starts: a first run installs Quix Streams
     metrics = f"peer-metrics-{uuid.uuid4().hex[:6]}"
     create_topics(bootstrap, [metrics])
     group = f"peer-{uuid.uuid4().hex[:6]}"
-    ctx = mp.get_context("spawn")
-    counts = ctx.Array("l", processes)
-    workers = [ctx.Process(target=_worker, args=(bootstrap, logs, metrics, partitions, group,
-                                                 str(workdir / f"quix-{group}-{i}"), idle_s,
-                                                 counts, i))
-               for i in range(processes)]
+    env = peer_environment(site, ROOT)
     started = time.monotonic()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    workers = [subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.peer_quix", "worker", json.dumps(
+            [bootstrap, logs, metrics, partitions, group, str(workdir / f"quix-{group}-{i}"),
+             idle_s])], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        for i in range(processes)]
+    outputs = [w.communicate()[0] for w in workers]
     elapsed = max(0.001, time.monotonic() - started - idle_s)
-    per_process = list(counts)
-    return {"processes": processes, "records": records, "processed": per_process,
+    processed = []
+    for out in outputs:
+        last = out.strip().splitlines()[-1:] if out else []
+        processed.append(int(json.loads(last[0])["processed"]) if last else 0)
+    return {"processes": processes, "records": records, "processed": processed,
             "drain_s": round(elapsed, 2), "logs_per_s": round(records / elapsed),
-            "exit_codes": [w.exitcode for w in workers]}
+            "exit_codes": [w.returncode for w in workers], "versions": _version(env)}
+
+
+def _version(env: dict[str, str]) -> dict[str, str]:
+    """The peer's library versions, as its processes import them."""
+    out = subprocess.run([sys.executable, "-c", "import json, importlib.metadata as m; "
+                          "print(json.dumps({p: m.version(p) for p in "
+                          "('quixstreams', 'confluent-kafka')}))"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+    count = _worker(*json.loads(sys.argv[2]))
+    print(json.dumps({"processed": count}), flush=True)

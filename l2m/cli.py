@@ -172,7 +172,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """The benchmark harness in ``benchmarks/`` (a folder of the source tree, not of the
-    installed package: run from a checkout)."""
+    installed package: run from a checkout). Results go to ``--out``, else to
+    ``./bench-results`` in the working directory — never into the source tree (the committed
+    results are written by ``python -m benchmarks`` itself)."""
     if not (PACKAGE_ROOT / "benchmarks" / "__main__.py").exists():
         print("l2m bench needs the source checkout (benchmarks/ is not installed)",
               file=sys.stderr)
@@ -180,8 +182,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(PACKAGE_ROOT))
     from benchmarks.__main__ import main as bench_main
 
-    argv = (["--quick"] if args.quick else []) + (["--out", args.out] if args.out else [])
-    return bench_main(argv)
+    out = args.out or str(Path.cwd() / "bench-results")
+    return bench_main((["--quick"] if args.quick else []) + ["--out", out])
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

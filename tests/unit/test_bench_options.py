@@ -1,0 +1,54 @@
+"""The benchmark harness's options (benchmarks/__main__.py): where results go, and that the
+quick profile's tiny-data figures are not graded against the full profile's targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import QUICK_GOAL, RESULTS, render_markdown, results_folder, ungraded
+
+
+def test_results_go_where_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert results_folder(None, quick=True) == tmp_path / "bench-results"
+    assert results_folder(None, quick=False) == RESULTS  # the committed results
+    assert results_folder("elsewhere", quick=True) == Path("elsewhere")
+    assert results_folder("elsewhere", quick=False) == Path("elsewhere")
+
+
+def targets() -> list[dict[str, object]]:
+    return [{"name": "end-to-end drain / machine limit (read + parse)", "goal": ">= 0.40",
+             "measured": 0.05, "met": False},
+            {"name": "validate 200 rules, s", "goal": "< 10", "measured": 0.4, "met": True},
+            {"name": "reference", "goal": "≈ 11 (reference)", "measured": 3, "met": None}]
+
+
+def test_quick_targets_are_not_graded() -> None:
+    quick = ungraded(targets())
+    assert [t["met"] for t in quick] == [None, None, None]
+    assert {t["goal"] for t in quick} == {QUICK_GOAL}
+    assert [t["full_goal"] for t in quick] == [">= 0.40", "< 10", "≈ 11 (reference)"]
+    assert [t["measured"] for t in quick] == [0.05, 0.4, 3]
+
+
+def result(profile: str, graded: list[dict[str, object]]) -> dict[str, object]:
+    machine = {"date": "today", "cpus": 2, "memory_gib": 24, "platform": "linux",
+               "python": "3.11", "pyspark": "4.3.0", "pyarrow": "20"}
+    limit = {"consume": {"per_s": 1, "processes": 2, "records": 1},
+             "parse": {"per_s": 1, "mb_per_s": 1, "avg_log_bytes": 1}, "read_parse_per_s": 1}
+    return {"profile": profile, "machine": machine, "targets": graded, "limit": limit,
+            "drain": []}
+
+
+def test_the_quick_report_says_it_is_a_smoke_test() -> None:
+    text = render_markdown(result("quick", ungraded(targets())))
+    assert "smoke test" in text and "not comparable" in text and "not graded" in text
+    assert "**no**" not in text and "| yes |" not in text
+    assert "| end-to-end drain / machine limit (read + parse) | n/a (quick) | 0.05 | " \
+           "n/a (quick) | >= 0.40 |" in text
+    full = render_markdown(result("full", targets()))
+    assert "smoke test" not in full
+    assert "| end-to-end drain / machine limit (read + parse) | >= 0.40 | 0.05 | **no** |" \
+        in full
