@@ -37,13 +37,6 @@ CLIENT_LOG.addHandler(logging.NullHandler())
 CLIENT_LOG.propagate = False
 
 
-def _close(client: Any) -> None:
-    """Close a Kafka client now (it leaves the broker before the broker goes)."""
-    close = getattr(client, "close", None)
-    if close is not None:
-        close()
-
-
 class LogProducer(threading.Thread):
     """Produces generated logs at about ``rate`` per second, each stamped with the wall clock
     when it is produced; round-robin over ``partitions``, or with ``hot_share`` that share of
@@ -88,7 +81,7 @@ class LogProducer(threading.Thread):
             self.producer.poll(0)
             time.sleep(0.01)
         self.producer.flush(10)
-        _close(self.producer)
+        self.producer.close()  # gone before the broker is
 
     def finish(self) -> None:
         """Stop producing, deliver what is queued and close the producer."""
@@ -116,8 +109,9 @@ class MetricsView:
 
     def poll(self) -> None:
         for msg in self.consumer.consume(5000, timeout=0.2):
-            if msg.error() is None:
-                self.latest[msg.key()] = orjson.loads(msg.value())
+            key, value = msg.key(), msg.value()
+            if msg.error() is None and key is not None and value is not None:  # samples
+                self.latest[key] = orjson.loads(value)
                 self.received += 1
 
     def render(self, rows: int, per_metric: int = 2, width: int | None = None) -> list[str]:
@@ -244,7 +238,7 @@ def run_demo(rules: Sequence[Rule], duration: float | None = None, rate: float =
                             source=SourceConfig(max_records_per_task=20_000),
                             master="local[2]", spark={"spark.sql.shuffle.partitions": "4"})
             status: dict[str, str] = {}
-            runner = Runner(cfg, rules, out=None,  # type: ignore[arg-type]
+            runner = Runner(cfg, rules, out=None,
                             on_progress=lambda name, p: status.__setitem__(name, _short(p)))
             views: list[MetricsView] = []
             code = 1
