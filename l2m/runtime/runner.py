@@ -60,6 +60,7 @@ class Runner:
     _seen: dict[str, int] = field(default_factory=dict)
     _counted: tuple[int, int, int] = (0, 0, 0)
     _progressed: bool = False
+    _signals: bool = False  # install_signals was called: keep them installed
 
     def start(self) -> Job | None:
         """Start the query (after the session, when there is none yet). None when a stop was
@@ -70,6 +71,10 @@ class Runner:
         check_checkpoint(self.cfg.checkpoint, QUERY)  # before the slow part: Spark
         if self.spark is None:
             self.spark = session_for(self.cfg)
+            if self._signals:
+                # pyspark's SparkContext replaces the SIGINT handler with one that cancels
+                # every job and raises KeyboardInterrupt (a traceback, no graceful stop).
+                self.install_signals()
         if self._stop.is_set():
             self.job = None
             return None
@@ -89,6 +94,7 @@ class Runner:
 
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, handler)
+        self._signals = True
 
     def stop(self) -> None:
         self._stop.set()

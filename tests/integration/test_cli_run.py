@@ -39,3 +39,36 @@ def test_run_with_a_bad_config_exits_one(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 1
     assert "trigger: 'soon' is not a duration" in res.stderr
+
+
+def test_ctrl_c_finishes_the_batch_and_stops_quietly(broker, tmp_path):
+    """Ctrl-C as a terminal sends it (SIGINT to the process group) once the query runs: the
+    runner's graceful stop, not pyspark's SIGINT handler, which the SparkContext installs
+    over it (that one cancels every job: a traceback and no final batch)."""
+    import os
+    import signal
+    import time
+
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    produce(t.bootstrap, t.topics.logs, generated(200, seed=43), t.partitions)
+    config = job_yaml(t, tmp_path, "trigger: 1 second")
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "l2m.cli", "run", "--config",
+                                 str(config)], stderr=err, stdout=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 180
+            while "batch     0" not in log.read_text() and time.monotonic() < deadline:
+                assert proc.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.5)
+            os.killpg(proc.pid, signal.SIGINT)
+            code = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    assert "l2m: SIGINT received, finishing the current batch" in text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    assert "l2m: interrupted" not in text
