@@ -5,7 +5,7 @@
 - ``dashboard.json``: the Grafana dashboard over l2m's metrics (docs/metrics.md), built below.
 
 ``python k8s/monitoring/render.py`` rewrites both; ``--check`` only says whether they are up
-to date (exit 1 if not). tests/test_alerts.py runs the check."""
+to date (exit 1 if not). tests/integration/test_alerts.py runs the check."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the driver JVM's class-data sharing archive into the image (l2m/runtime/jvm.py): a
+# Builds the driver JVM's class-data sharing archive into the image (l2m/dev/jvmarchive.py): a
 # start of `l2m run` then maps the classes instead of loading and verifying them from Spark's
 # jars, about 4 s sooner (benchmarks/rollout.py). The archive is only valid for this Java and
 # this exact set of Spark jars, so it is built last, after the S3A jars (if any) are added;
@@ -35,14 +35,14 @@ python=${PYTHON:-python3}
 
 if $print; then
   printf 'mkdir -p %q\n' "$dir"
-  printf 'L2M_JVM_CACHE=%q %q -m l2m.runtime.jvm\n' "$dir" "$python"
+  printf 'L2M_JVM_CACHE=%q %q -m l2m.jvmcache\n' "$dir" "$python"
   printf 'chmod -R a+rX %q\n' "$dir"
   exit 0
 fi
 mkdir -p "$dir"
 # A training run of two rules through the embedded broker, in local mode; its JVM writes the
 # archive as it exits, which is then checked and renamed into place.
-if L2M_JVM_CACHE="$dir" "$python" -m l2m.runtime.jvm; then
+if L2M_JVM_CACHE="$dir" "$python" -m l2m.jvmcache; then
   rm -f "$dir"/*.log "$dir"/*.lock
 else
   echo "jvm-cache.sh: WARNING: no class-data archive (see above); starts will be slower" >&2

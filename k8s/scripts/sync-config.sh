@@ -4,7 +4,7 @@
 # l2m-rules and l2m-config. kustomize reads files only from inside the kustomization's own
 # folder (its load restrictor; symlinks do not pass it either), so `kubectl kustomize
 # k8s/overlays/dev` works with no flags only with copies next to it. Run this after any
-# change to rules/ or topology/kubernetes.yaml; tests/test_k8s_manifests.py fails while the
+# change to rules/ or topology/kubernetes.yaml; tests/integration/test_k8s_manifests.py fails while the
 # copies differ from the originals by a single byte.
 #
 #   sync-config.sh [--check] [ROOT]

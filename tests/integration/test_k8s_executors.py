@@ -1,12 +1,12 @@
 """`l2m run` on Kubernetes, the driver's side: started with a ``k8s://`` master against a
-recording stand-in for the API server (tests/k8s_apiserver.py), the executor pods it asks for
-carry what the manifests promise — the image, the executor pod template (labels, accounts,
-securityContext, volumes), the cpu and memory the configuration sizes, the ownerReference to
-the driver pod — as many as configured; and everything it asks the API server is allowed by
-the driver's Role. No pod ever runs: the executors never register, the first batch waits
-for them, and the test stops l2m once it does (SIGTERM, as the kubelet sends it, which waits
-for that batch; then a second one, which stops it now): Spark deletes what it created. About
-a minute, most of it Spark's start waiting 30 s for executors to register.
+recording stand-in for the API server (tests/support/k8s_apiserver.py), the executor pods it asks
+for carry what the manifests promise — the image, the executor pod template (labels, accounts,
+securityContext, volumes), the cpu and memory the configuration sizes, the ownerReference to the
+driver pod — as many as configured; and everything it asks the API server is allowed by the driver's
+Role. No pod ever runs: the executors never register, the first batch waits for them, and the test
+stops l2m once it does (SIGTERM, as the kubelet sends it, which waits for that batch; then a second
+one, which stops it now): Spark deletes what it created. About a minute, most of it Spark's start
+waiting 30 s for executors to register.
 
 Every expected value comes from the dev overlay as ``kubectl kustomize`` builds it: its
 ConfigMaps are the driver's files (the configuration, the rules, the executor pod template,

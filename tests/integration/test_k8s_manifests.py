@@ -812,7 +812,7 @@ def test_the_executor_entry_point_starts_the_executor_backend() -> None:
 
 def test_the_other_install_steps_print_their_plan(tmp_path: Path) -> None:
     plan = run(str(SCRIPTS / "jvm-cache.sh"), "--print", "/opt/l2m/jvm-cache").stdout
-    assert "L2M_JVM_CACHE=/opt/l2m/jvm-cache" in plan and "-m l2m.runtime.jvm" in plan
+    assert "L2M_JVM_CACHE=/opt/l2m/jvm-cache" in plan and "-m l2m.jvmcache" in plan
     skipped = run(str(SCRIPTS / "jvm-cache.sh"), "--if", "false", str(tmp_path / "x")).stdout
     assert "skipped" in skipped and not (tmp_path / "x").exists()
     users = run(str(SCRIPTS / "add-user.sh"), "--print").stdout
