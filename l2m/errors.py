@@ -59,6 +59,16 @@ ERROR_CLASSES: dict[str, str] = {
         "'{value}' is not a valid label name [a-zA-Z_][a-zA-Z0-9_]* (and must not start with __)"
     ),
     "LABEL_CLASH": "label '{label}' {reason}",
+    # series identity (SPEC §7, l2m.rules.identity)
+    "SERIES_COLLISION": (
+        "metric '{name}' can write the same series as {other}: both can emit labels {labels} "
+        "for the same target account; rename one, add a distinguishing static label, or give "
+        "it another target_account"
+    ),
+    "METRIC_TYPE_CONFLICT": "metric '{name}' is a {type} here and a {other_type} in {other}",
+    "HISTOGRAM_NAME_COLLISION": (
+        "'{name}' is the {suffix} series of the histogram '{family}' ({other})"
+    ),
     # queries
     "QUERY_EMPTY": "query is empty",
     "QUERY_TOO_LONG": "query is {length} characters long; the limit is {limit}",

@@ -24,6 +24,7 @@ from l2m import yamlsafe
 from l2m.errors import Problem, QueryError, RuleValidationError, render
 from l2m.query.compiler import parse_query
 from l2m.query.nodes import CompiledQuery, QueryConfig
+from l2m.rules.identity import collisions
 from l2m.rules.model import (
     AGGREGATIONS,
     ALLOWED,
@@ -217,6 +218,7 @@ def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None) -
                 problems.append(Problem("DUPLICATE_ID", str(path), line, column, rule_id,
                                         render("DUPLICATE_ID", {"value": rule_id,
                                                                 "other": other}), "id"))
+    problems.extend(collisions(rules))
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise RuleValidationError(problems)
@@ -227,7 +229,7 @@ def load_text(text: str, file: str = "<memory>", config: QueryConfig | None = No
               ) -> tuple[list[Rule], list[Problem]]:
     """Parse one rule file's text: the rules that are valid and the problems found."""
     ctx = _read(text, file, config or QueryConfig())
-    return ctx.rules, ctx.problems
+    return ctx.rules, ctx.problems + collisions(ctx.rules)
 
 
 def _read(text: str, file: str, config: QueryConfig) -> _Ctx:

@@ -49,7 +49,8 @@ def test_an_alias_bomb_used_as_a_key_is_refused_at_once_at_its_alias():
 
 
 def test_small_aliases_still_work():
-    text = rule_yaml(labels="&common {team: web}") + rule_yaml(id="r2", labels="*common")[6:]
+    text = rule_yaml(labels="&common {team: web}") + rule_yaml(id="r2", name="m2",
+                                                               labels="*common")[6:]
     rules, found = load_text(text, "f.yaml")
     assert [r.labels for r in rules] == [(("team", "web"),)] * 2 and found == []
 
