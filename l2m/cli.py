@@ -61,15 +61,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     ruleset = _rules(args.rules, _query_config(args))
-    from l2m.batch.backfill import check_paths, run_backfill
+    from l2m.batch.backfill import check_label_limit, check_paths, run_backfill
     from l2m.runtime.session import build_session
 
     check_paths(args.input, args.output)
+    check_label_limit(args.max_label_value_length)
     spark = build_session(args.master, "l2m-backfill")
     try:
         summary = run_backfill(spark, ruleset.rules, args.input, args.output,
                                args.timestamp_field, progress=not args.quiet,
-                               strict=args.strict)
+                               strict=args.strict,
+                               max_label_value_length=args.max_label_value_length)
     finally:
         spark.stop()
     if not args.quiet:
@@ -228,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress, no summary")
     p.add_argument("--strict", action="store_true",
                    help="fail on a corrupt or unreadable input file instead of skipping it")
+    p.add_argument("--max-label-value-length", type=int, metavar="N",
+                   default=defaults.MAX_LABEL_VALUE_LENGTH,
+                   help="label values from logs longer than N characters are cut to N, ending "
+                        "in '…(cut)', and counted (default %(default)s; the job's "
+                        "limits.max_label_value_length)")
     _add_query_options(p)
     p.set_defaults(func=cmd_backfill)
 

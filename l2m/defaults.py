@@ -36,3 +36,9 @@ GRACE_MS = 20 * 60_000
 MAX_FUTURE_MS = 5 * 60_000
 COUNTER_TTL_MS = 7 * 86_400_000
 COUNTER_SHARDS = 8
+
+# Limits on what a sample may carry (SPEC §7; docs/rules.md, "Limits"): a label value from a
+# log longer than this many characters is cut to it, with a marker, and counted.
+MAX_LABEL_VALUE_LENGTH = 1_024
+# The shortest limit a job may set: a cut value keeps at least 10 characters of the log's.
+MIN_LABEL_VALUE_LENGTH = 16

@@ -44,14 +44,15 @@ from l2m.batch.lines import (
     split_size,
 )
 from l2m.batch.progress import JobProgress
-from l2m.defaults import BATCH_ROWS, TIMESTAMP_FIELD
+from l2m.defaults import BATCH_ROWS, MAX_LABEL_VALUE_LENGTH, TIMESTAMP_FIELD
+from l2m.engine.labels import CUT_RULE, MIN_LABEL_VALUE_LENGTH
 from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge_batches
 from l2m.engine.pipeline import routing_option
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing, plan_for
 from l2m.engine.samples import is_finite_sample, rule_samples, series_labels
 from l2m.engine.status import STATUS_RULE, status_label
-from l2m.errors import InputError
+from l2m.errors import ConfigError, InputError
 from l2m.rules.model import Rule
 
 
@@ -69,6 +70,9 @@ class BackfillSummary:
     seconds: float = 0.0
     matches: dict[str, int] = field(default_factory=dict)
     series: dict[str, int] = field(default_factory=dict)
+    # Label values cut to the limit, per rule (l2m.engine.labels); only rules with cuts.
+    cut: dict[str, int] = field(default_factory=dict)
+    max_label_value_length: int = MAX_LABEL_VALUE_LENGTH
     skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
 
     def count_status(self, status: str, count: int) -> None:
@@ -93,6 +97,9 @@ class BackfillSummary:
             *[f"  {path}: {reason}" for path, reason in self.skipped_files],
             f"samples written:    {self.samples}"
             + (f" ({self.nonfinite} non-finite: +Inf/-Inf/NaN)" if self.nonfinite else ""),
+            f"label values cut:   {sum(self.cut.values())} (longer than "
+            f"{self.max_label_value_length} characters)",
+            *[f"  {rule}: {count}" for rule, count in self.cut.items()],
             f"time:               {self.seconds:.1f}s ({rate:,.0f} logs/s)",
             "matches per rule:",
         ]
@@ -119,6 +126,14 @@ def check_paths(inputs: Sequence[str], output: str | Path) -> None:
                              "next run would read it as logs; write it somewhere else")
     if out.is_dir():
         raise InputError(f"--output {output} is a directory; give a file name")
+
+
+def check_label_limit(limit: int) -> None:
+    """Refuse a label value limit too short to keep anything of a cut value (a usage error,
+    code CONFIG)."""
+    if limit < MIN_LABEL_VALUE_LENGTH:
+        raise ConfigError(f"the label value limit must be at least {MIN_LABEL_VALUE_LENGTH} "
+                         f"characters, got {limit}")
 
 
 def input_files(inputs: Sequence[str]) -> list[Path]:
@@ -280,6 +295,10 @@ def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: Backf
         if rule_id == STATUS_RULE:
             summary.count_status(status_label(row["series"]), row["matches"])
             continue
+        if rule_id == CUT_RULE:
+            cut_rule = status_label(row["series"])
+            summary.cut[cut_rule] = summary.cut.get(cut_rule, 0) + row["matches"]
+            continue
         labels = tuple(series_labels(by_id[rule_id], row["series"]))
         # "" outside histograms, as the state stage reads partials (frame_partials)
         families.setdefault((rule_id, labels, row["window"]), {})[row["le"] or ""] = \
@@ -296,16 +315,20 @@ def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: Backf
 
 def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[str],
                  output: str | Path, timestamp_field: str = TIMESTAMP_FIELD,
-                 progress: bool = True, strict: bool = False) -> BackfillSummary:
+                 progress: bool = True, strict: bool = False,
+                 max_label_value_length: int = MAX_LABEL_VALUE_LENGTH) -> BackfillSummary:
     """Run enabled ``rules`` over ``inputs`` and write the final samples to ``output``
     (atomically: a partial file never replaces a previous result, and is removed when the run
     fails). Corrupt ``.gz`` files are skipped and listed in the summary, or with ``strict``
-    fail the run (:class:`InputError`)."""
+    fail the run (:class:`InputError`). Label values longer than ``max_label_value_length``
+    characters are cut and counted (:mod:`l2m.engine.labels`), as in streaming."""
     started = time.monotonic()
     check_paths(inputs, output)
-    routing = plan_for(rules, timestamp_field)
+    check_label_limit(max_label_value_length)
+    routing = plan_for(rules, timestamp_field, max_label_value_length=max_label_value_length)
     summary = BackfillSummary(matches={r.id: 0 for r in routing.rules},
-                              series={r.id: 0 for r in routing.rules})
+                              series={r.id: 0 for r in routing.rules},
+                              max_label_value_length=max_label_value_length)
     files = input_files(inputs)
     summary.skipped_files = corrupt_compressed_files(spark, files)
     if summary.skipped_files and strict:

@@ -93,6 +93,15 @@ class MonitoringConfig:
 
 
 @dataclass(frozen=True)
+class LimitsConfig:
+    """What a sample may carry (``limits:``; docs/rules.md, "Limits"): a label value from a
+    log longer than ``max_label_value_length`` characters is cut to it and counted."""
+
+    max_label_value_length: Annotated[int, Range(minimum=defaults.MIN_LABEL_VALUE_LENGTH)] = \
+        defaults.MAX_LABEL_VALUE_LENGTH
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """Everything ``l2m run`` needs. See ``topology/production.yaml`` for each key."""
 
@@ -115,6 +124,7 @@ class JobConfig:
     default_fields: tuple[str, ...] = defaults.DEFAULT_FIELDS
     timestamp_field: str = defaults.TIMESTAMP_FIELD
     source: SourceConfig = SourceConfig()
+    limits: LimitsConfig = LimitsConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     master: Annotated[str, Key("spark", "master")] = defaults.MASTER
     spark: dict[str, str] = field(default_factory=dict)  # Spark settings (master aside)

@@ -6,7 +6,10 @@ rules (:class:`l2m.engine.routing.Routing`). Output: a table with :data:`MATCH_S
 ``series`` (the group-by values, each ``<length>:<value>``, ``-`` when absent), ``le`` (a
 histogram's bucket; a status row's one-minute window), ``window`` (gauges: the one-minute
 window start), ``ts`` (event time of logs that count), ``v`` (the value; null when the log
-has none: it counts as a match only).
+has none: it counts as a match only). Group-by values longer than the routing's
+``max_label_value_length`` are cut (:mod:`l2m.engine.labels`); each cut label value adds a cut
+row (rule ``__cut__``, series: the rule's id encoded as a one-value series, ``v`` 1), given
+with the status rows.
 
 Rules see only what can match them: the routed logs of accounts with scoped rules are sorted
 by account once, and a rule scoped to an account reads its query's mask only over that
@@ -24,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from l2m.engine.labels import CUT_RULE, encoded
 from l2m.engine.match import Matcher
 from l2m.engine.parse import STATUS, TIMESTAMP, Form, ParsePlan
 from l2m.engine.routing import Routing
@@ -69,6 +73,11 @@ class FanOut:
         self.routing = routing
         self.matcher = Matcher(batch, routing.plan)
         self._series: dict[tuple[str, ...], pa.Array] = {}
+        # Per group-by field: its encoded series part and which rows were cut (None: none).
+        self._fields: dict[str, tuple[pa.Array, np.ndarray | None]] = {}
+        # Per group-by fields: how many of each row's values were cut (None: none was).
+        self._cuts: dict[tuple[str, ...], np.ndarray | None] = {}
+        self._cut_parts: list[pa.Table] = []
         self._numpy: dict[object, np.ndarray] = {}
         status = batch.column(STATUS)
         self._routed = _plain(pc.is_in(status, pa.array(ROUTED, status.type)))
@@ -89,6 +98,9 @@ class FanOut:
             parts += scoped.rows(scoped.account_matches())
         if with_status:
             parts.append(self.status_rows())
+            parts += self._cut_parts
+            if scoped is not None:
+                parts += scoped._cut_parts
         parts = [p for p in parts if p.num_rows]
         if not parts:
             return MATCH_SCHEMA.empty_table()
@@ -153,9 +165,14 @@ class FanOut:
         window: pa.Array = pa.nulls(n, pa.int64())
         if rule.kind == Kind.GAUGE:
             window = _minute(ts)
+        fields = tuple(f for _label, f in rule.group_labels)
+        series = self.series(fields)
+        cuts = self._cuts.get(fields)
+        if cuts is not None:
+            self._cut_rows(cuts[np.asarray(rows)], rule_ids, ts)
         return pa.table({
             "rule": rule_ids,
-            "series": self.series(tuple(f for _label, f in rule.group_labels)).take(rows),
+            "series": series.take(rows),
             "le": le,
             "window": window,
             # Event time only of logs that count into the series: the sample's timestamp.
@@ -165,17 +182,49 @@ class FanOut:
 
     def series(self, fields: tuple[str, ...]) -> pa.Array:
         """The series key of every log for these group-by fields (all rows; rules take theirs):
-        each value as ``<length>:<value>``, ``-`` when absent."""
+        each value as ``<length>:<value>``, ``-`` when absent, cut past the routing's
+        ``max_label_value_length`` (:mod:`l2m.engine.labels`)."""
         found = self._series.get(fields)
         if found is None:
+            cuts: np.ndarray | None = None
             if not fields:
                 found = pa.repeat(pa.scalar(""), self.batch.num_rows)
             else:
-                parts = [_encoded(_plain(self.batch.column(self.plan.column(f, Form.STRING))))
-                         for f in fields]
-                found = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "")
+                parts = [self._field(f) for f in fields]
+                keys = [key for key, _cut in parts]
+                found = keys[0] if len(keys) == 1 else pc.binary_join_element_wise(*keys, "")
+                for _key, cut in parts:
+                    if cut is not None:
+                        cuts = cut.astype(np.int64) if cuts is None else cuts + cut
             self._series[fields] = found
+            self._cuts[fields] = cuts
         return found
+
+    def _field(self, name: str) -> tuple[pa.Array, np.ndarray | None]:
+        found = self._fields.get(name)
+        if found is None:
+            column = _plain(self.batch.column(self.plan.column(name, Form.STRING)))
+            found = self._fields[name] = encoded(column, self.routing.max_label_value_length)
+        return found
+
+    def _cut_rows(self, cuts: np.ndarray, rule_ids: pa.Array, ts: pa.Array) -> None:
+        """One cut row per cut label value of these match rows (``cuts``: how many of each
+        row's values were cut): rule ``__cut__``, the matching rule's id as the series, the
+        log's event time."""
+        if not cuts.any():
+            return
+        index = pa.array(np.repeat(np.arange(len(cuts)), cuts), pa.int64())
+        n = len(index)
+        rules = pc.binary_join_element_wise(
+            pc.cast(pc.utf8_length(rule_ids), pa.string()), rule_ids, ":").take(index)
+        self._cut_parts.append(pa.table({
+            "rule": pa.repeat(pa.scalar(CUT_RULE), n),
+            "series": rules,
+            "le": pa.nulls(n, pa.string()),
+            "window": pa.nulls(n, pa.int64()),
+            "ts": ts.take(index),
+            "v": pa.repeat(pa.scalar(1.0), n),
+        }, schema=MATCH_SCHEMA))
 
     def status_rows(self) -> pa.Table:
         """One row per log: its input status as the series, its one-minute window in ``le``
@@ -225,17 +274,6 @@ def _plain(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(column, pa.ChunkedArray):
         return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     return column
-
-
-def _encoded(values: pa.Array) -> pa.Array:
-    """``<length in characters>:<value>``, ``-`` for null: unambiguous whatever the values."""
-    # Group-by values repeat (services, levels, status codes): each distinct value is encoded
-    # once, then taken for every row.
-    codes = values.dictionary_encode()
-    distinct = codes.dictionary
-    length = pc.cast(pc.utf8_length(distinct), pa.string())
-    return pc.fill_null(pc.binary_join_element_wise(length, distinct, ":").take(codes.indices),
-                        "-")
 
 
 def _minute(ts: pa.Array) -> pa.Array:

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from l2m.defaults import MAX_FUTURE_MS, TIMESTAMP_FIELD
+from l2m.defaults import MAX_FUTURE_MS, MAX_LABEL_VALUE_LENGTH, TIMESTAMP_FIELD
 from l2m.engine.parse import ParsePlan
 from l2m.query.nodes import FieldUse
 from l2m.rules.model import Aggregation, Rule
@@ -20,10 +20,12 @@ from l2m.rules.model import Aggregation, Rule
 
 @dataclass(frozen=True)
 class Routing:
-    """The compiled rules and what the parse stage must extract for them."""
+    """The compiled rules, what the parse stage must extract for them, and the longest label
+    value a log may give a series (:mod:`l2m.engine.labels`)."""
 
     rules: tuple[Rule, ...]
     plan: ParsePlan
+    max_label_value_length: int = MAX_LABEL_VALUE_LENGTH
 
     @functools.cached_property
     def unscoped(self) -> tuple[Rule, ...]:
@@ -48,8 +50,10 @@ class Routing:
 
 
 def plan_for(rules: Sequence[Rule], timestamp_field: str = TIMESTAMP_FIELD,
-             max_future_ms: int = MAX_FUTURE_MS) -> Routing:
-    """Collect the fields of enabled rules (queries, group-by, value, account) into one plan."""
+             max_future_ms: int = MAX_FUTURE_MS,
+             max_label_value_length: int = MAX_LABEL_VALUE_LENGTH) -> Routing:
+    """Collect the fields of enabled rules (queries, group-by, value, account) into one plan;
+    label values from logs are cut past ``max_label_value_length`` characters."""
     enabled = tuple(r for r in rules if r.enabled)
     uses: list[FieldUse] = []
     for rule in enabled:
@@ -60,4 +64,5 @@ def plan_for(rules: Sequence[Rule], timestamp_field: str = TIMESTAMP_FIELD,
             uses.append(FieldUse(rule.field, number=True))
         if rule.account is not None:
             uses.append(FieldUse("account", string=True))
-    return Routing(enabled, ParsePlan.merge(uses, timestamp_field, max_future_ms))
+    return Routing(enabled, ParsePlan.merge(uses, timestamp_field, max_future_ms),
+                   max_label_value_length)

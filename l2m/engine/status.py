@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from l2m.engine.labels import one_value_series
+
 # The rule id of the status rows (never a valid rule id: ids are [a-z0-9][a-z0-9_-]*).
 STATUS_RULE = "__status__"
 
@@ -50,10 +52,11 @@ DEAD_LETTERED: tuple[Status, ...] = (Status.MALFORMED, Status.FUTURE)
 
 def status_series(label: str) -> str:
     """A status row's series key: its label as a one-value series (``2:ok``), in the series
-    key encoding of :mod:`l2m.engine.fanout` (``<length>:<value>``)."""
-    return f"{len(label)}:{label}"
+    key encoding of :mod:`l2m.engine.labels` (``<length>:<value>``)."""
+    return one_value_series(label)
 
 
 def status_label(series: str) -> str:
-    """The label of a status row's series key (:func:`status_series` inverted)."""
+    """The label of a status row's series key (:func:`status_series` inverted; also a cut
+    row's rule id, :mod:`l2m.engine.labels`)."""
     return series.partition(":")[2]

@@ -7,8 +7,8 @@ state; read by :mod:`l2m.runtime.progress`), the job's accumulators
 key last reported) and Spark's status store (the tasks each executor ran in the batch, and
 the records they read: :mod:`l2m.runtime.sparkstatus`). Output: ``l2m_*`` metrics. Counters
 that come from the state (``l2m_input_logs_total``, ``l2m_late_logs_total``,
-``l2m_dead_letters_total``) are exact and continue across restarts; the others count since
-the driver started."""
+``l2m_dead_letters_total``, ``l2m_label_values_cut_total``) are exact and continue across
+restarts; the others count since the driver started."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from l2m.engine.status import DEAD_LETTERED, STATUS_NAMES
 from l2m.rules.model import Rule
 from l2m.runtime.progress import epoch_seconds, input_rates, input_records, partition_offsets
 from l2m.runtime.sparkstatus import ExecutorLoad
-from l2m.state.tally import InputCount, LateCount, SeriesCount
+from l2m.state.tally import CutCount, InputCount, LateCount, SeriesCount
 from l2m.version import __version__
 
 BATCH_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
@@ -305,6 +305,12 @@ class _FromTasks:
                                      labels=["reason"])
         for reason in DEAD_LETTER_REASONS:
             family.add_metric([reason], statuses.get(reason, 0.0))
+        yield family
+        family = CounterMetricFamily("l2m_label_values_cut", "Label values from logs cut to "
+                                     "limits.max_label_value_length, per rule (exact: from the "
+                                     "job's state).", labels=["rule"])
+        for rule in self.t.rules:
+            family.add_metric([rule], latest.get(CutCount(rule), 0.0))
         yield family
         family = CounterMetricFamily("l2m_rule_matches", "Logs each rule matched.",
                                      labels=["rule"])

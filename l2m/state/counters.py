@@ -16,12 +16,13 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
+from l2m.engine.labels import CUT_RULE
 from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.samples import rule_samples, samples_frame, series_labels, series_samples
 from l2m.engine.status import STATUS_RULE, status_label
 from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.state.format import dump_blob, load_blob
-from l2m.state.tally import InputCount, LateCount, SeriesCount, Tally
+from l2m.state.tally import CutCount, InputCount, LateCount, SeriesCount, Tally
 from l2m.windows import window_closed
 
 # The input counter l2m keeps about itself: logs per parse status (ok, malformed, …).
@@ -31,6 +32,13 @@ INPUT_RULE = Rule(id="l2m-input", name="l2m_input_logs_total", kind=Kind.COUNTER
 # ignored them (counters still counted them).
 LATE_RULE = Rule(id="l2m-late", name="l2m_late_logs_total", kind=Kind.COUNTER, query="*",
                  aggregation=Aggregation.COUNT, file="<l2m>")
+# Label values from logs cut to the job's limit (l2m.engine.labels), per rule: the cut rows'
+# series is the rule's id, read as the label `rule`.
+CUT_COUNT_RULE = Rule(id="l2m-label-cut", name="l2m_label_values_cut_total", kind=Kind.COUNTER,
+                      query="*", aggregation=Aggregation.COUNT, group_by=("rule",),
+                      file="<l2m>")
+# The counters l2m keeps about itself, by the rule id of their rows.
+INTERNAL_RULES = {STATUS_RULE: INPUT_RULE, CUT_RULE: CUT_COUNT_RULE}
 
 
 def signature(rule: Rule) -> list[Any]:
@@ -89,7 +97,7 @@ class CounterState:
         its partials of this batch → the new content (None: nothing left to keep) and the
         samples of the series this batch touched. ``sweep``: drop series idle past the TTL."""
         status = rule_id == STATUS_RULE
-        rule = INPUT_RULE if status else self.rules.get(rule_id)
+        rule = INTERNAL_RULES.get(rule_id) or self.rules.get(rule_id)
         series: dict[str, list[Any]] = stored.get("series", {})
         late = stored.get("late")
         late_before = Partial.load(late).matches if late else 0
@@ -132,9 +140,13 @@ def tallied(rule_id: str, shard: int, window: int,
              content: dict[str, Any] | None) -> Tally:
     """What a rule's counters in a key tell the driver's metrics (:mod:`l2m.runtime.telemetry`): its
     live series; the input statuses their totals per status (``2:ok`` → ``ok``) and late
-    logs."""
+    logs; the cut rows their totals per rule (``label_values_cut_total``)."""
     series: dict[str, list[Any]] = (content or {}).get("series", {})
     late = (content or {}).get("late")
+    if rule_id == CUT_RULE:
+        return {CutCount(status_label(name)): sum(Partial.load(p).matches
+                                                  for p in entry[1].values())
+                for name, entry in series.items()}
     if rule_id != STATUS_RULE:
         return {SeriesCount(rule_id, shard, window): len(series)}
     tally: Tally = {

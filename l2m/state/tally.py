@@ -37,13 +37,20 @@ class LateCount:
 
 
 @dataclass(frozen=True, slots=True)
+class CutCount:
+    """Label values of one rule's series cut to the job's limit (exact)."""
+
+    rule: str
+
+
+@dataclass(frozen=True, slots=True)
 class MatchCount:
     """Match rows (logs) one rule matched, as the pre-aggregation counted them."""
 
     rule: str
 
 
-TallyKey = SeriesCount | InputCount | LateCount | MatchCount
+TallyKey = SeriesCount | InputCount | LateCount | CutCount | MatchCount
 Tally = dict[TallyKey, float]
 
 

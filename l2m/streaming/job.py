@@ -131,7 +131,8 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     window. ``source`` replaces the Kafka source (the in-memory test harness).
     ``state_format`` is the checkpoint's (:mod:`l2m.state.function`): format 2 keys the state by
     (shard, window) for all rules together, format 1 by (rule, shard, window)."""
-    routing = plan_for(rules, cfg.timestamp_field, cfg.max_future_ms)
+    routing = plan_for(rules, cfg.timestamp_field, cfg.max_future_ms,
+                       cfg.limits.max_label_value_length)
     option = routing_option(routing)
     read = source(option) if source is not None else source_frame(spark, cfg, option)
     status = F.col("rule") == F.lit(STATUS_RULE)

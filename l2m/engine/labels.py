@@ -1,0 +1,70 @@
+"""Label values from logs, bounded: a group-by value longer than the job's limit is cut to
+the limit with a visible marker, and every cut is counted per rule (SPEC §7).
+
+Input: a column of group-by values (strings, null when absent) and the limit in characters
+(Unicode code points). Output: each value's series-key part (``<length>:<value>``, ``-`` when
+absent, the encoding :func:`l2m.engine.samples.series_labels` reads) with values over the
+limit cut — the first ``limit - len(CUT_MARKER)`` characters followed by :data:`CUT_MARKER`,
+exactly ``limit`` characters in all — and which rows were cut.
+
+Cutting keeps every log counted: logs whose long values share the kept prefix count into one
+series (the marker says its value is not the log's), so totals stay exact while no log can
+put a megabyte into a label, the state, a Kafka key or a sample. The fan-out stage
+(:mod:`l2m.engine.fanout`) emits one cut row per cut label value (rule :data:`CUT_RULE`,
+series: the rule's id), which the pipeline counts like the input statuses: exactly, in the
+checkpoint, as ``l2m_label_values_cut_total{rule}`` (:mod:`l2m.state.counters`) and in
+backfill's summary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from l2m.defaults import MAX_LABEL_VALUE_LENGTH, MIN_LABEL_VALUE_LENGTH
+
+# What ends a cut label value (6 characters).
+CUT_MARKER = "…(cut)"
+# The rule id of the cut rows (never a valid rule id: ids are [a-z0-9][a-z0-9_-]*).
+CUT_RULE = "__cut__"
+
+__all__ = ["CUT_MARKER", "CUT_RULE", "MAX_LABEL_VALUE_LENGTH", "MIN_LABEL_VALUE_LENGTH",
+           "cut_value", "encoded", "one_value_series"]
+
+
+def cut_value(value: str, limit: int = MAX_LABEL_VALUE_LENGTH) -> str:
+    """One value as a label carries it: itself up to ``limit`` characters, else its first
+    ``limit - len(CUT_MARKER)`` characters and the marker (the Arrow path, :func:`encoded`,
+    does the same to whole columns)."""
+    if len(value) <= limit:
+        return value
+    return value[:limit - len(CUT_MARKER)] + CUT_MARKER
+
+
+def encoded(values: pa.Array, limit: int = MAX_LABEL_VALUE_LENGTH
+            ) -> tuple[pa.Array, np.ndarray | None]:
+    """``<length in characters>:<value>`` per row, ``-`` for null (unambiguous whatever the
+    values), values over ``limit`` cut (:func:`cut_value`); and which rows were cut (a bool
+    array), None when none was."""
+    # Group-by values repeat (services, levels, status codes): each distinct value is encoded
+    # once, then taken for every row.
+    codes = values.dictionary_encode()
+    distinct = codes.dictionary
+    length = pc.utf8_length(distinct)
+    over = pc.greater(length, limit)
+    cut: np.ndarray | None = None
+    if pc.any(over).as_py():
+        kept = pc.utf8_slice_codeunits(distinct, 0, limit - len(CUT_MARKER))
+        distinct = pc.if_else(over, pc.binary_join_element_wise(kept, CUT_MARKER, ""),
+                              distinct)
+        length = pc.utf8_length(distinct)
+        cut = np.asarray(pc.fill_null(over.take(codes.indices), False)
+                         .to_numpy(zero_copy_only=False), bool)
+    keys = pc.binary_join_element_wise(pc.cast(length, pa.string()), distinct, ":")
+    return pc.fill_null(keys.take(codes.indices), "-"), cut
+
+
+def one_value_series(value: str) -> str:
+    """The series key of a one-label series (``2:ok``; the cut rows' rule id), in the
+    encoding of :func:`encoded`."""
+    return f"{len(value)}:{value}"
