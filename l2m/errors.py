@@ -59,6 +59,18 @@ ERROR_CLASSES: dict[str, str] = {
         "'{value}' is not a valid label name [a-zA-Z_][a-zA-Z0-9_]* (and must not start with __)"
     ),
     "LABEL_CLASH": "label '{label}' {reason}",
+    # tenant mode (SPEC §7, l2m.rules.model.Tenancy)
+    "TENANT_ROOT": "in tenant mode a rules path is a directory of account directories",
+    "RULE_OUTSIDE_ACCOUNT": (
+        "in tenant mode every rule file lies in an account's directory (<rules>/<account>/)"
+    ),
+    "ACCOUNT_MISMATCH": (
+        "this rule was submitted for account '{account}' and may not name account '{named}'"
+    ),
+    "TARGET_NOT_ALLOWED": (
+        "account '{account}' may write to {allowed}, not to '{target}' (the job config's "
+        "tenancy.targets allows more)"
+    ),
     # series identity (SPEC §7, l2m.rules.identity)
     "SERIES_COLLISION": (
         "metric '{name}' can write the same series as {other}: both can emit labels {labels} "

@@ -11,6 +11,7 @@ warnings), or :class:`~l2m.errors.RuleValidationError` carrying every problem fo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import stat
@@ -39,6 +40,7 @@ from l2m.rules.model import (
     Kind,
     Rule,
     RuleSet,
+    Tenancy,
 )
 from l2m.text import similar
 from l2m.values import label_name, string_form
@@ -196,10 +198,14 @@ def read_rule_file(path: Path) -> tuple[str | None, Problem | None]:
                                           f"offset {exc.start})")
 
 
-def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None) -> RuleSet:
+def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None,
+               tenancy: Tenancy | None = None) -> RuleSet:
     """Load and validate rule files; raise :class:`RuleValidationError` listing every error
-    of every file. Warnings ride along on the returned :class:`RuleSet`."""
+    of every file. Warnings ride along on the returned :class:`RuleSet`. With ``tenancy``
+    each path is a root of account directories (:class:`~l2m.rules.model.Tenancy`)."""
     config = config or QueryConfig()
+    if tenancy is not None:
+        return _load_tenants(paths, config, tenancy)
     files, problems = rule_files(paths)
     rules: list[Rule] = []
     first_seen: dict[str, str] = {}
@@ -223,6 +229,73 @@ def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None) -
     if errors:
         raise RuleValidationError(problems)
     return RuleSet(tuple(rules), tuple(problems))
+
+
+def _load_tenants(roots: Iterable[str | Path], config: QueryConfig, tenancy: Tenancy
+                  ) -> RuleSet:
+    """Tenant mode: every rule file lies in ``<root>/<account>/``; each rule is bound to
+    that account (its ``account`` may only repeat it), writes only to the targets the job
+    allows the account, and its id is qualified as ``<account>/<id>``."""
+    rules: list[Rule] = []
+    problems: list[Problem] = []
+    first_seen: dict[str, str] = {}
+    for raw_root in roots:
+        root = Path(raw_root)
+        if not root.is_dir():
+            problems.append(_file_problem("TENANT_ROOT", str(root)))
+            continue
+        for entry in sorted(root.iterdir()):
+            if entry.name.startswith("."):
+                continue  # ConfigMap bookkeeping (..data), editor files
+            if not entry.is_dir():
+                if entry.name.endswith((".yaml", ".yml")):
+                    problems.append(_file_problem("RULE_OUTSIDE_ACCOUNT", str(entry)))
+                continue
+            account = entry.name
+            files, found = rule_files([entry])
+            problems.extend(p for p in found if p.code != "NO_RULE_FILES")
+            for path in files:
+                text, problem = read_rule_file(path)
+                if problem is not None or text is None:
+                    problems.extend([problem] if problem else [])
+                    continue
+                ctx = _read(text, str(path), config)
+                problems.extend(ctx.problems)
+                for rule in ctx.rules:
+                    bound = _bind(rule, account, tenancy, problems)
+                    if bound is None:
+                        continue
+                    where = f"{path}:{rule.line}"
+                    other = first_seen.setdefault(bound.id, where)
+                    if other != where:
+                        problems.append(Problem("DUPLICATE_ID", str(path), rule.line, 1,
+                                                rule.id, render("DUPLICATE_ID", {
+                                                    "value": rule.id, "other": other}), "id"))
+                        continue
+                    rules.append(bound)
+    problems.extend(collisions(rules))
+    if any(p.severity == "error" for p in problems):
+        raise RuleValidationError(problems)
+    return RuleSet(tuple(rules), tuple(problems))
+
+
+def _bind(rule: Rule, account: str, tenancy: Tenancy, problems: list[Problem]) -> Rule | None:
+    """A tenant's rule with its account, target and qualified id, or None (a problem added)."""
+    def refuse(code: str, key: str, **params: object) -> None:
+        problems.append(Problem(code, rule.file, rule.line, 1, rule.id,
+                                render(code, params), key))
+
+    if rule.account is not None and rule.account != account:
+        refuse("ACCOUNT_MISMATCH", "account", account=account, named=rule.account)
+        return None
+    allowed = tenancy.allowed_targets(account)
+    target = rule.target_account if rule.target_account is not None else account
+    if target not in allowed:
+        refuse("TARGET_NOT_ALLOWED", "target_account", account=account, target=target,
+               allowed=", ".join(allowed))
+        return None
+    return dataclasses.replace(rule, id=f"{account}/{rule.id}", account=account,
+                               target_account=target)
 
 
 def load_text(text: str, file: str = "<memory>", config: QueryConfig | None = None

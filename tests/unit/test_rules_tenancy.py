@@ -1,0 +1,88 @@
+"""Tenant mode (issue 20, deliverable 4): a rule's account is the directory it was submitted
+in, never its own text; it may not name another account nor write to a target the job does
+not allow that account; ids are the account's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from l2m.errors import RuleValidationError
+from l2m.rules.loader import load_rules
+from l2m.rules.model import Tenancy
+
+COUNT = "kind: counter, query: 'level:error', aggregation: count"
+
+
+def submit(root: Path, account: str, *specs: str, file: str = "rules.yaml") -> Path:
+    folder = root / account
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / file
+    path.write_text("rules:\n" + "".join(f"  - {{{s}}}\n" for s in specs))
+    return path
+
+
+def problems(root: Path, tenancy: Tenancy | None = None
+             ) -> list[tuple[str, str, str | None]]:
+    with pytest.raises(RuleValidationError) as info:
+        load_rules([root], tenancy=tenancy or Tenancy())
+    return [(p.code, Path(p.file).name, p.rule_id) for p in info.value.problems]
+
+
+def test_a_rule_is_bound_to_its_directory_s_account(tmp_path):
+    submit(tmp_path, "acme", f"id: errors, name: errors_total, {COUNT}")
+    submit(tmp_path, "globex", f"id: errors, name: errors_total, {COUNT}",
+           f"id: own, name: own_total, {COUNT}, account: globex")
+    ruleset = load_rules([tmp_path], tenancy=Tenancy())
+    assert [(r.id, r.account, r.target_account) for r in ruleset.rules] == [
+        ("acme/errors", "acme", "acme"), ("globex/errors", "globex", "globex"),
+        ("globex/own", "globex", "globex")]
+
+
+def test_a_rule_may_not_name_another_account(tmp_path):
+    submit(tmp_path, "acme", f"id: spy, name: spy_total, {COUNT}, account: globex")
+    assert problems(tmp_path) == [("ACCOUNT_MISMATCH", "rules.yaml", "spy")]
+
+
+def test_targets_are_the_account_and_what_the_job_allows(tmp_path):
+    submit(tmp_path, "acme", f"id: a, name: a_total, {COUNT}, target_account: shared")
+    assert problems(tmp_path) == [("TARGET_NOT_ALLOWED", "rules.yaml", "a")]
+    ruleset = load_rules([tmp_path], tenancy=Tenancy(targets=(("acme", ("shared",)),)))
+    assert ruleset.rules[0].target_account == "shared"
+
+
+def test_rule_files_outside_an_account_directory_are_refused(tmp_path):
+    (tmp_path / "loose.yaml").write_text(f"rules:\n  - {{id: x, name: x_total, {COUNT}}}\n")
+    submit(tmp_path, "acme", f"id: a, name: a_total, {COUNT}")
+    assert problems(tmp_path) == [("RULE_OUTSIDE_ACCOUNT", "loose.yaml", None)]
+
+
+def test_ids_repeat_freely_across_accounts_but_not_within_one(tmp_path):
+    submit(tmp_path, "acme", f"id: a, name: a_total, {COUNT}")
+    submit(tmp_path, "acme", f"id: a, name: b_total, {COUNT}", file="more.yaml")
+    assert problems(tmp_path) == [("DUPLICATE_ID", "rules.yaml", "a")]
+
+
+def test_series_of_two_tenants_never_collide_but_shared_targets_can(tmp_path):
+    submit(tmp_path, "acme", f"id: a, name: m_total, {COUNT}")
+    submit(tmp_path, "globex", f"id: a, name: m_total, {COUNT}")
+    load_rules([tmp_path], tenancy=Tenancy())  # each writes its own account
+    shared = Tenancy(targets=(("acme", ("pool",)), ("globex", ("pool",))))
+    submit(tmp_path, "acme", f"id: p, name: p_total, {COUNT}, target_account: pool",
+           file="p.yaml")
+    submit(tmp_path, "globex", f"id: p, name: p_total, {COUNT}, target_account: pool",
+           file="p.yaml")
+    assert problems(tmp_path, shared) == [("SERIES_COLLISION", "p.yaml", "globex/p")]
+
+
+def test_a_configmap_per_account_loads_each_rule_once(tmp_path):
+    # a ConfigMap mount: the files are symlinks into a hidden, timestamped folder
+    folder = tmp_path / "acme"
+    data = folder / "..2026_11_24_00_00_00.1"
+    data.mkdir(parents=True)
+    (data / "rules.yaml").write_text(f"rules:\n  - {{id: a, name: a_total, {COUNT}}}\n")
+    (folder / "..data").symlink_to(data.name)
+    (folder / "rules.yaml").symlink_to("..data/rules.yaml")
+    ruleset = load_rules([tmp_path], tenancy=Tenancy())
+    assert [r.id for r in ruleset.rules] == ["acme/a"]
