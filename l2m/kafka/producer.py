@@ -1,7 +1,7 @@
 """Kafka producers for the tasks of a Python worker: cached (starting an idempotent producer
 costs a broker round trip), fed without failing on a full local queue, forgotten after a
-failure. Used by the sink (:mod:`l2m.kafka.sink`) and the dead letters
-(:mod:`l2m.kafka.deadletters`).
+failure; and which errors refuse one message for good (:func:`refused`). Used by the sink
+(:mod:`l2m.kafka.sink`) and the dead letters (:mod:`l2m.kafka.deadletters`).
 
 Input: client settings and messages. Output: the worker's cached producer for those
 settings; messages queued (delivery is each caller's to check, with a flush)."""
@@ -44,4 +44,15 @@ def drop_producer(producer: Any) -> None:
         if cached is producer:
             del _PRODUCERS[key]
 
+
+# Errors about a message itself, not about the cluster's state: sending it again cannot help.
+# MSG_SIZE_TOO_LARGE (10: over the producer's message.max.bytes at produce(), or over the
+# topic's max.message.bytes in the delivery report), RECORD_LIST_TOO_LARGE (18),
+# INVALID_MSG_SIZE (4), INVALID_RECORD (87: the broker's validation refused the record).
+REFUSED_CODES = frozenset({10, 18, 4, 87})
+
+
+def refused(error: Any) -> bool:
+    """Whether a Kafka error (a ``KafkaError``) refuses its message for good."""
+    return error is not None and error.code() in REFUSED_CODES
 

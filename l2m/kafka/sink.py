@@ -7,7 +7,12 @@ task returns, or :class:`~l2m.errors.SinkError`.
 
 Each task produces its rows with an idempotent producer, flushes, and fails if any message
 was not acknowledged — so a micro-batch commits only when every sample is in Kafka, and a
-broker error fails the query with a clear message instead of dropping samples. Replays after
+broker error fails the query with a clear message instead of dropping samples. The one
+exception: a sample Kafka refuses for good (larger than the producer's ``message.max.bytes``
+or the topic's ``max.message.bytes``, an invalid record) would fail every replay too, so it is
+sent to the job's dead-letter topic (option ``deadletters.topic``, clients
+``deadletters.kafka.*``) and reported on stderr, and the rest of the batch commits: no sample
+can stop the stream. Replays after
 a failure re-send the same deterministic keys (SPEC §4): at-least-once, idempotent samples.
 
 Spark accepts Python stream writers only in append mode, while l2m's query runs in update
@@ -18,7 +23,8 @@ append-mode queries.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,13 +41,36 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from l2m.errors import SinkError
+from l2m.kafka.deadletters import DEAD_LETTER_MAX_BYTES, DeadLetters
 from l2m.kafka.options import CLIENT_LOG_LEVEL, kafka_config
-from l2m.kafka.producer import cached_producer, drop_producer, produce
+from l2m.kafka.producer import cached_producer, drop_producer, produce, refused
+
+# librdkafka's default message.max.bytes (the largest message a producer sends).
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
 
 
 @dataclass
 class Delivered(WriterCommitMessage):
     rows: int
+    refused: int = 0  # samples the topic refused for good: dead-lettered (or dropped)
+    dropped: int = 0  # of those, the ones no dead-letter topic took
+
+
+# A sample the topic refused, and why.
+Refusal = tuple[bytes | None, bytes | None, str]
+
+
+def _into(result: list[Any]) -> Callable[[Any, Any], None]:
+    """A delivery callback that keeps the error (None: delivered) in ``result``."""
+
+    def report(err: Any, _msg: Any) -> None:
+        result.append(err)
+
+    return report
+
+
+def _bytes(value: bytes | str | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
 
 
 class _Producing:
@@ -51,17 +80,14 @@ class _Producing:
         self.config = kafka_config(options)
         default = self.config.get("message.timeout.ms", "60000")
         self.timeout = float(options.get("flushtimeoutms", default)) / 1000
+        # Where refused samples go: the job's dead-letter topic on the logs' cluster.
+        self.dead_letter_topic = options.get("deadletters.topic")
+        prefix = "deadletters.kafka."
+        self.dead_letter_config = {k[len(prefix):]: v for k, v in options.items()
+                                   if k.startswith(prefix)}
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Delivered:
-        from confluent_kafka import KafkaException
-
-        errors: list[str] = []
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-
-        producer = cached_producer({
+    def _producer(self) -> Any:
+        return cached_producer({
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 20,
@@ -70,18 +96,46 @@ class _Producing:
             "log_level": CLIENT_LOG_LEVEL,
             **self.config,
         })
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Delivered:
+        """Produce every row; a message Kafka refuses for good (:func:`~l2m.kafka.producer.
+        refused`: too large, invalid) is sent again alone — a broker refuses a whole record
+        batch for one oversized message in it — and if refused again, dead-lettered
+        (:meth:`_dead_letter`). Any other error fails the task (:class:`SinkError`): the
+        micro-batch is replayed."""
+        from confluent_kafka import KafkaException
+
+        errors: list[str] = []
+        batched: list[Refusal] = []  # refused in the delivery report: maybe for a neighbour
+        alone: list[Refusal] = []  # refused at produce(): for its own size
+
+        def delivered(err: Any, msg: Any) -> None:
+            if refused(err):
+                batched.append((msg.key(), msg.value(), str(err)))
+            elif err is not None:
+                errors.append(str(err))
+
+        producer = self._producer()
         rows = 0
         try:
             for batch in iterator:
                 keys = batch.column("key").to_pylist()
                 values = batch.column("value").to_pylist()
                 for key, value in zip(keys, values, strict=True):
-                    produce(producer, self.topic, value=value, key=key, on_delivery=delivered)
+                    try:
+                        produce(producer, self.topic, value=value, key=key,
+                                on_delivery=delivered)
+                    except KafkaException as exc:
+                        if not refused(exc.args[0]):
+                            raise
+                        alone.append((_bytes(key), _bytes(value), str(exc.args[0])))
                     rows += 1
                 producer.poll(0)
                 if errors:
                     break
             remaining = producer.flush(self.timeout)
+            if not errors and not remaining:
+                alone += self._one_by_one(producer, batched, errors)
         except KafkaException as exc:
             drop_producer(producer)
             raise SinkError(f"cannot produce to Kafka topic '{self.topic}': {exc}") from None
@@ -91,7 +145,52 @@ class _Producing:
                 f"Kafka did not acknowledge {len(errors) + remaining} of {rows} samples for "
                 f"topic '{self.topic}' (first error: {errors[0] if errors else 'timed out'}); "
                 "the micro-batch is not committed and will be replayed on restart")
-        return Delivered(rows)
+        return Delivered(rows, len(alone), self._dead_letter(alone))
+
+    def _one_by_one(self, producer: Any, batched: list[Refusal],
+                    errors: list[str]) -> list[Refusal]:
+        """Send each message refused in a delivery report again, alone: those refused again
+        are refused for their own sake. A transient error goes to ``errors``."""
+        out: list[Refusal] = []
+        for key, value, _reason in batched:
+            result: list[Any] = []
+            produce(producer, self.topic, value=value, key=key, on_delivery=_into(result))
+            if producer.flush(self.timeout) or not result:
+                errors.append("timed out")
+            elif refused(result[0]):
+                out.append((key, value, str(result[0])))
+            elif result[0] is not None:
+                errors.append(str(result[0]))
+            if errors:
+                break
+        return out
+
+    def _dead_letter(self, refusals: list[Refusal]) -> int:
+        """Samples the topic refused for good → the dead-letter topic (the sample's key, its
+        value cut to what the dead-letter producer accepts, the reason, ``l2m.origin`` the
+        metrics topic, ``l2m.kind: sample``); one line each on stderr. Without a dead-letter
+        topic, or when it refuses one for good too, the sample is dropped. Returns how many
+        were dropped."""
+        if not refusals:
+            return 0
+        dead_letters = None
+        if self.dead_letter_topic:
+            config = self.dead_letter_config or self.config
+            limit = int(config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+            dead_letters = DeadLetters(config, self.dead_letter_topic, self.topic,
+                                       max_bytes=min(DEAD_LETTER_MAX_BYTES, limit // 2))
+        for key, value, reason in refusals:
+            size = len(value or b"") + len(key or b"")
+            where = f"dead-lettered to {self.dead_letter_topic}" if dead_letters else "dropped"
+            print(f"l2m: a sample of {size} bytes was refused by topic {self.topic} for good "
+                  f"({reason}): {where}", file=sys.stderr, flush=True)
+            if dead_letters is not None:
+                dead_letters.send_record(key, value, f"sample refused: {reason}", self.topic,
+                                         [("l2m.kind", b"sample")])
+        if dead_letters is None:
+            return len(refusals)
+        dead_letters.flush()
+        return len(dead_letters.dropped)
 
 
 class KafkaStreamWriter(_Producing, DataSourceStreamArrowWriter):
@@ -136,9 +235,16 @@ def _check(schema: StructType) -> None:
                           f"{', '.join(sorted(missing))}")
 
 
-def write_batch(frame: DataFrame, topic: str, kafka: dict[str, str]) -> None:
-    """Write one micro-batch (or any DataFrame of ``key, value``) to ``topic``."""
+def write_batch(frame: DataFrame, topic: str, kafka: dict[str, str],
+                dead_letters: tuple[str, dict[str, str]] | None = None) -> None:
+    """Write one micro-batch (or any DataFrame of ``key, value``) to ``topic``; samples the
+    topic refuses for good go to ``dead_letters`` (topic, client settings), else are
+    dropped."""
     writer = frame.write.format("l2m-kafka-sink").mode("append").option("topic", topic)
     for key, value in kafka.items():
         writer = writer.option(f"kafka.{key}", value)
+    if dead_letters is not None:
+        writer = writer.option("deadletters.topic", dead_letters[0])
+        for key, value in dead_letters[1].items():
+            writer = writer.option(f"deadletters.kafka.{key}", value)
     writer.save()

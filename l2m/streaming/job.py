@@ -180,7 +180,7 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     state_format = check_checkpoint(cfg.checkpoint, QUERY)
 
     def kafka_sink(frame: DataFrame, batch_id: int) -> None:
-        write_batch(frame, cfg.topics.metrics, cfg.sink)
+        write_batch(frame, cfg.topics.metrics, cfg.sink, (cfg.topics.dead_letters, cfg.kafka))
 
     counts = Counts.create(spark)
     writer = (metrics_frame(spark, cfg, rules, counts, source, state_format).writeStream
