@@ -6,12 +6,15 @@ tests/spark/test_harness.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
+from confluent_kafka import Producer
 
 from l2m.batch.backfill import run_backfill
-from l2m.config.job import JobConfig
+from l2m.config.job import JobConfig, LimitsConfig
 from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.rules.loader import load_rules, load_text
 from l2m.streaming.job import LOCAL_CHECKPOINT_CONF, STREAMING_CONF, Job, start_job, streaming_conf
@@ -37,17 +40,21 @@ def run_once(spark, cfg: JobConfig, rules) -> Job:
     return job
 
 
-def backfill_samples(spark, rules, lines: list[bytes], tmp: Path) -> list[dict]:
+def backfill_samples(spark, rules, lines: list[bytes], tmp: Path, **options) -> list[dict]:
     logs = tmp / "backfill-input.jsonl"
     logs.write_bytes(b"\n".join(lines) + b"\n")
     out = tmp / "backfill.jsonl"
-    run_backfill(spark, rules, [str(logs)], out, progress=False)
+    run_backfill(spark, rules, [str(logs)], out, progress=False, **options)
     return [json.loads(x) for x in out.read_text().splitlines()]
+
+
+# The counters l2m keeps about itself (backfill writes none of them).
+INTERNAL = ("l2m-input", "l2m-late", "l2m-label-cut")
 
 
 def metrics(t, *, without_input: bool = True) -> list[dict]:
     samples = latest_samples(consume_all(t.bootstrap, t.topics.metrics))
-    return [s for s in samples if not (without_input and s["rule"] in ("l2m-input", "l2m-late"))]
+    return [s for s in samples if not (without_input and s["rule"] in INTERNAL)]
 
 
 def input_counts(t) -> dict[str, float]:
@@ -102,3 +109,75 @@ def test_restart_continues_counters_exactly(spark, broker, tmp_path):
 def test_local_checkpoints_are_written_without_forking_readlink(checkpoint, local):
     conf = streaming_conf(checkpoint)
     assert conf == {**STREAMING_CONF, **(LOCAL_CHECKPOINT_CONF if local else {})}
+
+
+def with_huge_service(lines: list[bytes], at: int, size: int = 1_100_000) -> list[bytes]:
+    """``lines`` with the log at ``at`` grouped under a ``size``-character service (issue 20),
+    with the fields every COUNTER_RULES rule reads."""
+    doc = orjson.loads(lines[at])
+    doc["service"] = "s" * size
+    doc["http"] = {"bytes": 1234, "duration_ms": 42}
+    return [*lines[:at], orjson.dumps(doc), *lines[at + 1:]]
+
+
+def produce_big(t, lines: list[bytes]) -> int:
+    """Like ``produce``, for records over librdkafka's default 1 MB message size."""
+    producer = Producer({"bootstrap.servers": t.bootstrap, "message.max.bytes": 5_000_000,
+                         "log_level": "3"})
+    big = [line for line in lines if len(line) > 500_000]
+    for line in big:
+        producer.produce(t.topics.logs, value=line, partition=0)
+    producer.flush(30)
+    return produce(t.bootstrap, t.topics.logs, [x for x in lines if len(x) <= 500_000],
+                   t.partitions)
+
+
+def test_a_huge_group_by_value_is_cut_counted_and_the_stream_keeps_going(spark, broker,
+                                                                           tmp_path):
+    """Issue 20: a 1.1 MB group-by value among ordinary logs used to make a sample the metrics
+    topic refused, retried forever. Now its label is cut to 1,024 characters, the cut counted,
+    the run ends normally, and every series equals backfill's of the same logs."""
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    rules, _ = load_text(COUNTER_RULES)
+    lines = with_huge_service(generated(600, seed=41), at=300)
+    closers = produce_big(t, lines)
+    run_once(spark, job_config(t, tmp_path), rules)
+
+    expected = backfill_samples(spark, rules, lines, tmp_path)
+    got = metrics(t)
+    assert canonical(got) == canonical(expected)
+    cut = "s" * 1018 + "…(cut)"
+    assert {s["rule"] for s in got if s["labels"].get("service") == cut} == {"all", "bytes"}
+    samples = latest_samples(consume_all(t.bootstrap, t.topics.metrics))
+    assert all(len(m) < 10_000 for m in map(orjson.dumps, samples))
+    counted = {s["labels"]["rule"]: s["value"] for s in samples if s["rule"] == "l2m-label-cut"}
+    assert counted == {"all": 1.0, "bytes": 1.0}
+    assert input_counts(t) == {"ok": 600.0, "blank": float(closers)}
+
+
+def test_a_sample_the_topic_refuses_is_dead_lettered_and_the_rest_delivered(spark, broker,
+                                                                           tmp_path):
+    """No sample can make the sink fail: with label values allowed up to 100,000 characters
+    and a sink that takes messages of at most 20,000 bytes, the huge series' samples are
+    refused at produce() — they go to the dead-letter topic, the batch commits, and every
+    other series equals backfill's."""
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    rules, _ = load_text(COUNTER_RULES)
+    lines = with_huge_service(generated(400, seed=42), at=100)
+    produce_big(t, lines)
+    cfg = replace(job_config(t, tmp_path), limits=LimitsConfig(max_label_value_length=100_000),
+                  sink_kafka={"message.max.bytes": "20000"})
+    run_once(spark, cfg, rules)
+
+    expected = backfill_samples(spark, rules, lines, tmp_path, max_label_value_length=100_000)
+    big = [s for s in expected if len(s["labels"].get("service", "")) > 10_000]
+    assert {s["rule"] for s in big} == {"all", "bytes"}
+    assert canonical(metrics(t)) == canonical(s for s in expected if s not in big)
+    letters = [m for m in consume_all(t.bootstrap, t.topics.dead_letters)
+               if dict(m.headers()).get("l2m.kind") == b"sample"]
+    assert len(letters) == 2
+    for letter in letters:
+        headers = dict(letter.headers())
+        assert headers["l2m.origin"] == t.topics.metrics.encode()
+        assert b"too large" in headers["l2m.error"].lower()
+        assert int(headers["l2m.size"]) > 100_000
