@@ -227,3 +227,54 @@ def test_sums_are_exact_and_order_independent(spark, tmp_path):
     # 0.1 + 0.2 is 0.30000000000000004 in doubles; the exact decimal sum is 0.3
     assert values == {("s", "huge"): 1e30, ("s", "small"): 0.3,
                       ("a", "huge"): 5e29, ("a", "small"): 0.15}
+
+
+LIMIT_RULES = """\
+rules:
+  - {id: by-service, name: logs_total, kind: counter, query: "*", aggregation: count,
+     group_by: [service]}
+  - {id: peak, name: peak_ms, kind: gauge, query: "*", aggregation: max, field: ms,
+     group_by: [service, level]}
+"""
+
+
+def test_backfill_cuts_long_label_values_and_counts_the_cuts(spark, tmp_path):
+    """Issue 20: a 1.1 MB group-by value is cut to the limit with a marker (the log still
+    counts), the cuts are counted per rule in the summary, and the limit is an option."""
+    from l2m.rules.loader import load_text
+
+    rules, _ = load_text(LIMIT_RULES)
+    logs = tmp_path / "logs.jsonl"
+    rows = [{"@timestamp": T0 + i, "service": "web", "level": "info", "ms": i}
+            for i in range(5)]
+    rows += [{"@timestamp": T0 + 10, "service": "s" * 1_100_000, "level": "info", "ms": 50},
+             {"@timestamp": T0 + 11, "service": "s" * 2_000, "level": "l" * 5000, "ms": 7}]
+    logs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.jsonl"
+    summary = run_backfill(spark, rules, [str(logs)], out, progress=False)
+    samples = [json.loads(x) for x in out.read_text().splitlines()]
+    cut_service = "s" * 1018 + "…(cut)"
+    counts = {s["labels"]["service"]: s["value"] for s in samples if s["rule"] == "by-service"}
+    assert counts == {"web": 5.0, cut_service: 2.0}
+    peaks = {tuple(sorted(s["labels"].items())): s["value"] for s in samples
+             if s["rule"] == "peak"}
+    assert peaks[(("level", "info"), ("service", cut_service))] == 50.0
+    assert peaks[(("level", "l" * 1018 + "…(cut)"), ("service", cut_service))] == 7.0
+    assert all(len(v) <= 1024 for s in samples for v in s["labels"].values())
+    assert summary.cut == {"by-service": 2, "peak": 3}
+    assert "label values cut:   5 (longer than 1024 characters)" in summary.render()
+
+    summary = run_backfill(spark, rules, [str(logs)], out, progress=False,
+                           max_label_value_length=5_000)
+    assert summary.cut == {"by-service": 1, "peak": 1}
+    labels = {v for x in out.read_text().splitlines() for v in json.loads(x)["labels"].values()}
+    assert "s" * 2_000 in labels and "l" * 5_000 in labels and "s" * 4994 + "…(cut)" in labels
+
+
+def test_cli_backfill_refuses_a_label_limit_below_16(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "l2m.cli", "backfill", "--rules",
+                          str(ROOT / "rules"), "--input", str(ROOT / "samples"), "--output",
+                          str(tmp_path / "o.jsonl"), "--max-label-value-length", "8"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert "l2m: error [CONFIG]: the label value limit must be at least 16" in res.stderr
