@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from l2m import defaults
-from l2m.errors import L2mError, Problem, RuleValidationError
+from l2m.errors import ConfigError, L2mError, Problem, RuleValidationError
 from l2m.query.nodes import QueryConfig
+from l2m.tenancy import Tenancy
 
 if TYPE_CHECKING:
     from l2m.config.job import JobConfig
@@ -35,22 +36,50 @@ def _query_config(args: argparse.Namespace) -> QueryConfig:
     return QueryConfig(text_fields=args.text_fields, default_fields=args.default_fields)
 
 
+def _target(text: str) -> tuple[str, str]:
+    account, sep, target = text.partition("=")
+    if not sep or not account or not target:
+        raise argparse.ArgumentTypeError(f"expected ACCOUNT=TARGET, got '{text}'")
+    return account, target
+
+
+def _add_tenancy_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tenants", action="store_true",
+                        help="tenant mode: each rules path holds one directory per account, "
+                        "whose rules see only that account's logs (docs/rules.md)")
+    parser.add_argument("--tenant-target", type=_target, action="append", default=[],
+                        metavar="ACCOUNT=TARGET",
+                        help="with --tenants: ACCOUNT may also write to TARGET (repeatable)")
+
+
+def _tenancy(args: argparse.Namespace) -> Tenancy | None:
+    if not args.tenants:
+        if args.tenant_target:
+            raise ConfigError("--tenant-target needs --tenants")
+        return None
+    targets: dict[str, list[str]] = {}
+    for account, target in args.tenant_target:
+        targets.setdefault(account, []).append(target)
+    return Tenancy(targets=tuple(sorted((a, tuple(t)) for a, t in targets.items())))
+
+
 def _print_problems(problems: Sequence[Problem]) -> None:
     order = {p.file: i for i, p in reversed(list(enumerate(problems)))}
     for problem in sorted(problems, key=lambda p: (order[p.file], p.line, p.column)):
         print(problem, file=sys.stderr)
 
 
-def _rules(paths: Sequence[str], config: QueryConfig) -> RuleSet:
+def _rules(paths: Sequence[str], config: QueryConfig, tenancy: Tenancy | None = None
+           ) -> RuleSet:
     """The rules of every command: loaded and validated once; their problems, if any, are
     printed by :func:`main` (every one, each on its own line)."""
     from l2m.rules.loader import load_rules
 
-    return load_rules(paths, config)
+    return load_rules(paths, config, tenancy)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    ruleset = _rules(args.paths, _query_config(args))
+    ruleset = _rules(args.paths, _query_config(args), _tenancy(args))
     _print_problems(ruleset.warnings)
     files = len({r.file for r in ruleset.rules})
     disabled = len(ruleset.rules) - len(ruleset.enabled)
@@ -60,7 +89,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    ruleset = _rules(args.rules, _query_config(args))
+    ruleset = _rules(args.rules, _query_config(args), _tenancy(args))
     from l2m.batch.backfill import check_label_limit, check_paths, run_backfill
     from l2m.runtime.session import build_session
 
@@ -87,7 +116,7 @@ def _load_config(path: str) -> JobConfig:
 
 
 def _rules_for(cfg: JobConfig) -> RuleSet:
-    return _rules(cfg.rules, cfg.query_config)
+    return _rules(cfg.rules, cfg.query_config, cfg.rule_tenancy)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -217,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="check rule files")
     p.add_argument("paths", nargs="+", help="rule files or directories")
     _add_query_options(p)
+    _add_tenancy_options(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("backfill", parents=[common],
@@ -236,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "in '…(cut)', and counted (default %(default)s; the job's "
                         "limits.max_label_value_length)")
     _add_query_options(p)
+    _add_tenancy_options(p)
     p.set_defaults(func=cmd_backfill)
 
     p = sub.add_parser("generate", parents=[common],

@@ -23,6 +23,7 @@ from l2m.config.decode import (
     describe,
 )
 from l2m.query.nodes import QueryConfig
+from l2m.tenancy import Tenancy
 
 # How values are written in the file (l2m.config.decode reads these annotations; in Python
 # they are plain ints and strings).
@@ -101,6 +102,36 @@ class LimitsConfig:
         defaults.MAX_LABEL_VALUE_LENGTH
 
 
+def tenant_targets(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``{account: [target, …]}`` — the target accounts each account may write to besides
+    its own — as sorted pairs; else :class:`Invalid`."""
+    if value is None:
+        return ()
+    expected = "expected a mapping of account to a list of target accounts"
+    if not isinstance(value, dict):
+        raise Invalid(f"{expected}, got {describe(value)}")
+    pairs = []
+    for account, targets in value.items():
+        if isinstance(targets, str):
+            targets = [targets]
+        if not isinstance(targets, list) or not all(isinstance(t, str) and t for t in targets):
+            raise Invalid(f"targets of account '{account}': {expected}, got "
+                          f"{describe(targets)}")
+        pairs.append((str(account), tuple(targets)))
+    return tuple(sorted(pairs))
+
+
+@dataclass(frozen=True)
+class TenancyConfig:
+    """Who a rule belongs to (``tenancy:``; docs/rules.md, "Tenant mode"). ``open``: a
+    rule's ``account`` and ``target_account`` are what it says (one team's rules). ``accounts``:
+    each rules path is a root of account directories; a rule belongs to its directory's
+    account, sees only that account's logs and writes to it or to one of ``targets``."""
+
+    mode: Literal["open", "accounts"] = "open"
+    targets: Annotated[tuple[tuple[str, tuple[str, ...]], ...], Parse(tenant_targets)] = ()
+
+
 @dataclass(frozen=True)
 class JobConfig:
     """Everything ``l2m run`` needs. See ``topology/production.yaml`` for each key."""
@@ -125,6 +156,7 @@ class JobConfig:
     timestamp_field: str = defaults.TIMESTAMP_FIELD
     source: SourceConfig = SourceConfig()
     limits: LimitsConfig = LimitsConfig()
+    tenancy: TenancyConfig = TenancyConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     master: Annotated[str, Key("spark", "master")] = defaults.MASTER
     spark: dict[str, str] = field(default_factory=dict)  # Spark settings (master aside)
@@ -133,6 +165,13 @@ class JobConfig:
     @property
     def query_config(self) -> QueryConfig:
         return QueryConfig(text_fields=self.text_fields, default_fields=self.default_fields)
+
+    @property
+    def rule_tenancy(self) -> Tenancy | None:
+        """The rule loader's tenant mode, or None (open)."""
+        if self.tenancy.mode == "open":
+            return None
+        return Tenancy(targets=self.tenancy.targets)
 
     @property
     def sink(self) -> dict[str, str]:

@@ -40,8 +40,8 @@ from l2m.rules.model import (
     Kind,
     Rule,
     RuleSet,
-    Tenancy,
 )
+from l2m.tenancy import Tenancy
 from l2m.text import similar
 from l2m.values import label_name, string_form
 

@@ -10,7 +10,7 @@ import pytest
 
 from l2m.errors import RuleValidationError
 from l2m.rules.loader import load_rules
-from l2m.rules.model import Tenancy
+from l2m.tenancy import Tenancy
 
 COUNT = "kind: counter, query: 'level:error', aggregation: count"
 
@@ -86,3 +86,28 @@ def test_a_configmap_per_account_loads_each_rule_once(tmp_path):
     (folder / "rules.yaml").symlink_to("..data/rules.yaml")
     ruleset = load_rules([tmp_path], tenancy=Tenancy())
     assert [r.id for r in ruleset.rules] == ["acme/a"]
+
+
+def test_validate_takes_tenant_mode_and_extra_targets(tmp_path):
+    from tests.support.tools import cli
+
+    submit(tmp_path, "acme", f"id: a, name: a_total, {COUNT}, target_account: shared")
+    res = cli("validate", "--tenants", str(tmp_path))
+    assert res.returncode == 1 and "[TARGET_NOT_ALLOWED]" in res.stderr
+    res = cli("validate", "--tenants", "--tenant-target", "acme=shared", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("ok: 1 rules")
+    res = cli("validate", str(tmp_path))  # open mode: the account's directory means nothing
+    assert res.returncode == 0, res.stderr
+
+
+def test_the_job_config_selects_tenant_mode_and_targets():
+    from l2m.config.loader import config_from_dict
+
+    open_job = config_from_dict({"kafka": {"bootstrap.servers": "k:9092"}})
+    assert open_job.rule_tenancy is None
+    job = config_from_dict({"kafka": {"bootstrap.servers": "k:9092"},
+                            "tenancy": {"mode": "accounts", "targets": {"acme": ["shared"]}}})
+    assert job.rule_tenancy == Tenancy(targets=(("acme", ("shared",)),))
+    assert job.rule_tenancy.allowed_targets("acme") == ("acme", "shared")
+    assert job.rule_tenancy.allowed_targets("globex") == ("globex",)
