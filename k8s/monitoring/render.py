@@ -315,6 +315,11 @@ def panels() -> list[dict[str, Any]]:
     p.graph("Late logs", "Logs that came after their gauge window closed, per second "
             "(dropped from the gauges).",
             [q(f"sum(rate(l2m_late_logs_total{{{SEL}}}[{RATE}]))", "late")], unit="reqps")
+    p.graph("Label values cut, by rule", "Group-by values longer than "
+            "limits.max_label_value_length, cut to it per second, by rule (docs/rules.md, "
+            "\"Limits\"): a rule grouping by a field that holds long text.",
+            [q(f"topk(10, sum by (rule) (rate(l2m_label_values_cut_total{{{SEL}}}[{RATE}])))",
+               "{{rule}}")], unit="reqps", stack=True)
 
     p.row("Failures and restarts")
     p.graph("Sink failures", "Micro-batches that failed because the metrics topic did not "
