@@ -1,0 +1,358 @@
+"""The cardinality scenario (issue 20): a rule grouping by a unique id, before series caps.
+
+    python -m benchmarks.cardinality [--logs 1000000] [--burst 250000] [--out DIR] [--quick]
+
+Rules: the example rules (``rules/``) plus a counter grouping by ``request_id`` (unique per
+log: one new series per log, kept for ``counter_ttl``) and a gauge grouping by ``user_id``
+(:data:`USERS` users, per one-minute window). Logs: :class:`LogGenerator`'s, with the two ids
+added.
+
+* **Streaming**: the job on the embedded broker (tansu, a real Kafka sink), one running query
+  in ``local[2]``; the logs arrive in bursts of ``--burst``. Each burst is produced just after
+  a trigger boundary, so one micro-batch takes all of it. After each burst: that micro-batch's
+  duration, the state (progress ``stateOperators``: ``numRowsTotal`` — state keys, not series —
+  and memory), the live series the state tasks report, the checkpoint's size on disk; then a
+  batch of :data:`PROBE` ordinary logs (no ids) and its duration — what every other tenant
+  waits for. A probe before the first burst gives the baseline.
+* **Backfill**: ``l2m backfill`` of the same ``--logs`` logs with the same rules, and with the
+  example rules alone for reference, in the same (warm) session.
+
+Prints a table; writes ``cardinality.json`` and ``cardinality.png`` into ``--out``
+(default ``./bench-results`` in the working directory, never the checkout); names the machine.
+Not part of ``python -m benchmarks``: a baseline measured before series caps exist."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from benchmarks.__main__ import machine
+from benchmarks.load import fresh_topics
+from l2m.config.job import JobConfig, SourceConfig
+from l2m.dev.broker import EmbeddedBroker
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.rules.loader import load_rules, load_text
+from l2m.rules.model import Rule
+from l2m.runtime.runner import session_for
+from l2m.state.tally import SeriesCount
+from l2m.streaming.job import Job, start_job
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = """\
+rules:
+  - {id: per-request, name: requests_by_id_total, kind: counter, query: "_exists_:request_id",
+     aggregation: count, group_by: [request_id]}
+  - {id: per-user-latency, name: user_request_duration_ms_max, kind: gauge,
+     query: "_exists_:user_id AND _exists_:http.duration_ms", aggregation: max,
+     field: http.duration_ms, group_by: [user_id]}
+"""
+USERS = 200_000  # distinct user_id values
+PROBE = 2_000  # ordinary logs per probe batch
+PARTITIONS = 4
+EVENT_RATE = 500  # logs per second of event time
+
+
+def cardinality_rules() -> list[Rule]:
+    return list(load_rules([ROOT / "rules"]).rules) + list(load_text(RULES)[0])
+
+
+class Logs:
+    """One event-time stream: bursts with a unique ``request_id`` and a ``user_id`` per log,
+    probes of ordinary logs (no ids) in between, so no probe log is late."""
+
+    def __init__(self, seed: int = 20) -> None:
+        start = int(time.time() * 1000) - 3_600_000  # an hour ago: nothing from the future
+        self.gen = LogGenerator(GeneratorConfig(seed=seed, start_ms=start,
+                                                rate_per_s=EVENT_RATE))
+        self.rng = random.Random(seed)
+        self.ids = 0
+
+    def burst(self, n: int) -> list[bytes]:
+        out = []
+        for _ in range(n):
+            doc = self.gen.next_doc()
+            self.ids += 1
+            doc["request_id"] = f"{self.rng.getrandbits(128):032x}"  # as a UUID's 32 hex digits
+            doc["user_id"] = f"user-{self.rng.randrange(USERS)}"
+            out.append(orjson.dumps(doc))
+        return out
+
+    def ordinary(self, n: int) -> list[bytes]:
+        return [orjson.dumps(self.gen.next_doc()) for _ in range(n)]
+
+
+class Feed:
+    """Produces lines round-robin over the logs topic's partitions, each burst closed by an
+    empty record per partition (tansu's end offset covers complete batches only)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.topic, self.partitions = topic, partitions
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                                  "batch.num.messages": 10_000,
+                                  "queue.buffering.max.messages": 1_000_000, "log_level": "3"})
+        self.records = 0  # records produced so far, closing ones included
+
+    def send(self, lines: list[bytes]) -> float:
+        started = time.monotonic()
+        for i, value in enumerate(lines):
+            while True:
+                try:
+                    self.producer.produce(self.topic, value=value, partition=i % self.partitions)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+        self.producer.flush(300)
+        for p in range(self.partitions):
+            self.producer.produce(self.topic, value=b"", partition=p)
+        self.producer.flush(30)
+        self.records += len(lines) + self.partitions
+        return time.monotonic() - started
+
+
+def offsets_total(offset: Any) -> int:
+    """The sum of the per-partition offsets in a progress's source offset (JSON or dict)."""
+    if isinstance(offset, str):
+        try:
+            offset = json.loads(offset)
+        except ValueError:
+            return 0
+    if isinstance(offset, dict):
+        return sum(offsets_total(v) for v in offset.values())
+    if isinstance(offset, int) and not isinstance(offset, bool):
+        return offset
+    return 0
+
+
+def after_boundary(trigger_ms: int, lead_ms: int = 700) -> None:
+    """Sleep until ``lead_ms`` past the next trigger boundary (Spark's processing-time
+    triggers fire at multiples of the interval), so a burst produced now is complete before
+    the trigger after it looks for data."""
+    now = time.time() * 1000
+    wait = (lead_ms - now % trigger_ms) % trigger_ms
+    time.sleep(wait / 1000)
+
+
+def wait_for(query: StreamingQuery, records: int, seen: int,
+             timeout_s: float = 3600) -> list[dict[str, Any]]:
+    """The progress of every micro-batch after batch ``seen`` up to the one whose end offsets
+    reach ``records``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise RuntimeError(f"the query failed: {query.exception()}")
+        new = [p for p in query.recentProgress if p["batchId"] > seen and p["numInputRows"]]
+        if new and max(offsets_total(s["endOffset"]) for p in new for s in p["sources"]) \
+                >= records:
+            return new
+        time.sleep(0.2)
+    raise TimeoutError(f"the job did not reach offset {records} in {timeout_s} s")
+
+
+def folder_bytes(path: Path) -> int:
+    """What ``du`` counts: the disk blocks of every file below ``path``."""
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # a file the job removed meanwhile
+                total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+    return total
+
+
+def live_series(job: Job, rule: str | None = None) -> int:
+    """Live series over all rules (or of one), as the state tasks last reported them; a
+    gauge's series are counted once per open window."""
+    if job.counts is None or job.counts.tally is None:
+        return 0
+    return int(sum(v for k, v in job.counts.tally.value.items()
+                   if isinstance(k, SeriesCount) and rule in (None, k.rule)))
+
+
+def step(job: Job, kind: str, logs: int, ids: int, batches: list[dict[str, Any]],
+         checkpoint: Path, produce_s: float) -> dict[str, Any]:
+    last = batches[-1]
+    state = last.get("stateOperators") or []
+    return {
+        "kind": kind, "logs": logs, "id_logs_so_far": ids, "batches": len(batches),
+        "batch_ms": sum(p["durationMs"]["triggerExecution"] for p in batches),
+        "batch_ids": [p["batchId"] for p in batches],
+        "durations": [p["durationMs"] for p in batches],
+        "state_rows": sum(int(s.get("numRowsTotal", 0)) for s in state),
+        "state_memory_bytes": sum(int(s.get("memoryUsedBytes", 0)) for s in state),
+        "state_custom": {k: sum(int(s.get("customMetrics", {}).get(k, 0)) for s in state)
+                         for k in ("rocksdbSstFileSize", "rocksdbTotalBytesWrittenByFlush",
+                                   "rocksdbCommitFileSyncLatencyMs",
+                                   "rocksdbCommitCheckpointLatency")},
+        "live_series": live_series(job),
+        "live_series_per_request": live_series(job, "per-request"),
+        "live_series_per_user_latency": live_series(job, "per-user-latency"),
+        "checkpoint_bytes": folder_bytes(checkpoint),
+        "produce_s": round(produce_s, 2),
+    }
+
+
+def run_streaming(spark: SparkSession, bootstrap: str, rules: list[Rule], workdir: Path,
+                  logs: int, burst: int, trigger_ms: int, backfill_file: Path
+                  ) -> list[dict[str, Any]]:
+    topics = fresh_topics(bootstrap, "card", PARTITIONS)
+    checkpoint = workdir / "ck"
+    cfg = JobConfig(kafka={"bootstrap.servers": bootstrap}, topics=topics,
+                    checkpoint=str(checkpoint), trigger_ms=trigger_ms,
+                    source=SourceConfig(max_records_per_trigger=None,
+                                        max_records_per_task=40_000))
+    feed = Feed(bootstrap, topics.logs, PARTITIONS)
+    source = Logs()
+    job = start_job(spark, cfg, rules)
+    steps: list[dict[str, Any]] = []
+    seen = -1
+
+    def run(kind: str, lines: list[bytes]) -> dict[str, Any]:
+        nonlocal seen
+        after_boundary(trigger_ms)
+        produce_s = feed.send(lines)
+        batches = wait_for(job.query, feed.records, seen)
+        seen = batches[-1]["batchId"]
+        out = step(job, kind, len(lines), source.ids, batches, checkpoint, produce_s)
+        print(f"{kind:<6} {len(lines):>8,} logs ({source.ids:>9,} with ids so far): "
+              f"{out['batch_ms']:>7,} ms in {out['batches']} batch(es), "
+              f"state rows {out['state_rows']:,}, series {out['live_series']:,}, "
+              f"checkpoint {out['checkpoint_bytes'] / 2**20:,.1f} MiB", file=sys.stderr)
+        return out
+
+    try:
+        # Warm-up (unmeasured): the session's first micro-batch costs seconds no later one pays.
+        run("warmup", source.ordinary(PROBE))
+        steps.append(run("probe", source.ordinary(PROBE)))
+        with backfill_file.open("wb") as f:
+            for start in range(0, logs, burst):
+                lines = source.burst(min(burst, logs - start))
+                f.write(b"\n".join(lines) + b"\n")
+                steps.append(run("burst", lines))
+                steps.append(run("probe", source.ordinary(PROBE)))
+    finally:
+        job.query.stop()
+    return steps
+
+
+def run_backfills(spark: SparkSession, rules: list[Rule], workdir: Path,
+                  path: Path, logs: int) -> dict[str, Any]:
+    from l2m.batch.backfill import run_backfill
+
+    out: dict[str, Any] = {"logs": logs, "bytes": path.stat().st_size}
+    examples = list(load_rules([ROOT / "rules"]).rules)
+    for name, chosen in (("example_rules", examples), ("cardinality_rules", rules)):
+        summary = run_backfill(spark, chosen, [str(path)], workdir / f"out-{name}.jsonl",
+                               progress=False)
+        out[name] = {"rules": len(chosen), "seconds": round(summary.seconds, 2),
+                     "logs_per_s": round(logs / summary.seconds),
+                     "samples": summary.samples, "series": sum(summary.series.values())}
+        print(f"backfill {logs:,} logs, {name.replace('_', ' ')}: {summary.seconds:.1f} s, "
+              f"{summary.samples:,} samples", file=sys.stderr)
+    return out
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = result["streaming"]
+    bursts = [s for s in steps if s["kind"] == "burst"]
+    probes = [s for s in steps if s["kind"] == "probe"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.plot([s["id_logs_so_far"] for s in bursts], [s["batch_ms"] / 1000 for s in bursts],
+              marker="o", label=f"burst of {result['burst']:,} logs with ids")
+    left.plot([s["id_logs_so_far"] for s in probes], [s["batch_ms"] / 1000 for s in probes],
+              marker="s", label=f"next batch: {PROBE:,} ordinary logs")
+    left.set_xlabel("logs with a unique request_id so far")
+    left.set_ylabel("micro-batch duration, s")
+    left.set_ylim(bottom=0)
+    left.legend()
+    left.set_title("Batch time")
+    right.plot([s["id_logs_so_far"] for s in probes],
+               [s["checkpoint_bytes"] / 2**20 for s in probes], marker="o", color="#d95f02",
+               label="checkpoint on disk, MiB")
+    right.set_xlabel("logs with a unique request_id so far")
+    right.set_ylabel("checkpoint, MiB")
+    right.set_ylim(bottom=0)
+    twin = right.twinx()
+    twin.plot([s["id_logs_so_far"] for s in probes], [s["live_series"] for s in probes],
+              marker="^", color="#7570b3", label="live series")
+    twin.set_ylabel("live series")
+    twin.set_ylim(bottom=0)
+    lines = right.get_legend_handles_labels()
+    more = twin.get_legend_handles_labels()
+    right.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left")
+    right.set_title("State size")
+    fig.suptitle(f"Cardinality, no series caps: {result['machine']['cpus']} cores, "
+                 f"{result['logs']:,} logs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = [f"{'step':<6} {'logs':>8} {'ids so far':>10} {'batch ms':>9} {'batches':>7} "
+            f"{'state rows':>10} {'series':>10} {'checkpoint MiB':>14}"]
+    for s in result["streaming"]:
+        rows.append(f"{s['kind']:<6} {s['logs']:>8,} {s['id_logs_so_far']:>10,} "
+                    f"{s['batch_ms']:>9,} {s['batches']:>7} {s['state_rows']:>10,} "
+                    f"{s['live_series']:>10,} {s['checkpoint_bytes'] / 2**20:>14,.1f}")
+    back = result["backfill"]
+    rows.append(f"backfill of {back['logs']:,} logs: {back['cardinality_rules']['seconds']} s "
+                f"with the cardinality rules ({back['cardinality_rules']['samples']:,} samples), "
+                f"{back['example_rules']['seconds']} s with the example rules alone")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.cardinality")
+    ap.add_argument("--logs", type=int, default=1_000_000, help="logs with ids, in all")
+    ap.add_argument("--burst", type=int, default=250_000, help="logs per burst")
+    ap.add_argument("--quick", action="store_true", help="40,000 logs in bursts of 10,000")
+    ap.add_argument("--trigger-ms", type=int, default=10_000,
+                    help="the job's trigger; a burst must be produced within it")
+    ap.add_argument("--out", default=None, help="results folder (default ./bench-results)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.logs, args.burst = 40_000, 10_000
+    out = Path(args.out) if args.out else Path.cwd() / "bench-results"
+    out.mkdir(parents=True, exist_ok=True)
+    rules = cardinality_rules()
+    started = time.monotonic()
+    result: dict[str, Any] = {"machine": machine(), "logs": args.logs, "burst": args.burst,
+                              "probe_logs": PROBE, "users": USERS, "partitions": PARTITIONS,
+                              "trigger_ms": args.trigger_ms, "rules": len(rules),
+                              "master": "local[2]", "source": "embedded broker (tansu)"}
+    with tempfile.TemporaryDirectory() as tmp, \
+            EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
+        spark = session_for(JobConfig(master="local[2]", checkpoint=f"{tmp}/ck",
+                                      spark={"spark.sql.shuffle.partitions": "2"}))
+        logs_file = Path(tmp) / "logs.jsonl"
+        result["streaming"] = run_streaming(spark, broker.bootstrap, rules, Path(tmp),
+                                            args.logs, args.burst, args.trigger_ms, logs_file)
+        result["backfill"] = run_backfills(spark, rules, Path(tmp), logs_file, args.logs)
+        spark.stop()
+    result["seconds"] = round(time.monotonic() - started, 1)
+    (out / "cardinality.json").write_text(json.dumps(result, indent=2))
+    plot(result, out / "cardinality.png")
+    print(table(result))
+    print(f"({result['machine']['cpus']} cores, {result['seconds']} s; results in {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
