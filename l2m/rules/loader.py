@@ -202,24 +202,33 @@ def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None,
                tenancy: Tenancy | None = None) -> RuleSet:
     """Load and validate rule files; raise :class:`RuleValidationError` listing every error
     of every file. Warnings ride along on the returned :class:`RuleSet`. With ``tenancy``
-    each path is a root of account directories (:class:`~l2m.rules.model.Tenancy`)."""
+    each path is a root of account directories (:class:`~l2m.tenancy.Tenancy`): every rule
+    is bound to its directory's account (:func:`_bind`)."""
     config = config or QueryConfig()
-    if tenancy is not None:
-        return _load_tenants(paths, config, tenancy)
-    files, problems = rule_files(paths)
+    if tenancy is None:
+        files, problems = rule_files(paths)
+        sources: list[tuple[str | None, Path]] = [(None, path) for path in files]
+    else:
+        sources, problems = _tenant_files(paths)
     rules: list[Rule] = []
     first_seen: dict[str, str] = {}
-    for path in files:
+    for account, path in sources:
         text, problem = read_rule_file(path)
         if problem is not None or text is None:
             problems.extend([problem] if problem else [])
             continue
         ctx = _read(text, str(path), config)
-        rules.extend(ctx.rules)
         problems.extend(ctx.problems)
+        for rule in ctx.rules:
+            bound = rule if account is None or tenancy is None else _bind(
+                rule, account, tenancy, problems)
+            if bound is not None:
+                rules.append(bound)
         for rule_id, line, column in ctx.ids:
             where = f"{path}:{line}"
-            other = first_seen.setdefault(rule_id, where)
+            # a tenant's ids are its own: <account>/<id>, as _bind qualifies them
+            other = first_seen.setdefault(rule_id if account is None else f"{account}/{rule_id}",
+                                          where)
             if other != where:
                 problems.append(Problem("DUPLICATE_ID", str(path), line, column, rule_id,
                                         render("DUPLICATE_ID", {"value": rule_id,
@@ -231,14 +240,12 @@ def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None,
     return RuleSet(tuple(rules), tuple(problems))
 
 
-def _load_tenants(roots: Iterable[str | Path], config: QueryConfig, tenancy: Tenancy
-                  ) -> RuleSet:
-    """Tenant mode: every rule file lies in ``<root>/<account>/``; each rule is bound to
-    that account (its ``account`` may only repeat it), writes only to the targets the job
-    allows the account, and its id is qualified as ``<account>/<id>``."""
-    rules: list[Rule] = []
+def _tenant_files(roots: Iterable[str | Path]
+                  ) -> tuple[list[tuple[str | None, Path]], list[Problem]]:
+    """Tenant mode: (account, file) of every rule file below ``<root>/<account>/``; a root
+    that is not a directory and a rule file directly in a root are problems."""
+    sources: list[tuple[str | None, Path]] = []
     problems: list[Problem] = []
-    first_seen: dict[str, str] = {}
     for raw_root in roots:
         root = Path(raw_root)
         if not root.is_dir():
@@ -251,32 +258,10 @@ def _load_tenants(roots: Iterable[str | Path], config: QueryConfig, tenancy: Ten
                 if entry.name.endswith((".yaml", ".yml")):
                     problems.append(_file_problem("RULE_OUTSIDE_ACCOUNT", str(entry)))
                 continue
-            account = entry.name
             files, found = rule_files([entry])
             problems.extend(p for p in found if p.code != "NO_RULE_FILES")
-            for path in files:
-                text, problem = read_rule_file(path)
-                if problem is not None or text is None:
-                    problems.extend([problem] if problem else [])
-                    continue
-                ctx = _read(text, str(path), config)
-                problems.extend(ctx.problems)
-                for rule in ctx.rules:
-                    bound = _bind(rule, account, tenancy, problems)
-                    if bound is None:
-                        continue
-                    where = f"{path}:{rule.line}"
-                    other = first_seen.setdefault(bound.id, where)
-                    if other != where:
-                        problems.append(Problem("DUPLICATE_ID", str(path), rule.line, 1,
-                                                rule.id, render("DUPLICATE_ID", {
-                                                    "value": rule.id, "other": other}), "id"))
-                        continue
-                    rules.append(bound)
-    problems.extend(collisions(rules))
-    if any(p.severity == "error" for p in problems):
-        raise RuleValidationError(problems)
-    return RuleSet(tuple(rules), tuple(problems))
+            sources.extend((entry.name, path) for path in files)
+    return sources, problems
 
 
 def _bind(rule: Rule, account: str, tenancy: Tenancy, problems: list[Problem]) -> Rule | None:
