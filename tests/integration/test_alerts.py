@@ -151,11 +151,9 @@ def test_every_metric_queried_is_in_the_contract() -> None:
     assert all(n == "up" or n.startswith(("l2m_", "l2m:")) or ":l2m_" in n for n in used)
 
 
-def test_the_driver_exposes_every_metric_queried() -> None:
-    """Beyond the document: the names (and the labels grouped by) are what the driver's
-    /metrics really says, after a batch, a restart and a sink failure."""
-    from prometheus_client import generate_latest
-
+def recorded_telemetry() -> Any:
+    """The driver's metrics (in process, no JVM) after a recorded batch, a sink failure and a
+    restart: every family has samples."""
     from l2m.runtime.sparkstatus import ExecutorLoad
     from l2m.runtime.telemetry import Telemetry
     from l2m.state.tally import InputCount, LateCount, MatchCount, SeriesCount
@@ -168,6 +166,15 @@ def test_the_driver_exposes_every_metric_queried() -> None:
     t.batch(PROGRESS, {"1": ExecutorLoad(3, 1000), "2": ExecutorLoad(1, 500)}, registered=2)
     t.failed_batch("SINK")
     t.restarted("SINK")
+    return t
+
+
+def test_the_driver_exposes_every_metric_queried() -> None:
+    """Beyond the document: the names (and the labels grouped by) are what the driver's
+    /metrics really says, after a batch, a restart and a sink failure."""
+    from prometheus_client import generate_latest
+
+    t = recorded_telemetry()
     exposition = generate_latest(t.registry).decode()
     series = {line.split("{")[0].split(" ")[0]: line for line in exposition.splitlines()
               if line and not line.startswith("#")}
@@ -398,10 +405,6 @@ def test_a_real_prometheus_loads_the_rules_and_answers_every_dashboard_query(
     import urllib.request
 
     from l2m.runtime.endpoint import Endpoint
-    from l2m.runtime.sparkstatus import ExecutorLoad
-    from l2m.runtime.telemetry import Telemetry
-    from l2m.state.tally import InputCount, LateCount, MatchCount, SeriesCount
-    from tests.unit.test_telemetry import CFG, PROGRESS, RULES, counts
 
     def get(base: str, path: str, **params: str) -> Any:
         url = f"{base}{path}?{urllib.parse.urlencode(params)}"
@@ -411,13 +414,7 @@ def test_a_real_prometheus_loads_the_rules_and_answers_every_dashboard_query(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         prom_port = s.getsockname()[1]
-    t = Telemetry(CFG, RULES)
-    t.started(counts(100, 10, {MatchCount("a"): 60},
-                     {InputCount("ok"): 48, InputCount("malformed"): 2, LateCount(): 3,
-                      SeriesCount("a", 0, -1): 4}))
-    t.batch(PROGRESS, {"1": ExecutorLoad(3, 1000), "2": ExecutorLoad(1, 500)}, registered=2)
-    t.failed_batch("SINK")
-    t.restarted("SINK")
+    t = recorded_telemetry()
     with Endpoint(t, "127.0.0.1", 0) as endpoint:
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},

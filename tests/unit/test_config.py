@@ -14,6 +14,7 @@ from l2m.engine.partials import merge
 from l2m.engine.preaggregate import preaggregate
 from l2m.rules.loader import load_rules
 from l2m.streaming.topology import describe
+from tests.support.configs import KAFKA, config_error
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -152,16 +153,6 @@ def test_client_booleans_are_spelled_as_librdkafka_expects(tmp_path):
     assert cfg.source.starting_offsets == '{"0": 5, "1": -2}'
 
 
-def config_error(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "job.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as err:
-        load_config(path)
-    assert err.value.code == "CONFIG"
-    return str(err.value).replace(str(path), "job.yaml", 1)
-
-
-KAFKA = "kafka:\n  bootstrap.servers: x:1\n"
 
 
 @pytest.mark.parametrize(("text", "where"), [

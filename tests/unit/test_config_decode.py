@@ -13,20 +13,11 @@ import pytest
 
 from l2m.config.decode import client_setting_problem
 from l2m.config.job import JobConfig, MonitoringConfig, SourceConfig, Topics
-from l2m.config.loader import ConfigError, config_from_dict, load_config
+from l2m.config.loader import config_from_dict, load_config
+from tests.support.configs import KAFKA, config_error
 
 ROOT = Path(__file__).resolve().parents[2]
-KAFKA = "kafka:\n  bootstrap.servers: x:1\n"
 SECRET = "hunter2_Zq9"
-
-
-def config_error(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "job.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as err:
-        load_config(path)
-    assert err.value.code == "CONFIG"
-    return str(err.value).replace(str(path), "job.yaml", 1)
 
 
 def test_every_default_comes_from_the_records(tmp_path):
