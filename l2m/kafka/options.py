@@ -49,9 +49,10 @@ RUNTIME: dict[str, str] = {
 }
 
 
-def kafka_config(options: dict[str, str]) -> dict[str, str]:
-    """The client configuration: every ``kafka.*`` option without its prefix."""
-    return {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+def kafka_config(options: dict[str, str], prefix: str = "kafka.") -> dict[str, str]:
+    """The client configuration: every ``kafka.*`` option (or ``prefix``'s) without the
+    prefix."""
+    return {k[len(prefix):]: v for k, v in options.items() if k.startswith(prefix)}
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from l2m.errors import SinkError
+from l2m.errors import ConfigError, SinkError
 from l2m.kafka.deadletters import DEAD_LETTER_MAX_BYTES, DeadLetters
 from l2m.kafka.options import CLIENT_LOG_LEVEL, kafka_config
 from l2m.kafka.producer import cached_producer, drop_producer, produce, refused
@@ -82,9 +82,7 @@ class _Producing:
         self.timeout = float(options.get("flushtimeoutms", default)) / 1000
         # Where refused samples go: the job's dead-letter topic on the logs' cluster.
         self.dead_letter_topic = options.get("deadletters.topic")
-        prefix = "deadletters.kafka."
-        self.dead_letter_config = {k[len(prefix):]: v for k, v in options.items()
-                                   if k.startswith(prefix)}
+        self.dead_letter_config = kafka_config(options, "deadletters.kafka.")
 
     def _producer(self) -> Any:
         return cached_producer({
@@ -227,8 +225,6 @@ class KafkaSink(DataSource):
 
 
 def _check(schema: StructType) -> None:
-    from l2m.errors import ConfigError  # a usage error (code CONFIG), not a Spark failure
-
     missing = {"key", "value"} - set(schema.fieldNames())
     if missing:
         raise ConfigError(f"l2m-kafka-sink needs columns key and value; missing "

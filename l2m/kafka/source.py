@@ -89,6 +89,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.parse_plan = self.settings.parse_plan
         self.schema = schema
         self._admin: Any = None
+        self._probe: EndProbe | None = None  # the driver's end-offset check, made on first use
         self._latest: dict[int, int] | None = None
         self._target: dict[int, int] | None = None
 
@@ -101,6 +102,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_admin"] = None
+        state["_probe"] = None
         return state
 
     # --- driver side ---------------------------------------------------------------------
@@ -161,10 +163,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {**reported, **self._end_probe().ends(idle)}
 
     def _end_probe(self) -> EndProbe:
-        probe = getattr(self, "_probe", None)
-        if probe is None:
-            probe = self._probe = EndProbe(self.topic, self.config, self.poll_timeout_s)
-        return probe
+        if self._probe is None:
+            self._probe = EndProbe(self.topic, self.config, self.poll_timeout_s)
+        return self._probe
 
     def _encode(self, offsets: dict[int, int]) -> dict[str, Any]:
         return {"topic": self.topic,
@@ -269,9 +270,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         self._admin = None
-        probe = getattr(self, "_probe", None)
-        if probe is not None:
-            probe.close()
+        if self._probe is not None:
+            self._probe.close()
 
     # --- executor side -------------------------------------------------------------------
 
