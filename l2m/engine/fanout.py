@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from l2m.engine.labels import CUT_RULE, encoded
+from l2m.engine.labels import CUT_RULE, encoded, one_value_series_column
 from l2m.engine.match import Matcher
 from l2m.engine.parse import STATUS, TIMESTAMP, Form, ParsePlan
 from l2m.engine.routing import Routing
@@ -215,8 +215,7 @@ class FanOut:
             return
         index = pa.array(np.repeat(np.arange(len(cuts)), cuts), pa.int64())
         n = len(index)
-        rules = pc.binary_join_element_wise(
-            pc.cast(pc.utf8_length(rule_ids), pa.string()), rule_ids, ":").take(index)
+        rules = one_value_series_column(rule_ids).take(index)
         self._cut_parts.append(pa.table({
             "rule": pa.repeat(pa.scalar(CUT_RULE), n),
             "series": rules,

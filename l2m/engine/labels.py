@@ -29,7 +29,7 @@ CUT_MARKER = "…(cut)"
 CUT_RULE = "__cut__"
 
 __all__ = ["CUT_MARKER", "CUT_RULE", "MAX_LABEL_VALUE_LENGTH", "MIN_LABEL_VALUE_LENGTH",
-           "cut_value", "encoded", "one_value_series"]
+           "cut_value", "encoded", "one_value_series", "one_value_series_column"]
 
 
 def cut_value(value: str, limit: int = MAX_LABEL_VALUE_LENGTH) -> str:
@@ -60,8 +60,19 @@ def encoded(values: pa.Array, limit: int = MAX_LABEL_VALUE_LENGTH
         length = pc.utf8_length(distinct)
         cut = np.asarray(pc.fill_null(over.take(codes.indices), False)
                          .to_numpy(zero_copy_only=False), bool)
-    keys = pc.binary_join_element_wise(pc.cast(length, pa.string()), distinct, ":")
+    keys = _prefixed(length, distinct)
     return pc.fill_null(keys.take(codes.indices), "-"), cut
+
+
+def one_value_series_column(values: pa.Array) -> pa.Array:
+    """:func:`one_value_series` of each value of a string column, not cut (the cut rows'
+    rule ids)."""
+    return _prefixed(pc.utf8_length(values), values)
+
+
+def _prefixed(length: pa.Array, values: pa.Array) -> pa.Array:
+    """``<length>:<value>``: the series key encoding of one label value."""
+    return pc.binary_join_element_wise(pc.cast(length, pa.string()), values, ":")
 
 
 def one_value_series(value: str) -> str:
