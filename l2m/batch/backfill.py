@@ -44,8 +44,13 @@ from l2m.batch.lines import (
     split_size,
 )
 from l2m.batch.progress import JobProgress
-from l2m.defaults import BATCH_ROWS, MAX_LABEL_VALUE_LENGTH, TIMESTAMP_FIELD
-from l2m.engine.labels import CUT_RULE, MIN_LABEL_VALUE_LENGTH
+from l2m.defaults import (
+    BATCH_ROWS,
+    MAX_LABEL_VALUE_LENGTH,
+    MIN_LABEL_VALUE_LENGTH,
+    TIMESTAMP_FIELD,
+)
+from l2m.engine.labels import CUT_RULE
 from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge_batches
 from l2m.engine.pipeline import routing_option
 from l2m.engine.readtask import ReadTask
