@@ -246,12 +246,11 @@ def run_demo(rules: Sequence[Rule], duration: float | None = None, rate: float =
             # workers) — is gone before the broker stops (leaving the ``with``), so none of
             # them reports the broker's port refusing connections under the final table.
             try:
-                runner.install_signals()  # a Ctrl-C while Spark starts stops the demo
+                # a Ctrl-C while Spark starts stops the demo; Runner.start installs the
+                # handlers again over the one pyspark's SparkContext sets
+                runner.install_signals()
                 print("l2m demo: starting Spark (about 10 s)…", file=out, flush=True)
                 runner.start()
-                # pyspark's SparkContext replaces the SIGINT handler with one that cancels
-                # every job and raises KeyboardInterrupt: Ctrl-C is the graceful stop again.
-                runner.install_signals()
                 view = MetricsView(broker.bootstrap, topics.metrics)
                 views.append(view)
                 dead = MetricsView(broker.bootstrap, topics.dead_letters)
