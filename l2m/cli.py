@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from l2m import defaults
 from l2m.errors import ConfigError, L2mError, Problem, RuleValidationError
+from l2m.limits import Limits
 from l2m.query.nodes import QueryConfig
 from l2m.tenancy import Tenancy
 
@@ -69,17 +70,25 @@ def _print_problems(problems: Sequence[Problem]) -> None:
         print(problem, file=sys.stderr)
 
 
-def _rules(paths: Sequence[str], config: QueryConfig, tenancy: Tenancy | None = None
-           ) -> RuleSet:
+def _rules(paths: Sequence[str], config: QueryConfig, tenancy: Tenancy | None = None,
+           limits: Limits | None = None) -> RuleSet:
     """The rules of every command: loaded and validated once; their problems, if any, are
     printed by :func:`main` (every one, each on its own line)."""
     from l2m.rules.loader import load_rules
 
-    return load_rules(paths, config, tenancy)
+    return load_rules(paths, config, tenancy, limits)
+
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    ruleset = _rules(args.paths, _query_config(args), _tenancy(args))
+    if args.config:
+        if args.tenants or args.tenant_target:
+            raise ConfigError("--tenants and --tenant-target come from --config's tenancy "
+                              "section; give one or the other")
+        cfg = _load_config(args.config)
+        ruleset = _rules(args.paths, cfg.query_config, cfg.rule_tenancy, cfg.limits.series)
+    else:
+        ruleset = _rules(args.paths, _query_config(args), _tenancy(args), Limits())
     _print_problems(ruleset.warnings)
     files = len({r.file for r in ruleset.rules})
     disabled = len(ruleset.rules) - len(ruleset.enabled)
@@ -88,19 +97,58 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cap(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 0 for no cap, got '{text}'")
+    return value
+
+
+def _backfill_settings(args: argparse.Namespace
+                       ) -> tuple[QueryConfig, Tenancy | None, str, int, Limits]:
+    """Query fields, tenancy, timestamp field, label value limit and series caps of a
+    backfill: its flags, or with ``--config`` the job's, the limit flags overriding."""
+    from dataclasses import replace
+
+    from l2m.limits import SeriesLimits
+
+    if args.config:
+        if args.tenants or args.tenant_target:
+            raise ConfigError("--tenants and --tenant-target come from --config's tenancy "
+                              "section; give one or the other")
+        cfg = _load_config(args.config)
+        query, tenancy, ts_field = cfg.query_config, cfg.rule_tenancy, cfg.timestamp_field
+        label_limit, limits = cfg.limits.max_label_value_length, cfg.limits.series
+    else:
+        query, tenancy, ts_field = _query_config(args), _tenancy(args), args.timestamp_field
+        label_limit, limits = defaults.MAX_LABEL_VALUE_LENGTH, Limits(SeriesLimits())
+    if args.max_label_value_length is not None:
+        label_limit = args.max_label_value_length
+    flags = {"per_rule": args.max_series_per_rule, "per_metric": args.max_series_per_metric,
+             "per_account": args.max_series_per_account}
+    given = {k: v for k, v in flags.items() if v is not None}
+    if given:
+        limits = replace(limits, series=replace(limits.series, **given))
+    return query, tenancy, ts_field, label_limit, limits
+
+
 def cmd_backfill(args: argparse.Namespace) -> int:
-    ruleset = _rules(args.rules, _query_config(args), _tenancy(args))
+    query, tenancy, ts_field, label_limit, limits = _backfill_settings(args)
+    ruleset = _rules(args.rules, query, tenancy, limits)
     from l2m.batch.backfill import check_label_limit, check_paths, run_backfill
     from l2m.runtime.session import build_session
 
     check_paths(args.input, args.output)
-    check_label_limit(args.max_label_value_length)
+    check_label_limit(label_limit)
     spark = build_session(args.master, "l2m-backfill")
     try:
         summary = run_backfill(spark, ruleset.rules, args.input, args.output,
-                               args.timestamp_field, progress=not args.quiet,
+                               ts_field, progress=not args.quiet,
                                strict=args.strict,
-                               max_label_value_length=args.max_label_value_length)
+                               max_label_value_length=label_limit, limits=limits)
     finally:
         spark.stop()
     if not args.quiet:
@@ -116,7 +164,7 @@ def _load_config(path: str) -> JobConfig:
 
 
 def _rules_for(cfg: JobConfig) -> RuleSet:
-    return _rules(cfg.rules, cfg.query_config, cfg.rule_tenancy)
+    return _rules(cfg.rules, cfg.query_config, cfg.rule_tenancy, cfg.limits.series)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -245,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", parents=[common],
                        help="check rule files")
     p.add_argument("paths", nargs="+", help="rule files or directories")
+    p.add_argument("--config", help="take query fields, tenancy and series caps from this job "
+                   "configuration, as `l2m run` would (default: the defaults)")
     _add_query_options(p)
     _add_tenancy_options(p)
     p.set_defaults(func=cmd_validate)
@@ -260,11 +310,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress, no summary")
     p.add_argument("--strict", action="store_true",
                    help="fail on a corrupt or unreadable input file instead of skipping it")
+    p.add_argument("--config", help="take limits, tenancy, query fields and the timestamp "
+                   "field from this job configuration, as `l2m run` would (flags below "
+                   "override its limits)")
     p.add_argument("--max-label-value-length", type=int, metavar="N",
-                   default=defaults.MAX_LABEL_VALUE_LENGTH,
                    help="label values from logs longer than N characters are cut to N, ending "
-                        "in '…(cut)', and counted (default %(default)s; the job's "
-                        "limits.max_label_value_length)")
+                        f"in '…(cut)', and counted (default {defaults.MAX_LABEL_VALUE_LENGTH}; "
+                        "the job's limits.max_label_value_length)")
+    for scope, default in (("rule", defaults.MAX_SERIES_PER_RULE),
+                           ("metric", defaults.MAX_SERIES_PER_METRIC),
+                           ("account", defaults.MAX_SERIES_PER_ACCOUNT)):
+        p.add_argument(f"--max-series-per-{scope}", type=_cap, metavar="N",
+                       help=f"series cap per {scope} (default {default:,}; 0: none); a series "
+                            "past a cap counts into its rule's overflow series, as in l2m run")
     _add_query_options(p)
     _add_tenancy_options(p)
     p.set_defaults(func=cmd_backfill)

@@ -42,3 +42,11 @@ COUNTER_SHARDS = 8
 MAX_LABEL_VALUE_LENGTH = 1_024
 # The shortest limit a job may set: a cut value keeps at least 10 characters of the log's.
 MIN_LABEL_VALUE_LENGTH = 16
+
+# Series caps (SPEC §7; docs/rules.md, "Series limits"): live series a rule, a metric name
+# of an account and an account may hold in one state domain (counters; each one-minute gauge
+# window on its own). 0 means no cap. Measured (benchmarks/README.md, "cardinality"): 1M live
+# series slow every batch of a 2-core job 3-5x; these keep a hostile tenant well below that.
+MAX_SERIES_PER_RULE = 10_000
+MAX_SERIES_PER_METRIC = 20_000
+MAX_SERIES_PER_ACCOUNT = 100_000

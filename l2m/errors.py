@@ -71,6 +71,11 @@ ERROR_CLASSES: dict[str, str] = {
         "account '{account}' may write to {allowed}, not to '{target}' (the job config's "
         "tenancy.targets allows more)"
     ),
+    # series limits (SPEC §7, l2m.limits)
+    "MAX_SERIES_ABOVE_ACCOUNT": (
+        "max_series {value} is above account '{account}''s cap of {cap} series "
+        "(limits.max_series_per_account, or its limits.accounts override)"
+    ),
     # series identity (SPEC §7, l2m.rules.identity)
     "SERIES_COLLISION": (
         "metric '{name}' can write the same series as {other}: both can emit labels {labels} "

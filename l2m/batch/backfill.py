@@ -24,7 +24,7 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from l2m.defaults import (
     MIN_LABEL_VALUE_LENGTH,
     TIMESTAMP_FIELD,
 )
+from l2m.engine.admission import Admission, RuleCaps, redirected
 from l2m.engine.labels import CUT_RULE
 from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge_batches
 from l2m.engine.pipeline import routing_option
@@ -58,7 +59,10 @@ from l2m.engine.routing import Routing, plan_for
 from l2m.engine.samples import is_finite_sample, rule_samples, series_labels
 from l2m.engine.status import STATUS_RULE, status_label
 from l2m.errors import ConfigError, InputError
+from l2m.limits import Limits
 from l2m.rules.model import Rule
+
+DEFAULT_LIMITS = Limits()
 
 
 @dataclass
@@ -77,6 +81,8 @@ class BackfillSummary:
     series: dict[str, int] = field(default_factory=dict)
     # Label values cut to the limit, per rule (l2m.engine.labels); only rules with cuts.
     cut: dict[str, int] = field(default_factory=dict)
+    # Logs counted into an overflow series, per "rule (limit)" (l2m.engine.admission).
+    refused: dict[str, int] = field(default_factory=dict)
     max_label_value_length: int = MAX_LABEL_VALUE_LENGTH
     skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
 
@@ -105,6 +111,9 @@ class BackfillSummary:
             f"label values cut:   {sum(self.cut.values())} (longer than "
             f"{self.max_label_value_length} characters)",
             *[f"  {rule}: {count}" for rule, count in self.cut.items()],
+            f"series refused:     {sum(self.refused.values())} logs (counted into overflow "
+            "series, l2m_overflow=\"true\")",
+            *[f"  {rule}: {count}" for rule, count in sorted(self.refused.items())],
             f"time:               {self.seconds:.1f}s ({rate:,.0f} logs/s)",
             "matches per rule:",
         ]
@@ -287,14 +296,16 @@ def _le_order(le: str) -> float:
     return float("inf") if le == "+Inf" else float(le) if le else 0.0
 
 
-def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: BackfillSummary
-                      ) -> Iterator[dict[str, Any]]:
+def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: BackfillSummary,
+                      caps: Mapping[str, RuleCaps] | None = None) -> Iterator[dict[str, Any]]:
     """Merged partials → samples in output order (rules as loaded, then labels, window and
-    bucket bound), counting status rows into ``summary``."""
+    bucket bound), counting status rows into ``summary``. With ``caps``, series past a cap
+    go to their rule's overflow series as in streaming (:mod:`l2m.engine.admission`): as if
+    every log came in one micro-batch — per window (counters: one domain), rules in id order,
+    a rule's new series in key order."""
     by_id = {r.id: r for r in rules}
     order = {r.id: i for i, r in enumerate(rules)}
-    families: dict[tuple[str, tuple[tuple[str, str], ...], int | None],
-                   dict[str, Partial]] = {}
+    domains: dict[int | None, dict[str, list[tuple[str, str, Partial]]]] = {}
     for row in rows:
         rule_id = row["rule"]
         if rule_id == STATUS_RULE:
@@ -304,10 +315,21 @@ def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: Backf
             cut_rule = status_label(row["series"])
             summary.cut[cut_rule] = summary.cut.get(cut_rule, 0) + row["matches"]
             continue
-        labels = tuple(series_labels(by_id[rule_id], row["series"]))
         # "" outside histograms, as the state stage reads partials (frame_partials)
-        families.setdefault((rule_id, labels, row["window"]), {})[row["le"] or ""] = \
-            Partial.from_row(row.asDict())
+        domains.setdefault(row["window"], {}).setdefault(rule_id, []).append(
+            (row["series"], row["le"] or "", Partial.from_row(row.asDict())))
+    families: dict[tuple[str, tuple[tuple[str, str], ...], int | None],
+                   dict[str, Partial]] = {}
+    for window, by_rule in domains.items():
+        admission = None if caps is None else Admission(caps, {})
+        for rule_id in sorted(by_rule):
+            for name, le, part in redirected(by_rule[rule_id], {}, admission, rule_id):
+                labels = tuple(series_labels(by_id[rule_id], name))
+                parts_of = families.setdefault((rule_id, labels, window), {})
+                parts_of[le] = part.merge(parts_of[le]) if le in parts_of else part
+        for (rule_id, limit), (logs, _ts) in (admission.refused if admission else {}).items():
+            key = f"{rule_id} ({limit})"
+            summary.refused[key] = summary.refused.get(key, 0) + logs
     for (rule_id, labels, window), parts in sorted(
             families.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2] or 0)):
         rule = by_id[rule_id]
@@ -321,16 +343,20 @@ def samples_from_rows(rows: Iterable[Row], rules: Sequence[Rule], summary: Backf
 def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[str],
                  output: str | Path, timestamp_field: str = TIMESTAMP_FIELD,
                  progress: bool = True, strict: bool = False,
-                 max_label_value_length: int = MAX_LABEL_VALUE_LENGTH) -> BackfillSummary:
+                 max_label_value_length: int = MAX_LABEL_VALUE_LENGTH,
+                 limits: Limits | None = DEFAULT_LIMITS) -> BackfillSummary:
     """Run enabled ``rules`` over ``inputs`` and write the final samples to ``output``
     (atomically: a partial file never replaces a previous result, and is removed when the run
     fails). Corrupt ``.gz`` files are skipped and listed in the summary, or with ``strict``
     fail the run (:class:`InputError`). Label values longer than ``max_label_value_length``
-    characters are cut and counted (:mod:`l2m.engine.labels`), as in streaming."""
+    characters are cut and counted (:mod:`l2m.engine.labels`), and series past ``limits``
+    counted into overflow series (:mod:`l2m.engine.admission`), as in streaming (None: no
+    caps)."""
     started = time.monotonic()
     check_paths(inputs, output)
     check_label_limit(max_label_value_length)
-    routing = plan_for(rules, timestamp_field, max_label_value_length=max_label_value_length)
+    routing = plan_for(rules, timestamp_field, max_label_value_length=max_label_value_length,
+                       limits=limits)
     summary = BackfillSummary(matches={r.id: 0 for r in routing.rules},
                               series={r.id: 0 for r in routing.rules},
                               max_label_value_length=max_label_value_length)
@@ -357,7 +383,8 @@ def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[st
             if files:
                 frame = final_aggregates(spark, files, routing)
                 rows = frame.toLocalIterator(prefetchPartitions=True)
-                for sample in samples_from_rows(rows, routing.rules, summary):
+                caps = routing.caps if limits is not None else None
+                for sample in samples_from_rows(rows, routing.rules, summary, caps):
                     out.write(orjson.dumps(sample) + b"\n")
                     summary.samples += 1
                     summary.nonfinite += not is_finite_sample(sample)

@@ -22,6 +22,7 @@ from l2m.config.decode import (
     Range,
     describe,
 )
+from l2m.limits import Limits, SeriesLimits
 from l2m.query.nodes import QueryConfig
 from l2m.tenancy import Tenancy
 
@@ -93,13 +94,60 @@ class MonitoringConfig:
     host: str = "0.0.0.0"
 
 
+def account_limits(value: Any) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+    """``{account: {max_series_per_rule|…_metric|…_account: n}}`` — each account's overrides of
+    the job's series caps — as sorted pairs; else :class:`Invalid`."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise Invalid(f"expected a mapping of account to its caps, got {describe(value)}")
+    pairs = []
+    for account, caps in value.items():
+        if not isinstance(caps, dict):
+            raise Invalid(f"caps of account '{account}': expected a mapping like "
+                          f"{{max_series_per_account: 500000}}, got {describe(caps)}")
+        override = []
+        for key, number in caps.items():
+            name = SERIES_CAP_KEYS.get(str(key))
+            if name is None:
+                raise Invalid(f"caps of account '{account}': unknown key '{key}' (one of "
+                              f"{', '.join(SERIES_CAP_KEYS)})")
+            if not isinstance(number, int) or isinstance(number, bool) or \
+                    not 0 <= number < 2**31:
+                raise Invalid(f"caps of account '{account}': {key} must be a whole number "
+                              f"from 0 (no cap) to 2147483647, got {describe(number)}")
+            override.append((name, number))
+        pairs.append((str(account), tuple(sorted(override))))
+    return tuple(sorted(pairs))
+
+
+# The keys of a series cap in `limits:` and `limits.accounts.<account>:` → SeriesLimits fields.
+SERIES_CAP_KEYS = {"max_series_per_rule": "per_rule", "max_series_per_metric": "per_metric",
+                   "max_series_per_account": "per_account"}
+Cap = Annotated[int, Range(minimum=0)]  # 0: no cap
+
+
 @dataclass(frozen=True)
 class LimitsConfig:
-    """What a sample may carry (``limits:``; docs/rules.md, "Limits"): a label value from a
-    log longer than ``max_label_value_length`` characters is cut to it and counted."""
+    """What a sample may carry and how many series a tenant may hold (``limits:``;
+    docs/rules.md, "Limits"): a label value from a log longer than ``max_label_value_length``
+    characters is cut to it and counted; a log that would open a series past a cap is counted
+    into its rule's overflow series (:mod:`l2m.engine.admission`). ``accounts``: per-account
+    overrides of the three caps."""
 
     max_label_value_length: Annotated[int, Range(minimum=defaults.MIN_LABEL_VALUE_LENGTH)] = \
         defaults.MAX_LABEL_VALUE_LENGTH
+    max_series_per_rule: Cap = defaults.MAX_SERIES_PER_RULE
+    max_series_per_metric: Cap = defaults.MAX_SERIES_PER_METRIC
+    max_series_per_account: Cap = defaults.MAX_SERIES_PER_ACCOUNT
+    accounts: Annotated[tuple[tuple[str, tuple[tuple[str, int], ...]], ...],
+                        Parse(account_limits)] = ()
+
+    @property
+    def series(self) -> Limits:
+        """The caps as the loader and the engine take them."""
+        return Limits(SeriesLimits(self.max_series_per_rule, self.max_series_per_metric,
+                                   self.max_series_per_account), self.accounts)
 
 
 def tenant_targets(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from l2m.engine.admission import RuleCaps
 from l2m.engine.fanout import fan_out
 from l2m.engine.partials import PARTIAL_ARROW, merge
 from l2m.engine.preaggregate import preaggregate
@@ -124,6 +125,29 @@ class RuleTable(Mapping[str, Rule]):
         return self._rules
 
     def __getitem__(self, rule_id: str) -> Rule:
+        return self._table()[rule_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+class CapsTable(Mapping[str, RuleCaps]):
+    """The job's series caps by rule id (:attr:`Routing.caps`), for the state stage: decoded
+    with the routing option once per Python worker, like :class:`RuleTable`."""
+
+    def __init__(self, option: str) -> None:
+        self.option = option
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"option": self.option}
+
+    def _table(self) -> Mapping[str, RuleCaps]:
+        return routing_from_option(self.option).caps
+
+    def __getitem__(self, rule_id: str) -> RuleCaps:
         return self._table()[rule_id]
 
     def __iter__(self) -> Iterator[str]:

@@ -9,23 +9,27 @@ account (:attr:`Routing.by_account`) and evaluated on those logs alone
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from l2m.defaults import MAX_FUTURE_MS, MAX_LABEL_VALUE_LENGTH, TIMESTAMP_FIELD
+from l2m.engine.admission import RuleCaps, rule_caps
 from l2m.engine.parse import ParsePlan
+from l2m.limits import Limits
 from l2m.query.nodes import FieldUse
 from l2m.rules.model import Aggregation, Rule
 
 
 @dataclass(frozen=True)
 class Routing:
-    """The compiled rules, what the parse stage must extract for them, and the longest label
-    value a log may give a series (:mod:`l2m.engine.labels`)."""
+    """The compiled rules, what the parse stage must extract for them, the longest label
+    value a log may give a series (:mod:`l2m.engine.labels`) and each rule's series caps
+    (:mod:`l2m.engine.admission`; empty: none)."""
 
     rules: tuple[Rule, ...]
     plan: ParsePlan
     max_label_value_length: int = MAX_LABEL_VALUE_LENGTH
+    caps: Mapping[str, RuleCaps] = field(default_factory=dict)
 
     @functools.cached_property
     def unscoped(self) -> tuple[Rule, ...]:
@@ -51,9 +55,11 @@ class Routing:
 
 def plan_for(rules: Sequence[Rule], timestamp_field: str = TIMESTAMP_FIELD,
              max_future_ms: int = MAX_FUTURE_MS,
-             max_label_value_length: int = MAX_LABEL_VALUE_LENGTH) -> Routing:
+             max_label_value_length: int = MAX_LABEL_VALUE_LENGTH,
+             limits: Limits | None = None) -> Routing:
     """Collect the fields of enabled rules (queries, group-by, value, account) into one plan;
-    label values from logs are cut past ``max_label_value_length`` characters."""
+    label values from logs are cut past ``max_label_value_length`` characters; with
+    ``limits``, each rule's series caps."""
     enabled = tuple(r for r in rules if r.enabled)
     uses: list[FieldUse] = []
     for rule in enabled:
@@ -65,4 +71,4 @@ def plan_for(rules: Sequence[Rule], timestamp_field: str = TIMESTAMP_FIELD,
         if rule.account is not None:
             uses.append(FieldUse("account", string=True))
     return Routing(enabled, ParsePlan.merge(uses, timestamp_field, max_future_ms),
-                   max_label_value_length)
+                   max_label_value_length, rule_caps(enabled, limits) if limits else {})

@@ -15,7 +15,9 @@ from typing import Any
 import orjson
 import pandas as pd
 
+from l2m.engine.admission import OVERFLOW_SERIES
 from l2m.engine.partials import Partial, nonfinite_text
+from l2m.limits import OVERFLOW_LABEL
 from l2m.rules.model import Rule
 
 
@@ -99,8 +101,12 @@ def rule_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int |
 
 def series_labels(rule: Rule, key: str) -> list[tuple[str, str]]:
     """The labels of a series from its key (:meth:`l2m.engine.fanout.FanOut.series`): the rule's
-    static labels plus one per present group-by value, sorted by name."""
+    static labels plus one per present group-by value, sorted by name. The overflow series
+    (:data:`~l2m.engine.admission.OVERFLOW_SERIES`) has the static labels and
+    ``l2m_overflow="true"`` in place of every group-by label."""
     labels = list(rule.labels)
+    if key == OVERFLOW_SERIES:
+        return sorted([*labels, OVERFLOW_LABEL])
     pos = 0
     for label, _field in rule.group_labels:
         if key[pos] == "-":

@@ -23,6 +23,7 @@ import yaml
 
 from l2m import yamlsafe
 from l2m.errors import Problem, QueryError, RuleValidationError, render
+from l2m.limits import OVERFLOW_LABEL, Limits
 from l2m.query.compiler import parse_query
 from l2m.query.nodes import CompiledQuery, QueryConfig
 from l2m.rules.identity import collisions
@@ -199,11 +200,12 @@ def read_rule_file(path: Path) -> tuple[str | None, Problem | None]:
 
 
 def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None,
-               tenancy: Tenancy | None = None) -> RuleSet:
+               tenancy: Tenancy | None = None, limits: Limits | None = None) -> RuleSet:
     """Load and validate rule files; raise :class:`RuleValidationError` listing every error
     of every file. Warnings ride along on the returned :class:`RuleSet`. With ``tenancy``
     each path is a root of account directories (:class:`~l2m.tenancy.Tenancy`): every rule
-    is bound to its directory's account (:func:`_bind`)."""
+    is bound to its directory's account (:func:`_bind`). With ``limits`` a rule's
+    ``max_series`` may not exceed its account's cap (:func:`_above_account`)."""
     config = config or QueryConfig()
     if tenancy is None:
         files, problems = rule_files(paths)
@@ -234,6 +236,8 @@ def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None,
                                         render("DUPLICATE_ID", {"value": rule_id,
                                                                 "other": other}), "id"))
     problems.extend(collisions(rules))
+    if limits is not None:
+        problems.extend(_above_account(rules, limits))
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise RuleValidationError(problems)
@@ -262,6 +266,22 @@ def _tenant_files(roots: Iterable[str | Path]
             problems.extend(p for p in found if p.code != "NO_RULE_FILES")
             sources.extend((entry.name, path) for path in files)
     return sources, problems
+
+
+def _above_account(rules: Iterable[Rule], limits: Limits) -> list[Problem]:
+    """Rules whose ``max_series`` is above their account's per-account cap: a rule may be
+    exempted from the per-rule cap, never from its account's."""
+    problems = []
+    for rule in rules:
+        if rule.max_series is None or rule.account is None:
+            continue
+        cap = limits.for_account(rule.account).per_account
+        if cap and rule.max_series > cap:
+            params = {"value": rule.max_series, "account": rule.account, "cap": cap}
+            problems.append(Problem("MAX_SERIES_ABOVE_ACCOUNT", rule.file, rule.line, 1,
+                                    rule.id, render("MAX_SERIES_ABOVE_ACCOUNT", params),
+                                    "max_series"))
+    return problems
 
 
 def _bind(rule: Rule, account: str, tenancy: Tenancy, problems: list[Problem]) -> Rule | None:
@@ -412,6 +432,7 @@ class _RuleReader:
         account = self.string("account", scalar_ok=True)
         target_account = self.string("target_account", scalar_ok=True)
         enabled = self.enabled()
+        max_series = self.max_series()
         query, compiled = self.query()
         if any(p.severity == "error" for p in self.ctx.problems[self.before:]):
             return None
@@ -421,7 +442,8 @@ class _RuleReader:
             field=field_name if aggregation != Aggregation.COUNT else None,
             buckets=buckets, bucket_labels=bucket_labels, group_by=group_by, labels=labels,
             account=account, target_account=target_account, enabled=enabled,
-            file=self.ctx.file, line=self.node.start_mark.line + 1, compiled=compiled,
+            max_series=max_series, file=self.ctx.file, line=self.node.start_mark.line + 1,
+            compiled=compiled,
         )
 
     def keys(self) -> None:
@@ -564,6 +586,11 @@ class _RuleReader:
                 self.bad("LABEL_CLASH", "labels", label=label,
                          reason=f"is both a static label and the group_by field "
                                 f"'{names[label]}'")
+        overflow = OVERFLOW_LABEL[0]
+        if overflow in names or any(label == overflow for label, _ in labels):
+            self.bad("LABEL_CLASH", "group_by" if overflow in names else "labels",
+                     label=overflow, reason="is reserved for the overflow series of a rule "
+                     "past its series cap")
         if aggregation == Aggregation.HISTOGRAM:
             if "le" in names:
                 self.bad("LABEL_CLASH", "group_by", label="le",
@@ -581,6 +608,17 @@ class _RuleReader:
         self.bad("INVALID_TYPE", "enabled", key="enabled", expected="true or false",
                  type=_type_name(value))
         return True
+
+    def max_series(self) -> int | None:
+        if "max_series" not in self.raw:
+            return None
+        value = self.raw["max_series"][0]
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31:
+            return value
+        self.bad("INVALID_TYPE", "max_series", key="max_series",
+                 expected="a whole number from 1 to 2147483647", type=_type_name(value)
+                 if not isinstance(value, int) or isinstance(value, bool) else str(value))
+        return None
 
     def query(self) -> tuple[str | None, CompiledQuery | None]:
         query = self.string("query")

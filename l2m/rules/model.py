@@ -42,7 +42,7 @@ ALLOWED = {
 }
 KEYS = (
     "id", "name", "kind", "query", "aggregation", "field", "buckets", "group_by", "labels",
-    "account", "target_account", "enabled",
+    "account", "target_account", "enabled", "max_series",
 )
 REQUIRED = ("id", "name", "kind", "query", "aggregation")
 MAX_BUCKETS = 128
@@ -69,6 +69,8 @@ class Rule:
     account: str | None = None
     target_account: str | None = None
     enabled: bool = True
+    # Live series this rule may hold (l2m.engine.admission); None: its account's per-rule cap.
+    max_series: int | None = None
     file: str = "<memory>"
     line: int = 0
     compiled: CompiledQuery | None = dataclasses.field(default=None, compare=False, repr=False)

@@ -16,6 +16,7 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
+from l2m.engine.admission import REFUSED_GROUP_BY, Admission, redirected
 from l2m.engine.labels import CUT_RULE
 from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.samples import rule_samples, samples_frame, series_labels, series_samples
@@ -37,8 +38,15 @@ LATE_RULE = Rule(id="l2m-late", name="l2m_late_logs_total", kind=Kind.COUNTER, q
 CUT_COUNT_RULE = Rule(id="l2m-label-cut", name="l2m_label_values_cut_total", kind=Kind.COUNTER,
                       query="*", aggregation=Aggregation.COUNT, group_by=("rule",),
                       file="<l2m>")
+# Logs a counter rule counted into its overflow series because they would have opened a
+# series past a cap (l2m.engine.admission): per rule, its account and the cap (`limit`).
+REFUSED_RULE = "__refused__"
+REFUSED_COUNT_RULE = Rule(id="l2m-series-refused", name="l2m_series_refused_total",
+                          kind=Kind.COUNTER, query="*", aggregation=Aggregation.COUNT,
+                          group_by=REFUSED_GROUP_BY, file="<l2m>")
 # The counters l2m keeps about itself, by the rule id of their rows.
-INTERNAL_RULES = {STATUS_RULE: INPUT_RULE, CUT_RULE: CUT_COUNT_RULE}
+INTERNAL_RULES = {STATUS_RULE: INPUT_RULE, CUT_RULE: CUT_COUNT_RULE,
+                  REFUSED_RULE: REFUSED_COUNT_RULE}
 
 
 def signature(rule: Rule) -> list[Any]:
@@ -92,10 +100,12 @@ class CounterState:
 
     def update(self, rule_id: str, stored: dict[str, Any],
                rows: list[tuple[str, str, Partial]], now: int, watermark: int,
-               sweep: bool = True) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+               sweep: bool = True, admission: Admission | None = None
+               ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """One rule's counters in one key: its stored content (``{"sig", "series"[, "late"]}``),
         its partials of this batch → the new content (None: nothing left to keep) and the
-        samples of the series this batch touched. ``sweep``: drop series idle past the TTL."""
+        samples of the series this batch touched. ``sweep``: drop series idle past the TTL.
+        ``admission``: new series past a cap go to the rule's overflow series."""
         status = rule_id == STATUS_RULE
         rule = INTERNAL_RULES.get(rule_id) or self.rules.get(rule_id)
         series: dict[str, list[Any]] = stored.get("series", {})
@@ -104,7 +114,7 @@ class CounterState:
         if rule is not None and stored.get("sig") not in (None, signature(rule)):
             series = {}
         touched: set[str] = set()
-        for name, le, part in rows:
+        for name, le, part in redirected(rows, series, admission, rule_id):
             if status:
                 if le and window_closed(int(le), watermark):
                     late = part.merged_into(late)

@@ -10,7 +10,13 @@ the version it found and what to do. The checkpoint folder carries the same vers
 ``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong checkpoint is refused
 before Spark starts.
 
-Layouts, version 2: a key's blob is ``{"v": 2, "rules": {rule id: section}}`` — a counter
+Layouts, version 3: as version 2, but a key's shard is its placement's — every series of
+an account (a rule without an account: of the rule) in one shard
+(:func:`l2m.engine.admission.placement_shard`), so series caps are counted in one key — and a
+section may hold its rule's overflow series (key ``"!overflow"``); the section ``"__refused__"``
+holds l2m's own refusal counts (series: rule, account, limit).
+
+Version 2: a key's blob is ``{"v": 2, "rules": {rule id: section}}`` — a counter
 key adds ``"swept": ms`` (when its idle series were last dropped for every rule; touched rules
 are swept each batch) — and each section is what a version 1 blob holds below, without
 ``"v"``. Version 1:
@@ -32,8 +38,8 @@ import orjson
 
 from l2m.errors import StateFormatError
 
-STATE_FORMAT = 2  # the version a new checkpoint is written in
-READABLE = (1, 2)  # every version this l2m reads (tests/golden pins each)
+STATE_FORMAT = 3  # the version a new checkpoint is written in
+READABLE = (1, 2, 3)  # every version this l2m reads (tests/golden pins each)
 UPGRADE_HINT = (
     "Start this release on a new checkpoint (a new `checkpoint:` path): counters restart at 0, "
     "which PromQL reads as a counter reset; rebuild history with `l2m backfill` if needed. "

@@ -17,26 +17,32 @@ deterministic Kafka key and the JSON sample) and each key's new blob
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
+from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, refused_series
 from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.samples import samples_frame
 from l2m.engine.status import STATUS_RULE
-from l2m.state.counters import CounterState, tallied
-from l2m.state.format import dump_blob, load_blob
-from l2m.state.gauges import GaugeState
-from l2m.state.tally import MatchCount, SeriesCount
+from l2m.state.counters import REFUSED_RULE, CounterState, signature, tallied
+from l2m.state.format import STATE_FORMAT, dump_blob, load_blob
+from l2m.state.gauges import REFUSED_WINDOW_RULE, GaugeState
+from l2m.state.tally import MatchCount, RefusedCount, SeriesCount, Tally
 
 CUMULATIVE = -1  # the window of every counter key
 # The state key's columns by state format (l2m.state.format): format 2 keys all rules
 # together; a format 1 checkpoint keeps its per-rule keys.
-STATE_KEYS: dict[int, tuple[str, ...]] = {2: ("shard", "window"), 1: ("rule", "shard", "window")}
+STATE_KEYS: dict[int, tuple[str, ...]] = {3: ("shard", "window"), 2: ("shard", "window"),
+                                          1: ("rule", "shard", "window")}
+# The first format whose shards hold whole accounts (l2m.engine.admission.placement), so that
+# series caps can be enforced; formats 1 and 2 place series by (rule, series) and run uncapped.
+CAPPED_FORMAT = 3
 SWEEP_MS = 60_000  # format 2: how often a key's untouched rules are checked for idle series
 OUTPUT_SCHEMA = "key string, value string"
 STATE_SCHEMA = "blob binary"
@@ -58,11 +64,17 @@ class Reduction:
 @dataclass
 class MetricState:
     """The state function: counter keys to :class:`CounterState`, window keys to
-    :class:`GaugeState`; the partials it receives counted into ``reduction``."""
+    :class:`GaugeState`; the partials it receives counted into ``reduction``. ``caps``: each
+    rule's series caps (:mod:`l2m.engine.admission`), enforced per key when the checkpoint's
+    ``state_format`` places whole accounts in one shard; ``refused``: the logs refused, for the
+    driver's metrics."""
 
     counters: CounterState
     gauges: GaugeState
     reduction: Reduction | None = None
+    caps: Mapping[str, RuleCaps] | None = None
+    state_format: int = STATE_FORMAT
+    refused: Accumulator[Tally] | None = None
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
@@ -87,19 +99,31 @@ class MetricState:
         swept = stored.get("swept", 0)
         sweep = state.hasTimedOut or now - swept >= SWEEP_MS
         watermark = state.getCurrentWatermarkMs() if STATUS_RULE in rows else 0
+        admission = self._admission(sections, self.counters.rules)
         kept: dict[str, Any] = {}
         samples: list[dict[str, Any]] = []
-        for rule_id in sorted(set(sections) | set(rows)):
+        for rule_id in sorted((set(sections) | set(rows)) - {REFUSED_RULE}):
             if rule_id not in rows and not sweep:
                 kept[rule_id] = sections[rule_id]
                 continue
             content, out = self.counters.update(rule_id, sections.get(rule_id, {}),
-                                                rows.get(rule_id, []), now, watermark)
+                                                rows.get(rule_id, []), now, watermark,
+                                                admission=admission)
             if content is not None:
                 kept[rule_id] = content
             samples += out
+        refusals = self._refusals(admission)
+        if refusals or (sweep and REFUSED_RULE in sections):
+            content, out = self.counters.update(REFUSED_RULE, sections.get(REFUSED_RULE, {}),
+                                                refusals, now, watermark)
+            if content is not None:
+                kept[REFUSED_RULE] = content
+            samples += out
+        elif REFUSED_RULE in sections:
+            kept[REFUSED_RULE] = sections[REFUSED_RULE]
         if kept:
-            state.update((dump_blob({"rules": kept, "swept": now if sweep else swept}),))
+            state.update((dump_blob({"rules": kept, "swept": now if sweep else swept},
+                                    self.state_format),))
             state.setTimeoutDuration(self.counters.ttl_ms)
         else:
             state.remove()
@@ -123,14 +147,22 @@ class MetricState:
         else:
             rows = {} if state.hasTimedOut else _by_rule(frames)
             rules = self.gauges.rules
-            kept = {r: c for r, c in sections.items() if r in rules}  # removed rules go
-            for rule_id, parts in rows.items():
+            # removed rules go
+            kept = {r: c for r, c in sections.items() if r in rules or r == REFUSED_WINDOW_RULE}
+            admission = self._admission(kept, rules)
+            for rule_id in sorted(rows):
                 if rule_id in rules:
                     kept[rule_id], out = self.gauges.update(rule_id, window,
-                                                            kept.get(rule_id, {}), parts)
+                                                            kept.get(rule_id, {}),
+                                                            rows[rule_id], admission)
                     samples += out
+            refusals = self._refusals(admission)
+            if refusals:
+                kept[REFUSED_WINDOW_RULE], out = self.gauges.update(
+                    REFUSED_WINDOW_RULE, window, kept.get(REFUSED_WINDOW_RULE, {}), refusals)
+                samples += out
             if kept:
-                state.update((dump_blob({"rules": kept}),))
+                state.update((dump_blob({"rules": kept}, self.state_format),))
                 state.setTimeoutDuration(self.gauges.recheck_ms)
             else:
                 state.remove()
@@ -139,6 +171,37 @@ class MetricState:
                 "series", {})) for r in set(sections) | set(kept)})
         if samples:
             yield samples_frame(samples)
+
+    def _admission(self, sections: Mapping[str, Any], rules: Mapping[str, Any]
+                   ) -> Admission | None:
+        """The caps of one domain (a counter key, or a gauge key's window) given its stored
+        sections; None when caps are off (a checkpoint of format 1 or 2)."""
+        if self.caps is None or self.state_format < CAPPED_FORMAT:
+            return None
+        sizes = {}
+        for rule_id, section in sections.items():
+            rule = rules.get(rule_id)
+            if rule is None or section.get("sig") != signature(rule):
+                continue  # removed, or restarting: its series go
+            series = section.get("series", {})
+            sizes[rule_id] = len(series) - (OVERFLOW_SERIES in series)
+        return Admission(self.caps, sizes)
+
+    def _refusals(self, admission: Admission | None) -> list[tuple[str, str, Partial]]:
+        """This call's refusals as rows of l2m's own refusal counts (one log each), also
+        added to the driver's metrics."""
+        if admission is None or not admission.refused:
+            return []
+        rows = []
+        tally: Tally = {}
+        for (rule_id, limit), (logs, ts) in sorted(admission.refused.items()):
+            account = admission.account_of(rule_id)
+            rows.append((refused_series(rule_id, account, limit), "",
+                         Partial(logs, logs, float(logs), Decimal(logs), None, None, ts)))
+            tally[RefusedCount(rule_id, account or "", str(limit))] = logs
+        if self.refused is not None:
+            self.refused.add(tally)
+        return rows
 
     @staticmethod
     def _counted(frames: Iterator[pd.DataFrame],

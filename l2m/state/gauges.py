@@ -20,13 +20,22 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
+from l2m.engine.admission import REFUSED_GROUP_BY, Admission, redirected
 from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.samples import rule_samples, samples_frame, series_labels
-from l2m.rules.model import Rule
+from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.state.counters import signature
 from l2m.state.format import dump_blob, load_blob
 from l2m.state.tally import SeriesCount, Tally
 from l2m.windows import window_closed
+
+# Logs a gauge rule counted into its overflow series in one one-minute window because they
+# would have opened a series past a cap in that window (l2m.engine.admission). A gauge per
+# window, as the rules' are: a window's refusals go with its state.
+REFUSED_WINDOW_RULE = "__refused__"
+REFUSED_GAUGE_RULE = Rule(id="l2m-series-refused-window", name="l2m_series_refused",
+                          kind=Kind.GAUGE, query="*", aggregation=Aggregation.COUNT,
+                          group_by=REFUSED_GROUP_BY, file="<l2m>")
 
 
 @dataclass
@@ -68,18 +77,26 @@ class GaugeState:
         for it are counted as late by the input statuses (l2m_late_logs_total)."""
         return window_closed(window, watermark)
 
+    def rule(self, rule_id: str) -> Rule | None:
+        """A gauge rule of the job, or l2m's own refusal gauge; None for a removed rule."""
+        if rule_id == REFUSED_WINDOW_RULE:
+            return REFUSED_GAUGE_RULE
+        return self.rules.get(rule_id)
+
     def update(self, rule_id: str, window: int, stored: dict[str, Any],
-               rows: list[tuple[str, str, Partial]]
+               rows: list[tuple[str, str, Partial]], admission: Admission | None = None
                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """One rule's open window in one key: its stored content (``{"sig", "series"}``) and
         its partials of this batch → the new content and the samples of the series this
-        batch touched (corrected values re-emitted)."""
-        rule = self.rules[rule_id]
+        batch touched (corrected values re-emitted). ``admission``: new series past a cap go
+        to the rule's overflow series."""
+        rule = self.rule(rule_id)
+        assert rule is not None
         series: dict[str, dict[str, list[Any]]] = stored.get("series", {})
         if stored.get("sig") not in (None, signature(rule)):
             series = {}
         touched: set[str] = set()
-        for name, le, part in rows:
+        for name, le, part in redirected(rows, series, admission, rule_id):
             buckets = series.setdefault(name, {})
             buckets[le] = part.merged_into(buckets.get(le))
             touched.add(name)

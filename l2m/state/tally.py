@@ -50,7 +50,17 @@ class MatchCount:
     rule: str
 
 
-TallyKey = SeriesCount | InputCount | LateCount | CutCount | MatchCount
+@dataclass(frozen=True, slots=True)
+class RefusedCount:
+    """Logs one rule counted into its overflow series because of one cap (``limit``: rule,
+    metric or account; l2m.engine.admission), in one micro-batch (summed on the driver)."""
+
+    rule: str
+    account: str
+    limit: str
+
+
+TallyKey = SeriesCount | InputCount | LateCount | CutCount | MatchCount | RefusedCount
 Tally = dict[TallyKey, float]
 
 

@@ -23,19 +23,21 @@ corrected windows re-emitted, logs for windows past the watermark dropped and co
 from __future__ import annotations
 
 import hashlib
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark import Accumulator
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from l2m.config.job import JobConfig
-from l2m.engine.pipeline import RuleTable, routing_option
+from l2m.engine.admission import placement_shard
+from l2m.engine.pipeline import CapsTable, RuleTable, routing_option
 from l2m.engine.routing import plan_for
 from l2m.engine.status import ROUTED, STATUS_RULE
 from l2m.kafka.sink import KafkaSink, write_batch
@@ -45,6 +47,7 @@ from l2m.state.checkpoint import check_checkpoint, local_checkpoint
 from l2m.state.counters import CounterState
 from l2m.state.format import STATE_FORMAT
 from l2m.state.function import (
+    CAPPED_FORMAT,
     CUMULATIVE,
     OUTPUT_SCHEMA,
     STATE_KEYS,
@@ -109,12 +112,14 @@ class Counts:
     reduction: Reduction
     late: Accumulator[int]
     tally: Accumulator[Tally] | None = None
+    refused: Accumulator[Tally] | None = None  # logs refused by a series cap, per batch
 
     @staticmethod
     def create(spark: SparkSession) -> Counts:
         sc = spark.sparkContext
         return Counts(Reduction(sc.accumulator(0), sc.accumulator(0), sc.accumulator({}, Sums())),
-                      sc.accumulator(0), sc.accumulator({}, Latest()))
+                      sc.accumulator(0), sc.accumulator({}, Latest()),
+                      sc.accumulator({}, Sums()))
 
 
 # A source of partials: given the routing option (l2m.engine.pipeline.routing_option), a streaming
@@ -132,7 +137,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     ``state_format`` is the checkpoint's (:mod:`l2m.state.function`): format 2 keys the state by
     (shard, window) for all rules together, format 1 by (rule, shard, window)."""
     routing = plan_for(rules, cfg.timestamp_field, cfg.max_future_ms,
-                       cfg.limits.max_label_value_length)
+                       cfg.limits.max_label_value_length, cfg.limits.series)
     option = routing_option(routing)
     read = source(option) if source is not None else source_frame(spark, cfg, option)
     status = F.col("rule") == F.lit(STATUS_RULE)
@@ -143,7 +148,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                 .withColumn("window", F.coalesce("window", F.lit(CUMULATIVE)))
                 # The input statuses share one key: one exact late-log count (l2m.state.counters).
                 .withColumn("shard", F.when(status, F.lit(0)).otherwise(
-                    F.pmod(F.hash("rule", "series"), F.lit(cfg.counter_shards))))
+                    shard_column(routing.rules, cfg.counter_shards, state_format)))
                 # The watermark's event time: every log has a status row carrying its own.
                 .withColumn("event_time", F.timestamp_millis(
                     F.when(unrouted, F.lit(0)).otherwise(
@@ -155,10 +160,28 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                      cfg.counter_ttl_ms, None if counts is None else counts.late, tally),
         GaugeState(RuleTable(option, "gauge"), tally=tally),
         None if counts is None else counts.reduction,
+        caps=CapsTable(option), state_format=state_format,
+        refused=None if counts is None else counts.refused,
     )
     keys = STATE_KEYS[state_format]
     return partials.groupBy(*keys).applyInPandasWithState(
         state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)
+
+
+def shard_column(rules: Sequence[Rule], shards: int, state_format: int) -> Column:
+    """The state shard of each partial (not the input statuses', which share shard 0). State
+    format 3: a rule's series go to its placement's shard
+    (:func:`l2m.engine.admission.placement_shard`: its account's), so every cap is counted in
+    one key; l2m's own rows (label cuts) and formats 1 and 2: hash(rule, series)."""
+    spread = F.pmod(F.hash("rule", "series"), F.lit(shards))
+    if state_format < CAPPED_FORMAT:
+        return spread
+    groups: dict[int, list[str]] = {}
+    for rule in rules:
+        groups.setdefault(placement_shard(rule, shards), []).append(rule.id)
+    for shard, ids in sorted(groups.items()):  # one set per shard: Spark's InSet, a hash set
+        spread = F.when(F.col("rule").isin(*ids), F.lit(shard)).otherwise(spread)
+    return spread
 
 
 @dataclass
@@ -178,6 +201,11 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     ``sink`` replace Kafka (the in-memory test harness, :mod:`l2m.dev.memory`)."""
     register(spark)
     state_format = check_checkpoint(cfg.checkpoint, QUERY)
+    if state_format < CAPPED_FORMAT:
+        print(f"l2m run: warning: checkpoint {cfg.checkpoint} holds state format "
+              f"{state_format}, whose shards do not hold whole accounts: series caps "
+              f"(limits.max_series_*) are not enforced on it. Start a new checkpoint to "
+              "enforce them (docs/streaming.md, \"Upgrading\").", file=sys.stderr, flush=True)
 
     def kafka_sink(frame: DataFrame, batch_id: int) -> None:
         write_batch(frame, cfg.topics.metrics, cfg.sink, (cfg.topics.dead_letters, cfg.kafka))

@@ -57,6 +57,7 @@ def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
         return ", ".join(f"`{r.id}`" for r in rs) or "(none)"
 
     keys = ", ".join(STATE_KEYS[STATE_FORMAT])
+    lim = cfg.limits
     m = _module
     return f"""# l2m streaming topology
 
@@ -74,8 +75,9 @@ l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
             --> Pre-aggregate: per task, per ({", ".join(KEY)})
     --> partials only leave the task
     --> Watermark: max event time of routed logs - {_fmt_ms(cfg.grace_ms)}
-    --> Exchange: hash({keys})
+    --> Exchange: hash({keys}); shard = the shard of the rule's account (of the rule without one)
     --> State: applyInPandasWithState, RocksDB, keyed by ({keys}), one section per rule
+          series caps per rule {_cap(lim.max_series_per_rule)}, metric {_cap(lim.max_series_per_metric)}, account {_cap(lim.max_series_per_account)}: past them, the rule's overflow series
           counters: window {CUMULATIVE}, {cfg.counter_shards} shards, TTL {_fmt_ms(cfg.counter_ttl_ms)}
           gauges:   1-minute windows, until the watermark passes the window
     --> Sink: l2m-kafka-sink [{cfg.topics.metrics}]
@@ -88,6 +90,7 @@ l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
 | route | `{m("l2m.engine.match")}`, `{m("l2m.engine.fanout")}` | each rule's query evaluated on Arrow, every distinct query node once per chunk of logs; rules scoped to an account only on that account's logs; one row per (log, rule, series) |
 | pre-aggregate | `{m("l2m.engine.preaggregate")}`, `{m("l2m.engine.partials")}` | per task, before any shuffle: one partial per ({", ".join(KEY)}); counters have no window; exact decimal sums |
 | state | `{m("l2m.state.function")}` | one key per ({keys}) for all rules together, one section per rule in its blob; a batch touches only the keys its logs fall in |
+| series caps | `{m("l2m.engine.admission")}` | every series of an account in one shard, so each cap is counted in one key; a new series past a cap goes to its rule's overflow series (`l2m_overflow="true"`), the logs counted as `l2m_series_refused_total` |
 | counters | `{m("l2m.state.counters")}` (`CounterState`) | cumulative per series, many series per Python call; idle series dropped after the TTL; the input statuses (one key) also count late logs, `l2m_late_logs_total` |
 | gauges | `{m("l2m.state.gauges")}` (`GaugeState`) | watermark = max event time − grace; corrected windows re-emitted; logs for windows past the watermark dropped |
 | sink | `{m("l2m.kafka.sink")}` | idempotent producer, deterministic keys, a batch commits only when every sample is acknowledged |
@@ -103,6 +106,10 @@ Fields parsed: {fields or "(none)"}.
 Counter rules: {rule_list(counters)}.
 Gauge rules: {rule_list(gauges)}.
 """
+
+
+def _cap(n: int) -> str:
+    return f"{n:,}" if n else "none"
 
 
 def _module(name: str) -> str:

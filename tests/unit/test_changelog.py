@@ -26,4 +26,5 @@ def test_the_newest_entry_states_the_state_format_and_configuration():
     newest = entries()[0][1]
     assert "**State format:**" in newest and "**Configuration:**" in newest
     assert f"format {STATE_FORMAT} is written" in newest
-    assert f"formats {' and '.join(map(str, READABLE))} are read" in newest
+    readable = list(map(str, READABLE))
+    assert f"formats {', '.join(readable[:-1])} and {readable[-1]} are read" in newest

@@ -1,0 +1,178 @@
+"""Series caps enforced (SPEC §7): which new series a state domain admits, and where the logs
+of the others go.
+
+Input: the rules and the job's :class:`~l2m.limits.Limits` (:func:`rule_caps`, on the
+driver); then, per state domain — a counter key, or one gauge window of a key — the live
+series each rule holds there and the series a micro-batch brings (:class:`Admission`).
+Output: per new series, admitted or the :class:`Limit` that refused it; a refused series'
+partials are merged into its rule's overflow series (:data:`OVERFLOW_SERIES`, labels: the
+rule's static labels and :data:`~l2m.limits.OVERFLOW_LABEL` in place of every group-by
+label), and the logs refused are counted per (rule, account, limit). Pure Python, shared by the state stage
+(:mod:`l2m.state.function`) and backfill.
+
+**Domains are whole.** A cap is exact only where every series it counts is in one place.
+The state is keyed by (shard, window); under state format 3 the shard of a rule's series is
+that of its *placement* (:func:`placement`): its account, or for a rule without an account
+the rule itself. So one key holds every series of an account (per rule, per metric name,
+in all), each cap is counted exactly in one Python call, and each rule's overflow series is
+one series. (Splitting a cap across shards, as Mimir does across ingesters, would give every
+shard its own overflow series of the rule — several values for one series — and refuse
+series early on unlucky shards.)
+
+**Order.** Within one call, rules are admitted in id order and a rule's new series in key
+order, so a replayed batch decides the same way; backfill is one batch holding all its logs.
+A series refused once is admitted later if there is room by then (it starts at 0; what it
+had is in the overflow series). The overflow series never counts against a cap."""
+
+from __future__ import annotations
+
+import enum
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from l2m.engine.labels import one_value_series
+from l2m.engine.partials import Partial
+from l2m.limits import Limits
+from l2m.rules.model import Rule
+
+# A rule's overflow series key: never an encoded series key (those are empty or start with a
+# digit or `-`), so it cannot collide with a real series.
+OVERFLOW_SERIES = "!overflow"
+
+
+class Limit(enum.StrEnum):
+    """The cap that refused a series: the ``limit`` label of the refusal counts."""
+
+    RULE = "rule"
+    METRIC = "metric"
+    ACCOUNT = "account"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleCaps:
+    """One rule's caps (0: none) and the domains its series count in besides its own: the
+    account (None: a rule without an account is capped per rule only) and the metric name
+    within that account."""
+
+    rule: int
+    metric: int = 0
+    account: int = 0
+    account_name: str | None = None
+    metric_name: str = ""
+
+
+def rule_caps(rules: Iterable[Rule], limits: Limits) -> dict[str, RuleCaps]:
+    """Each rule's caps: its ``max_series`` or its account's per-rule cap, and its account's
+    per-metric and per-account caps (the job's, with the account's overrides)."""
+    caps = {}
+    for rule in rules:
+        series = limits.for_account(rule.account)
+        per_rule = rule.max_series if rule.max_series is not None else series.per_rule
+        if rule.account is None:
+            caps[rule.id] = RuleCaps(per_rule)
+        else:
+            caps[rule.id] = RuleCaps(per_rule, series.per_metric, series.per_account,
+                                     rule.account, rule.name)
+    return caps
+
+
+def placement(rule: Rule) -> str:
+    """What decides the shard of a rule's series (state format 3): its account, so that every
+    cap an account's series count against is counted in one key; a rule without an account
+    on its own."""
+    return f"account:{rule.account}" if rule.account is not None else f"rule:{rule.id}"
+
+
+def placement_shard(rule: Rule, shards: int) -> int:
+    """The shard of every series of ``rule`` (stable across processes and releases)."""
+    return zlib.crc32(placement(rule).encode()) % shards
+
+
+def refused_series(rule_id: str, account: str | None, limit: Limit) -> str:
+    """The series key of a refusal count: labels ``rule``, ``account`` (empty without one),
+    ``limit`` (:data:`REFUSED_GROUP_BY`), in the encoding of :mod:`l2m.engine.labels`."""
+    return one_value_series(rule_id) + one_value_series(account or "") + \
+        one_value_series(str(limit))
+
+
+REFUSED_GROUP_BY = ("rule", "account", "limit")
+
+
+@dataclass
+class Admission:
+    """The live series of one state domain, by rule and by the account domains; decides each
+    new series and counts the logs refused.
+
+    ``sizes``: live series per rule id in the domain now (overflow series excluded)."""
+
+    caps: Mapping[str, RuleCaps]
+    sizes: Mapping[str, int]
+    # (rule id, limit) → logs refused in this call, and the latest event time among them
+    refused: dict[tuple[str, Limit], list[int]] = field(default_factory=dict)
+    _rules: dict[str, int] = field(default_factory=dict)
+    _metrics: dict[tuple[str, str], int] = field(default_factory=dict)
+    _accounts: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for rule_id, size in self.sizes.items():
+            self._rules[rule_id] = size
+            caps = self.caps.get(rule_id)
+            if caps is not None and caps.account_name is not None:
+                metric = (caps.account_name, caps.metric_name)
+                self._metrics[metric] = self._metrics.get(metric, 0) + size
+                self._accounts[caps.account_name] = \
+                    self._accounts.get(caps.account_name, 0) + size
+
+    def admit(self, rule_id: str) -> Limit | None:
+        """One new series of ``rule_id``: None when admitted (and counted), else the first cap
+        it would exceed — rule, then metric name, then account."""
+        caps = self.caps.get(rule_id)
+        if caps is None:  # l2m's own counters, rules of a checkpoint's past: never capped
+            return None
+        if caps.rule and self._rules.get(rule_id, 0) >= caps.rule:
+            return Limit.RULE
+        account = caps.account_name
+        if account is not None:
+            metric = (account, caps.metric_name)
+            if caps.metric and self._metrics.get(metric, 0) >= caps.metric:
+                return Limit.METRIC
+            if caps.account and self._accounts.get(account, 0) >= caps.account:
+                return Limit.ACCOUNT
+            self._metrics[metric] = self._metrics.get(metric, 0) + 1
+            self._accounts[account] = self._accounts.get(account, 0) + 1
+        self._rules[rule_id] = self._rules.get(rule_id, 0) + 1
+        return None
+
+    def count(self, rule_id: str, limit: Limit, logs: int, ts: int | None) -> None:
+        """Logs of a refused series, counted into the refusals."""
+        entry = self.refused.setdefault((rule_id, limit), [0, 0])
+        entry[0] += logs
+        entry[1] = max(entry[1], ts or 0)
+
+    def account_of(self, rule_id: str) -> str | None:
+        caps = self.caps.get(rule_id)
+        return None if caps is None else caps.account_name
+
+
+def redirected(rows: list[tuple[str, str, Partial]], known: Mapping[str, object],
+               admission: Admission | None, rule_id: str
+               ) -> list[tuple[str, str, Partial]]:
+    """A rule's partial rows of one call with the series ``known`` does not hold admitted or
+    renamed to :data:`OVERFLOW_SERIES` (refusals counted in ``admission``). Without an
+    admission (caps off) the rows as they are. Rows come back ordered by series key."""
+    rows = sorted(rows, key=lambda r: (r[0], r[1]))
+    if admission is None:
+        return rows
+    decided: dict[str, Limit | None] = {}
+    out = []
+    for name, le, part in rows:
+        if name != OVERFLOW_SERIES and name not in known:
+            if name not in decided:
+                decided[name] = admission.admit(rule_id)
+            limit = decided[name]
+            if limit is not None:
+                admission.count(rule_id, limit, part.matches, part.ts)
+                name = OVERFLOW_SERIES
+        out.append((name, le, part))
+    return out
