@@ -7,8 +7,8 @@ series each rule holds there and the series a micro-batch brings (:class:`Admiss
 Output: per new series, admitted or the :class:`Limit` that refused it; a refused series'
 partials are merged into its rule's overflow series (:data:`OVERFLOW_SERIES`, labels: the
 rule's static labels and :data:`~l2m.limits.OVERFLOW_LABEL` in place of every group-by
-label), and the logs refused are counted per (rule, account, limit). Pure Python, shared by the state stage
-(:mod:`l2m.state.function`) and backfill.
+label), and the logs refused are counted per (rule, account, limit). Pure Python, shared
+by the state stage (:mod:`l2m.state.function`) and backfill.
 
 **Domains are whole.** A cap is exact only where every series it counts is in one place.
 The state is keyed by (shard, window); under state format 3 the shard of a rule's series is

@@ -15,6 +15,7 @@ import orjson
 import pandas as pd
 import pytest
 
+from l2m.engine.admission import RuleCaps
 from l2m.engine.partials import Partial
 from l2m.errors import StateFormatError
 from l2m.rules.loader import load_text
@@ -34,6 +35,7 @@ rules:
      group_by: [svc]}
   - {id: h, name: ms, kind: gauge, query: "*", aggregation: histogram, field: ms,
      buckets: [10, 100]}
+  - {id: g, name: reqs, kind: gauge, query: "*", aggregation: count, group_by: [svc]}
 """)
 BY_ID = {r.id: r for r in RULES}
 
@@ -81,13 +83,15 @@ def test_v1_gauge_blob_continues_its_window():
         ("ms_sum", None, 559.0), ("ms_count", None, 4.0)]
 
 
-def _state(counters: CounterState | None = None, gauges: GaugeState | None = None
+def _state(counters: CounterState | None = None, gauges: GaugeState | None = None,
+           state_format: int = STATE_FORMAT, caps: dict[str, RuleCaps] | None = None
            ) -> MetricState:
-    return MetricState(counters or CounterState(BY_ID, ttl_ms=10**12), gauges or GaugeState(BY_ID))
+    return MetricState(counters or CounterState(BY_ID, ttl_ms=10**12),
+                       gauges or GaugeState(BY_ID), caps=caps, state_format=state_format)
 
 
 def test_v2_counter_key_continues_every_rule_in_it():
-    fn = _state()
+    fn = _state(state_format=2, caps={"b": RuleCaps(1)})  # caps are off on format 2
     state = group_state(golden("state-v2-counter.json"), now=W + 1000, watermark=W + 60_000)
     rows = [{**partial("3:web", None, 1, 0.25, W + 3000), "rule": "b"},
             {**partial("2:ok", str(W), 1, 1.0, W + 10), "rule": "__status__"}]
@@ -103,7 +107,7 @@ def test_v2_counter_key_continues_every_rule_in_it():
 
 
 def test_v2_gauge_key_continues_its_window_and_drops_removed_rules():
-    fn = _state()
+    fn = _state(state_format=2)
     state = gauge_group_state(golden("state-v2-gauge.json"), watermark=0)
     row = {"rule": "h", "series": "", "le": "10", "window": W, "matches": 1, "n": 1,
            "sum": 1.0, "exact_sum": None, "exact_n": 0, "min": 1.0, "max": 1.0, "ts": W + 1}
@@ -113,8 +117,43 @@ def test_v2_gauge_key_continues_its_window_and_drops_removed_rules():
         ("ms_sum", None, 510.0), ("ms_count", None, 5.0)]
     assert load_blob(state.get[0])["v"] == 2
     gone = gauge_group_state(golden("state-v2-gauge.json"), watermark=0)
-    assert run(_state(gauges=GaugeState({})), (1, W), [], gone) == []
+    assert run(_state(gauges=GaugeState({}), state_format=2), (1, W), [], gone) == []
     assert not gone.exists  # rule h was removed: its window's state goes
+
+
+def test_v2_counter_key_admits_every_series_whatever_the_caps():
+    fn = _state(state_format=2, caps={"b": RuleCaps(1)})
+    state = group_state(golden("state-v2-counter.json"), now=W + 1000)
+    out = run(fn, (0, CUMULATIVE), [{**partial("3:api", None, 1, 2.0, W + 3000), "rule": "b"}],
+              state)
+    assert [(s["labels"], s["value"]) for s in out] == [({"svc": "api"}, 2.0)]
+
+
+def test_v3_counter_key_continues_its_overflow_and_refusal_counts():
+    fn = _state(caps={"b": RuleCaps(1)})
+    state = group_state(golden("state-v3-counter.json"), now=W + 1000)
+    rows = [{**partial("3:web", None, 1, 0.25, W + 3000), "rule": "b"},
+            {**partial("3:api", None, 1, 5.0, W + 3500), "rule": "b"}]
+    out = run(fn, (0, CUMULATIVE), rows, state)
+    assert [(s["name"], s["labels"], s["value"], s["timestamp"]) for s in out] == [
+        ("bytes_total", {"l2m_overflow": "true"}, 9.0, W + 3500),
+        ("bytes_total", {"svc": "web"}, 6.75, W + 3000),
+        ("l2m_series_refused_total", {"account": "", "limit": "rule", "rule": "b"}, 3.0,
+         W + 3500)]
+    stored = load_blob(state.get[0])
+    assert stored["v"] == 3 and set(stored["rules"]["b"]["series"]) == {"3:web", "!overflow"}
+
+
+def test_v3_gauge_window_continues_its_overflow_and_refusal_counts():
+    fn = _state(caps={"g": RuleCaps(1)})
+    state = gauge_group_state(golden("state-v3-gauge.json"), watermark=0)
+    row = {"rule": "g", "series": "3:api", "le": "", "window": W, "matches": 1, "n": 1,
+           "sum": 1.0, "exact_sum": None, "exact_n": 0, "min": 1.0, "max": 1.0, "ts": W + 5}
+    out = run(fn, (1, W), [row], state)
+    assert [(s["name"], s["labels"], s["value"], s["timestamp"]) for s in out] == [
+        ("reqs", {"l2m_overflow": "true"}, 2.0, W),
+        ("l2m_series_refused", {"account": "", "limit": "rule", "rule": "g"}, 2.0, W)]
+    assert load_blob(state.get[0])["v"] == 3
 
 
 def test_a_blob_without_a_version_is_refused_naming_what_it_found():

@@ -1,0 +1,113 @@
+"""Series caps end to end (issue 20, deliverable 1): past its cap a rule's new series count
+into its overflow series, so totals stay exact; the series it had keep counting exactly;
+other tenants are untouched; refusals are counted; the caps hold across a restart (they are
+state) and backfill decides the same."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from l2m.batch.backfill import run_backfill
+from l2m.config.job import LimitsConfig
+from l2m.rules.loader import load_rules
+from l2m.rules.model import Rule
+from l2m.tenancy import Tenancy
+
+T0 = 1795341600000  # 2026-11-22T10:00:00Z, a window start
+LIMITS = LimitsConfig(max_series_per_rule=100)
+
+
+def submit(root: Path) -> list[Rule]:
+    rules = {
+        "acme": [
+            "{id: req, name: req_total, kind: counter, query: '*', aggregation: count, "
+            "group_by: [request_id], max_series: 3}",
+            "{id: all, name: logs_total, kind: counter, query: '*', aggregation: count}",
+            "{id: users, name: users_ms, kind: gauge, query: '*', aggregation: sum, "
+            "field: ms, group_by: [user], max_series: 2}"],
+        "globex": [
+            "{id: req, name: req_total, kind: counter, query: '*', aggregation: count, "
+            "group_by: [request_id]}"],
+    }
+    for account, specs in rules.items():
+        (root / account).mkdir(parents=True)
+        (root / account / "rules.yaml").write_text(
+            "rules:\n" + "".join(f"  - {spec}\n" for spec in specs))
+    return list(load_rules([root], tenancy=Tenancy(), limits=LIMITS.series).rules)
+
+
+def log(account: str, i: int, request: str, user: str = "u0", ms: int = 1) -> bytes:
+    return json.dumps({"@timestamp": T0 + i, "account": account, "request_id": request,
+                       "user": user, "ms": ms}).encode()
+
+
+FIRST = [log("acme", 0, "r0", "u0", 1), log("acme", 1, "r1", "u1", 2),
+         log("acme", 2, "r2", "u2", 4), log("acme", 3, "r3", "u0", 8),
+         log("acme", 4, "r4", "u3", 16),
+         *[log("globex", 10 + i, f"g{i}") for i in range(4)]]
+SECOND = [log("acme", 20, "r0", "u1", 32), log("acme", 21, "r9", "u4", 64)]
+
+
+def values(samples: list[dict]) -> dict[tuple[str, str, tuple], float]:
+    return {(s["rule"], s["name"], tuple(sorted(s["labels"].items()))): s["value"]
+            for s in samples}
+
+
+OVERFLOW = (("l2m_overflow", "true"),)
+# After FIRST: acme/req admits r0..r2 (key order), r3 and r4 overflow; acme/users admits u0,
+# u1 in the window, u2 (4 ms) and u3 (16 ms) overflow; globex is under its cap.
+AFTER_FIRST = {
+    ("acme/req", "req_total", (("request_id", "r0"),)): 1.0,
+    ("acme/req", "req_total", (("request_id", "r1"),)): 1.0,
+    ("acme/req", "req_total", (("request_id", "r2"),)): 1.0,
+    ("acme/req", "req_total", OVERFLOW): 2.0,
+    ("acme/all", "logs_total", ()): 5.0,
+    ("acme/users", "users_ms", (("user", "u0"),)): 9.0,
+    ("acme/users", "users_ms", (("user", "u1"),)): 2.0,
+    ("acme/users", "users_ms", OVERFLOW): 20.0,
+    **{("globex/req", "req_total", (("request_id", f"g{i}"),)): 1.0 for i in range(4)},
+}
+# After SECOND: r0 is known (counts on), r9 overflows; u1 is known, u4 overflows.
+AFTER_SECOND = {
+    **AFTER_FIRST,
+    ("acme/req", "req_total", (("request_id", "r0"),)): 2.0,
+    ("acme/req", "req_total", OVERFLOW): 3.0,
+    ("acme/all", "logs_total", ()): 7.0,
+    ("acme/users", "users_ms", (("user", "u1"),)): 34.0,
+    ("acme/users", "users_ms", OVERFLOW): 84.0,
+}
+REFUSED = {("acme/req", "acme", "rule"): 3.0}
+REFUSED_IN_WINDOW = {("acme/users", "acme", "rule"): 3.0}
+
+
+def refusals(samples: list[dict], name: str) -> dict[tuple[str, str, str], float]:
+    return {(s["labels"]["rule"], s["labels"]["account"], s["labels"]["limit"]): s["value"]
+            for s in samples if s["name"] == name}
+
+
+def test_streaming_caps_hold_across_a_restart_and_backfill_decides_the_same(
+        spark, stream_test, tmp_path):
+    rules = submit(tmp_path / "rules")
+    job = stream_test(rules, limits=LIMITS)
+    job.add(FIRST, record_ts=T0)
+    counts = job.process().counts
+    assert values(job.samples()) == AFTER_FIRST
+    assert counts is not None and counts.refused is not None
+    assert {(k.rule, k.limit): v for k, v in counts.refused.value.items()} == {
+        ("acme/req", "rule"): 2, ("acme/users", "rule"): 2}
+    job.stop()
+    job.add(SECOND, record_ts=T0)
+    job.restart()
+    assert values(job.samples()) == AFTER_SECOND
+    own = job.samples(own=True)
+    assert refusals(own, "l2m_series_refused_total") == REFUSED
+    assert refusals(own, "l2m_series_refused") == REFUSED_IN_WINDOW
+
+    source = tmp_path / "logs.jsonl"
+    source.write_bytes(b"\n".join(FIRST + SECOND) + b"\n")
+    out = tmp_path / "out.jsonl"
+    summary = run_backfill(spark, rules, [str(source)], out, progress=False,
+                           limits=LIMITS.series)
+    assert values([json.loads(line) for line in out.read_text().splitlines()]) == AFTER_SECOND
+    assert summary.refused == {"acme/req (rule)": 3, "acme/users (rule)": 3}
