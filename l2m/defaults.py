@@ -50,3 +50,6 @@ MIN_LABEL_VALUE_LENGTH = 16
 MAX_SERIES_PER_RULE = 10_000
 MAX_SERIES_PER_METRIC = 20_000
 MAX_SERIES_PER_ACCOUNT = 100_000
+
+# Per-tenant metrics name the top accounts by live series, the rest summed as one.
+TOP_ACCOUNTS = 20

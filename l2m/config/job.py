@@ -92,6 +92,9 @@ class MonitoringConfig:
 
     port: Annotated[int | None, Range(0, 65535)] = None
     host: str = "0.0.0.0"
+    # Per-tenant metrics (l2m.state.accounts) name this many accounts, by live series; the
+    # rest are summed as account="__other__", so l2m's own series stay bounded.
+    top_accounts: Count = defaults.TOP_ACCOUNTS
 
 
 def account_limits(value: Any) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.datasource import (
@@ -244,3 +245,26 @@ def write_batch(frame: DataFrame, topic: str, kafka: dict[str, str],
         for key, value in dead_letters[1].items():
             writer = writer.option(f"deadletters.kafka.{key}", value)
     writer.save()
+
+
+def produce_samples(samples: list[dict[str, Any]], topic: str, kafka: dict[str, str],
+                    timeout_s: float = 30.0) -> None:
+    """Write a few samples from the driver (l2m's own, :mod:`l2m.state.accounts`) with the
+    sink's settings and keys, waiting for every acknowledgement; a failure is a
+    :class:`SinkError` (the batch is retried)."""
+    from l2m.engine.samples import series_key
+
+    if not samples:
+        return
+    producer = cached_producer({"enable.idempotence": True, "acks": "all",
+                                "log_level": CLIENT_LOG_LEVEL, **kafka})
+    errors: list[Any] = []
+    for sample in samples:
+        produce(producer, topic, key=series_key(sample), value=orjson.dumps(sample),
+                on_delivery=_into(errors))
+    left = producer.flush(timeout_s)
+    failed = [e for e in errors if e is not None]
+    if left or failed:
+        drop_producer(producer)
+        raise SinkError(f"l2m's account metrics were not delivered to {topic}: "
+                        f"{failed[0] if failed else f'{left} still queued after {timeout_s} s'}")

@@ -30,6 +30,7 @@ from l2m.runtime.session import build_session
 from l2m.runtime.sparkstatus import BatchTasks, ExecutorLoad
 from l2m.runtime.telemetry import Telemetry
 from l2m.state.checkpoint import check_checkpoint
+from l2m.state.tally import RefusedCount
 from l2m.streaming.job import QUERY, Job, start_job, stop_file, streaming_conf
 
 
@@ -61,6 +62,7 @@ class Runner:
     _counted: tuple[int, int, int] = (0, 0, 0)
     _progressed: bool = False
     _signals: bool = False  # install_signals was called: keep them installed
+    _refusals: RefusalLog = field(default_factory=lambda: RefusalLog())
 
     def start(self) -> Job | None:
         """Start the query (after the session, when there is none yet). None when a stop was
@@ -178,6 +180,9 @@ class Runner:
                 if self.out is not None:
                     print(describe(name, progress, (rows_in, rows_out), late), file=self.out,
                           flush=True)
+                    if self.job.counts is not None and self.job.counts.activity is not None:
+                        for line in self._refusals.lines(self.job.counts.activity.value):
+                            print(line, file=self.out, flush=True)
 
     def _observe(self, progress: dict[str, Any]) -> None:
         """Hand a completed batch to the metrics, with what each executor did in it."""
@@ -228,6 +233,39 @@ class Runner:
         finally:
             marker.unlink(missing_ok=True)
         self._report()
+
+
+@dataclass
+class RefusalLog:
+    """The first refusal of each rule per hour (``every_s``) as a line: a rule past its series
+    cap is news once, not once per batch. ``clock``: seconds, monotonic."""
+
+    every_s: float = 3600.0
+    clock: Callable[[], float] = time.monotonic
+    _seen: dict[Any, float] = field(default_factory=dict)  # refusal key → logs last seen
+    _said: dict[str, float] = field(default_factory=dict)  # rule → when last logged
+
+    def lines(self, activity: dict[Any, float]) -> list[str]:
+        """Lines for the rules whose refusals grew since the last call (the query's
+        accumulator: it restarts at 0 with each query)."""
+        out = []
+        now = self.clock()
+        for key, logs in sorted(activity.items(), key=lambda kv: str(kv[0])):
+            if not isinstance(key, RefusedCount):
+                continue
+            before = self._seen.get(key, 0.0)
+            self._seen[key] = logs
+            grew = logs - before if logs >= before else logs
+            said = self._said.get(key.rule)
+            if grew <= 0 or (said is not None and now - said < self.every_s):
+                continue
+            self._said[key.rule] = now
+            account = f" (account {key.account})" if key.account else ""
+            out.append(f"l2m: rule '{key.rule}'{account} is at its {key.limit} series cap: "
+                       f"{grew:.0f} log(s) of new series counted into its overflow series "
+                       f"(l2m_overflow=\"true\"); counted in l2m_series_refused_total, next "
+                       f"line for this rule in an hour at the earliest")
+        return out
 
 
 def _busy(query: StreamingQuery) -> bool:

@@ -25,7 +25,15 @@ from l2m.engine.status import DEAD_LETTERED, STATUS_NAMES
 from l2m.rules.model import Rule
 from l2m.runtime.progress import epoch_seconds, input_rates, input_records, partition_offsets
 from l2m.runtime.sparkstatus import ExecutorLoad
-from l2m.state.tally import CutCount, InputCount, LateCount, SeriesCount
+from l2m.state.accounts import STATS_HELP, account_view
+from l2m.state.tally import (
+    CutCount,
+    InputCount,
+    LateCount,
+    MatchCount,
+    RefusedCount,
+    SeriesCount,
+)
 from l2m.version import __version__
 
 BATCH_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
@@ -45,6 +53,7 @@ class Telemetry:
                  clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.rules = [r.id for r in rules]
+        self.accounts = {r.id: r.account for r in rules}
         self.registry = registry or CollectorRegistry()
         self.clock = clock
         self.ready = False
@@ -56,6 +65,9 @@ class Telemetry:
         self._base = {"in": 0.0, "out": 0.0}
         self._matches_base: dict[str, float] = {}
         self._matches: dict[str, float] = {}
+        # Per rule, summed over queries: logs refused by a cap, samples emitted (activity).
+        self._activity_base: dict[Any, float] = {}
+        self._activity: dict[Any, float] = {}
         self._latest: dict[Any, float] = {}
         r = self.registry
 
@@ -246,6 +258,8 @@ class Telemetry:
                                                   if counts.reduction.matches else {}).items()}
         if counts.tally is not None:
             self._latest.update(counts.tally.value)
+        if counts.activity is not None:
+            self._activity = dict(counts.activity.value)
 
     def _fold(self) -> None:
         """A query ends: what its accumulators counted becomes the base of the next one's."""
@@ -258,6 +272,20 @@ class Telemetry:
         for rule, n in self._matches.items():
             self._matches_base[rule] = self._matches_base.get(rule, 0) + n
         self._matches = {}
+        for key, n in self._activity.items():
+            self._activity_base[key] = self._activity_base.get(key, 0) + n
+        self._activity = {}
+
+    def activity(self) -> dict[Any, float]:
+        """Logs refused and samples emitted per rule (:class:`~l2m.state.tally.RefusedCount`,
+        :class:`~l2m.state.tally.SampleCount`), summed over every query this driver ran."""
+        with self._lock:
+            if self._counts is not None and self._counts.activity is not None:
+                self._activity = dict(self._counts.activity.value)
+            total = dict(self._activity_base)
+            for key, n in self._activity.items():
+                total[key] = total.get(key, 0) + n
+            return total
 
     def snapshot(self) -> tuple[dict[str, float], dict[str, float], dict[Any, float]]:
         """(pre-aggregation rows in/out, matches per rule, the state keys' last reports),
@@ -326,6 +354,28 @@ class _FromTasks:
         for rule, n in series.items():
             gauge.add_metric([rule], n)
         yield gauge
+        activity = self.t.activity()
+        family = CounterMetricFamily("l2m_series_refused", "Logs counted into a rule's overflow "
+                                     "series because they would have opened a series past a "
+                                     "cap (limit: rule, metric or account).",
+                                     labels=["rule", "account", "limit"])
+        for key, n in sorted(activity.items(), key=lambda kv: str(kv[0])):
+            if isinstance(key, RefusedCount):
+                family.add_metric([key.rule, key.account, key.limit], n)
+        yield family
+        sums: dict[Any, float] = {MatchCount(rule): n for rule, n in matches.items()}
+        sums.update(activity)
+        view = account_view(self.t.accounts, latest, sums, self.t.cfg.monitoring.top_accounts)
+        for field_name, (name, kind, text) in STATS_HELP.items():
+            if kind == "gauge":
+                stats: GaugeMetricFamily | CounterMetricFamily = GaugeMetricFamily(
+                    name, text, labels=["account"])
+            else:
+                stats = CounterMetricFamily(name.removesuffix("_total"), text,
+                                            labels=["account"])
+            for account, values in view.items():
+                stats.add_metric([account], getattr(values, field_name))
+            yield stats
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

@@ -33,7 +33,7 @@ from l2m.engine.status import STATUS_RULE
 from l2m.state.counters import REFUSED_RULE, CounterState, signature, tallied
 from l2m.state.format import STATE_FORMAT, dump_blob, load_blob
 from l2m.state.gauges import REFUSED_WINDOW_RULE, GaugeState
-from l2m.state.tally import MatchCount, RefusedCount, SeriesCount, Tally
+from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount, Tally
 
 CUMULATIVE = -1  # the window of every counter key
 # The state key's columns by state format (l2m.state.format): format 2 keys all rules
@@ -66,15 +66,15 @@ class MetricState:
     """The state function: counter keys to :class:`CounterState`, window keys to
     :class:`GaugeState`; the partials it receives counted into ``reduction``. ``caps``: each
     rule's series caps (:mod:`l2m.engine.admission`), enforced per key when the checkpoint's
-    ``state_format`` places whole accounts in one shard; ``refused``: the logs refused, for the
-    driver's metrics."""
+    ``state_format`` places whole accounts in one shard; ``activity``: the logs refused and the
+    samples emitted per rule, for the driver's metrics (:mod:`l2m.state.accounts`)."""
 
     counters: CounterState
     gauges: GaugeState
     reduction: Reduction | None = None
     caps: Mapping[str, RuleCaps] | None = None
     state_format: int = STATE_FORMAT
-    refused: Accumulator[Tally] | None = None
+    activity: Accumulator[Tally] | None = None
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
@@ -132,8 +132,7 @@ class MetricState:
             for rule_id in set(sections) | set(kept):
                 tally.update(tallied(rule_id, shard, CUMULATIVE, kept.get(rule_id)))
             self.counters.tally.add(tally)
-        if samples:
-            yield samples_frame(samples)
+        yield from self._emitted(samples)
 
     def _gauge_key(self, shard: int, window: int, frames: Iterator[pd.DataFrame],
                    state: GroupState) -> Iterator[pd.DataFrame]:
@@ -169,8 +168,7 @@ class MetricState:
         if self.gauges.tally is not None:
             self.gauges.tally.add({SeriesCount(r, shard, window): len(kept.get(r, {}).get(
                 "series", {})) for r in set(sections) | set(kept)})
-        if samples:
-            yield samples_frame(samples)
+        yield from self._emitted(samples)
 
     def _admission(self, sections: Mapping[str, Any], rules: Mapping[str, Any]
                    ) -> Admission | None:
@@ -199,9 +197,21 @@ class MetricState:
             rows.append((refused_series(rule_id, account, limit), "",
                          Partial(logs, logs, float(logs), Decimal(logs), None, None, ts)))
             tally[RefusedCount(rule_id, account or "", str(limit))] = logs
-        if self.refused is not None:
-            self.refused.add(tally)
+        if self.activity is not None:
+            self.activity.add(tally)
         return rows
+
+    def _emitted(self, samples: list[dict[str, Any]]) -> Iterator[pd.DataFrame]:
+        """The samples of one call as the output frame, counted per rule."""
+        if not samples:
+            return
+        if self.activity is not None:
+            per_rule: Tally = {}
+            for s in samples:
+                key = SampleCount(s["rule"])
+                per_rule[key] = per_rule.get(key, 0) + 1
+            self.activity.add(per_rule)
+        yield samples_frame(samples)
 
     @staticmethod
     def _counted(frames: Iterator[pd.DataFrame],

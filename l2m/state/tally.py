@@ -60,7 +60,15 @@ class RefusedCount:
     limit: str
 
 
-TallyKey = SeriesCount | InputCount | LateCount | CutCount | MatchCount | RefusedCount
+@dataclass(frozen=True, slots=True)
+class SampleCount:
+    """Samples one rule's series emitted in one micro-batch (summed on the driver)."""
+
+    rule: str
+
+
+TallyKey = (SeriesCount | InputCount | LateCount | CutCount | MatchCount | RefusedCount
+            | SampleCount)
 Tally = dict[TallyKey, float]
 
 

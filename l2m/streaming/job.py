@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +41,10 @@ from l2m.engine.admission import placement_shard
 from l2m.engine.pipeline import CapsTable, RuleTable, routing_option
 from l2m.engine.routing import plan_for
 from l2m.engine.status import ROUTED, STATUS_RULE
-from l2m.kafka.sink import KafkaSink, write_batch
+from l2m.kafka.sink import KafkaSink, produce_samples, write_batch
 from l2m.kafka.source import KafkaSource
 from l2m.rules.model import Rule
+from l2m.state.accounts import AccountStats, account_samples, account_view
 from l2m.state.checkpoint import check_checkpoint, local_checkpoint
 from l2m.state.counters import CounterState
 from l2m.state.format import STATE_FORMAT
@@ -112,7 +114,15 @@ class Counts:
     reduction: Reduction
     late: Accumulator[int]
     tally: Accumulator[Tally] | None = None
-    refused: Accumulator[Tally] | None = None  # logs refused by a series cap, per batch
+    # Per rule: logs refused by a series cap, samples emitted (l2m.state.accounts).
+    activity: Accumulator[Tally] | None = None
+
+    def view(self, accounts: dict[str, str | None], top: int) -> dict[str, AccountStats]:
+        """The per-tenant view of what this query counted (:mod:`l2m.state.accounts`)."""
+        sums = dict(self.reduction.matches.value if self.reduction.matches else {})
+        sums.update(self.activity.value if self.activity is not None else {})
+        return account_view(accounts, self.tally.value if self.tally is not None else {},
+                            sums, top)
 
     @staticmethod
     def create(spark: SparkSession) -> Counts:
@@ -161,7 +171,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         GaugeState(RuleTable(option, "gauge"), tally=tally),
         None if counts is None else counts.reduction,
         caps=CapsTable(option), state_format=state_format,
-        refused=None if counts is None else counts.refused,
+        activity=None if counts is None else counts.activity,
     )
     keys = STATE_KEYS[state_format]
     return partials.groupBy(*keys).applyInPandasWithState(
@@ -207,10 +217,16 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
               f"(limits.max_series_*) are not enforced on it. Start a new checkpoint to "
               "enforce them (docs/streaming.md, \"Upgrading\").", file=sys.stderr, flush=True)
 
+    counts = Counts.create(spark)
+    accounts = {r.id: r.account for r in rules if r.enabled}
+
     def kafka_sink(frame: DataFrame, batch_id: int) -> None:
         write_batch(frame, cfg.topics.metrics, cfg.sink, (cfg.topics.dead_letters, cfg.kafka))
+        # The accumulators now hold this batch's state tasks: l2m's per-tenant view follows it.
+        produce_samples(account_samples(counts.view(accounts, cfg.monitoring.top_accounts),
+                                        int(time.time() * 1000)),
+                        cfg.topics.metrics, cfg.sink)
 
-    counts = Counts.create(spark)
     writer = (metrics_frame(spark, cfg, rules, counts, source, state_format).writeStream
               .queryName(f"l2m-{QUERY}").outputMode("update").foreachBatch(sink or kafka_sink)
               .option("checkpointLocation", f"{cfg.checkpoint}/{QUERY}"))

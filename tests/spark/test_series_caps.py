@@ -12,6 +12,7 @@ from l2m.batch.backfill import run_backfill
 from l2m.config.job import LimitsConfig
 from l2m.rules.loader import load_rules
 from l2m.rules.model import Rule
+from l2m.state.tally import RefusedCount
 from l2m.tenancy import Tenancy
 
 T0 = 1795341600000  # 2026-11-22T10:00:00Z, a window start
@@ -93,9 +94,9 @@ def test_streaming_caps_hold_across_a_restart_and_backfill_decides_the_same(
     job.add(FIRST, record_ts=T0)
     counts = job.process().counts
     assert values(job.samples()) == AFTER_FIRST
-    assert counts is not None and counts.refused is not None
-    assert {(k.rule, k.limit): v for k, v in counts.refused.value.items()} == {
-        ("acme/req", "rule"): 2, ("acme/users", "rule"): 2}
+    assert counts is not None and counts.activity is not None
+    assert {(k.rule, k.limit): v for k, v in counts.activity.value.items()
+            if isinstance(k, RefusedCount)} == {("acme/req", "rule"): 2, ("acme/users", "rule"): 2}
     job.stop()
     job.add(SECOND, record_ts=T0)
     job.restart()

@@ -1,0 +1,51 @@
+"""Per-tenant visibility (issue 20, deliverable 5) without a JVM: each account's live series,
+refusals, samples and matched logs, the top accounts by series named and the rest summed as
+one, so l2m's own metrics stay bounded; and the first refusal of a rule per hour as a line."""
+
+from __future__ import annotations
+
+from l2m.runtime.runner import RefusalLog
+from l2m.state.accounts import OTHER, AccountStats, account_samples, account_view
+from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount
+
+ACCOUNTS = {"a1": "acme", "a2": "acme", "g1": "globex", "i1": "initech", "free": None}
+LATEST = {SeriesCount("a1", 0, -1): 10, SeriesCount("a2", 0, 5): 5, SeriesCount("g1", 1, -1): 7,
+          SeriesCount("i1", 1, -1): 1, SeriesCount("free", 0, -1): 2,
+          SeriesCount("__refused__", 0, -1): 1}
+SUMS = {MatchCount("a1"): 100, MatchCount("g1"): 50, MatchCount("i1"): 3,
+        RefusedCount("a1", "acme", "rule"): 4, RefusedCount("a2", "acme", "account"): 1,
+        SampleCount("a1"): 12, SampleCount("i1"): 1, SampleCount("l2m-input"): 9}
+
+
+def test_the_top_accounts_by_series_are_named_and_the_rest_summed():
+    view = account_view(ACCOUNTS, LATEST, SUMS, top=2)
+    assert view == {"acme": AccountStats(series=15, refused=5, samples=12, matched=100),
+                    "globex": AccountStats(series=7, matched=50),
+                    OTHER: AccountStats(series=3, samples=1, matched=3)}
+    assert set(account_view(ACCOUNTS, LATEST, SUMS, top=10)) == {"acme", "globex", "initech",
+                                                                 ""}
+
+
+def test_the_view_as_samples_of_the_metrics_topic():
+    samples = account_samples({"acme": AccountStats(series=15, refused=5)}, 1000)
+    assert [(s["name"], s["kind"], s["labels"], s["value"]) for s in samples] == [
+        ("l2m_account_series", "gauge", {"account": "acme"}, 15.0),
+        ("l2m_account_series_refused_total", "counter", {"account": "acme"}, 5.0),
+        ("l2m_account_samples_total", "counter", {"account": "acme"}, 0.0),
+        ("l2m_account_logs_matched_total", "counter", {"account": "acme"}, 0.0)]
+    assert {s["rule"] for s in samples} == {"l2m-accounts"}
+
+
+def test_a_rule_over_its_cap_is_logged_once_per_hour():
+    now = [0.0]
+    log = RefusalLog(clock=lambda: now[0])
+    key = RefusedCount("acme/req", "acme", "rule")
+    assert log.lines({key: 0}) == []
+    [line] = log.lines({key: 3})
+    assert "'acme/req' (account acme) is at its rule series cap: 3 log(s)" in line
+    now[0] = 1800.0
+    assert log.lines({key: 10}) == []
+    now[0] = 3700.0
+    [line] = log.lines({key: 12})
+    assert ": 2 log(s)" in line
+    assert log.lines({key: 12}) == []
