@@ -351,6 +351,28 @@ def panels() -> list[dict[str, Any]]:
             "job runs.",
             [q(f"sum(l2m_rule_series{{{SEL}}})", "series"),
              q(f"max(l2m_rules{{{SEL}}})", "rules")])
+
+    p.row("Tenants")
+    p.graph("Tenants over their limit", "Logs per second counted into overflow series, by "
+            "account: the account's rules are at a series cap (docs/rules.md, \"Series "
+            "limits\"; L2mTenantOverSeriesLimit). __other__: accounts outside the top "
+            "monitoring.top_accounts.",
+            [q(f"sum by (account) (rate(l2m_account_series_refused_total{{{SEL}}}[{RATE}]))",
+               "{{account}}")], unit="reqps", stack=True)
+    p.graph("Rules over their limit", "Refused logs per second by rule and cap (rule, metric "
+            "or account), the 10 largest.",
+            [q(f"topk(10, sum by (rule, limit) (rate(l2m_series_refused_total{{{SEL}}}"
+               f"[{RATE}])))", "{{rule}} ({{limit}})")], unit="reqps")
+    p.graph("Live series by account", "Live series of each of the top accounts (and the rest "
+            "as __other__).",
+            [q(f"sum by (account) (l2m_account_series{{{SEL}}})", "{{account}}")], stack=True)
+    p.graph("Samples by account", "Samples per second the account's rules emitted.",
+            [q(f"sum by (account) (rate(l2m_account_samples_total{{{SEL}}}[{RATE}]))",
+               "{{account}}")], unit="reqps", stack=True)
+    p.graph("Logs matched by account", "Logs per second the account's rules matched (a log "
+            "two rules match counts twice).",
+            [q(f"sum by (account) (rate(l2m_account_logs_matched_total{{{SEL}}}[{RATE}]))",
+               "{{account}}")], unit="reqps", stack=True)
     return p.panels
 
 

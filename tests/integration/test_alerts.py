@@ -156,13 +156,21 @@ def recorded_telemetry() -> Any:
     restart: every family has samples."""
     from l2m.runtime.sparkstatus import ExecutorLoad
     from l2m.runtime.telemetry import Telemetry
-    from l2m.state.tally import InputCount, LateCount, MatchCount, SeriesCount
+    from l2m.state.tally import (
+        InputCount,
+        LateCount,
+        MatchCount,
+        RefusedCount,
+        SampleCount,
+        SeriesCount,
+    )
     from tests.unit.test_telemetry import CFG, PROGRESS, RULES, counts
 
     t = Telemetry(CFG, RULES)
     t.started(counts(100, 10, {MatchCount("a"): 60},
                      {InputCount("ok"): 48, InputCount("malformed"): 2, LateCount(): 3,
-                      SeriesCount("a", 0, -1): 4}))
+                      SeriesCount("a", 0, -1): 4},
+                     {RefusedCount("a", "acme", "rule"): 2, SampleCount("a"): 5}))
     t.batch(PROGRESS, {"1": ExecutorLoad(3, 1000), "2": ExecutorLoad(1, 500)}, registered=2)
     t.failed_batch("SINK")
     t.restarted("SINK")
@@ -188,6 +196,9 @@ def test_the_driver_exposes_every_metric_queried() -> None:
                         ("l2m_input_logs_total", "status"), ("l2m_dead_letters_total", "reason"),
                         ("l2m_query_restarts_total", "code"), ("l2m_rule_matches_total", "rule"),
                         ("l2m_rule_series", "rule"), ("l2m_executor_batch_records", "executor"),
+                        ("l2m_account_series", "account"),
+                        ("l2m_account_series_refused_total", "account"),
+                        ("l2m_series_refused_total", "limit"),
                         ("l2m_build_info", "version")]:
         assert f'{label}="' in series[name], (name, label)
 
@@ -264,7 +275,7 @@ def test_the_alerts_the_issue_asks_for() -> None:
         "L2mDriverDown", "L2mDriverAbsent", "L2mNoProgress", "L2mLagGrowing",
         "L2mBatchSlowerThanTrigger", "L2mDeadLetterRateHigh", "L2mLateLogsDropped",
         "L2mExecutorsBelowMinimum", "L2mExecutorImbalance", "L2mQueryRestarting",
-        "L2mSinkFailing"}
+        "L2mSinkFailing", "L2mTenantOverSeriesLimit"}
 
 
 # -- PrometheusRule -----------------------------------------------------------------------------
@@ -338,7 +349,7 @@ def test_the_dashboard_is_a_grafana_dashboard() -> None:
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
     assert rows == ["Overview", "Throughput", "Batches", "Kafka lag", "Executor balance",
                     "Event time", "Late and dead-lettered logs", "Failures and restarts",
-                    "State", "Rules"]
+                    "State", "Rules", "Tenants"]
     for panel in board["panels"]:
         pos = panel["gridPos"]
         assert pos["x"] + pos["w"] <= 24, panel["title"]

@@ -146,7 +146,7 @@ def test_every_record_field_is_decoded():
                        "max_records_per_task": 2, "min_partitions": 3, "planner": "partition",
                        "plan_log": "p", "fail_on_data_loss": False, "group_id": "g",
                        "poll_timeout_ms": 4},
-            "monitoring": {"port": 1, "host": "h"},
+            "monitoring": {"port": 1, "host": "h", "top_accounts": 3},
             "spark": {"master": "local[1]", "spark.x": 1.5}, "rules": "/r", "checkpoint": "/c",
             "trigger": 1, "grace": 2, "max_future_skew": 3, "counter_ttl": 4,
             "counter_shards": 5, "text_fields": ["t"], "default_fields": ["d"],

@@ -49,12 +49,13 @@ class FakeReduction:
 class FakeCounts:
     reduction: FakeReduction
     tally: Value | None
+    activity: Value | None = None
 
 
 def counts(rows_in: int, rows_out: int, matches: dict[Any, float],
-           tally: dict[Any, float]) -> FakeCounts:
+           tally: dict[Any, float], activity: dict[Any, float] | None = None) -> FakeCounts:
     return FakeCounts(FakeReduction(Value(rows_in), Value(rows_out), Value(matches)),
-                      Value(tally))
+                      Value(tally), Value(activity or {}))
 
 
 def sample(t: Telemetry, name: str, **labels: str) -> float | None:
