@@ -59,6 +59,10 @@ ERROR_CLASSES: dict[str, str] = {
         "'{value}' is not a valid label name [a-zA-Z_][a-zA-Z0-9_]* (and must not start with __)"
     ),
     "LABEL_CLASH": "label '{label}' {reason}",
+    "TOO_MANY_LABELS": (
+        "its series would carry {count} labels (static labels, group_by fields and a "
+        "histogram's le); the limit is {limit}"
+    ),
     # tenant mode (SPEC §7, l2m.rules.model.Tenancy)
     "TENANT_ROOT": "in tenant mode a rules path is a directory of account directories",
     "RULE_OUTSIDE_ACCOUNT": (

@@ -35,6 +35,7 @@ from l2m.rules.model import (
     KINDS,
     LABEL_RE,
     MAX_BUCKETS,
+    MAX_LABELS,
     NAME_RE,
     REQUIRED,
     Aggregation,
@@ -586,6 +587,9 @@ class _RuleReader:
                 self.bad("LABEL_CLASH", "labels", label=label,
                          reason=f"is both a static label and the group_by field "
                                 f"'{names[label]}'")
+        count = len(names) + len(labels) + (aggregation == Aggregation.HISTOGRAM)
+        if count > MAX_LABELS:
+            self.add("TOO_MANY_LABELS", self.node, None, count=count, limit=MAX_LABELS)
         overflow = OVERFLOW_LABEL[0]
         if overflow in names or any(label == overflow for label, _ in labels):
             self.bad("LABEL_CLASH", "group_by" if overflow in names else "labels",

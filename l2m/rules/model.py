@@ -46,6 +46,9 @@ KEYS = (
 )
 REQUIRED = ("id", "name", "kind", "query", "aggregation")
 MAX_BUCKETS = 128
+# Labels a series may carry (static labels, group-by labels and a histogram's `le`): Mimir's
+# default per-series limit, so every series l2m writes is one a TSDB takes.
+MAX_LABELS = 30
 
 ID_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
 NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")

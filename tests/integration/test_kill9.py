@@ -30,11 +30,11 @@ from tests.support.kafka_helpers import (
     job_yaml,
     latest_samples,
     produce,
+    rule_samples,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLS = 10
-OWN_COUNTERS = ("l2m-input", "l2m-late")
 # Counters (count, exact sum, histogram) and gauges (avg, max) with labels: every kind of
 # state. Few rules keep each restart's first batch short, so the kills spread over batches.
 RULES = """\
@@ -127,8 +127,7 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
     assert "Traceback" not in text, text[-3000:]
 
     expected = backfill_samples(spark, rules, lines, tmp_path)
-    got = [s for s in latest_samples(consume_all(t.bootstrap, t.topics.metrics))
-           if s["rule"] not in OWN_COUNTERS]
+    got = rule_samples(latest_samples(consume_all(t.bootstrap, t.topics.metrics)))
     kinds = {s["kind"] for s in expected}
     print(f"compared {len(expected)} samples ({', '.join(sorted(kinds))}) with backfill")
     assert kinds == {"counter", "gauge"}

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from l2m.batch.backfill import run_backfill
+from l2m.batch.backfill import BackfillSummary, run_backfill
 from l2m.config.job import JobConfig, LimitsConfig
 from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.rules.loader import load_rules, load_text
@@ -25,6 +25,7 @@ from tests.support.kafka_helpers import (
     job_config,
     latest_samples,
     produce,
+    rule_samples,
 )
 from tests.support.rulesets import COUNTER_RULES
 
@@ -40,6 +41,12 @@ def run_once(spark, cfg: JobConfig, rules) -> Job:
     return job
 
 
+def backfill_summary(spark, rules, lines: list[bytes], tmp: Path) -> BackfillSummary:
+    logs = tmp / "summary-input.jsonl"
+    logs.write_bytes(b"\n".join(lines) + b"\n")
+    return run_backfill(spark, rules, [str(logs)], tmp / "summary.jsonl", progress=False)
+
+
 def backfill_samples(spark, rules, lines: list[bytes], tmp: Path, **options) -> list[dict]:
     logs = tmp / "backfill-input.jsonl"
     logs.write_bytes(b"\n".join(lines) + b"\n")
@@ -48,13 +55,9 @@ def backfill_samples(spark, rules, lines: list[bytes], tmp: Path, **options) -> 
     return [json.loads(x) for x in out.read_text().splitlines()]
 
 
-# The counters l2m keeps about itself (backfill writes none of them).
-INTERNAL = ("l2m-input", "l2m-late", "l2m-label-cut")
-
-
 def metrics(t, *, without_input: bool = True) -> list[dict]:
     samples = latest_samples(consume_all(t.bootstrap, t.topics.metrics))
-    return [s for s in samples if not (without_input and s["rule"] in INTERNAL)]
+    return rule_samples(samples) if without_input else samples
 
 
 def input_counts(t) -> dict[str, float]:
@@ -88,6 +91,17 @@ def test_streaming_equals_batch_and_dead_letters(spark, broker, tmp_path):
                for m in dead)
     assert input_counts(t) == {"ok": float(len(lines) - len(malformed)),
                                "malformed": float(len(malformed)), "blank": float(closers)}
+    # The per-tenant view the driver writes after each batch: the logs each account's rules
+    # matched, as backfill counts them (one clean run: the accumulators are exact).
+    matched: dict[str, float] = {}
+    counted = backfill_summary(spark, rules, lines, tmp_path)
+    for rule in rules:
+        if rule.enabled:
+            account = rule.account or ""
+            matched[account] = matched.get(account, 0) + counted.matches[rule.id]
+    view = {s["labels"]["account"]: s["value"] for s in metrics(t, without_input=False)
+            if s["name"] == "l2m_account_logs_matched_total"}
+    assert view == matched
 
 
 def test_restart_continues_counters_exactly(spark, broker, tmp_path):

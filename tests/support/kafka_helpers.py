@@ -80,6 +80,12 @@ def latest_samples(messages: Sequence[Any]) -> list[dict[str, Any]]:
     return list(latest.values())
 
 
+def rule_samples(samples: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples of the rules under test: without l2m's own (input statuses, late logs,
+    cuts, refusals, the per-account view — rule ids ``l2m-…``, which backfill never writes)."""
+    return [s for s in samples if not s["rule"].startswith("l2m-")]
+
+
 def canonical(samples: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return sorted((s["rule"], s["name"], tuple(sorted(s["labels"].items())), s["timestamp"],
                    s["value"], s["kind"], s["account"]) for s in samples)

@@ -138,3 +138,13 @@ def test_the_job_config_reads_caps_and_account_overrides(tmp_path: Path):
 def test_bad_caps_in_the_job_config_are_one_clear_line(tmp_path, text, message):
     error = config_error(tmp_path, KAFKA + "limits:\n" + text)
     assert message in error and "\n" not in error
+
+
+def test_a_series_carries_at_most_30_labels():
+    fields = ", ".join(f"f{i}" for i in range(29))
+    rule = ("rules:\n  - {{id: x, name: x_total, kind: counter, query: '*', aggregation: count, "
+            "group_by: [{}]{}}}\n")
+    assert load_text(rule.format(fields, ""))[1] == []
+    _, problems = load_text(rule.format(fields, ", labels: {a: '1', b: '2'}"))
+    assert [(p.code, p.line) for p in problems] == [("TOO_MANY_LABELS", 2)]
+    assert "would carry 31 labels" in problems[0].message
