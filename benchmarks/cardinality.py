@@ -300,7 +300,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     more = twin.get_legend_handles_labels()
     right.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left")
     right.set_title("State size")
-    fig.suptitle(f"Cardinality, no series caps: {result['machine']['cpus']} cores, "
+    caps = result.get("caps", {}).get("per_rule")
+    capped = f"series cap {caps:,} per rule" if caps else "no series caps"
+    fig.suptitle(f"Cardinality, {capped}: {result['machine']['cpus']} cores, "
                  f"{result['logs']:,} logs")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -278,3 +278,41 @@ def test_cli_backfill_refuses_a_label_limit_below_16(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 1
     assert "l2m: error [CONFIG]: the label value limit must be at least 16" in res.stderr
+
+
+def test_cli_backfill_and_validate_take_the_job_s_caps(tmp_path):
+    rules = tmp_path / "r.yaml"
+    rules.write_text("rules:\n  - {id: by-id, name: req_total, kind: counter, query: '*', "
+                     "aggregation: count, group_by: [id], account: acme}\n")
+    logs = tmp_path / "l.jsonl"
+    logs.write_text("".join(json.dumps({"@timestamp": 0, "account": "acme", "id": f"r{i}"})
+                            + "\n" for i in range(5)))
+    job = tmp_path / "job.yaml"
+    job.write_text("kafka: {bootstrap.servers: 'x:1'}\nlimits:\n  max_series_per_rule: 100\n"
+                   "  accounts:\n    acme: {max_series_per_rule: 2}\n")
+    out = tmp_path / "o.jsonl"
+    cli = [sys.executable, "-m", "l2m.cli"]
+    res = subprocess.run([*cli, "backfill", "--rules", str(rules), "--input", str(logs),
+                          "--output", str(out), "--config", str(job), "--master", "local[1]"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "series refused:     3 logs" in res.stderr and "  by-id (rule): 3" in res.stderr
+    values = {tuple(sorted(s["labels"].items())): s["value"]
+              for s in map(json.loads, out.read_text().splitlines())}
+    assert values == {(("id", "r0"),): 1.0, (("id", "r1"),): 1.0,
+                      (("l2m_overflow", "true"),): 3.0}
+    # the flags override the job's caps; 0 is no cap
+    res = subprocess.run([*cli, "backfill", "--rules", str(rules), "--input", str(logs),
+                          "--output", str(out), "--config", str(job), "--master", "local[1]",
+                          "--max-series-per-rule", "0", "--quiet"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert len(out.read_text().splitlines()) == 5
+
+    rules.write_text(rules.read_text().replace("account: acme}", "account: acme, "
+                                               "max_series: 200000}"))
+    res = subprocess.run([*cli, "validate", str(rules), "--config", str(job)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert "max_series 200000 is above account 'acme''s cap of 100000 series" in res.stderr
+    assert "[MAX_SERIES_ABOVE_ACCOUNT]" in res.stderr
