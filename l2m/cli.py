@@ -321,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
                            ("metric", defaults.MAX_SERIES_PER_METRIC),
                            ("account", defaults.MAX_SERIES_PER_ACCOUNT)):
         p.add_argument(f"--max-series-per-{scope}", type=_cap, metavar="N",
-                       help=f"series cap per {scope} (default {default:,}; 0: none); a series "
+                       help=f"series cap per {scope} (default {default:,}, or --config's; 0: "
+                            "none; --config's per-account overrides still apply); a series "
                             "past a cap counts into its rule's overflow series, as in l2m run")
     _add_query_options(p)
     _add_tenancy_options(p)
