@@ -32,7 +32,7 @@ from l2m.engine.samples import samples_frame
 from l2m.engine.status import STATUS_RULE
 from l2m.state.counters import REFUSED_RULE, CounterState, signature, tallied
 from l2m.state.format import STATE_FORMAT, dump_blob, load_blob
-from l2m.state.gauges import REFUSED_WINDOW_RULE, GaugeState
+from l2m.state.gauges import GaugeState
 from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount, Tally
 
 CUMULATIVE = -1  # the window of every counter key
@@ -147,7 +147,7 @@ class MetricState:
             rows = {} if state.hasTimedOut else _by_rule(frames)
             rules = self.gauges.rules
             # removed rules go
-            kept = {r: c for r, c in sections.items() if r in rules or r == REFUSED_WINDOW_RULE}
+            kept = {r: c for r, c in sections.items() if r in rules or r == REFUSED_RULE}
             admission = self._admission(kept, rules)
             for rule_id in sorted(rows):
                 if rule_id in rules:
@@ -157,8 +157,8 @@ class MetricState:
                     samples += out
             refusals = self._refusals(admission)
             if refusals:
-                kept[REFUSED_WINDOW_RULE], out = self.gauges.update(
-                    REFUSED_WINDOW_RULE, window, kept.get(REFUSED_WINDOW_RULE, {}), refusals)
+                kept[REFUSED_RULE], out = self.gauges.update(
+                    REFUSED_RULE, window, kept.get(REFUSED_RULE, {}), refusals)
                 samples += out
             if kept:
                 state.update((dump_blob({"rules": kept}, self.state_format),))

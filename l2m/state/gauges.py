@@ -24,15 +24,15 @@ from l2m.engine.admission import REFUSED_GROUP_BY, Admission, redirected
 from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.samples import rule_samples, samples_frame, series_labels
 from l2m.rules.model import Aggregation, Kind, Rule
-from l2m.state.counters import signature
+from l2m.state.counters import REFUSED_RULE, signature
 from l2m.state.format import dump_blob, load_blob
 from l2m.state.tally import SeriesCount, Tally
 from l2m.windows import window_closed
 
 # Logs a gauge rule counted into its overflow series in one one-minute window because they
-# would have opened a series past a cap in that window (l2m.engine.admission). A gauge per
-# window, as the rules' are: a window's refusals go with its state.
-REFUSED_WINDOW_RULE = "__refused__"
+# would have opened a series past a cap in that window (l2m.engine.admission), in the window
+# key's section REFUSED_RULE. A gauge per window, as the rules' are: a window's refusals go
+# with its state.
 REFUSED_GAUGE_RULE = Rule(id="l2m-series-refused-window", name="l2m_series_refused",
                           kind=Kind.GAUGE, query="*", aggregation=Aggregation.COUNT,
                           group_by=REFUSED_GROUP_BY, file="<l2m>")
@@ -79,7 +79,7 @@ class GaugeState:
 
     def rule(self, rule_id: str) -> Rule | None:
         """A gauge rule of the job, or l2m's own refusal gauge; None for a removed rule."""
-        if rule_id == REFUSED_WINDOW_RULE:
+        if rule_id == REFUSED_RULE:
             return REFUSED_GAUGE_RULE
         return self.rules.get(rule_id)
 
