@@ -311,8 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="fail on a corrupt or unreadable input file instead of skipping it")
     p.add_argument("--config", help="take limits, tenancy, query fields and the timestamp "
-                   "field from this job configuration, as `l2m run` would (flags below "
-                   "override its limits)")
+                   "field from this job configuration, as `l2m run` would (they replace "
+                   "--text-fields, --default-fields and --timestamp-field; the limit flags "
+                   "below override its limits)")
     p.add_argument("--max-label-value-length", type=int, metavar="N",
                    help="label values from logs longer than N characters are cut to N, ending "
                         f"in '…(cut)', and counted (default {defaults.MAX_LABEL_VALUE_LENGTH}; "

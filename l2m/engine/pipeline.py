@@ -136,16 +136,20 @@ class RuleTable(Mapping[str, Rule]):
 
 class CapsTable(Mapping[str, RuleCaps]):
     """The job's series caps by rule id (:attr:`Routing.caps`), for the state stage: decoded
-    with the routing option once per Python worker, like :class:`RuleTable`."""
+    with the routing option once per Python worker, like :class:`RuleTable`, and kept (a
+    lookup per new series must not re-hash the option)."""
 
     def __init__(self, option: str) -> None:
         self.option = option
+        self._caps: Mapping[str, RuleCaps] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"option": self.option}
+        return {"option": self.option, "_caps": None}
 
     def _table(self) -> Mapping[str, RuleCaps]:
-        return routing_from_option(self.option).caps
+        if self._caps is None:
+            self._caps = routing_from_option(self.option).caps
+        return self._caps
 
     def __getitem__(self, rule_id: str) -> RuleCaps:
         return self._table()[rule_id]

@@ -587,7 +587,8 @@ class _RuleReader:
                 self.bad("LABEL_CLASH", "labels", label=label,
                          reason=f"is both a static label and the group_by field "
                                 f"'{names[label]}'")
-        count = len(names) + len(labels) + (aggregation == Aggregation.HISTOGRAM)
+        # the overflow series (l2m.engine.admission) trades the group-by labels for one
+        count = len(labels) + max(len(names), 1) + (aggregation == Aggregation.HISTOGRAM)
         if count > MAX_LABELS:
             self.add("TOO_MANY_LABELS", self.node, None, count=count, limit=MAX_LABELS)
         overflow = OVERFLOW_LABEL[0]

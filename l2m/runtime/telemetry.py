@@ -25,7 +25,7 @@ from l2m.engine.status import DEAD_LETTERED, STATUS_NAMES
 from l2m.rules.model import Rule
 from l2m.runtime.progress import epoch_seconds, input_rates, input_records, partition_offsets
 from l2m.runtime.sparkstatus import ExecutorLoad
-from l2m.state.accounts import STATS_HELP, account_view
+from l2m.state.accounts import STATS_HELP, AccountBook, AccountStats, account_totals
 from l2m.state.tally import (
     CutCount,
     InputCount,
@@ -68,6 +68,7 @@ class Telemetry:
         # Per rule, summed over queries: logs refused by a cap, samples emitted (activity).
         self._activity_base: dict[Any, float] = {}
         self._activity: dict[Any, float] = {}
+        self._book = AccountBook(cfg.monitoring.top_accounts)
         self._latest: dict[Any, float] = {}
         r = self.registry
 
@@ -276,6 +277,11 @@ class Telemetry:
             self._activity_base[key] = self._activity_base.get(key, 0) + n
         self._activity = {}
 
+    def account_view(self, totals: dict[str, AccountStats]) -> dict[str, AccountStats]:
+        """The per-tenant view at this scrape (sticky top accounts, monotonic __other__)."""
+        with self._lock:
+            return self._book.view(totals)
+
     def activity(self) -> dict[Any, float]:
         """Logs refused and samples emitted per rule (:class:`~l2m.state.tally.RefusedCount`,
         :class:`~l2m.state.tally.SampleCount`), summed over every query this driver ran."""
@@ -365,7 +371,7 @@ class _FromTasks:
         yield family
         sums: dict[Any, float] = {MatchCount(rule): n for rule, n in matches.items()}
         sums.update(activity)
-        view = account_view(self.t.accounts, latest, sums, self.t.cfg.monitoring.top_accounts)
+        view = self.t.account_view(account_totals(self.t.accounts, latest, sums))
         for field_name, (name, kind, text) in STATS_HELP.items():
             if kind == "gauge":
                 stats: GaugeMetricFamily | CounterMetricFamily = GaugeMetricFamily(

@@ -9,14 +9,16 @@ all the others together (:data:`OTHER`); as ``/metrics`` families (:mod:`l2m.run
 and as samples the driver writes to the metrics topic after each batch
 (:func:`account_samples`).
 
-An account moves in and out of the top as its series grow and shrink; the sum over every
-``account`` label value (the other bucket included) is what stays monotonic for the counters,
-so rates per account are read with ``sum by (account)`` and totals with ``sum``."""
+Which accounts are named is sticky (:class:`AccountBook`): an account enters when it is in the
+top, and leaves only when more than twice :data:`top` are named (the fewest series first).
+The other bucket's counters add only what accounts counted while they were outside it, so
+every counter stays monotonic — an account that enters keeps its history in ``__other__`` and
+starts its own series with its total."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount
@@ -52,7 +54,22 @@ class AccountStats:
 def account_view(accounts: Mapping[str, str | None], latest: Mapping[Any, float],
                  sums: Mapping[Any, float], top: int) -> dict[str, AccountStats]:
     """Per account (``accounts``: rule id → account, None for none), the top ``top`` by live
-    series (ties by name) and :data:`OTHER` for the rest (present only when there is a rest)."""
+    series (ties by name) and :data:`OTHER` for the rest (present only when there is a rest):
+    one moment's view, without :class:`AccountBook`'s memory."""
+    stats = account_totals(accounts, latest, sums)
+    ranked = sorted(stats, key=lambda a: (-stats[a].series, a))
+    view = {a: stats[a] for a in ranked[:top]}
+    if len(ranked) > top:
+        rest = AccountStats()
+        for account in ranked[top:]:
+            rest.add(stats[account])
+        view[OTHER] = rest
+    return view
+
+
+def account_totals(accounts: Mapping[str, str | None], latest: Mapping[Any, float],
+                   sums: Mapping[Any, float]) -> dict[str, AccountStats]:
+    """Every account's numbers from the tallies (``accounts``: rule id → account)."""
     stats: dict[str, AccountStats] = {}
 
     def of(rule: str) -> AccountStats | None:
@@ -73,14 +90,46 @@ def account_view(accounts: Mapping[str, str | None], latest: Mapping[Any, float]
                 entry.samples += n
             else:
                 entry.matched += n
-    ranked = sorted(stats, key=lambda a: (-stats[a].series, a))
-    view = {a: stats[a] for a in ranked[:top]}
-    if len(ranked) > top:
-        rest = AccountStats()
-        for account in ranked[top:]:
-            rest.add(stats[account])
-        view[OTHER] = rest
-    return view
+    return stats
+
+
+@dataclass
+class AccountBook:
+    """The driver's per-tenant view over time (:func:`account_view`'s numbers, but with sticky
+    membership and a monotonic ``__other__``). :meth:`view` after each batch or scrape, given
+    the per-account totals of :func:`account_totals`."""
+
+    top: int
+    named: dict[str, None] = field(default_factory=dict)  # insertion-ordered set
+    other: AccountStats = field(default_factory=AccountStats)  # counters: monotonic
+    last: dict[str, AccountStats] = field(default_factory=dict)  # totals last seen
+
+    def view(self, totals: Mapping[str, AccountStats]) -> dict[str, AccountStats]:
+        ranked = sorted(totals, key=lambda a: (-totals[a].series, a))
+        for account in ranked[:self.top]:
+            self.named.setdefault(account, None)
+        if len(self.named) > 2 * self.top:
+            keep = sorted(self.named, key=lambda a: (-totals.get(a, AccountStats()).series, a))
+            self.named = dict.fromkeys(keep[:self.top])
+        other_series = 0.0
+        for account, now in totals.items():
+            before = self.last.get(account, AccountStats())
+            self.last[account] = now
+            if account in self.named:
+                continue
+            other_series += now.series
+            for name in COUNTERS:
+                grew = getattr(now, name) - getattr(before, name)
+                # a new query's accumulators restart at 0: what it counted is all new
+                setattr(self.other, name, getattr(self.other, name)
+                        + (grew if grew >= 0 else getattr(now, name)))
+        view = {a: totals.get(a, AccountStats()) for a in self.named}
+        if len(totals) > len(view) or self.other != AccountStats():
+            view[OTHER] = AccountStats(other_series, *(getattr(self.other, n) for n in COUNTERS))
+        return view
+
+
+COUNTERS = ("refused", "samples", "matched")
 
 
 def account_samples(view: Mapping[str, AccountStats], timestamp: int

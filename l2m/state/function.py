@@ -30,8 +30,9 @@ from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, refused_s
 from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.samples import samples_frame
 from l2m.engine.status import STATUS_RULE
+from l2m.errors import StateFormatError
 from l2m.state.counters import REFUSED_RULE, CounterState, signature, tallied
-from l2m.state.format import STATE_FORMAT, dump_blob, load_blob
+from l2m.state.format import STATE_FORMAT, UPGRADE_HINT, dump_blob, load_blob
 from l2m.state.gauges import GaugeState
 from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount, Tally
 
@@ -89,10 +90,26 @@ class MetricState:
             return self._counter_key(int(shard), frames, state)
         return self._gauge_key(int(shard), int(window), frames, state)
 
+    def _load(self, state: GroupState) -> dict[str, Any]:
+        """A key's stored blob, which must be of the checkpoint's own format: formats 2 and 3
+        share their key columns, so Spark would hand a format 2 blob to a format 3 job (an
+        object-store checkpoint carries no ``l2m.json`` to tell them apart) — whose shards
+        place series differently."""
+        if not state.exists:
+            return {}
+        stored = load_blob(state.get[0])
+        if stored.get("v") != self.state_format:
+            raise StateFormatError(
+                f"the checkpoint holds state format {stored.get('v')} blobs, but this job "
+                f"took it for format {self.state_format} (an object-store checkpoint has no "
+                f"l2m.json marker; formats 2 and 3 place series in different shards). "
+                f"{UPGRADE_HINT}")
+        return stored
+
     def _counter_key(self, shard: int, frames: Iterator[pd.DataFrame],
                      state: GroupState) -> Iterator[pd.DataFrame]:
-        """Format 2: every rule's counter series of one shard, one section per rule."""
-        stored = load_blob(state.get[0]) if state.exists else {}
+        """Formats 2 and 3: every rule's counter series of one shard, one section per rule."""
+        stored = self._load(state)
         sections: dict[str, Any] = stored.get("rules", {})
         now = state.getCurrentProcessingTimeMs()
         rows = {} if state.hasTimedOut else _by_rule(frames)
@@ -136,8 +153,8 @@ class MetricState:
 
     def _gauge_key(self, shard: int, window: int, frames: Iterator[pd.DataFrame],
                    state: GroupState) -> Iterator[pd.DataFrame]:
-        """Format 2: every rule's gauge series of one shard in one one-minute window."""
-        stored = load_blob(state.get[0]) if state.exists else {}
+        """Formats 2 and 3: every rule's gauge series of one shard in one one-minute window."""
+        stored = self._load(state)
         sections: dict[str, Any] = stored.get("rules", {})
         kept: dict[str, Any] = {}
         samples: list[dict[str, Any]] = []

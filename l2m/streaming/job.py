@@ -44,7 +44,7 @@ from l2m.engine.status import ROUTED, STATUS_RULE
 from l2m.kafka.sink import KafkaSink, produce_samples, write_batch
 from l2m.kafka.source import KafkaSource
 from l2m.rules.model import Rule
-from l2m.state.accounts import AccountStats, account_samples, account_view
+from l2m.state.accounts import AccountBook, AccountStats, account_samples, account_totals
 from l2m.state.checkpoint import check_checkpoint, local_checkpoint
 from l2m.state.counters import CounterState
 from l2m.state.format import STATE_FORMAT
@@ -61,6 +61,9 @@ from l2m.state.gauges import GaugeState
 from l2m.state.tally import Latest, Sums, Tally
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
+# How long a batch waits for its per-account samples (l2m.state.accounts) to be acknowledged
+# before it goes on without them.
+ACCOUNT_FLUSH_S = 5.0
 # Series keys (l2m.engine.fanout: length-prefixed) of the input statuses whose logs are routed.
 ROUTED_STATUS_SERIES = sorted({status.series for status in ROUTED})
 
@@ -117,12 +120,12 @@ class Counts:
     # Per rule: logs refused by a series cap, samples emitted (l2m.state.accounts).
     activity: Accumulator[Tally] | None = None
 
-    def view(self, accounts: dict[str, str | None], top: int) -> dict[str, AccountStats]:
-        """The per-tenant view of what this query counted (:mod:`l2m.state.accounts`)."""
+    def totals(self, accounts: dict[str, str | None]) -> dict[str, AccountStats]:
+        """Each account's numbers as this query counted them (:mod:`l2m.state.accounts`)."""
         sums = dict(self.reduction.matches.value if self.reduction.matches else {})
         sums.update(self.activity.value if self.activity is not None else {})
-        return account_view(accounts, self.tally.value if self.tally is not None else {},
-                            sums, top)
+        return account_totals(accounts, self.tally.value if self.tally is not None else {},
+                              sums)
 
     @staticmethod
     def create(spark: SparkSession) -> Counts:
@@ -219,13 +222,19 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
 
     counts = Counts.create(spark)
     accounts = {r.id: r.account for r in rules if r.enabled}
+    book = AccountBook(cfg.monitoring.top_accounts)
 
     def kafka_sink(frame: DataFrame, batch_id: int) -> None:
         write_batch(frame, cfg.topics.metrics, cfg.sink, (cfg.topics.dead_letters, cfg.kafka))
-        # The accumulators now hold this batch's state tasks: l2m's per-tenant view follows it.
-        produce_samples(account_samples(counts.view(accounts, cfg.monitoring.top_accounts),
-                                        int(time.time() * 1000)),
-                        cfg.topics.metrics, cfg.sink)
+        # The accumulators now hold this batch's state tasks: l2m's per-tenant view follows
+        # it. Best effort: l2m's own metrics never fail (and so replay) a batch of samples.
+        view = book.view(counts.totals(accounts))
+        try:
+            produce_samples(account_samples(view, int(time.time() * 1000)),
+                            cfg.topics.metrics, cfg.sink, timeout_s=ACCOUNT_FLUSH_S)
+        except Exception as exc:  # whatever l2m's own metrics hit, the batch goes on
+            print(f"l2m: the per-account metrics of batch {batch_id} were not written: {exc}",
+                  file=sys.stderr, flush=True)
 
     writer = (metrics_frame(spark, cfg, rules, counts, source, state_format).writeStream
               .queryName(f"l2m-{QUERY}").outputMode("update").foreachBatch(sink or kafka_sink)

@@ -5,7 +5,14 @@ one, so l2m's own metrics stay bounded; and the first refusal of a rule per hour
 from __future__ import annotations
 
 from l2m.runtime.runner import RefusalLog
-from l2m.state.accounts import OTHER, AccountStats, account_samples, account_view
+from l2m.state.accounts import (
+    OTHER,
+    AccountBook,
+    AccountStats,
+    account_samples,
+    account_totals,
+    account_view,
+)
 from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount
 
 ACCOUNTS = {"a1": "acme", "a2": "acme", "g1": "globex", "i1": "initech", "free": None}
@@ -49,3 +56,33 @@ def test_a_rule_over_its_cap_is_logged_once_per_hour():
     [line] = log.lines({key: 12})
     assert ": 2 log(s)" in line
     assert log.lines({key: 12}) == []
+
+
+def test_the_named_accounts_are_sticky_and_the_other_counters_never_go_down():
+    book = AccountBook(top=1)
+    a = AccountStats(series=100, refused=1000)
+    view = book.view({"a": a, "b": AccountStats(series=99, refused=5)})
+    assert view == {"a": a, OTHER: AccountStats(series=99, refused=5)}
+    # b overtakes a: both named now; __other__ keeps the 5 b counted while outside
+    view = book.view({"a": a, "b": AccountStats(series=101, refused=7)})
+    assert view == {"a": a, "b": AccountStats(series=101, refused=7),
+                    OTHER: AccountStats(series=0, refused=5)}
+    view = book.view({"a": a, "b": AccountStats(series=99, refused=9), "c": AccountStats(
+        series=1, refused=2)})
+    assert view[OTHER] == AccountStats(series=1, refused=7)
+    # a new query: the accumulators restart at 0, and __other__ still only grows
+    view = book.view({"a": AccountStats(series=100), "b": AccountStats(series=99),
+                      "c": AccountStats(series=1, refused=1)})
+    assert view[OTHER] == AccountStats(series=1, refused=8)
+
+
+def test_at_most_twice_the_top_stay_named():
+    book = AccountBook(top=2)
+    for i in range(10):
+        book.view({f"x{j}": AccountStats(series=100 + (j if j <= i else -j)) for j in range(10)})
+    assert len(book.named) <= 4
+    assert {"x9", "x8"} <= set(book.named)
+
+
+def test_totals_cover_every_account():
+    assert set(account_totals(ACCOUNTS, LATEST, SUMS)) == {"acme", "globex", "initech", ""}

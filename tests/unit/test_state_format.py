@@ -181,3 +181,10 @@ def test_the_checkpoint_marker_is_written_on_a_new_checkpoint_and_checked(tmp_pa
     (legacy / "counters").mkdir(parents=True)  # the two-query layout
     with pytest.raises(StateFormatError, match="before state format versions"):
         check_checkpoint(str(legacy), "metrics")
+
+
+def test_a_format_2_blob_in_a_job_that_took_its_checkpoint_for_format_3_is_refused():
+    # an object-store checkpoint has no l2m.json: the blob's own version must match
+    state = group_state(golden("state-v2-counter.json"), now=W + 1000)
+    with pytest.raises(StateFormatError, match="holds state format 2 blobs"):
+        run(_state(), (0, CUMULATIVE), [], state)
