@@ -50,9 +50,16 @@ from l2m.defaults import (
     MIN_LABEL_VALUE_LENGTH,
     TIMESTAMP_FIELD,
 )
-from l2m.engine.admission import Admission, RuleCaps, redirected
+from l2m.engine.admission import (
+    OVERFLOW_SERIES,
+    Admission,
+    Limit,
+    RuleCaps,
+    beyond_rule_caps,
+    redirected,
+)
 from l2m.engine.labels import CUT_RULE
-from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge_batches
+from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge, merge_batches
 from l2m.engine.pipeline import routing_option
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing, plan_for
@@ -289,7 +296,23 @@ def final_aggregates(spark: SparkSession, files: Sequence[Path], routing: Routin
     partials = functools.reduce(DataFrame.unionByName, parts)
     # The same merge as the end of every read task (l2m.engine.partials.merge), after a
     # shuffle that brings each key's partials together.
-    return partials.repartition(*KEY).mapInArrow(merge_batches, PARTIAL_SCHEMA)
+    capped = {rule_id: caps.rule for rule_id, caps in routing.caps.items() if caps.rule}
+    if not capped:
+        return partials.repartition(*KEY).mapInArrow(merge_batches, PARTIAL_SCHEMA)
+    # Each (rule, window) whole in one task, so that the series a rule's cap refuses for
+    # certain are merged into its overflow series there, not on the driver
+    # (l2m.engine.admission.beyond_rule_caps).
+    return partials.repartition("rule", "window").mapInArrow(
+        functools.partial(merge_beyond_caps, caps=capped), PARTIAL_SCHEMA)
+
+
+def merge_beyond_caps(batches: Iterator[pa.RecordBatch], caps: dict[str, int]
+                      ) -> Iterator[pa.RecordBatch]:
+    """A ``mapInArrow`` function over partitions holding whole (rule, window) groups: the
+    merge of :func:`l2m.engine.partials.merge_batches`, then
+    :func:`l2m.engine.admission.beyond_rule_caps`."""
+    merged = merge([pa.Table.from_batches([b]) for b in batches], unique=False)
+    yield from beyond_rule_caps(merged, caps).to_batches(max_chunksize=10_000)
 
 
 def _le_order(le: str) -> float:
@@ -305,6 +328,21 @@ def arrow_rows(frame: DataFrame) -> Iterator[dict[str, Any]]:
         names = list(columns)
         for values in zip(*columns.values(), strict=True):
             yield dict(zip(names, values, strict=True))
+
+
+def _count_collapsed(admission: Admission, rule_id: str,
+                     rows: list[tuple[str, str, Partial]]) -> None:
+    """Count the logs of the series :func:`~l2m.engine.admission.beyond_rule_caps` merged into
+    the overflow series
+    before admission: refused for the reason of the rule's own first refusal (after it every
+    later series is refused alike), or its per-rule cap when its candidates all got in."""
+    logs = [part for name, _, part in rows if name == OVERFLOW_SERIES]
+    if not logs:
+        return
+    reasons = [limit for rule, limit in admission.refused if rule == rule_id]
+    reason = reasons[0] if reasons else Limit.RULE
+    for part in logs:
+        admission.count(rule_id, reason, part.matches, part.ts)
 
 
 def samples_from_rows(rows: Iterable[Mapping[str, Any]], rules: Sequence[Rule],
@@ -335,10 +373,13 @@ def samples_from_rows(rows: Iterable[Mapping[str, Any]], rules: Sequence[Rule],
     for window, by_rule in domains.items():
         admission = None if caps is None else Admission(caps, {})
         for rule_id in sorted(by_rule):
-            for name, le, part in redirected(by_rule[rule_id], {}, admission, rule_id):
+            rows_of = by_rule[rule_id]
+            for name, le, part in redirected(rows_of, {}, admission, rule_id):
                 labels = tuple(series_labels(by_id[rule_id], name))
                 parts_of = families.setdefault((rule_id, labels, window), {})
                 parts_of[le] = part.merge(parts_of[le]) if le in parts_of else part
+            if admission is not None:
+                _count_collapsed(admission, rule_id, rows_of)
         for (rule_id, limit), (logs, _ts) in (admission.refused if admission else {}).items():
             key = f"{rule_id} ({limit})"
             summary.refused[key] = summary.refused.get(key, 0) + logs

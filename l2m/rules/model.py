@@ -7,6 +7,7 @@ defined once here."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -83,9 +84,10 @@ class Rule:
         object.__setattr__(self, "kind", Kind(self.kind))
         object.__setattr__(self, "aggregation", Aggregation(self.aggregation))
 
-    @property
+    @functools.cached_property
     def group_labels(self) -> tuple[tuple[str, str], ...]:
-        """(label name, log field) per group-by field."""
+        """(label name, log field) per group-by field (kept: every sample's labels read it, and
+        a label name is a regex substitution)."""
         return tuple((label_name(f), f) for f in self.group_by)
 
 

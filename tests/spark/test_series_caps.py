@@ -112,3 +112,52 @@ def test_streaming_caps_hold_across_a_restart_and_backfill_decides_the_same(
                            limits=LIMITS.series)
     assert values([json.loads(line) for line in out.read_text().splitlines()]) == AFTER_SECOND
     assert summary.refused == {"acme/req (rule)": 3, "acme/users (rule)": 3}
+
+
+def test_backfill_collapsing_past_rule_caps_on_the_executors_decides_as_the_driver_would(
+        spark, tmp_path, monkeypatch):
+    """beyond_rule_caps merges series ranked past a rule's cap on the executors, before
+    admission: the output and the refusal counts (reason included) must be those of
+    admitting every series on the driver. Random ids, rule caps above and below the
+    account's and the metric's."""
+    import random
+
+    import l2m.batch.backfill as backfill
+    from l2m.engine.partials import merge_batches
+    from l2m.limits import Limits, SeriesLimits
+
+    seed = 2026
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    root = tmp_path / "rules"
+    (root / "acme").mkdir(parents=True)
+    (root / "acme" / "r.yaml").write_text(
+        "rules:\n"
+        "  - {id: a, name: m_total, kind: counter, query: '*', aggregation: count, "
+        "group_by: [x], max_series: 4}\n"
+        "  - {id: b, name: m_total, kind: counter, query: '*', aggregation: count, "
+        "group_by: [y], labels: {r: b}, max_series: 9}\n"
+        "  - {id: g, name: g_ms, kind: gauge, query: '*', aggregation: histogram, field: ms, "
+        "buckets: [1, 10], group_by: [x], max_series: 3}\n")
+    limits = Limits(SeriesLimits(per_rule=100, per_metric=10, per_account=12))
+    rules = load_rules([root], tenancy=Tenancy(), limits=limits).rules
+    logs = tmp_path / "logs.jsonl"
+    logs.write_bytes(b"\n".join(json.dumps({
+        "@timestamp": T0 + rng.randrange(180_000), "account": "acme",
+        "x": f"x{rng.randrange(12)}", "y": f"y{rng.randrange(15)}",
+        "ms": rng.choice([0.5, 5, 50])}).encode() for _ in range(400)) + b"\n")
+
+    def run(name: str) -> tuple[list[dict], dict[str, int]]:
+        out = tmp_path / f"{name}.jsonl"
+        summary = run_backfill(spark, rules, [str(logs)], out, progress=False, limits=limits)
+        return [json.loads(line) for line in out.read_text().splitlines()], summary.refused
+
+    collapsed, refused = run("collapsed")
+    def merge_only(batches, caps):  # pickled by value: the executors run this one
+        return merge_batches(batches)
+
+    monkeypatch.setattr(backfill, "merge_beyond_caps", merge_only)
+    reference, refused_reference = run("reference")
+    assert collapsed == reference
+    assert refused == refused_reference
+    assert set(refused) == {"acme/a (rule)", "acme/b (metric)", "acme/g (rule)"}
