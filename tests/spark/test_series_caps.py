@@ -161,3 +161,30 @@ def test_backfill_collapsing_past_rule_caps_on_the_executors_decides_as_the_driv
     assert collapsed == reference
     assert refused == refused_reference
     assert set(refused) == {"acme/a (rule)", "acme/b (metric)", "acme/g (rule)"}
+
+
+def test_the_shard_spark_computes_is_the_placement_of_every_rule(spark, tmp_path):
+    """Spark places a partial by its rule id alone (a tenant's `<account>/<id>`, `rule:<id>`
+    without an account, a listed set for open-mode rules naming an account): the same shard
+    as l2m.engine.admission.placement_shard, so an account's rules share one."""
+    from l2m.engine.admission import placement_shard
+    from l2m.rules.loader import load_text
+    from l2m.streaming.job import shard_column
+
+    tenant_rules = submit(tmp_path / "rules")
+    open_rules, _ = load_text(
+        "rules:\n"
+        "  - {id: o1, name: o1_total, kind: counter, query: '*', aggregation: count}\n"
+        "  - {id: o2, name: o2_total, kind: counter, query: '*', aggregation: count, "
+        "account: acme}\n"
+        "  - {id: o3, name: o3_total, kind: counter, query: '*', aggregation: count, "
+        "account: globex}\n")
+    rules = [*tenant_rules, *open_rules]
+    frame = spark.createDataFrame([(r.id, "1:x") for r in rules] + [("__cut__", "3:abc")],
+                                  "rule string, series string")
+    for shards in (2, 8, 64):
+        got = {row["rule"]: row["shard"] for row in frame.select(
+            "rule", shard_column(rules, shards, 3).alias("shard")).collect()}
+        assert {r.id: got[r.id] for r in rules} == \
+            {r.id: placement_shard(r, shards) for r in rules}
+        assert got["acme/req"] == got["acme/all"] == got["o2"]
