@@ -97,6 +97,8 @@ def routing_from_option(value: str) -> Routing:
         assert isinstance(found, Routing)
         _DECODED.clear()  # one job per process: keep only the current rules
         _DECODED[digest] = found
+        # The tables read per task, built now so that the freeze below covers them too.
+        _ = found.by_kind, found.exact_rules, found.unscoped, found.by_account
         # The rules live as long as the worker, and pyspark runs a full gc.collect() after
         # every task: with 10,000 rules that scan took 180 ms per task. Frozen, the cyclic
         # collector skips them (and whatever else is alive right now: cyclic garbage
@@ -120,8 +122,7 @@ class RuleTable(Mapping[str, Rule]):
 
     def _table(self) -> dict[str, Rule]:
         if self._rules is None:
-            self._rules = {r.id: r for r in routing_from_option(self.option).rules
-                           if r.kind == self.kind}
+            self._rules = routing_from_option(self.option).by_kind.get(self.kind, {})
         return self._rules
 
     def __getitem__(self, rule_id: str) -> Rule:

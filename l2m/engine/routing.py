@@ -32,6 +32,15 @@ class Routing:
     caps: Mapping[str, RuleCaps] = field(default_factory=dict)
 
     @functools.cached_property
+    def by_kind(self) -> dict[str, dict[str, Rule]]:
+        """The rules by id, per kind (``counter``, ``gauge``): the state stage's tables, built
+        once per worker with the routing (:class:`l2m.engine.pipeline.RuleTable`)."""
+        tables: dict[str, dict[str, Rule]] = {}
+        for rule in self.rules:
+            tables.setdefault(str(rule.kind), {})[rule.id] = rule
+        return tables
+
+    @functools.cached_property
     def unscoped(self) -> tuple[Rule, ...]:
         """The rules every log can reach."""
         return tuple(r for r in self.rules if r.account is None)
@@ -45,7 +54,7 @@ class Routing:
                 scoped.setdefault(rule.account, []).append(rule)
         return {account: tuple(rules) for account, rules in scoped.items()}
 
-    @property
+    @functools.cached_property
     def exact_rules(self) -> frozenset[str]:
         """Rules whose samples show a sum (sum, avg, a histogram's ``_sum``): only their
         values get exact decimal sums."""

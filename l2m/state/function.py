@@ -146,7 +146,9 @@ class MetricState:
             state.remove()
         if self.counters.tally is not None:
             tally: dict[Any, float] = {}
-            for rule_id in set(sections) | set(kept):
+            # What changed: the rules touched, or all when swept (the driver keeps the last
+            # value; 100,000 rules' keys each batch cost more to pickle than the batch's work).
+            for rule_id in (set(sections) | set(kept)) if sweep else set(rows):
                 tally.update(tallied(rule_id, shard, CUMULATIVE, kept.get(rule_id)))
             self.counters.tally.add(tally)
         yield from self._emitted(samples)
@@ -158,6 +160,7 @@ class MetricState:
         sections: dict[str, Any] = stored.get("rules", {})
         kept: dict[str, Any] = {}
         samples: list[dict[str, Any]] = []
+        rows: dict[str, list[tuple[str, str, Partial]]] = {}
         if GaugeState.closed(window, state.getCurrentWatermarkMs()):
             state.remove()
         else:
@@ -183,8 +186,9 @@ class MetricState:
             else:
                 state.remove()
         if self.gauges.tally is not None:
+            changed = set(rows) if kept else set(sections)  # a closed window: all go to 0
             self.gauges.tally.add({SeriesCount(r, shard, window): len(kept.get(r, {}).get(
-                "series", {})) for r in set(sections) | set(kept)})
+                "series", {})) for r in changed})
         yield from self._emitted(samples)
 
     def _admission(self, sections: Mapping[str, Any], rules: Mapping[str, Any]
