@@ -6,9 +6,7 @@ types below — what each number is about. Output: the merged dictionary on the 
 adds values per key (logs matched per rule); :class:`Latest` keeps the last value per key (series
 per state key, the exact input-status counts). Tasks of one micro-batch touch disjoint state keys
 and batches run one after the other, so "last" is well defined. Kept free of heavy imports: workers
-unpickle these. Each key pickles as its class and field values (``__reduce__``): a frozen slots
-dataclass otherwise pickles through ``dataclasses.fields`` per object, a visible share of every
-batch with 100,000 rules."""
+unpickle these."""
 
 from __future__ import annotations
 
@@ -18,58 +16,55 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 
 
+class _Key:
+    """A tally key pickles as its class and field values: a frozen slots dataclass otherwise
+    pickles through ``dataclasses.fields`` per object, a visible share of every batch with
+    100,000 rules."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        names: tuple[str, ...] = self.__slots__  # a dataclass's: its fields, in order
+        return type(self), tuple(getattr(self, name) for name in names)
+
+
 @dataclass(frozen=True, slots=True)
-class SeriesCount:
+class SeriesCount(_Key):
     """Live series of one rule in one state key (counters: window -1)."""
 
     rule: str
     shard: int
     window: int
 
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return SeriesCount, (self.rule, self.shard, self.window)
-
 
 @dataclass(frozen=True, slots=True)
-class InputCount:
+class InputCount(_Key):
     """Logs read with one input status label (exact: the input-status key's own count)."""
 
     status: str
 
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return InputCount, (self.status,)
-
 
 @dataclass(frozen=True, slots=True)
-class LateCount:
+class LateCount(_Key):
     """Logs that came after their gauge window had closed (exact)."""
 
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return LateCount, ()
-
 
 @dataclass(frozen=True, slots=True)
-class CutCount:
+class CutCount(_Key):
     """Label values of one rule's series cut to the job's limit (exact)."""
 
     rule: str
 
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return CutCount, (self.rule,)
-
 
 @dataclass(frozen=True, slots=True)
-class MatchCount:
+class MatchCount(_Key):
     """Match rows (logs) one rule matched, as the pre-aggregation counted them."""
 
     rule: str
 
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return MatchCount, (self.rule,)
-
 
 @dataclass(frozen=True, slots=True)
-class RefusedCount:
+class RefusedCount(_Key):
     """Logs one rule counted into its overflow series because of one cap (``limit``: rule,
     metric or account; l2m.engine.admission), in one micro-batch (summed on the driver)."""
 
@@ -77,18 +72,12 @@ class RefusedCount:
     account: str
     limit: str
 
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return RefusedCount, (self.rule, self.account, self.limit)
-
 
 @dataclass(frozen=True, slots=True)
-class SampleCount:
+class SampleCount(_Key):
     """Samples one rule's series emitted in one micro-batch (summed on the driver)."""
 
     rule: str
-
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return SampleCount, (self.rule,)
 
 
 TallyKey = (SeriesCount | InputCount | LateCount | CutCount | MatchCount | RefusedCount
