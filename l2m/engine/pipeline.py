@@ -22,7 +22,7 @@ import hashlib
 import pickle
 import zlib
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -33,6 +33,7 @@ from l2m.engine.preaggregate import preaggregate
 from l2m.engine.routing import Routing
 from l2m.rules.model import Rule
 
+V = TypeVar("V")
 CHUNK_ROWS = 100_000
 OUT_ROWS = 10_000  # rows per Arrow batch handed to Spark
 
@@ -107,52 +108,28 @@ def routing_from_option(value: str) -> Routing:
     return found
 
 
-class RuleTable(Mapping[str, Rule]):
-    """The job's rules of one kind by id, for the state stage: it travels as the routing
-    option and is decoded once per Python worker, not unpickled with the state function for
-    every task (ten thousand rules took 0.5 s per task that way)."""
-
-    def __init__(self, option: str, kind: str) -> None:
-        self.option = option
-        self.kind = kind
-        self._rules: dict[str, Rule] | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"option": self.option, "kind": self.kind, "_rules": None}
-
-    def _table(self) -> dict[str, Rule]:
-        if self._rules is None:
-            self._rules = routing_from_option(self.option).by_kind.get(self.kind, {})
-        return self._rules
-
-    def __getitem__(self, rule_id: str) -> Rule:
-        return self._table()[rule_id]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._table())
-
-    def __len__(self) -> int:
-        return len(self._table())
-
-
-class CapsTable(Mapping[str, RuleCaps]):
-    """The job's series caps by rule id (:attr:`Routing.caps`), for the state stage: decoded
-    with the routing option once per Python worker, like :class:`RuleTable`, and kept (a
-    lookup per new series must not re-hash the option)."""
+class RoutingTable(Mapping[str, V]):
+    """A table the state stage reads from the job's routing (rules of a kind, series caps): it
+    travels as the routing option and is decoded once per Python worker, not unpickled with
+    the state function for every task (ten thousand rules took 0.5 s per task that way), and
+    kept once built (a lookup per series must not re-hash the option)."""
 
     def __init__(self, option: str) -> None:
         self.option = option
-        self._caps: Mapping[str, RuleCaps] | None = None
+        self._built: Mapping[str, V] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"option": self.option, "_caps": None}
+        return {**self.__dict__, "_built": None}
 
-    def _table(self) -> Mapping[str, RuleCaps]:
-        if self._caps is None:
-            self._caps = routing_from_option(self.option).caps
-        return self._caps
+    def _build(self, routing: Routing) -> Mapping[str, V]:
+        raise NotImplementedError
 
-    def __getitem__(self, rule_id: str) -> RuleCaps:
+    def _table(self) -> Mapping[str, V]:
+        if self._built is None:
+            self._built = self._build(routing_from_option(self.option))
+        return self._built
+
+    def __getitem__(self, rule_id: str) -> V:
         return self._table()[rule_id]
 
     def __iter__(self) -> Iterator[str]:
@@ -160,3 +137,21 @@ class CapsTable(Mapping[str, RuleCaps]):
 
     def __len__(self) -> int:
         return len(self._table())
+
+
+class RuleTable(RoutingTable[Rule]):
+    """The job's rules of one kind (``counter``, ``gauge``) by id."""
+
+    def __init__(self, option: str, kind: str) -> None:
+        super().__init__(option)
+        self.kind = kind
+
+    def _build(self, routing: Routing) -> Mapping[str, Rule]:
+        return routing.by_kind.get(self.kind, {})
+
+
+class CapsTable(RoutingTable[RuleCaps]):
+    """The job's series caps by rule id (:attr:`Routing.caps`)."""
+
+    def _build(self, routing: Routing) -> Mapping[str, RuleCaps]:
+        return routing.caps
