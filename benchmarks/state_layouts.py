@@ -136,33 +136,48 @@ def _encode(names: list[str], counts: list[int], sums: list[float]) -> bytes:
     return pickle.dumps((names, np.asarray(counts, np.int64), np.asarray(sums)), protocol=5)
 
 
+class _Blob:
+    """The series of one blob: names with their counts and sums, and where each name is."""
+
+    def __init__(self, blob: bytes | None) -> None:
+        self.names, self.counts, self.sums = _decode(blob)
+        self.pos = {s: i for i, s in enumerate(self.names)}
+
+    def get(self, s: str) -> tuple[int, float]:
+        i = self.pos.get(s)
+        return (0, 0.0) if i is None else (int(self.counts[i]), float(self.sums[i]))
+
+    def add(self, s: str, count: int, total: float) -> tuple[int, float]:
+        """Add to a series (a new one is appended); its new count and sum."""
+        i = self.pos.get(s)
+        if i is None:
+            self.pos[s] = len(self.names)
+            self.names.append(s)
+            self.counts.append(count)
+            self.sums.append(total)
+            return count, total
+        self.counts[i] += count
+        self.sums[i] += total
+        return self.counts[i], self.sums[i]
+
+    def encode(self) -> bytes:
+        return _encode(self.names, self.counts, self.sums)
+
+
 def blob_layout(key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame],
                 state: GroupState) -> Iterator[pd.DataFrame]:
     """``apws_blob``: every series of one (shard, sub-shard) in one blob, decoded and rewritten
     whenever the key is touched."""
-    names, counts, sums = _decode(state.get[0] if state.exists else None)
-    pos = {s: i for i, s in enumerate(names)}
+    blob = _Blob(state.get[0] if state.exists else None)
     out = []
     for pdf in pdfs:
         if _preload(pdf):
             for s in pdf["series"].tolist():
-                pos[s] = len(names)
-                names.append(s)
-                counts.append(1)
-                sums.append(0.0)
+                blob.add(s, 1, 0.0)
             continue
         for s, c, v in _per_series(pdf):
-            i = pos.get(s)
-            if i is None:
-                pos[s] = i = len(names)
-                names.append(s)
-                counts.append(c)
-                sums.append(v)
-            else:
-                counts[i] += c
-                sums[i] += v
-            out.append((s, counts[i], sums[i]))
-    state.update((_encode(names, counts, sums),))
+            out.append((s, *blob.add(s, c, v)))
+    state.update((blob.encode(),))
     if out:
         yield pd.DataFrame(out, columns=["series", "count", "sum"])
 
@@ -178,8 +193,7 @@ class DeltaLayout(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: Any) -> Iterator[pd.DataFrame]:
         base = self.base.get()
-        names, counts, sums = _decode(base[0] if base is not None else None)
-        pos = {s: i for i, s in enumerate(names)}
+        blob = _Blob(base[0] if base is not None else None)
         stored = self.delta.get()
         delta: dict[str, tuple[int, float]] = pickle.loads(stored[0]) if stored else {}
         out, preloaded = [], False
@@ -191,22 +205,13 @@ class DeltaLayout(StatefulProcessor):
             for s, c, v in _per_series(pdf):
                 dc, dv = delta.get(s, (0, 0.0))
                 delta[s] = (dc + c, dv + v)
-                i = pos.get(s)
-                bc, bv = (int(counts[i]), float(sums[i])) if i is not None else (0, 0.0)
+                bc, bv = blob.get(s)
                 out.append((s, bc + dc + c, bv + dv + v))
         # A preload folds at once: its delta would otherwise hold every preloaded series.
         if preloaded or len(delta) > FOLD:
             for s, (dc, dv) in delta.items():
-                i = pos.get(s)
-                if i is None:
-                    pos[s] = len(names)
-                    names.append(s)
-                    counts.append(dc)
-                    sums.append(dv)
-                else:
-                    counts[i] += dc
-                    sums[i] += dv
-            self.base.update((_encode(names, counts, sums),))
+                blob.add(s, dc, dv)
+            self.base.update((blob.encode(),))
             self.delta.clear()
         else:
             self.delta.update((pickle.dumps(delta, protocol=5),))
