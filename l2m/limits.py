@@ -7,6 +7,7 @@ Input: none. Output: :class:`SeriesLimits` and :class:`Limits`."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from l2m import defaults
@@ -39,8 +40,11 @@ class Limits:
         """The caps that apply to an account's rules (the job's, with its overrides)."""
         if account is None:
             return self.series
-        override = dict(self.accounts).get(account)
-        return replace(self.series, **dict(override)) if override else self.series
+        return self._by_account.get(account, self.series)
 
+    @functools.cached_property
+    def _by_account(self) -> dict[str, SeriesLimits]:
+        # Built once: the loader and rule_caps ask per rule (100,000 rules, as many overrides).
+        return {account: replace(self.series, **dict(override))
+                for account, override in self.accounts}
 
-UNLIMITED = Limits(SeriesLimits(0, 0, 0))

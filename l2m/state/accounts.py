@@ -5,9 +5,9 @@ Input: each rule's account, and what the state keys and read tasks reported
 (:mod:`l2m.state.tally`): live series per (rule, shard, window) — last value — and logs
 matched, logs refused by a series cap and samples emitted per rule — sums. Output: an
 :class:`AccountStats` per account for the :data:`top` accounts by live series, and one for
-all the others together (:data:`OTHER`); as ``/metrics`` families (:mod:`l2m.runtime.telemetry`)
-and as samples the driver writes to the metrics topic after each batch
-(:func:`account_samples`).
+all the others together (:data:`OTHER`), over time (:class:`AccountBook`); as ``/metrics``
+families (:mod:`l2m.runtime.telemetry`) and as samples the driver writes to the metrics topic
+after each batch (:func:`account_samples`).
 
 Which accounts are named is sticky (:class:`AccountBook`): an account enters when it is in the
 top, and leaves only when more than twice :data:`top` are named (the fewest series first).
@@ -18,7 +18,7 @@ starts its own series with its total."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount
@@ -45,26 +45,6 @@ class AccountStats:
     refused: float = 0.0
     samples: float = 0.0
     matched: float = 0.0
-
-    def add(self, other: AccountStats) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-
-def account_view(accounts: Mapping[str, str | None], latest: Mapping[Any, float],
-                 sums: Mapping[Any, float], top: int) -> dict[str, AccountStats]:
-    """Per account (``accounts``: rule id → account, None for none), the top ``top`` by live
-    series (ties by name) and :data:`OTHER` for the rest (present only when there is a rest):
-    one moment's view, without :class:`AccountBook`'s memory."""
-    stats = account_totals(accounts, latest, sums)
-    ranked = sorted(stats, key=lambda a: (-stats[a].series, a))
-    view = {a: stats[a] for a in ranked[:top]}
-    if len(ranked) > top:
-        rest = AccountStats()
-        for account in ranked[top:]:
-            rest.add(stats[account])
-        view[OTHER] = rest
-    return view
 
 
 def account_totals(accounts: Mapping[str, str | None], latest: Mapping[Any, float],
@@ -95,9 +75,10 @@ def account_totals(accounts: Mapping[str, str | None], latest: Mapping[Any, floa
 
 @dataclass
 class AccountBook:
-    """The driver's per-tenant view over time (:func:`account_view`'s numbers, but with sticky
-    membership and a monotonic ``__other__``). :meth:`view` after each batch or scrape, given
-    the per-account totals of :func:`account_totals`."""
+    """The driver's per-tenant view over time: the :attr:`top` accounts by live series (ties by
+    name) named, sticky, and the rest as a monotonic ``__other__`` (present once there is a
+    rest). :meth:`view` after each batch or scrape, given the per-account totals of
+    :func:`account_totals`."""
 
     top: int
     named: dict[str, None] = field(default_factory=dict)  # insertion-ordered set

@@ -11,7 +11,6 @@ from l2m.state.accounts import (
     AccountStats,
     account_samples,
     account_totals,
-    account_view,
 )
 from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount
 
@@ -25,12 +24,12 @@ SUMS = {MatchCount("a1"): 100, MatchCount("g1"): 50, MatchCount("i1"): 3,
 
 
 def test_the_top_accounts_by_series_are_named_and_the_rest_summed():
-    view = account_view(ACCOUNTS, LATEST, SUMS, top=2)
+    view = AccountBook(top=2).view(account_totals(ACCOUNTS, LATEST, SUMS))
     assert view == {"acme": AccountStats(series=15, refused=5, samples=12, matched=100),
                     "globex": AccountStats(series=7, matched=50),
                     OTHER: AccountStats(series=3, samples=1, matched=3)}
-    assert set(account_view(ACCOUNTS, LATEST, SUMS, top=10)) == {"acme", "globex", "initech",
-                                                                 ""}
+    assert set(AccountBook(top=10).view(account_totals(ACCOUNTS, LATEST, SUMS))) == {
+        "acme", "globex", "initech", ""}
 
 
 def test_the_view_as_samples_of_the_metrics_topic():
