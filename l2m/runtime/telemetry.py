@@ -33,6 +33,7 @@ from l2m.state.tally import (
     MatchCount,
     RefusedCount,
     SeriesCount,
+    task_sums,
 )
 from l2m.version import __version__
 
@@ -63,11 +64,10 @@ class Telemetry:
         # Accumulators restart with each query; these hold what earlier queries counted.
         self._counts: Any = None
         self._base = {"in": 0.0, "out": 0.0}
-        self._matches_base: dict[str, float] = {}
-        self._matches: dict[str, float] = {}
-        # Per rule, summed over queries: logs refused by a cap, samples emitted (activity).
-        self._activity_base: dict[Any, float] = {}
-        self._activity: dict[Any, float] = {}
+        # Per rule, what tasks summed (l2m.streaming.job.task_sums): the earlier queries', the
+        # current one's.
+        self._sums_base: dict[Any, float] = {}
+        self._sums: dict[Any, float] = {}
         self._book = AccountBook(cfg.monitoring.top_accounts)
         self._latest: dict[Any, float] = {}
         r = self.registry
@@ -255,12 +255,9 @@ class Telemetry:
         counts = self._counts
         if counts is None:
             return
-        self._matches = {key.rule: n for key, n in (counts.reduction.matches.value
-                                                  if counts.reduction.matches else {}).items()}
+        self._sums = task_sums(counts)
         if counts.tally is not None:
             self._latest.update(counts.tally.value)
-        if counts.activity is not None:
-            self._activity = dict(counts.activity.value)
 
     def _fold(self) -> None:
         """A query ends: what its accumulators counted becomes the base of the next one's."""
@@ -270,42 +267,29 @@ class Telemetry:
         self._absorb()
         self._base["in"] += counts.reduction.rows_in.value
         self._base["out"] += counts.reduction.rows_out.value
-        for rule, n in self._matches.items():
-            self._matches_base[rule] = self._matches_base.get(rule, 0) + n
-        self._matches = {}
-        for key, n in self._activity.items():
-            self._activity_base[key] = self._activity_base.get(key, 0) + n
-        self._activity = {}
+        for key, n in self._sums.items():
+            self._sums_base[key] = self._sums_base.get(key, 0) + n
+        self._sums = {}
 
     def account_view(self, totals: dict[str, AccountStats]) -> dict[str, AccountStats]:
         """The per-tenant view at this scrape (sticky top accounts, monotonic __other__)."""
         with self._lock:
             return self._book.view(totals)
 
-    def activity(self) -> dict[Any, float]:
-        """Logs refused and samples emitted per rule (:class:`~l2m.state.tally.RefusedCount`,
-        :class:`~l2m.state.tally.SampleCount`), summed over every query this driver ran."""
-        with self._lock:
-            if self._counts is not None and self._counts.activity is not None:
-                self._activity = dict(self._counts.activity.value)
-            total = dict(self._activity_base)
-            for key, n in self._activity.items():
-                total[key] = total.get(key, 0) + n
-            return total
-
-    def snapshot(self) -> tuple[dict[str, float], dict[str, float], dict[Any, float]]:
-        """(pre-aggregation rows in/out, matches per rule, the state keys' last reports),
-        summed over every query this driver ran."""
+    def snapshot(self) -> tuple[dict[str, float], dict[Any, float], dict[Any, float]]:
+        """(pre-aggregation rows in/out, what tasks summed per rule — matches, refusals,
+        samples —, the state keys' last reports), over every query this driver ran."""
         with self._lock:
             counts = self._counts
             rows = dict(self._base)
             if counts is not None:
                 rows["in"] += counts.reduction.rows_in.value
                 rows["out"] += counts.reduction.rows_out.value
-            matches = dict(self._matches_base)
-            for rule, n in self._matches.items():
-                matches[rule] = matches.get(rule, 0) + n
-            return rows, matches, dict(self._latest)
+                self._sums = task_sums(counts)
+            sums = dict(self._sums_base)
+            for key, n in self._sums.items():
+                sums[key] = sums.get(key, 0) + n
+            return rows, sums, dict(self._latest)
 
 
 class _FromTasks:
@@ -318,7 +302,8 @@ class _FromTasks:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        rows, matches, latest = self.t.snapshot()
+        rows, sums, latest = self.t.snapshot()
+        matches = {key.rule: n for key, n in sums.items() if isinstance(key, MatchCount)}
         yield _counter("l2m_preaggregate_rows_in",
                        "Match rows into the in-task pre-aggregation.", rows["in"])
         yield _counter("l2m_preaggregate_rows_out",
@@ -360,17 +345,14 @@ class _FromTasks:
         for rule, n in series.items():
             gauge.add_metric([rule], n)
         yield gauge
-        activity = self.t.activity()
         family = CounterMetricFamily("l2m_series_refused", "Logs counted into a rule's overflow "
                                      "series because they would have opened a series past a "
                                      "cap (limit: rule, metric or account).",
                                      labels=["rule", "account", "limit"])
-        for key, n in sorted(activity.items(), key=lambda kv: str(kv[0])):
+        for key, n in sorted(sums.items(), key=lambda kv: str(kv[0])):
             if isinstance(key, RefusedCount):
                 family.add_metric([key.rule, key.account, key.limit], n)
         yield family
-        sums: dict[Any, float] = {MatchCount(rule): n for rule, n in matches.items()}
-        sums.update(activity)
         view = self.t.account_view(account_totals(self.t.accounts, latest, sums))
         for field_name, (name, kind, text) in STATS_HELP.items():
             if kind == "gauge":

@@ -106,3 +106,14 @@ class Latest(AccumulatorParam[Tally]):
     def addInPlace(self, value1: Tally, value2: Tally) -> Tally:
         value1.update(value2)
         return value1
+
+
+def task_sums(counts: Any) -> Tally:
+    """What a query's tasks summed per rule (:class:`l2m.streaming.job.Counts`, or any object
+    shaped like it): logs matched (:class:`MatchCount`), logs refused by a series cap and
+    samples emitted (its ``activity``: :class:`RefusedCount`, :class:`SampleCount`)."""
+    matches = counts.reduction.matches
+    sums: Tally = dict(matches.value if matches is not None else {})
+    if counts.activity is not None:
+        sums.update(counts.activity.value)
+    return sums

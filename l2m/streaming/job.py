@@ -58,7 +58,7 @@ from l2m.state.function import (
     Reduction,
 )
 from l2m.state.gauges import GaugeState
-from l2m.state.tally import Latest, Sums, Tally
+from l2m.state.tally import Latest, Sums, Tally, task_sums
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
 # How long a batch waits for its per-account samples (l2m.state.accounts) to be acknowledged
@@ -122,10 +122,8 @@ class Counts:
 
     def totals(self, accounts: dict[str, str | None]) -> dict[str, AccountStats]:
         """Each account's numbers as this query counted them (:mod:`l2m.state.accounts`)."""
-        sums = dict(self.reduction.matches.value if self.reduction.matches else {})
-        sums.update(self.activity.value if self.activity is not None else {})
         return account_totals(accounts, self.tally.value if self.tally is not None else {},
-                              sums)
+                              task_sums(self))
 
     @staticmethod
     def create(spark: SparkSession) -> Counts:
