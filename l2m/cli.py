@@ -80,15 +80,27 @@ def _rules(paths: Sequence[str], config: QueryConfig, tenancy: Tenancy | None = 
 
 
 
+def _given_config(args: argparse.Namespace) -> JobConfig | None:
+    """``--config``'s job configuration (validate, backfill), which also holds the tenancy the
+    tenancy flags would give; None without it."""
+    if not args.config:
+        return None
+    if args.tenants or args.tenant_target:
+        raise ConfigError("--tenants and --tenant-target come from --config's tenancy "
+                          "section; give one or the other")
+    return _load_config(args.config)
+
+
+def _rule_settings(cfg: JobConfig | None, args: argparse.Namespace
+                   ) -> tuple[QueryConfig, Tenancy | None, Limits]:
+    """Query fields, tenancy and series caps to load rules with: the job's, or the flags'."""
+    if cfg is not None:
+        return cfg.query_config, cfg.rule_tenancy, cfg.limits.series
+    return _query_config(args), _tenancy(args), Limits()
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    if args.config:
-        if args.tenants or args.tenant_target:
-            raise ConfigError("--tenants and --tenant-target come from --config's tenancy "
-                              "section; give one or the other")
-        cfg = _load_config(args.config)
-        ruleset = _rules(args.paths, cfg.query_config, cfg.rule_tenancy, cfg.limits.series)
-    else:
-        ruleset = _rules(args.paths, _query_config(args), _tenancy(args), Limits())
+    ruleset = _rules(args.paths, *_rule_settings(_given_config(args), args))
     _print_problems(ruleset.warnings)
     files = len({r.file for r in ruleset.rules})
     disabled = len(ruleset.rules) - len(ruleset.enabled)
@@ -113,18 +125,11 @@ def _backfill_settings(args: argparse.Namespace
     backfill: its flags, or with ``--config`` the job's, the limit flags overriding."""
     from dataclasses import replace
 
-    from l2m.limits import SeriesLimits
-
-    if args.config:
-        if args.tenants or args.tenant_target:
-            raise ConfigError("--tenants and --tenant-target come from --config's tenancy "
-                              "section; give one or the other")
-        cfg = _load_config(args.config)
-        query, tenancy, ts_field = cfg.query_config, cfg.rule_tenancy, cfg.timestamp_field
-        label_limit, limits = cfg.limits.max_label_value_length, cfg.limits.series
-    else:
-        query, tenancy, ts_field = _query_config(args), _tenancy(args), args.timestamp_field
-        label_limit, limits = defaults.MAX_LABEL_VALUE_LENGTH, Limits(SeriesLimits())
+    cfg = _given_config(args)
+    query, tenancy, limits = _rule_settings(cfg, args)
+    ts_field = cfg.timestamp_field if cfg is not None else args.timestamp_field
+    label_limit = cfg.limits.max_label_value_length if cfg is not None else \
+        defaults.MAX_LABEL_VALUE_LENGTH
     if args.max_label_value_length is not None:
         label_limit = args.max_label_value_length
     flags = {"per_rule": args.max_series_per_rule, "per_metric": args.max_series_per_metric,
