@@ -59,7 +59,7 @@ from l2m.engine.admission import (
     redirected,
 )
 from l2m.engine.labels import CUT_RULE
-from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge, merge_batches
+from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge_batches
 from l2m.engine.pipeline import routing_option
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing, plan_for
@@ -303,16 +303,8 @@ def final_aggregates(spark: SparkSession, files: Sequence[Path], routing: Routin
     # certain are merged into its overflow series there, not on the driver
     # (l2m.engine.admission.beyond_rule_caps).
     return partials.repartition("rule", "window").mapInArrow(
-        functools.partial(merge_beyond_caps, caps=capped), PARTIAL_SCHEMA)
-
-
-def merge_beyond_caps(batches: Iterator[pa.RecordBatch], caps: dict[str, int]
-                      ) -> Iterator[pa.RecordBatch]:
-    """A ``mapInArrow`` function over partitions holding whole (rule, window) groups: the
-    merge of :func:`l2m.engine.partials.merge_batches`, then
-    :func:`l2m.engine.admission.beyond_rule_caps`."""
-    merged = merge([pa.Table.from_batches([b]) for b in batches], unique=False)
-    yield from beyond_rule_caps(merged, caps).to_batches(max_chunksize=10_000)
+        functools.partial(merge_batches, then=functools.partial(beyond_rule_caps, caps=capped)),
+        PARTIAL_SCHEMA)
 
 
 def _le_order(le: str) -> float:
@@ -333,9 +325,9 @@ def arrow_rows(frame: DataFrame) -> Iterator[dict[str, Any]]:
 def _count_collapsed(admission: Admission, rule_id: str,
                      rows: list[tuple[str, str, Partial]]) -> None:
     """Count the logs of the series :func:`~l2m.engine.admission.beyond_rule_caps` merged into
-    the overflow series
-    before admission: refused for the reason of the rule's own first refusal (after it every
-    later series is refused alike), or its per-rule cap when its candidates all got in."""
+    the overflow series before admission: refused for the reason of the rule's own first
+    refusal (after it every later series is refused alike), or its per-rule cap when its
+    candidates all got in."""
     logs = [part for name, _, part in rows if name == OVERFLOW_SERIES]
     if not logs:
         return
@@ -371,7 +363,7 @@ def samples_from_rows(rows: Iterable[Mapping[str, Any]], rules: Sequence[Rule],
     families: dict[tuple[str, tuple[tuple[str, str], ...], int | None],
                    dict[str, Partial]] = {}
     for window, by_rule in domains.items():
-        admission = None if caps is None else Admission(caps, {})
+        admission = Admission(caps, {}) if caps else None
         for rule_id in sorted(by_rule):
             rows_of = by_rule[rule_id]
             for name, le, part in redirected(rows_of, {}, admission, rule_id):
@@ -436,8 +428,7 @@ def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[st
             if files:
                 frame = final_aggregates(spark, files, routing)
                 rows = arrow_rows(frame)
-                caps = routing.caps if limits is not None else None
-                for sample in samples_from_rows(rows, routing.rules, summary, caps):
+                for sample in samples_from_rows(rows, routing.rules, summary, routing.caps):
                     out.write(orjson.dumps(sample) + b"\n")
                     summary.samples += 1
                     summary.nonfinite += not is_finite_sample(sample)

@@ -123,7 +123,6 @@ def test_backfill_collapsing_past_rule_caps_on_the_executors_decides_as_the_driv
     import random
 
     import l2m.batch.backfill as backfill
-    from l2m.engine.partials import merge_batches
     from l2m.limits import Limits, SeriesLimits
 
     seed = 2026
@@ -153,10 +152,10 @@ def test_backfill_collapsing_past_rule_caps_on_the_executors_decides_as_the_driv
         return [json.loads(line) for line in out.read_text().splitlines()], summary.refused
 
     collapsed, refused = run("collapsed")
-    def merge_only(batches, caps):  # pickled by value: the executors run this one
-        return merge_batches(batches)
+    def keep(table, caps):  # pickled by value: the executors run this one
+        return table
 
-    monkeypatch.setattr(backfill, "merge_beyond_caps", merge_only)
+    monkeypatch.setattr(backfill, "beyond_rule_caps", keep)
     reference, refused_reference = run("reference")
     assert collapsed == reference
     assert refused == refused_reference
