@@ -86,15 +86,7 @@ class _Producing:
         self.dead_letter_config = kafka_config(options, "deadletters.kafka.")
 
     def _producer(self) -> Any:
-        return cached_producer({
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 20,
-            "compression.type": "lz4",
-            "message.timeout.ms": int(self.timeout * 1000),
-            "log_level": CLIENT_LOG_LEVEL,
-            **self.config,
-        })
+        return sink_producer(self.config, self.timeout)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Delivered:
         """Produce every row; a message Kafka refuses for good (:func:`~l2m.kafka.producer.
@@ -247,17 +239,30 @@ def write_batch(frame: DataFrame, topic: str, kafka: dict[str, str],
     writer.save()
 
 
+def sink_producer(config: dict[str, Any], timeout_s: float) -> Any:
+    """The (cached) producer of samples for these client settings: idempotent, every replica's
+    acknowledgement, a message given up after ``timeout_s``."""
+    return cached_producer({
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 20,
+        "compression.type": "lz4",
+        "message.timeout.ms": int(timeout_s * 1000),
+        "log_level": CLIENT_LOG_LEVEL,
+        **config,
+    })
+
+
 def produce_samples(samples: list[dict[str, Any]], topic: str, kafka: dict[str, str],
                     timeout_s: float = 30.0) -> None:
     """Write a few samples from the driver (l2m's own, :mod:`l2m.state.accounts`) with the
-    sink's settings and keys, waiting for every acknowledgement; a failure is a
-    :class:`SinkError` (the batch is retried)."""
+    sink's producer and keys, waiting for every acknowledgement; what was not delivered is a
+    :class:`SinkError`."""
     from l2m.engine.samples import series_key
 
     if not samples:
         return
-    producer = cached_producer({"enable.idempotence": True, "acks": "all",
-                                "log_level": CLIENT_LOG_LEVEL, **kafka})
+    producer = sink_producer(kafka, timeout_s)
     errors: list[Any] = []
     for sample in samples:
         produce(producer, topic, key=series_key(sample), value=orjson.dumps(sample),
