@@ -38,8 +38,8 @@ import orjson
 
 from l2m.errors import StateFormatError
 
-STATE_FORMAT = 3  # the version a new checkpoint is written in
-READABLE = (1, 2, 3)  # every version this l2m reads (tests/golden pins each)
+STATE_FORMAT = 4  # the version a new checkpoint is written in
+READABLE = (1, 2, 3, 4)  # every version this l2m reads (tests/golden pins each)
 UPGRADE_HINT = (
     "Start this release on a new checkpoint (a new `checkpoint:` path): counters restart at 0, "
     "which PromQL reads as a counter reset; rebuild history with `l2m backfill` if needed. "

@@ -39,8 +39,12 @@ from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount, 
 CUMULATIVE = -1  # the window of every counter key
 # The state key's columns by state format (l2m.state.format): format 2 keys all rules
 # together; a format 1 checkpoint keeps its per-rule keys.
-STATE_KEYS: dict[int, tuple[str, ...]] = {3: ("shard", "window"), 2: ("shard", "window"),
+STATE_KEYS: dict[int, tuple[str, ...]] = {4: ("shard", "window"), 3: ("shard", "window"),
+                                          2: ("shard", "window"),
                                           1: ("rule", "shard", "window")}
+# The first format kept one map entry per series by transformWithStateInPandas
+# (l2m.state.processor); formats 1 to 3 keep one blob per key, this module's MetricState.
+MAP_FORMAT = 4
 # The first format whose shards hold whole accounts (l2m.engine.admission.placement), so that
 # series caps can be enforced; formats 1 and 2 place series by (rule, series) and run uncapped.
 CAPPED_FORMAT = 3
@@ -79,8 +83,7 @@ class MetricState:
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
-        if self.reduction is not None:
-            frames = self._counted(frames, self.reduction)
+        frames = counted(frames, self.reduction)
         if len(key) == 3:  # format 1: (rule, shard, window)
             if key[2] == CUMULATIVE:
                 return self.counters(key, frames, state)
@@ -112,7 +115,7 @@ class MetricState:
         stored = self._load(state)
         sections: dict[str, Any] = stored.get("rules", {})
         now = state.getCurrentProcessingTimeMs()
-        rows = {} if state.hasTimedOut else _by_rule(frames)
+        rows = {} if state.hasTimedOut else by_rule(frames)
         swept = stored.get("swept", 0)
         sweep = state.hasTimedOut or now - swept >= SWEEP_MS
         watermark = state.getCurrentWatermarkMs() if STATUS_RULE in rows else 0
@@ -129,7 +132,7 @@ class MetricState:
             if content is not None:
                 kept[rule_id] = content
             samples += out
-        refusals = self._refusals(admission)
+        refusals = refusal_rows(admission, self.activity)
         if refusals or (sweep and REFUSED_RULE in sections):
             content, out = self.counters.update(REFUSED_RULE, sections.get(REFUSED_RULE, {}),
                                                 refusals, now, watermark)
@@ -151,7 +154,7 @@ class MetricState:
             for rule_id in (set(sections) | set(kept)) if sweep else set(rows):
                 tally.update(tallied(rule_id, shard, CUMULATIVE, kept.get(rule_id)))
             self.counters.tally.add(tally)
-        yield from self._emitted(samples)
+        yield from emitted(samples, self.activity)
 
     def _gauge_key(self, shard: int, window: int, frames: Iterator[pd.DataFrame],
                    state: GroupState) -> Iterator[pd.DataFrame]:
@@ -164,7 +167,7 @@ class MetricState:
         if GaugeState.closed(window, state.getCurrentWatermarkMs()):
             state.remove()
         else:
-            rows = {} if state.hasTimedOut else _by_rule(frames)
+            rows = {} if state.hasTimedOut else by_rule(frames)
             rules = self.gauges.rules
             # removed rules go
             kept = {r: c for r, c in sections.items() if r in rules or r == REFUSED_RULE}
@@ -175,7 +178,7 @@ class MetricState:
                                                             kept.get(rule_id, {}),
                                                             rows[rule_id], admission)
                     samples += out
-            refusals = self._refusals(admission)
+            refusals = refusal_rows(admission, self.activity)
             if refusals:
                 kept[REFUSED_RULE], out = self.gauges.update(
                     REFUSED_RULE, window, kept.get(REFUSED_RULE, {}), refusals)
@@ -189,7 +192,7 @@ class MetricState:
             changed = set(rows) if kept else set(sections)  # a closed window: all go to 0
             self.gauges.tally.add({SeriesCount(r, shard, window): len(kept.get(r, {}).get(
                 "series", {})) for r in changed})
-        yield from self._emitted(samples)
+        yield from emitted(samples, self.activity)
 
     def _admission(self, sections: Mapping[str, Any], rules: Mapping[str, Any]
                    ) -> Admission | None:
@@ -206,54 +209,62 @@ class MetricState:
             sizes[rule_id] = len(series) - (OVERFLOW_SERIES in series)
         return Admission(self.caps, sizes)
 
-    def _refusals(self, admission: Admission | None) -> list[tuple[str, str, Partial]]:
-        """This call's refusals as rows of l2m's own refusal counts (one log each), also
-        added to the driver's metrics."""
-        if admission is None or not admission.refused:
-            return []
-        rows = []
-        tally: Tally = {}
-        for (rule_id, limit), (logs, ts) in sorted(admission.refused.items()):
-            account = admission.account_of(rule_id)
-            rows.append((refused_series(rule_id, account, limit), "",
-                         Partial(logs, logs, float(logs), Decimal(logs), None, None, ts)))
-            tally[RefusedCount(rule_id, account or "", str(limit))] = logs
-        if self.activity is not None:
-            self.activity.add(tally)
-        return rows
 
-    def _emitted(self, samples: list[dict[str, Any]]) -> Iterator[pd.DataFrame]:
-        """The samples of one call as the output frame, counted per rule."""
-        if not samples:
-            return
-        if self.activity is not None:
-            per_rule: Tally = {}
-            for s in samples:
-                key = SampleCount(s["rule"])
-                per_rule[key] = per_rule.get(key, 0) + 1
-            self.activity.add(per_rule)
-        yield samples_frame(samples)
-
-    @staticmethod
-    def _counted(frames: Iterator[pd.DataFrame],
-                 reduction: Reduction) -> Iterator[pd.DataFrame]:
-        rows = matches = 0
-        per_rule: dict[Any, float] = {}
-        for frame in frames:
-            rows += len(frame)
-            matches += int(frame["matches"].sum())
-            if reduction.matches is not None:
-                for rule, n in frame.groupby("rule", sort=False)["matches"].sum().items():
-                    per_rule[MatchCount(rule)] = per_rule.get(MatchCount(rule), 0) + int(n)
-            yield frame
-        if rows:
-            reduction.rows_in.add(matches)
-            reduction.rows_out.add(rows)
-            if reduction.matches is not None:
-                reduction.matches.add(per_rule)
+def refusal_rows(admission: Admission | None, activity: Accumulator[Tally] | None
+                 ) -> list[tuple[str, str, Partial]]:
+    """A call's refusals as rows of l2m's own refusal counts (one log each), also added to
+    the driver's metrics (``activity``)."""
+    if admission is None or not admission.refused:
+        return []
+    rows = []
+    tally: Tally = {}
+    for (rule_id, limit), (logs, ts) in sorted(admission.refused.items()):
+        account = admission.account_of(rule_id)
+        rows.append((refused_series(rule_id, account, limit), "",
+                     Partial(logs, logs, float(logs), Decimal(logs), None, None, ts)))
+        tally[RefusedCount(rule_id, account or "", str(limit))] = logs
+    if activity is not None:
+        activity.add(tally)
+    return rows
 
 
-def _by_rule(frames: Iterator[pd.DataFrame]) -> dict[str, list[tuple[str, str, Partial]]]:
+def emitted(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None
+            ) -> Iterator[pd.DataFrame]:
+    """The samples of one call as the output frame, counted per rule."""
+    if not samples:
+        return
+    if activity is not None:
+        per_rule: Tally = {}
+        for s in samples:
+            key = SampleCount(s["rule"])
+            per_rule[key] = per_rule.get(key, 0) + 1
+        activity.add(per_rule)
+    yield samples_frame(samples)
+
+
+def counted(frames: Iterator[pd.DataFrame], reduction: Reduction | None
+            ) -> Iterator[pd.DataFrame]:
+    """The frames as they are, their rows and matches counted into ``reduction``."""
+    if reduction is None:
+        yield from frames
+        return
+    rows = matches = 0
+    per_rule: dict[Any, float] = {}
+    for frame in frames:
+        rows += len(frame)
+        matches += int(frame["matches"].sum())
+        if reduction.matches is not None:
+            for rule, n in frame.groupby("rule", sort=False)["matches"].sum().items():
+                per_rule[MatchCount(rule)] = per_rule.get(MatchCount(rule), 0) + int(n)
+        yield frame
+    if rows:
+        reduction.rows_in.add(matches)
+        reduction.rows_out.add(rows)
+        if reduction.matches is not None:
+            reduction.matches.add(per_rule)
+
+
+def by_rule(frames: Iterator[pd.DataFrame]) -> dict[str, list[tuple[str, str, Partial]]]:
     """The partials of a key's frames, by rule."""
     out: dict[str, list[tuple[str, str, Partial]]] = {}
     for frame in frames:

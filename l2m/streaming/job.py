@@ -51,6 +51,7 @@ from l2m.state.format import STATE_FORMAT
 from l2m.state.function import (
     CAPPED_FORMAT,
     CUMULATIVE,
+    MAP_FORMAT,
     OUTPUT_SCHEMA,
     STATE_KEYS,
     STATE_SCHEMA,
@@ -58,6 +59,7 @@ from l2m.state.function import (
     Reduction,
 )
 from l2m.state.gauges import GaugeState
+from l2m.state.processor import MetricProcessor
 from l2m.state.tally import Latest, Sums, Tally, task_sums
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
@@ -175,6 +177,11 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         activity=None if counts is None else counts.activity,
     )
     keys = STATE_KEYS[state_format]
+    if state_format >= MAP_FORMAT:
+        processor = MetricProcessor(state.counters, state.gauges, state.reduction, state.caps,
+                                    state.activity)
+        return partials.groupBy(*keys).transformWithStateInPandas(
+            processor, OUTPUT_SCHEMA, "Update", "ProcessingTime")
     return partials.groupBy(*keys).applyInPandasWithState(
         state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)
 

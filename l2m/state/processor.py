@@ -1,0 +1,433 @@
+"""The state stage of state format 4: ``transformWithStateInPandas``, one map entry per series,
+so a micro-batch reads and writes the series it touches and nothing else.
+
+Input: the partials of one micro-batch (:data:`~l2m.engine.partials.PARTIAL_SCHEMA`, plus
+``shard`` and ``window``), grouped by the state key (shard, window) as in format 3 — every
+series of an account in one shard (:func:`l2m.engine.admission.placement_shard`), so series
+caps are counted in one key — and that key's state variables. Output: the samples of every
+series the batch touched (:data:`~l2m.state.function.OUTPUT_SCHEMA`), the same rows format 3
+gives; the per-series semantics are :class:`~l2m.state.counters.CounterState` and
+:class:`~l2m.state.gauges.GaugeState`'s, which this module feeds one rule at a time with the
+entries it fetched.
+
+Why (benchmarks/README.md, "State layouts"): format 3 kept one blob per (shard, window)
+holding every series of the shard, decoded and rewritten whenever any of them changed, so a
+batch cost followed the live series. Here a touched series costs one ``getValue`` and one
+``updateValue`` (≈ 55 µs, two socket round trips to the JVM's RocksDB) whatever the state
+holds, and the changelog grows by what changed.
+
+State variables per key (their stored layouts: :mod:`l2m.state.format`, version 4):
+
+* ``counter_series`` (counter keys): (rule, series) → entry, with a TTL of ``counter_ttl``:
+  Spark drops a series idle that long without calling Python. The input statuses' late-log
+  count is the entry (``__status__``, :data:`LATE_SERIES`).
+* ``counter_rules``: rule → its signature, generation and live series counted per bucket of
+  last-touch time (:data:`BUCKETS` buckets per TTL), same TTL. A rule's entry is written
+  whenever one of its series is, so it outlives them all.
+* ``gauge_series`` / ``gauge_rules`` (window keys): the same without TTL, cleared when the
+  watermark passes the window (checked on input and on a processing-time timer every
+  ``recheck_ms``).
+* ``meta``: the format version, and when the key last re-counted every rule's live series
+  (counters) or its timer (gauges).
+
+A rule whose signature changes starts a new *generation*: its older entries read as absent
+and expire by TTL (counters) or with their window, with no batch that rewrites them.
+
+Series caps need each rule's live series. Spark expires entries silently, so a rule's entry
+counts its series by the bucket of their last touch; a bucket is dropped once its newest
+possible entry has expired. Until then an expired series still counts (at most
+``counter_ttl / BUCKETS`` late, 79 minutes at 7 days) — the count never falls below the live
+entries, so a cap is never exceeded. The counts of a rule's account and metric are the sums
+over the account's current rules, read only when one of them brings a new series."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import orjson
+import pandas as pd
+from pyspark import Accumulator
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+
+from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps
+from l2m.engine.partials import Partial
+from l2m.engine.status import STATUS_RULE
+from l2m.errors import StateFormatError
+from l2m.rules.model import Rule
+from l2m.state.counters import INTERNAL_RULES, REFUSED_RULE, CounterState, signature, tallied
+from l2m.state.format import UPGRADE_HINT
+from l2m.state.function import CUMULATIVE, SWEEP_MS, Reduction, by_rule, counted, emitted, \
+    refusal_rows
+from l2m.state.gauges import REFUSED_GAUGE_RULE, GaugeState
+from l2m.state.tally import SeriesCount, Tally
+
+FORMAT = 4  # the state format this processor writes (l2m.state.format)
+ENTRY = "value binary"  # every state variable's value: orjson bytes (l2m.state.format)
+SERIES_KEY = "rule string, series string"
+RULE_KEY = "rule string"
+LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
+BUCKETS = 128  # last-touch buckets per counter TTL: how late an expired series stops counting
+
+Rows = dict[str, list[tuple[str, str, Partial]]]
+
+
+def _dump(value: Any) -> tuple[bytes]:
+    return (orjson.dumps(value),)
+
+
+def _load(stored: tuple[Any, ...] | None) -> Any:
+    return None if stored is None else orjson.loads(stored[0])
+
+
+class _Rules:
+    """The rule entries one call reads (each at most once) and writes back: a rule's
+    signature, generation and live series (counters: per last-touch bucket; gauges: a count)."""
+
+    def __init__(self, state: Any, now: int, bucket_ms: int | None, ttl_ms: int) -> None:
+        self.state = state
+        self.now = now
+        self.bucket_ms = bucket_ms  # None: gauges
+        self.ttl_ms = ttl_ms
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.changed: set[str] = set()
+
+    def entry(self, rule_id: str, rule: Rule | None) -> dict[str, Any]:
+        """The rule's entry, a new generation if its signature is not the rule's (a removed
+        rule, ``rule`` None, keeps what it has)."""
+        found = self.entries.get(rule_id)
+        if found is not None:
+            return found
+        found = _load(self.state.getValue((rule_id,))) or {
+            "sig": None, "gen": 0, "n": {} if self.bucket_ms else 0}
+        if rule is not None and found["sig"] != signature(rule):
+            if found["sig"] is not None:
+                found["gen"] += 1
+                self.changed.add(rule_id)
+            found["sig"] = signature(rule)
+            found["n"] = {} if self.bucket_ms else 0
+        self.entries[rule_id] = found
+        return found
+
+    def live(self, rule_id: str, rule: Rule | None) -> int:
+        """The rule's series counted as live now (overflow series excluded)."""
+        n = self.entry(rule_id, rule)["n"]
+        if self.bucket_ms is None:
+            return int(n)
+        return sum(count for bucket, count in n.items() if self._alive(int(bucket)))
+
+    def _alive(self, bucket: int) -> bool:
+        assert self.bucket_ms is not None
+        return (bucket + 1) * self.bucket_ms + self.ttl_ms > self.now
+
+    def touch(self, rule_id: str) -> None:
+        """A series of the rule was written: so is its entry, which must outlive them all."""
+        self.changed.add(rule_id)
+
+    def add(self, rule_id: str, seen: int | None) -> None:
+        """One series of the rule touched now, last touched at ``seen`` (None: new)."""
+        entry = self.entries[rule_id]
+        self.changed.add(rule_id)
+        if self.bucket_ms is None:
+            entry["n"] += seen is None
+            return
+        n = entry["n"]
+        now = str(self.now // self.bucket_ms)
+        if seen is not None:
+            old = str(seen // self.bucket_ms)
+            if old == now:
+                return
+            if old in n:
+                n[old] -= 1
+                if not n[old]:
+                    del n[old]
+        n[now] = n.get(now, 0) + 1
+
+    def write(self) -> None:
+        """Write back every entry this call changed (a counter rule's also refreshes its
+        TTL, so it outlives its series): dead buckets dropped."""
+        for rule_id in sorted(self.changed):
+            entry = self.entries[rule_id]
+            if self.bucket_ms is not None:
+                entry["n"] = {b: c for b, c in entry["n"].items() if self._alive(int(b))}
+            self.state.updateValue((rule_id,), _dump(entry))
+
+
+class MetricProcessor(StatefulProcessor):
+    """Format 4's state function (module docstring): counter keys (window
+    :data:`~l2m.state.function.CUMULATIVE`) and gauge window keys. ``caps``: each rule's
+    series caps (always enforced: format 4 places whole accounts in one shard);
+    ``reduction``/``activity``: as :class:`~l2m.state.function.MetricState`'s."""
+
+    def __init__(self, counters: CounterState, gauges: GaugeState,
+                 reduction: Reduction | None = None, caps: Mapping[str, RuleCaps] | None = None,
+                 activity: Accumulator[Tally] | None = None) -> None:
+        self.counters = counters
+        self.gauges = gauges
+        self.reduction = reduction
+        self.caps = caps
+        self.activity = activity
+        self._accounts: dict[str, list[str]] | None = None
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        ttl = self.counters.ttl_ms
+        self.handle = handle
+        self.counter_series = handle.getMapState("counter_series", SERIES_KEY, ENTRY, ttl)
+        self.counter_rules = handle.getMapState("counter_rules", RULE_KEY, ENTRY, ttl)
+        self.gauge_series = handle.getMapState("gauge_series", SERIES_KEY, ENTRY)
+        self.gauge_rules = handle.getMapState("gauge_rules", RULE_KEY, ENTRY)
+        self.meta = handle.getValueState("meta", ENTRY)
+
+    def close(self) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        shard, window = int(key[0]), int(key[1])
+        frames = counted(rows, self.reduction)
+        if window == CUMULATIVE:
+            return self._counter_key(shard, frames, timerValues)
+        return self._gauge_key(shard, window, frames, timerValues)
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
+        shard, window = int(key[0]), int(key[1])
+        if window != CUMULATIVE:
+            if GaugeState.closed(window, timerValues.getCurrentWatermarkInMs()):
+                self._close(shard, window)
+            else:
+                self._schedule(timerValues.getCurrentProcessingTimeInMs(), {})
+        return iter([])
+
+    # --- shared -------------------------------------------------------------------------
+
+    def _meta(self) -> dict[str, Any]:
+        meta = _load(self.meta.get()) if self.meta.exists() else {}
+        if meta and meta.get("v") != FORMAT:
+            raise StateFormatError(
+                f"the checkpoint holds state format {meta.get('v')} entries, but this job "
+                f"took it for format {FORMAT}. {UPGRADE_HINT}")
+        return meta or {"v": FORMAT}
+
+    def _account_rules(self) -> dict[str, list[str]]:
+        """Each account's current rules (what its account and metric counts sum over)."""
+        if self._accounts is None:
+            accounts: dict[str, list[str]] = {}
+            for rule_id, caps in (self.caps or {}).items():
+                if caps.account_name is not None:
+                    accounts.setdefault(caps.account_name, []).append(rule_id)
+            self._accounts = accounts
+        return self._accounts
+
+    def _admission(self, new: Iterable[str], book: _Rules,
+                   rules: Mapping[str, Rule]) -> Admission | None:
+        """The caps of one domain for rules that bring new series (``new``): the live series
+        of each, and of every current rule of their accounts."""
+        if self.caps is None:
+            return None
+        counted_rules: set[str] = set()
+        for rule_id in new:
+            caps = self.caps.get(rule_id)
+            if caps is None:
+                continue
+            counted_rules.add(rule_id)
+            if caps.account_name is not None:
+                counted_rules.update(self._account_rules().get(caps.account_name, ()))
+        return Admission(self.caps, {r: book.live(r, rules.get(r))
+                                     for r in sorted(counted_rules) if r in rules})
+
+    def _fetch(self, state: Any, rule_id: str, names: Iterable[str], gen: int
+               ) -> dict[str, Any]:
+        """The stored entries of these series of the rule, of its current generation, without
+        the generation: counters ``[last_seen, {le: partial}]``, gauges ``{le: partial}``."""
+        found: dict[str, Any] = {}
+        for name in names:
+            entry = _load(state.getValue((rule_id, name)))
+            if entry is not None and entry[0] == gen:
+                found[name] = entry[1] if len(entry) == 2 else entry[1:]
+        return found
+
+    # --- counters -----------------------------------------------------------------------
+
+    def _counter_rule(self, rule_id: str) -> Rule | None:
+        return INTERNAL_RULES.get(rule_id) or self.counters.rules.get(rule_id)
+
+    def _counter_key(self, shard: int, frames: Iterator[pd.DataFrame],
+                     tv: TimerValues) -> Iterator[pd.DataFrame]:
+        now = tv.getCurrentProcessingTimeInMs()
+        meta = self._meta()
+        rows = by_rule(frames)
+        watermark = tv.getCurrentWatermarkInMs() if STATUS_RULE in rows else 0
+        ttl = self.counters.ttl_ms
+        book = _Rules(self.counter_rules, now, max(1, ttl // BUCKETS), ttl)
+        rules = self.counters.rules
+        fetched: dict[str, dict[str, Any]] = {}
+        gens: dict[str, int] = {}
+        new: list[str] = []
+        for rule_id in sorted(rows):
+            rule = self._counter_rule(rule_id)
+            if rule is None or rule_id == REFUSED_RULE:
+                continue
+            gens[rule_id] = 0 if rule_id in INTERNAL_RULES else book.entry(rule_id, rule)["gen"]
+            names = {name for name, _le, _p in rows[rule_id]}
+            fetched[rule_id] = self._fetch(self.counter_series, rule_id, names, gens[rule_id])
+            if rule_id in rules and not names <= fetched[rule_id].keys():
+                new.append(rule_id)
+                fetched[rule_id].update(self._fetch(self.counter_series, rule_id,
+                                                    (OVERFLOW_SERIES,), gens[rule_id]))
+        admission = self._admission(new, book, rules)
+        samples: list[dict[str, Any]] = []
+        tally: Tally = {}
+        for rule_id in sorted(fetched):
+            samples += self._count(shard, rule_id, rows[rule_id], fetched[rule_id],
+                                   gens[rule_id], book, now, watermark, admission, tally)
+        refusals = refusal_rows(admission, self.activity)
+        if refusals:
+            names = {name for name, _le, _p in refusals}
+            stored = self._fetch(self.counter_series, REFUSED_RULE, names, 0)
+            samples += self._count(shard, REFUSED_RULE, refusals, stored, 0, book, now,
+                                   watermark, None, tally)
+        book.write()
+        if now - meta.get("swept", 0) >= SWEEP_MS:
+            tally.update(self._recount(shard, book))
+            meta["swept"] = now
+            self.meta.update(_dump(meta))
+        if self.counters.tally is not None and tally:
+            self.counters.tally.add(tally)
+        return emitted(samples, self.activity)
+
+    def _count(self, shard: int, rule_id: str, rows: list[tuple[str, str, Partial]],
+               stored: dict[str, Any], gen: int, book: _Rules, now: int, watermark: int,
+               admission: Admission | None, tally: Tally) -> list[dict[str, Any]]:
+        """One rule's rows of a counter key: its entries updated and written, its samples."""
+        seen = {name: entry[0] for name, entry in stored.items()}
+        status = rule_id == STATUS_RULE
+        rule = self._counter_rule(rule_id)
+        assert rule is not None
+        content: dict[str, Any] = {"sig": signature(rule), "series": stored}
+        if status:
+            late = _load(self.counter_series.getValue((STATUS_RULE, LATE_SERIES)))
+            if late is not None:
+                content["late"] = late[2]
+        updated, samples = self.counters.update(rule_id, content, rows, now, watermark,
+                                                sweep=False, admission=admission)
+        assert updated is not None  # rows were given
+        user = rule_id not in INTERNAL_RULES
+        for name, (last_seen, buckets) in sorted(updated["series"].items()):
+            if last_seen != now:
+                continue  # fetched, not touched (an overflow series nothing went to)
+            self.counter_series.updateValue((rule_id, name), _dump([gen, last_seen, buckets]))
+            if user and name != OVERFLOW_SERIES:
+                book.add(rule_id, seen.get(name))
+            elif user:
+                book.touch(rule_id)
+        if status and "late" in updated:  # rewritten each batch: it lives while logs come
+            self.counter_series.updateValue((STATUS_RULE, LATE_SERIES),
+                                            _dump([0, now, updated["late"]]))
+        if rule_id in INTERNAL_RULES:
+            if rule_id != REFUSED_RULE:
+                tally.update(tallied(rule_id, shard, CUMULATIVE, updated))
+        else:
+            tally[SeriesCount(rule_id, shard, CUMULATIVE)] = \
+                book.live(rule_id, self.counters.rules.get(rule_id))
+        return samples
+
+    def _recount(self, shard: int, book: _Rules) -> Tally:
+        """Every rule's live series in this key, for the driver's metrics (series expire
+        without a call); the entries of rules with none left are dropped."""
+        tally: Tally = {}
+        for (rule_id,), stored in list(self.counter_rules.iterator()):
+            entry = book.entries.get(rule_id) or orjson.loads(stored[0])
+            book.entries[rule_id] = entry
+            live = book.live(rule_id, None)
+            tally[SeriesCount(rule_id, shard, CUMULATIVE)] = live
+            if not live:
+                self.counter_rules.removeKey((rule_id,))
+        return tally
+
+    # --- gauges -------------------------------------------------------------------------
+
+    def _gauge_rule(self, rule_id: str) -> Rule | None:
+        return REFUSED_GAUGE_RULE if rule_id == REFUSED_RULE else self.gauges.rules.get(rule_id)
+
+    def _gauge_key(self, shard: int, window: int, frames: Iterator[pd.DataFrame],
+                   tv: TimerValues) -> Iterator[pd.DataFrame]:
+        now = tv.getCurrentProcessingTimeInMs()
+        if GaugeState.closed(window, tv.getCurrentWatermarkInMs()):
+            for _ in frames:  # logs of a closed window: counted late by the input statuses
+                pass
+            self._close(shard, window)
+            return iter([])
+        meta = self._meta()
+        if "timer" not in meta:
+            self._schedule(now, meta)
+        rows = by_rule(frames)
+        rules = self.gauges.rules
+        book = _Rules(self.gauge_rules, now, None, 0)
+        fetched: dict[str, dict[str, Any]] = {}
+        gens: dict[str, int] = {}
+        new: list[str] = []
+        for rule_id in sorted(rows):
+            if rule_id not in rules:
+                continue  # a removed rule (or l2m's own rows, which gauges do not get)
+            gens[rule_id] = book.entry(rule_id, rules[rule_id])["gen"]
+            names = {name for name, _le, _p in rows[rule_id]}
+            fetched[rule_id] = self._fetch(self.gauge_series, rule_id, names, gens[rule_id])
+            if not names <= fetched[rule_id].keys():
+                new.append(rule_id)
+                fetched[rule_id].update(self._fetch(self.gauge_series, rule_id,
+                                                    (OVERFLOW_SERIES,), gens[rule_id]))
+        admission = self._admission(new, book, rules)
+        samples: list[dict[str, Any]] = []
+        tally: Tally = {}
+        for rule_id in sorted(fetched):
+            samples += self._gauge(rule_id, window, rows[rule_id], fetched[rule_id],
+                                   gens[rule_id], book, admission)
+            tally[SeriesCount(rule_id, shard, window)] = book.live(rule_id, rules[rule_id])
+        refusals = refusal_rows(admission, self.activity)
+        if refusals:
+            names = {name for name, _le, _p in refusals}
+            stored = self._fetch(self.gauge_series, REFUSED_RULE, names, 0)
+            samples += self._gauge(REFUSED_RULE, window, refusals, stored, 0, book, None)
+        book.write()
+        if self.gauges.tally is not None and tally:
+            self.gauges.tally.add(tally)
+        return emitted(samples, self.activity)
+
+    def _gauge(self, rule_id: str, window: int, rows: list[tuple[str, str, Partial]],
+               stored: dict[str, Any], gen: int, book: _Rules,
+               admission: Admission | None) -> list[dict[str, Any]]:
+        """One rule's rows of a window key: its entries updated and written, its samples."""
+        before = {name: orjson.dumps(value) for name, value in stored.items()}
+        rule = self._gauge_rule(rule_id)
+        assert rule is not None
+        updated, samples = self.gauges.update(rule_id, window,
+                                              {"sig": signature(rule), "series": stored}, rows,
+                                              admission)
+        for name, buckets in sorted(updated["series"].items()):
+            if before.get(name) == orjson.dumps(buckets):
+                continue  # fetched, not touched (an overflow series nothing went to)
+            self.gauge_series.updateValue((rule_id, name), _dump([gen, buckets]))
+            if rule_id != REFUSED_RULE and name != OVERFLOW_SERIES:
+                book.add(rule_id, None if name not in before else 0)
+        return samples
+
+    def _schedule(self, now: int, meta: dict[str, Any]) -> None:
+        """Look at this window key again in ``recheck_ms`` (to close it without data)."""
+        meta = meta or self._meta()
+        at = now + self.gauges.recheck_ms
+        self.handle.registerTimer(at)
+        meta["timer"] = at
+        self.meta.update(_dump(meta))
+
+    def _close(self, shard: int, window: int) -> None:
+        """The watermark has passed the window: everything of its key goes."""
+        if self.gauges.tally is not None:
+            self.gauges.tally.add({SeriesCount(rule_id, shard, window): 0
+                                   for (rule_id,) in self.gauge_rules.keys()})
+        for at in list(self.handle.listTimers()):
+            self.handle.deleteTimer(at)
+        self.gauge_series.clear()
+        self.gauge_rules.clear()
+        self.meta.clear()
