@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Protocol
 
 from l2m.errors import StateFormatError
 from l2m.state.format import READABLE, STATE_FORMAT, UPGRADE_HINT
 
 CHECKPOINT_MARKER = "l2m.json"
+# The format of a started object-store checkpoint without a marker: releases before format 4
+# marked local checkpoints only, and wrote format 3 there.
+UNMARKED_OBJECT_STORE_FORMAT = 3
 
 
 def local_checkpoint(checkpoint: str) -> str | None:
@@ -26,37 +30,73 @@ def local_checkpoint(checkpoint: str) -> str | None:
     return None if "://" in checkpoint else checkpoint
 
 
-def check_checkpoint(checkpoint: str, query_dir: str) -> int:
+class Files(Protocol):
+    """The few file operations the marker needs, on the checkpoint's own file system."""
+
+    def read(self, path: str) -> str | None:
+        """The file's text; None when it does not exist."""
+
+    def write(self, path: str, text: str) -> None:
+        """Write the file whole (atomically where the file system can)."""
+
+    def is_dir(self, path: str) -> bool:
+        """Whether the folder exists."""
+
+
+class LocalFiles:
+    """A local (or mounted) disk."""
+
+    def read(self, path: str) -> str | None:
+        try:
+            return Path(path).read_text()
+        except FileNotFoundError:
+            return None
+
+    def write(self, path: str, text: str) -> None:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(target)
+
+    def is_dir(self, path: str) -> bool:
+        return Path(path).is_dir()
+
+
+def check_checkpoint(checkpoint: str, query_dir: str, files: Files | None = None) -> int:
     """The state format of a checkpoint this l2m continues (a new one is marked with
     :data:`STATE_FORMAT`); a checkpoint it cannot continue is refused before Spark starts.
 
-    A checkpoint with a query folder but no ``l2m.json`` was written before state versions
-    (or by the two-query layout); one whose version is not :data:`STATE_FORMAT` by another
-    release. Only local (and mounted) paths are checked; object-store URIs rely on the
-    blobs' own versions."""
+    ``files`` reads the checkpoint's file system: a local path's own disk by default; an
+    object store (``s3a://``…) needs Spark's (:mod:`l2m.streaming.job`), and without it the
+    checkpoint is taken for :data:`STATE_FORMAT` unread. A checkpoint with a query folder but
+    no ``l2m.json``: on a local disk it was written before state versions (or by the
+    two-query layout) and is refused; on an object store by a release that marked only local
+    checkpoints, of format 3 (whose blobs carry their version: a format 2 one is refused at
+    its first batch)."""
     local = local_checkpoint(checkpoint)
-    if local is None:
+    if local is None and files is None:
         return STATE_FORMAT
-    root = Path(local)
-    marker = root / CHECKPOINT_MARKER
-    if marker.exists():
+    root = (local if local is not None else checkpoint).rstrip("/")
+    files = files or LocalFiles()
+    text = files.read(f"{root}/{CHECKPOINT_MARKER}")
+    if text is not None:
         try:
-            found = json.loads(marker.read_text()).get("state_format")
-        except (OSError, ValueError, AttributeError):
+            found = json.loads(text).get("state_format")
+        except (ValueError, AttributeError):
             found = "unreadable"
         if found not in READABLE:
             raise StateFormatError(
                 f"checkpoint {checkpoint} holds state format {found}; this l2m reads formats "
                 f"{', '.join(map(str, READABLE))}. {UPGRADE_HINT}")
         return int(found)
-    started = (root / query_dir / "offsets").is_dir() or (root / "counters").is_dir() \
-        or (root / "gauges").is_dir()
+    started = files.is_dir(f"{root}/{query_dir}/offsets") or files.is_dir(f"{root}/counters") \
+        or files.is_dir(f"{root}/gauges")
+    if started and local is None:
+        return UNMARKED_OBJECT_STORE_FORMAT
     if started:
         raise StateFormatError(
             f"checkpoint {checkpoint} was written by an l2m before state format versions "
             f"(format 0); this l2m reads format {STATE_FORMAT}. {UPGRADE_HINT}")
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"state_format": STATE_FORMAT}) + "\n")
-    tmp.replace(marker)
+    files.write(f"{root}/{CHECKPOINT_MARKER}", json.dumps({"state_format": STATE_FORMAT}) + "\n")
     return STATE_FORMAT

@@ -10,7 +10,21 @@ the version it found and what to do. The checkpoint folder carries the same vers
 ``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong checkpoint is refused
 before Spark starts.
 
-Layouts, version 3: as version 2, but a key's shard is its placement's — every series of
+Layouts, version 4 (:mod:`l2m.state.processor`; not blobs: ``transformWithStateInPandas``
+state variables of a (shard, window) key, each value orjson bytes; the key's ``meta`` carries
+the version):
+
+* ``meta``: ``{"v": 4, "swept": ms}`` (counter keys: when every rule's live series were last
+  re-counted) or ``{"v": 4, "timer": ms}`` (window keys: the pending timer);
+* ``counter_series`` (rule, series) → ``[generation, last_seen_ms, {le: partial}]``; the
+  input statuses' late count is (``__status__``, ``"!late"``) → ``[0, last_seen_ms,
+  partial]``; ``gauge_series`` (rule, series) → ``[generation, {le: partial}]``;
+* ``counter_rules`` rule → ``{"sig": signature, "gen": generation, "n": {bucket: live
+  series}}`` (bucket: last touch ms // (counter_ttl / 128)); ``gauge_rules`` rule →
+  ``{"sig", "gen", "n": live series}``. An entry whose generation is not its rule's is read as
+  absent.
+
+Version 3: as version 2, but a key's shard is its placement's — every series of
 an account (a rule without an account: of the rule) in one shard
 (:func:`l2m.engine.admission.placement_shard`), so series caps are counted in one key — and a
 section may hold its rule's overflow series (key ``"!overflow"``); the section ``"__refused__"``

@@ -32,7 +32,7 @@ from l2m.engine.samples import samples_frame
 from l2m.engine.status import STATUS_RULE
 from l2m.errors import StateFormatError
 from l2m.state.counters import REFUSED_RULE, CounterState, signature, tallied
-from l2m.state.format import STATE_FORMAT, UPGRADE_HINT, dump_blob, load_blob
+from l2m.state.format import UPGRADE_HINT, dump_blob, load_blob
 from l2m.state.gauges import GaugeState
 from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount, Tally
 
@@ -78,7 +78,7 @@ class MetricState:
     gauges: GaugeState
     reduction: Reduction | None = None
     caps: Mapping[str, RuleCaps] | None = None
-    state_format: int = STATE_FORMAT
+    state_format: int = CAPPED_FORMAT  # the last format kept in blobs
     activity: Accumulator[Tally] | None = None
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],

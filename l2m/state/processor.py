@@ -23,7 +23,7 @@ State variables per key (their stored layouts: :mod:`l2m.state.format`, version 
   count is the entry (``__status__``, :data:`LATE_SERIES`).
 * ``counter_rules``: rule → its signature, generation and live series counted per bucket of
   last-touch time (:data:`BUCKETS` buckets per TTL), same TTL. A rule's entry is written
-  whenever one of its series is, so it outlives them all.
+  whenever one of its series is, and kept two buckets longer, so it outlives them all.
 * ``gauge_series`` / ``gauge_rules`` (window keys): the same without TTL, cleared when the
   watermark passes the window (checked on input and on a processing-time timer every
   ``recheck_ms``).
@@ -58,8 +58,15 @@ from l2m.errors import StateFormatError
 from l2m.rules.model import Rule
 from l2m.state.counters import INTERNAL_RULES, REFUSED_RULE, CounterState, signature, tallied
 from l2m.state.format import UPGRADE_HINT
-from l2m.state.function import CUMULATIVE, SWEEP_MS, Reduction, by_rule, counted, emitted, \
-    refusal_rows
+from l2m.state.function import (
+    CUMULATIVE,
+    SWEEP_MS,
+    Reduction,
+    by_rule,
+    counted,
+    emitted,
+    refusal_rows,
+)
 from l2m.state.gauges import REFUSED_GAUGE_RULE, GaugeState
 from l2m.state.tally import SeriesCount, Tally
 
@@ -71,6 +78,11 @@ LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
 BUCKETS = 128  # last-touch buckets per counter TTL: how late an expired series stops counting
 
 Rows = dict[str, list[tuple[str, str, Partial]]]
+
+
+def bucket_ms(ttl_ms: int) -> int:
+    """The width of a last-touch bucket of counter series (module docstring)."""
+    return max(1, ttl_ms // BUCKETS)
 
 
 def _dump(value: Any) -> tuple[bytes]:
@@ -174,7 +186,10 @@ class MetricProcessor(StatefulProcessor):
         ttl = self.counters.ttl_ms
         self.handle = handle
         self.counter_series = handle.getMapState("counter_series", SERIES_KEY, ENTRY, ttl)
-        self.counter_rules = handle.getMapState("counter_rules", RULE_KEY, ENTRY, ttl)
+        # A rule's entry must outlive the buckets that count its series: the last one's end
+        # comes up to a bucket after its newest series expires.
+        self.counter_rules = handle.getMapState("counter_rules", RULE_KEY, ENTRY,
+                                                ttl + 2 * bucket_ms(ttl))
         self.gauge_series = handle.getMapState("gauge_series", SERIES_KEY, ENTRY)
         self.gauge_rules = handle.getMapState("gauge_rules", RULE_KEY, ENTRY)
         self.meta = handle.getValueState("meta", ENTRY)
@@ -203,7 +218,7 @@ class MetricProcessor(StatefulProcessor):
     # --- shared -------------------------------------------------------------------------
 
     def _meta(self) -> dict[str, Any]:
-        meta = _load(self.meta.get()) if self.meta.exists() else {}
+        meta = _load(self.meta.get()) or {}
         if meta and meta.get("v") != FORMAT:
             raise StateFormatError(
                 f"the checkpoint holds state format {meta.get('v')} entries, but this job "
@@ -260,7 +275,7 @@ class MetricProcessor(StatefulProcessor):
         rows = by_rule(frames)
         watermark = tv.getCurrentWatermarkInMs() if STATUS_RULE in rows else 0
         ttl = self.counters.ttl_ms
-        book = _Rules(self.counter_rules, now, max(1, ttl // BUCKETS), ttl)
+        book = _Rules(self.counter_rules, now, bucket_ms(ttl), ttl)
         rules = self.counters.rules
         fetched: dict[str, dict[str, Any]] = {}
         gens: dict[str, int] = {}
@@ -425,7 +440,7 @@ class MetricProcessor(StatefulProcessor):
         """The watermark has passed the window: everything of its key goes."""
         if self.gauges.tally is not None:
             self.gauges.tally.add({SeriesCount(rule_id, shard, window): 0
-                                   for (rule_id,) in self.gauge_rules.keys()})
+                                   for (rule_id,), _ in self.gauge_rules.iterator()})
         for at in list(self.handle.listTimers()):
             self.handle.deleteTimer(at)
         self.gauge_series.clear()

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark import Accumulator
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -217,6 +218,44 @@ def shard_column(rules: Sequence[Rule], shards: int, state_format: int) -> Colum
         placed.otherwise(crc(F.concat(F.lit("rule:"), rule))))
 
 
+class HadoopFiles:
+    """The checkpoint marker's file operations (:class:`l2m.state.checkpoint.Files`) through
+    Spark's Hadoop file systems: an object-store checkpoint (``s3a://``, ``gs://``…) is marked
+    like a local one, with the credentials and settings the job's Spark has."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._jvm = spark.sparkContext._jvm
+        self._conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def _fs(self, path: str) -> tuple[Any, Any]:
+        assert self._jvm is not None
+        p = self._jvm.org.apache.hadoop.fs.Path(path)
+        return p.getFileSystem(self._conf), p
+
+    def read(self, path: str) -> str | None:
+        fs, p = self._fs(path)
+        if not fs.exists(p):
+            return None
+        stream = fs.open(p)
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(  # type: ignore[union-attr]
+                stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def write(self, path: str, text: str) -> None:
+        fs, p = self._fs(path)
+        out = fs.create(p, True)
+        try:
+            out.write(bytearray(text.encode()))
+        finally:
+            out.close()
+
+    def is_dir(self, path: str) -> bool:
+        fs, p = self._fs(path)
+        return bool(fs.exists(p) and fs.getFileStatus(p).isDirectory())
+
+
 @dataclass
 class Job:
     query: StreamingQuery
@@ -233,7 +272,8 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     """Start the query; ``once`` processes what is available now and stops. ``source`` and
     ``sink`` replace Kafka (the in-memory test harness, :mod:`l2m.dev.memory`)."""
     register(spark)
-    state_format = check_checkpoint(cfg.checkpoint, QUERY)
+    remote = local_checkpoint(cfg.checkpoint) is None
+    state_format = check_checkpoint(cfg.checkpoint, QUERY, HadoopFiles(spark) if remote else None)
     if state_format < CAPPED_FORMAT:
         print(f"l2m run: warning: checkpoint {cfg.checkpoint} holds state format "
               f"{state_format}, whose shards do not hold whole accounts: series caps "

@@ -84,7 +84,7 @@ def test_v1_gauge_blob_continues_its_window():
 
 
 def _state(counters: CounterState | None = None, gauges: GaugeState | None = None,
-           state_format: int = STATE_FORMAT, caps: dict[str, RuleCaps] | None = None
+           state_format: int = 3, caps: dict[str, RuleCaps] | None = None
            ) -> MetricState:
     return MetricState(counters or CounterState(BY_ID, ttl_ms=10**12),
                        gauges or GaugeState(BY_ID), caps=caps, state_format=state_format)
@@ -188,3 +188,33 @@ def test_a_format_2_blob_in_a_job_that_took_its_checkpoint_for_format_3_is_refus
     state = group_state(golden("state-v2-counter.json"), now=W + 1000)
     with pytest.raises(StateFormatError, match="holds state format 2 blobs"):
         run(_state(), (0, CUMULATIVE), [], state)
+
+
+class _ObjectStore:
+    """An object store's files, as Spark's Hadoop file systems would show them."""
+
+    def __init__(self, files: dict[str, str], dirs: set[str]) -> None:
+        self.files, self.dirs = files, dirs
+
+    def read(self, path: str) -> str | None:
+        return self.files.get(path)
+
+    def write(self, path: str, text: str) -> None:
+        self.files[path] = text
+
+    def is_dir(self, path: str) -> bool:
+        return path in self.dirs
+
+
+def test_an_object_store_checkpoint_is_marked_and_an_unmarked_started_one_is_format_3():
+    new = _ObjectStore({}, set())
+    assert check_checkpoint("s3a://b/cp/", "metrics", new) == STATE_FORMAT
+    assert json.loads(new.files["s3a://b/cp/l2m.json"]) == {"state_format": STATE_FORMAT}
+    assert check_checkpoint("s3a://b/cp", "metrics", new) == STATE_FORMAT
+    # started by a release that marked local checkpoints only: format 3, its blobs checked
+    old = _ObjectStore({}, {"s3a://b/cp/metrics/offsets"})
+    assert check_checkpoint("s3a://b/cp", "metrics", old) == 3 and not old.files
+    bad = _ObjectStore({"gs://b/cp/l2m.json": '{"state_format": 99}'}, set())
+    with pytest.raises(StateFormatError, match="holds state format 99"):
+        check_checkpoint("gs://b/cp", "metrics", bad)
+    assert check_checkpoint("s3a://b/cp", "metrics") == STATE_FORMAT  # nothing to read with

@@ -1,0 +1,225 @@
+"""State format 4 (:mod:`l2m.state.processor`) without a JVM, on a stand-in state server
+(:mod:`tests.support.tws`): a batch reads and writes only the series it touches; it decides
+exactly as format 3's blobs do (same samples, same caps); idle counters expire by TTL without a
+rewrite and stop counting against caps; a signature change restarts a rule without touching its
+old entries; a gauge window goes when the watermark passes it."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+
+from l2m.engine.admission import OVERFLOW_SERIES, RuleCaps
+from l2m.errors import StateFormatError
+from l2m.rules.loader import load_text
+from l2m.rules.model import Aggregation
+from l2m.state.counters import CounterState
+from l2m.state.function import CUMULATIVE, MetricState
+from l2m.state.gauges import GaugeState
+from l2m.state.processor import BUCKETS, MetricProcessor
+from tests.support import tws
+from tests.unit.test_counter_state import group_state, partial
+from tests.unit.test_gauge_state import group_state as gauge_group_state
+
+W = 1_795_341_600_000
+GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
+TTL = 128_000  # BUCKETS buckets of 1 s
+RULES, _ = load_text("""\
+rules:
+  - {id: c, account: a, name: c_total, kind: counter, query: "*", aggregation: count,
+     group_by: [s]}
+  - {id: d, account: a, name: c_total, kind: counter, query: "*", aggregation: sum,
+     field: v, group_by: [s]}
+  - {id: g, account: a, name: g, kind: gauge, query: "*", aggregation: max, field: v,
+     group_by: [s]}
+""")
+BY_ID = {r.id: r for r in RULES}
+COUNTERS = {k: v for k, v in BY_ID.items() if v.kind == "counter"}
+GAUGES = {k: v for k, v in BY_ID.items() if v.kind == "gauge"}
+
+
+def name(i: int) -> str:
+    text = f"s{i}"
+    return f"{len(text)}:{text}"
+
+
+def row(rule: str, i: int, value: float = 1.0, window: int | None = None, ts: int = W) -> dict:
+    return {**partial(name(i), None, 1, value, ts), "rule": rule, "window": window,
+            "min": value, "max": value}
+
+
+def processor(caps: dict[str, RuleCaps] | None = None, rules: dict | None = None
+              ) -> tuple[MetricProcessor, tws.Store]:
+    store = tws.Store()
+    fn = MetricProcessor(CounterState(rules or COUNTERS, ttl_ms=TTL),
+                         GaugeState(rules or GAUGES, recheck_ms=60_000), caps=caps)
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    return fn, store
+
+
+def values(samples: list[dict]) -> dict:
+    return {(s["rule"], tuple(sorted(s["labels"].items()))): s["value"] for s in samples}
+
+
+def test_a_batch_reads_and_writes_only_the_series_it_touches():
+    fn, store = processor()
+    call = tws.call
+    call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(1000)], now=W)
+    store.reset()
+    out = call(fn, store, (0, CUMULATIVE), [row("c", 3), row("c", 7)], now=W + 1000)
+    assert values(out) == {("c", (("s", "s3"),)): 2.0, ("c", (("s", "s7"),)): 2.0}
+    # two series read and written, the rule's entry read and written, the key's meta read
+    assert (store.reads, store.writes) == (4, 3)
+    assert len(store.live("counter_series")) == 1000
+
+
+def _random_batches(seed: int) -> list[list[dict]]:
+    rnd = random.Random(seed)
+    batches = []
+    for b in range(6):
+        rows = []
+        for _ in range(rnd.randint(1, 30)):
+            rule = rnd.choice(["c", "d"])
+            rows.append(row(rule, rnd.randint(0, 40), float(rnd.randint(1, 9)),
+                            ts=W + b * 1000))
+        batches.append(rows)
+    return batches
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_counters_and_caps_decide_exactly_as_format_3(seed):
+    print("seed", seed)
+    caps = {"c": RuleCaps(6, 9, 11, "a", "c_total"), "d": RuleCaps(8, 9, 11, "a", "c_total")}
+    fn, store = processor(caps)
+    old = MetricState(CounterState(COUNTERS, ttl_ms=TTL), GaugeState(GAUGES), caps=caps,
+                      state_format=3)
+    blob = None
+    for b, rows in enumerate(_random_batches(seed)):
+        now = W + b * 1000
+        state = group_state(blob, now=now)
+        expected = [orjson.loads(v) for f in old((0, CUMULATIVE), iter([pd.DataFrame(rows)]),
+                                                 state) for v in f["value"]]
+        blob = state.get[0]
+        got = tws.call(fn, store, (0, CUMULATIVE), rows, now=now)
+        assert values(got) == values(expected), b
+    assert any(k[1][1] == OVERFLOW_SERIES for k in store.live("counter_series"))
+
+
+def test_gauges_decide_exactly_as_format_3_and_close_with_the_watermark():
+    caps = {"g": RuleCaps(3, 0, 0, "a", "g")}
+    fn, store = processor(caps)
+    old = MetricState(CounterState(COUNTERS, ttl_ms=TTL), GaugeState(GAUGES), caps=caps,
+                      state_format=3)
+    blob = None
+    for b in range(3):
+        rows = [row("g", i, float(b + i), window=W) for i in range(b, b + 3)]
+        state = gauge_group_state(blob, watermark=0)
+        expected = [orjson.loads(v) for f in old((0, W), iter([pd.DataFrame(rows)]), state)
+                    for v in f["value"]]
+        blob = state.get[0]
+        assert values(tws.call(fn, store, (0, W), rows, now=W + b)) == values(expected)
+    assert store.timers[(0, W)] == {W + 60_000}
+    tws.fire(fn, store, now=W + 60_000, watermark=W + 30_000)  # not closed yet: again later
+    assert store.timers[(0, W)] == {W + 120_000}
+    assert store.live("gauge_series")
+    tws.fire(fn, store, now=W + 120_000, watermark=W + 60_000)
+    assert not store.live("gauge_series") and not store.live("gauge_rules")
+    assert not store.timers[(0, W)] and not store.live("meta")
+
+
+def test_idle_series_expire_by_ttl_and_stop_counting_against_the_cap_a_bucket_later():
+    caps = {"c": RuleCaps(2, 0, 0, "a", "c_total")}
+    fn, store = processor(caps)
+    bucket = TTL // BUCKETS
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 2)], now=W)
+    store.reset()
+    # expired for reads (no rewrite happened), but counted until its bucket has gone by
+    later = W + TTL
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 3)], now=later)
+    assert values(out) == {("c", (("l2m_overflow", "true"),)): 1.0,
+                           ("l2m-series-refused", (("account", "a"), ("limit", "rule"),
+                                                   ("rule", "c"))): 1.0}
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W + TTL + bucket)
+    assert values(out) == {("c", (("s", "s1"),)): 1.0}  # restarted at 0: a counter reset
+
+
+def test_a_changed_signature_restarts_the_rule_without_rewriting_its_entries():
+    fn, store = processor()
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(50)], now=W)
+    changed = {**COUNTERS, "c": replace(BY_ID["c"], aggregation=Aggregation.SUM,
+                                          field="v")}
+    fn2 = MetricProcessor(CounterState(changed, ttl_ms=TTL), GaugeState(GAUGES))
+    fn2.init(tws.Handle(store))  # type: ignore[arg-type]
+    store.reset()
+    out = tws.call(fn2, store, (0, CUMULATIVE), [row("c", 1, 5.0)], now=W + 1000)
+    assert values(out) == {("c", (("s", "s1"),)): 5.0}
+    assert store.writes == 2  # the series and the rule's entry
+    assert store.live("counter_rules")[(0, CUMULATIVE), ("c",)]["gen"] == 1
+
+
+def test_an_entry_of_another_format_is_refused():
+    fn, store = processor()
+    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 5}',), None)
+    with pytest.raises(StateFormatError, match="format 5"):
+        tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W)
+
+
+def _golden_store(kind: str) -> tuple[tws.Store, tuple[int, int], int]:
+    """A store holding one key's format 4 state as pinned in tests/golden (written with a
+    7-day TTL, by the rules of :mod:`tests.unit.test_state_format`)."""
+    doc = orjson.loads(GOLDEN_DIR.joinpath(f"state-v4-{kind}.json").read_bytes())
+    key = tuple(doc["key"])
+    store = tws.Store()
+    for name, entries in doc["state"].items():
+        if name == "timers":
+            store.timers[key] = set(entries)
+            continue
+        for user, value in entries:
+            store.data[(name, key, tuple(user) if user is not None else None)] = \
+                ((orjson.dumps(value),), None)
+    return store, key, doc["now"]  # type: ignore[return-value]
+
+
+def _golden_processor(store: tws.Store) -> MetricProcessor:
+    from tests.unit.test_state_format import BY_ID as GOLDEN_RULES
+
+    fn = MetricProcessor(
+        CounterState({k: v for k, v in GOLDEN_RULES.items() if v.kind == "counter"},
+                     ttl_ms=7 * 86_400_000),
+        GaugeState({k: v for k, v in GOLDEN_RULES.items() if v.kind == "gauge"}),
+        caps={"b": RuleCaps(2), "g": RuleCaps(1)})
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    return fn
+
+
+def test_v4_counter_state_continues_exactly_caps_late_logs_and_infinite_sum_included():
+    store, key, now = _golden_store("counter")
+    fn = _golden_processor(store)
+    rows = [{**partial("3:web", None, 1, 0.5, now + 100), "rule": "b"},
+            {**partial("-", None, 1, 1.0, now + 100), "rule": "b"},
+            {**partial("2:ok", str(now), 1, 1.0, now + 100), "rule": "__status__"}]
+    out = tws.call(fn, store, key, rows, now=now + 1000, watermark=now + 120_000)
+    assert values(out) == {
+        ("b", (("l2m_overflow", "true"),)): 7.0,  # web is still over the cap of 2
+        ("b", ()): "+Inf",  # series "-": svc missing
+        ("l2m-input", (("status", "ok"),)): 4.0,
+        ("l2m-late", ()): 4.0,
+        ("l2m-series-refused", (("account", ""), ("limit", "rule"), ("rule", "b"))): 3.0}
+
+
+def test_v4_gauge_state_continues_its_window_and_closes_on_its_timer():
+    store, key, now = _golden_store("gauge")
+    fn = _golden_processor(store)
+    row = {"rule": "h", "series": "", "le": "10", "window": key[1], "matches": 1, "n": 1,
+           "sum": 1.0, "exact_sum": None, "exact_n": 0, "min": 1.0, "max": 1.0, "ts": now}
+    out = tws.call(fn, store, key, [row], now=now + 1000)
+    assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
+        ("ms_bucket", "10", 2.0), ("ms_bucket", "100", 3.0), ("ms_bucket", "+Inf", 3.0),
+        ("ms_sum", None, 53.0), ("ms_count", None, 3.0)]
+    tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 60_000)
+    assert store.data == {}
