@@ -24,5 +24,5 @@ def test_the_document_states_the_current_state_format_and_keys():
     text = (ROOT / "topology" / "TOPOLOGY.md").read_text()
     assert f"format {STATE_FORMAT}" in text
     assert f"hash({', '.join(STATE_KEYS[STATE_FORMAT])})" in text
-    for path in ("l2m/kafka/source.py", "l2m/engine/readtask.py", "l2m/state/function.py"):
+    for path in ("l2m/kafka/source.py", "l2m/engine/readtask.py", "l2m/state/processor.py"):
         assert f"`{path}`" in text and (ROOT / path).is_file()
