@@ -12,7 +12,7 @@ from l2m.streaming.job import HadoopFiles
 
 def test_a_checkpoint_is_marked_and_read_back_through_hadoop(spark, tmp_path):
     files = HadoopFiles(spark)
-    root = f"file:{tmp_path}/cp"
+    root = f"file://{tmp_path}/cp"
     assert files.read(f"{root}/l2m.json") is None and not files.is_dir(f"{root}/metrics")
     assert check_checkpoint(root, "metrics", files) == STATE_FORMAT
     assert json.loads((tmp_path / "cp" / "l2m.json").read_text()) == {
@@ -20,5 +20,5 @@ def test_a_checkpoint_is_marked_and_read_back_through_hadoop(spark, tmp_path):
     files.write(f"{root}/l2m.json", '{"state_format": 3}')
     assert check_checkpoint(root, "metrics", files) == 3
     (tmp_path / "old" / "metrics" / "offsets").mkdir(parents=True)
-    assert files.is_dir(f"file:{tmp_path}/old/metrics/offsets")
-    assert check_checkpoint(f"file:{tmp_path}/old", "metrics", files) == 3
+    assert files.is_dir(f"file://{tmp_path}/old/metrics/offsets")
+    assert not files.is_dir(f"file://{tmp_path}/cp/l2m.json")  # a file
