@@ -182,6 +182,22 @@ def live_series(job: Job, rule: str | None = None) -> int:
                    if isinstance(k, SeriesCount) and rule in (None, k.rule)))
 
 
+def state_files(checkpoint: Path) -> dict[str, int]:
+    """Every file of the query's state store and its size."""
+    out = {}
+    for folder, _dirs, names in os.walk(checkpoint / "metrics" / "state"):
+        for name in names:
+            with contextlib.suppress(OSError):
+                out[os.path.join(folder, name)] = os.stat(os.path.join(folder, name)).st_size
+    return out
+
+
+def written(before: dict[str, int], after: dict[str, int]) -> int:
+    """Bytes of the state files a batch wrote: new files (changelogs, snapshots) and grown ones."""
+    return sum(size - before.get(path, 0) for path, size in after.items()
+               if size > before.get(path, 0))
+
+
 def step(job: Job, kind: str, logs: int, ids: int, batches: list[dict[str, Any]],
          checkpoint: Path, produce_s: float) -> dict[str, Any]:
     last = batches[-1]
@@ -206,43 +222,79 @@ def step(job: Job, kind: str, logs: int, ids: int, batches: list[dict[str, Any]]
 
 
 def run_streaming(spark: SparkSession, bootstrap: str, rules: list[Rule], workdir: Path,
-                  logs: int, burst: int, trigger_ms: int, backfill_file: Path,
-                  limits: LimitsConfig) -> list[dict[str, Any]]:
+                  logs: int, burst: int, trigger_ms: int, backfill_file: Path | None,
+                  limits: LimitsConfig, restart: bool = False, probes: int = 1,
+                  counter_ttl_ms: int | None = None) -> list[dict[str, Any]]:
     topics = fresh_topics(bootstrap, "card", PARTITIONS)
     checkpoint = workdir / "ck"
+    ttl = {} if counter_ttl_ms is None else {"counter_ttl_ms": counter_ttl_ms}
     cfg = JobConfig(kafka={"bootstrap.servers": bootstrap}, topics=topics,
                     checkpoint=str(checkpoint), trigger_ms=trigger_ms,
                     source=SourceConfig(max_records_per_trigger=None,
-                                        max_records_per_task=40_000), limits=limits)
+                                        max_records_per_task=40_000), limits=limits, **ttl)
     feed = Feed(bootstrap, topics.logs, PARTITIONS)
     source = Logs()
     job = start_job(spark, cfg, rules)
     steps: list[dict[str, Any]] = []
     seen = -1
 
-    def run(kind: str, lines: list[bytes]) -> dict[str, Any]:
+    def run(kind: str, lines: list[bytes], boundary: bool = True) -> dict[str, Any]:
         nonlocal seen
-        after_boundary(trigger_ms)
+        if boundary:
+            after_boundary(trigger_ms)
+        files = state_files(checkpoint)
         produce_s = feed.send(lines)
         batches = wait_for(job.query, feed.records, seen)
         seen = batches[-1]["batchId"]
         out = step(job, kind, len(lines), source.ids, batches, checkpoint, produce_s)
-        print(f"{kind:<6} {len(lines):>8,} logs ({source.ids:>9,} with ids so far): "
+        out["state_written_bytes"] = written(files, state_files(checkpoint))
+        print(f"{kind:<7} {len(lines):>8,} logs ({source.ids:>9,} with ids so far): "
               f"{out['batch_ms']:>7,} ms in {out['batches']} batch(es), "
               f"state rows {out['state_rows']:,}, series {out['live_series']:,}, "
-              f"checkpoint {out['checkpoint_bytes'] / 2**20:,.1f} MiB", file=sys.stderr)
+              f"checkpoint {out['checkpoint_bytes'] / 2**20:,.1f} MiB, "
+              f"state written {out['state_written_bytes'] / 2**10:,.0f} KiB", file=sys.stderr)
         return out
+
+    def probe(kind: str = "probe") -> None:
+        for _ in range(probes):
+            steps.append(run(kind, source.ordinary(PROBE)))
 
     try:
         # Warm-up (unmeasured): the session's first micro-batch costs seconds no later one pays.
         run("warmup", source.ordinary(PROBE))
-        steps.append(run("probe", source.ordinary(PROBE)))
-        with backfill_file.open("wb") as f:
+        probe()
+        with contextlib.ExitStack() as stack:
+            f = stack.enter_context(backfill_file.open("wb")) if backfill_file else None
             for start in range(0, logs, burst):
                 lines = source.burst(min(burst, logs - start))
-                f.write(b"\n".join(lines) + b"\n")
+                if f is not None:
+                    f.write(b"\n".join(lines) + b"\n")
                 steps.append(run("burst", lines))
-                steps.append(run("probe", source.ordinary(PROBE)))
+                probe()
+        if restart:
+            # A restart on the state as it is: the query stopped and started again on its
+            # checkpoint (the session stays warm; a new process adds its JVM start,
+            # benchmarks/RESULTS.md "roll-out"), a probe waiting. Its time: start → the
+            # probe's batch done, samples written.
+            job.query.stop()
+            lines = source.ordinary(PROBE)
+            feed.send(lines)
+            started = time.monotonic()
+            job = start_job(spark, cfg, rules)
+            seen = -1
+            batches = wait_for(job.query, feed.records, seen)
+            seen = batches[-1]["batchId"]
+            out = step(job, "restart", len(lines), source.ids, batches, checkpoint, 0.0)
+            out["first_sample_s"] = round(time.monotonic() - started, 2)
+            print(f"restart: first sample {out['first_sample_s']} s after the query started "
+                  f"({out['batch_ms']:,} ms of batches)", file=sys.stderr)
+            steps.append(out)
+            probe("after")
+        if counter_ttl_ms is not None:
+            # Idle series expire: wait past the TTL, then ordinary probes (the series of
+            # every burst are idle by then).
+            time.sleep(counter_ttl_ms / 1000 + 2)
+            probe("expired")
     finally:
         job.query.stop()
     return steps
@@ -310,13 +362,16 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = [f"{'step':<6} {'logs':>8} {'ids so far':>10} {'batch ms':>9} {'batches':>7} "
-            f"{'state rows':>10} {'series':>10} {'checkpoint MiB':>14}"]
+    rows = [f"{'step':<7} {'logs':>8} {'ids so far':>10} {'batch ms':>9} {'batches':>7} "
+            f"{'state rows':>10} {'series':>10} {'checkpoint MiB':>14} {'written KiB':>11}"]
     for s in result["streaming"]:
-        rows.append(f"{s['kind']:<6} {s['logs']:>8,} {s['id_logs_so_far']:>10,} "
+        rows.append(f"{s['kind']:<7} {s['logs']:>8,} {s['id_logs_so_far']:>10,} "
                     f"{s['batch_ms']:>9,} {s['batches']:>7} {s['state_rows']:>10,} "
-                    f"{s['live_series']:>10,} {s['checkpoint_bytes'] / 2**20:>14,.1f}")
-    back = result["backfill"]
+                    f"{s['live_series']:>10,} {s['checkpoint_bytes'] / 2**20:>14,.1f} "
+                    f"{s.get('state_written_bytes', 0) / 2**10:>11,.0f}")
+    back = result.get("backfill")
+    if back is None:
+        return "\n".join(rows)
     rows.append(f"backfill of {back['logs']:,} logs: {back['cardinality_rules']['seconds']} s "
                 f"with the cardinality rules ({back['cardinality_rules']['samples']:,} samples), "
                 f"{back['example_rules']['seconds']} s with the example rules alone")
@@ -333,6 +388,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="results folder (default ./bench-results)")
     ap.add_argument("--uncapped", action="store_true",
                     help="no series caps (limits.max_series_* = 0): the baseline")
+    ap.add_argument("--probes", type=int, default=1, help="probe batches after each burst")
+    ap.add_argument("--restart", action="store_true",
+                    help="after the last burst, restart the query and time its first sample")
+    ap.add_argument("--counter-ttl-ms", type=int, default=None,
+                    help="the job's counter_ttl; with it, probes after the TTL has passed")
+    ap.add_argument("--no-backfill", action="store_true", help="streaming only")
+    ap.add_argument("--name", default=None, help="result file name (default: by caps)")
     args = ap.parse_args(argv)
     limits = (LimitsConfig(max_series_per_rule=0, max_series_per_metric=0,
                            max_series_per_account=0) if args.uncapped else LimitsConfig())
@@ -353,15 +415,17 @@ def main(argv: list[str] | None = None) -> int:
             EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
         spark = session_for(JobConfig(master="local[2]", checkpoint=f"{tmp}/ck",
                                       spark={"spark.sql.shuffle.partitions": "2"}))
-        logs_file = Path(tmp) / "logs.jsonl"
+        logs_file = None if args.no_backfill else Path(tmp) / "logs.jsonl"
         result["streaming"] = run_streaming(spark, broker.bootstrap, rules, Path(tmp),
                                             args.logs, args.burst, args.trigger_ms, logs_file,
-                                            limits)
-        result["backfill"] = run_backfills(spark, rules, Path(tmp), logs_file, args.logs,
-                                           limits)
+                                            limits, args.restart, args.probes,
+                                            args.counter_ttl_ms)
+        if logs_file is not None:
+            result["backfill"] = run_backfills(spark, rules, Path(tmp), logs_file, args.logs,
+                                               limits)
         spark.stop()
     result["seconds"] = round(time.monotonic() - started, 1)
-    name = "cardinality-uncapped" if args.uncapped else "cardinality"
+    name = args.name or ("cardinality-uncapped" if args.uncapped else "cardinality")
     (out / f"{name}.json").write_text(json.dumps(result, indent=2))
     plot(result, out / f"{name}.png")
     print(table(result))

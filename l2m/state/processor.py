@@ -134,35 +134,43 @@ class _Rules:
         return (bucket + 1) * self.bucket_ms + self.ttl_ms > self.now
 
     def touch(self, rule_id: str) -> None:
-        """A series of the rule was written: so is its entry, which must outlive them all."""
-        self.changed.add(rule_id)
+        """A series of the rule was written. Its entry is rewritten at least once per bucket
+        in which any of its series is (a counter rule's, to refresh its TTL), so it outlives
+        them all; more often only when its counts change."""
+        if self.bucket_ms is not None and \
+                self.entries[rule_id].get("w") != self.now // self.bucket_ms:
+            self.changed.add(rule_id)
 
     def add(self, rule_id: str, seen: int | None) -> None:
-        """One series of the rule touched now, last touched at ``seen`` (None: new)."""
+        """One series of the rule written now, last touched at ``seen`` (None: new)."""
         entry = self.entries[rule_id]
-        self.changed.add(rule_id)
         if self.bucket_ms is None:
-            entry["n"] += seen is None
+            if seen is None:
+                entry["n"] += 1
+                self.changed.add(rule_id)
             return
         n = entry["n"]
         now = str(self.now // self.bucket_ms)
         if seen is not None:
             old = str(seen // self.bucket_ms)
             if old == now:
+                self.touch(rule_id)
                 return
             if old in n:
                 n[old] -= 1
                 if not n[old]:
                     del n[old]
         n[now] = n.get(now, 0) + 1
+        self.changed.add(rule_id)
 
     def write(self) -> None:
-        """Write back every entry this call changed (a counter rule's also refreshes its
-        TTL, so it outlives its series): dead buckets dropped."""
+        """Write back every entry this call changed: dead buckets dropped, the bucket of the
+        write noted (``"w"``)."""
         for rule_id in sorted(self.changed):
             entry = self.entries[rule_id]
             if self.bucket_ms is not None:
                 entry["n"] = {b: c for b, c in entry["n"].items() if self._alive(int(b))}
+                entry["w"] = self.now // self.bucket_ms
             self.state.updateValue((rule_id,), _dump(entry))
 
 

@@ -71,11 +71,16 @@ def test_a_batch_reads_and_writes_only_the_series_it_touches():
     call = tws.call
     call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(1000)], now=W)
     store.reset()
-    out = call(fn, store, (0, CUMULATIVE), [row("c", 3), row("c", 7)], now=W + 1000)
+    out = call(fn, store, (0, CUMULATIVE), [row("c", 3), row("c", 7)], now=W + 500)
     assert values(out) == {("c", (("s", "s3"),)): 2.0, ("c", (("s", "s7"),)): 2.0}
-    # two series read and written, the rule's entry read and written, the key's meta read
-    assert (store.reads, store.writes) == (4, 3)
+    # two series read and written, the rule's entry and the key's meta read
+    assert (store.reads, store.writes) == (4, 2)
     assert len(store.live("counter_series")) == 1000
+    store.reset()  # in the next last-touch bucket the rule's counts move: its entry written
+    call(fn, store, (0, CUMULATIVE), [row("c", 3)], now=W + 1000)
+    assert (store.reads, store.writes) == (3, 2)
+    assert store.live("counter_rules")[(0, CUMULATIVE), ("c",)]["n"] == {
+        str(W // 1000): 999, str(W // 1000 + 1): 1}
 
 
 def _random_batches(seed: int) -> list[list[dict]]:
