@@ -31,11 +31,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import SparkSession
+
+from benchmarks.cardinality import run_cardinality_backfill, run_expiry, run_state_scale
 from benchmarks.drain import DrainCase, run_drain
 from benchmarks.executor_loss import run_executor_loss
 from benchmarks.latency import run_latency
-from benchmarks.limits import consume_rate, parse_rate
+from benchmarks.limits import consume_parse_rate, consume_rate, parse_rate
 from benchmarks.load import LoadSpec, Skew, preload
+from benchmarks.once import run_once
 from benchmarks.peer_quix import run_peer
 from benchmarks.recovery import run_recovery
 from benchmarks.rollout import plot as plot_rollout
@@ -58,7 +62,14 @@ PROFILES = {
               "recovery": {"series": 5_000, "new_logs": 500},
               "peer": {"records": 2_000, "idle_s": 3.0}, "rollouts": 1,
               "rules": {"rule_counts": [20, 200], "accounts": 20, "records": 4_000,
-                        "backfill_logs": 10_000}},
+                        "backfill_logs": 10_000},
+              "rules_100k": {"rule_counts": [20, 400], "accounts": 40, "records": 4_000,
+                             "backfill_logs": 10_000, "tenant_dirs": True},
+              "state": {"logs": 20_000, "burst": 10_000, "probes": 1, "trigger_ms": 2_000},
+              "expiry": {"logs": 10_000, "burst": 10_000, "ttl_ms": 6_000,
+                         "trigger_ms": 2_000},
+              "cardinality_backfill": {"logs": 20_000},
+              "once": {"records": 20_000, "partitions": 4}},
     "full": {"records": 480_000, "partitions": 16, "per_batch": 160_000, "per_task": 40_000,
              "limit_records": 400_000,
              "skews": [Skew("uniform"), Skew("hot", 0.7), Skew("zipf", zipf_s=1.2)],
@@ -67,6 +78,15 @@ PROFILES = {
              "peer": {"records": 60_000, "idle_s": 8.0}, "rollouts": 3,
              "rules": {"rule_counts": [20, 1_000, 10_000], "accounts": 1_000,
                        "records": 480_000, "backfill_logs": 1_000_000},
+             # issue 21: 100,000 rules over 10,000 accounts, as tenant mode takes them
+             "rules_100k": {"rule_counts": [20, 100_000], "accounts": 10_000,
+                            "records": 480_000, "backfill_logs": 1_000_000,
+                            "tenant_dirs": True},
+             # issue 21: 10,000,000 live series (no caps), probes of 2,000 ordinary logs
+             "state": {"logs": 10_000_000, "burst": 1_000_000, "probes": 3},
+             "expiry": {"logs": 1_000_000, "burst": 250_000, "ttl_ms": 120_000},
+             "cardinality_backfill": {"logs": 1_000_000},
+             "once": {"records": 1_000_000, "partitions": 16},
              "cluster": {"master": "local-cluster[2,1,1024]",
                          "skews": [Skew("uniform"), Skew("hot", 0.7)],
                          "loss": {"rate": 3000, "before_s": 45, "after_s": 60}}},
@@ -98,7 +118,8 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
             peer: dict[str, Any] | None = None,
             cluster: dict[str, Any] | None = None,
             rollout: dict[str, Any] | None = None,
-            rule_scale: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+            rule_scale: dict[str, Any] | None = None,
+            issue21: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     def find(skew: str, planner: str) -> dict[str, Any] | None:
         return next((d for d in drains if d["skew"] == skew and d["planner"] == planner), None)
 
@@ -148,6 +169,7 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
                 **({"note": f"worst of {len(rollout['rollouts'])}: {rollout['max_gap_s']} s; "
                             "the replaced system: 45 s"} if rollout else {})})
     out += rule_targets(rule_scale)
+    out += state_targets(issue21 or {}, limit)
     if cluster:
         hot = next((d for d in cluster["drain"] if d["skew"] == "hot 70%"
                     and d["planner"] == "balanced"), None)
@@ -181,6 +203,81 @@ def rule_targets(scale: dict[str, Any] | None) -> list[dict[str, Any]]:
         {"name": f"backfill of {back.get('logs', 0):,} logs with {most:,} rules completes, s",
          "goal": "completes", "measured": back.get("many_s"), "met": bool(back) or None},
     ]
+    return out
+
+
+# Issue 21's memory goal: the shipped defaults of an executor pod (k8s/base/deployment.yaml:
+# spark.executor.memory 2g + memoryOverhead 1g) for the JVM, the overhead for a Python worker.
+JVM_MIB = 3 * 1024
+PYTHON_WORKER_MIB = 1024
+
+
+def state_targets(r: dict[str, Any], limit: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 21's targets: state at 10,000,000 live series, expiry, 100,000 rules, backfill
+    at high cardinality, and the share of the consume + orjson ceiling."""
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, goal: str, measured: Any, met: bool | None, note: str = "") -> None:
+        out.append({"name": name, "goal": goal, "measured": measured,
+                    "met": None if measured is None else met, **({"note": note} if note else {})})
+
+    state = r.get("state")
+    if state:
+        live = f"{state['live_series']:,}"
+        add(f"batch of {state['probe_logs']:,} logs at {live} live state entries / on empty "
+            "state", "<= 1.5", state["batch_ratio"], state["batch_ratio"] <= 1.5,
+            f"{state['levels'][-1]['probe_batch_ms']} vs {state['levels'][0]['probe_batch_ms']}"
+            " ms (medians)")
+        add(f"state bytes written per batch at {live} live entries / on empty state", "<= 2",
+            state["written_ratio"], state["written_ratio"] <= 2)
+        first = state["restart_first_sample_s"]
+        add(f"first sample after restart with {live} live state entries, s", "< 30", first,
+            first is not None and first < 30)
+    expiry = r.get("expiry")
+    if expiry:
+        gone = expiry["state_rows_before"] - expiry["state_rows_after"]
+        share = round(expiry["expiry_state_written_bytes"]
+                      / max(expiry["checkpoint_bytes_before"], 1), 3)
+        add("idle series expired by counter_ttl: state written by the batch after / the "
+            "checkpoint", "< 0.5 (no rewrite of everything)", share, share < 0.5 and gone > 0,
+            f"{gone:,} entries expired; that batch took {expiry['expiry_batch_ms']:,} ms")
+    many = r.get("rules_100k")
+    if many:
+        drains = {d["rules"]: d for d in many["drain"]}
+        most = max(drains)
+        ratio = round(drains[most]["logs_per_s"] / drains[20]["logs_per_s"], 2) \
+            if 20 in drains and most != 20 else None
+        add(f"validate {most:,} rules (tenant folders), s", "< 30", many["validate_s"],
+            many["validate_s"] is not None and many["validate_s"] < 30)
+        add(f"drain with {most:,} rules over {many['accounts']:,} accounts / with 20 rules",
+            ">= 0.5", ratio, ratio is not None and ratio >= 0.5,
+            f"{drains[most]['logs_per_s']:,} vs {drains[20]['logs_per_s']:,} logs/s")
+        jvm, worker = drains[most]["peak_jvm_rss_mib"], drains[most]["peak_python_worker_rss_mib"]
+        add(f"peak JVM / Python worker MiB with {most:,} rules", f"<= {JVM_MIB} / "
+            f"<= {PYTHON_WORKER_MIB} (executor pod defaults)", f"{jvm} / {worker}",
+            jvm <= JVM_MIB and worker <= PYTHON_WORKER_MIB)
+        back = many.get("backfill") or {}
+        add(f"backfill of {back.get('logs', 0):,} logs with {most:,} rules completes, s",
+            "completes", back.get("many_s"), bool(back))
+    card = r.get("cardinality_backfill")
+    if card:
+        add(f"backfill of {card['logs']:,} logs with the unique-id rules / example rules "
+            "alone", "<= 2", card["ratio"], card["ratio"] <= 2,
+            f"{card['cardinality_rules']['seconds']} vs {card['example_rules']['seconds']} s; "
+            f"peak JVM {card['peak_jvm_rss_mib']} MiB, Python worker "
+            f"{card['peak_python_worker_rss_mib']} MiB")
+    once = r.get("once")
+    ceiling = (limit.get("consume_parse") or {}).get("per_s")
+    if once and ceiling:
+        steady = round(once["steady_logs_per_s"] / ceiling, 3) \
+            if once["steady_logs_per_s"] else None
+        whole = round(once["whole_logs_per_s"] / ceiling, 3)
+        add("steady micro-batches of `l2m run --once` / consume + orjson ceiling", ">= 0.5",
+            steady, steady is not None and steady >= 0.5,
+            f"{once['steady_logs_per_s']:,} vs {ceiling:,} logs/s")
+        add(f"whole `l2m run --once` of {once['records']:,} logs, start-up included / "
+            "consume + orjson ceiling", ">= 0.3", whole, whole >= 0.3,
+            f"{once['whole_logs_per_s']:,} logs/s, {once['whole_s']} s")
     return out
 
 
@@ -296,6 +393,23 @@ def plot(result: dict[str, Any], out: Path, prefix: str = "") -> list[str]:
         files.append(_save(fig, out / f"{prefix}latency_cdf.png"))
     if result.get("rollout"):
         files.append(plot_rollout(result["rollout"], out / f"{prefix}rollout.png"))
+    state = (result.get("issue21") or {}).get("state")
+    if state:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        levels = state["levels"]
+        live = [lv["live_series"] for lv in levels]
+        left.plot(live, [lv["probe_batch_ms"] / 1000 for lv in levels], marker="o")
+        left.set_xlabel("live state entries (series)")
+        left.set_ylabel(f"batch of {state['probe_logs']:,} logs, s (median)")
+        left.set_ylim(bottom=0)
+        left.set_title("Batch time vs live series")
+        right.plot(live, [lv["state_written_bytes"] / 1024 for lv in levels], marker="o",
+                   color="#d95f02")
+        right.set_xlabel("live state entries (series)")
+        right.set_ylabel("state written by that batch, KiB")
+        right.set_ylim(bottom=0)
+        right.set_title("Checkpoint bytes per batch")
+        files.append(_save(fig, out / f"{prefix}state.png"))
     return files
 
 
@@ -342,6 +456,9 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"- pyarrow JSON parse: {lim['parse']['per_s']:,} logs/s "
         f"({lim['parse']['mb_per_s']} MB/s, {lim['parse']['avg_log_bytes']} bytes per log)",
         f"- combined ceiling (consume then parse, same cores): {lim['read_parse_per_s']:,} logs/s",
+        *([f"- consume + `orjson.loads` of every record, together, one process per core "
+           f"(issue 21's ceiling): {lim['consume_parse']['per_s']:,} logs/s "
+           f"({lim['consume_parse']['records']:,} records)"] if lim.get("consume_parse") else []),
         "",
         "## Drain of a backlog",
         "",
@@ -473,8 +590,72 @@ def render_markdown(result: dict[str, Any]) -> str:
                       f"example rules in a warm session (runs {back['example_runs_s']} s); "
                       f"{back['many_rules']:,} rules: {back['many_s']} s "
                       f"({back['many_logs_per_s']:,} logs/s, {back['many_samples']:,} samples)."]
+    lines += issue21_markdown(result.get("issue21") or {})
     lines += ["", *[f"![{p}]({p})" for p in result.get("plots", [])], ""]
     return "\n".join(lines)
+
+
+def issue21_markdown(r: dict[str, Any]) -> list[str]:
+    """RESULTS.md's sections for issue 21's scenarios."""
+    lines: list[str] = []
+    state = r.get("state")
+    if state:
+        lines += ["", "## State at scale", "",
+                  f"No series caps; the example rules plus a counter by a unique `request_id` "
+                  f"and a gauge by `user_id` (`benchmarks/cardinality.py`); {state['logs']:,} "
+                  f"logs with ids in bursts of {state['burst']:,}, after each "
+                  f"{state['probes_per_level']} batches of {state['probe_logs']:,} ordinary logs "
+                  "(medians below). State entries: the state store's rows — one per live "
+                  "series (counters and open gauge windows), plus a few per rule and key. "
+                  f"Bursts: {state['burst_logs_per_s']:,} logs/s of new series.", "",
+                  "| logs with ids so far | state entries | batch of 2,000 logs, ms | state "
+                  "bytes written by it | checkpoint MiB |", "|---|---|---|---|---|"]
+        for lv in state["levels"]:
+            lines.append(f"| {lv['id_logs']:,} | {lv['live_series']:,} | "
+                         f"{lv['probe_batch_ms']:,} | {lv['state_written_bytes']:,.0f} | "
+                         f"{lv['checkpoint_bytes'] / 2**20:,.1f} |")
+        lines += ["", f"Restart of the query on all of it: first sample after "
+                      f"{state['restart_first_sample_s']} s."]
+    expiry = r.get("expiry")
+    if expiry:
+        lines += ["", f"Expiry: {expiry['logs']:,} logs with ids, then `counter_ttl` "
+                      f"({expiry['ttl_ms'] / 1000:.0f} s) passes: the next batch of 2,000 logs "
+                      f"took {expiry['expiry_batch_ms']:,} ms (before: "
+                      f"{expiry['probe_batch_ms_before']:,} ms), state entries "
+                      f"{expiry['state_rows_before']:,} → {expiry['state_rows_after']:,}, and "
+                      f"wrote {expiry['expiry_state_written_bytes']:,} bytes of state against a "
+                      f"checkpoint of {expiry['checkpoint_bytes_before']:,}."]
+    many = r.get("rules_100k")
+    if many:
+        lines += ["", "## 100,000 rules", "",
+                  f"Tenant rules (10 per account) in one folder per account, as tenant mode "
+                  f"takes them, over logs spread over {many['accounts']:,} accounts; `l2m "
+                  f"validate --tenants`: {many['validate_s']} s.", "",
+                  "| rules | drain logs/s | median batch ms | peak JVM MiB | peak Python worker "
+                  "MiB |", "|---|---|---|---|---|"]
+        for d in many["drain"]:
+            lines.append(f"| {d['rules']:,} | {d['logs_per_s']:,} | {d['median_batch_ms']} | "
+                         f"{d['peak_jvm_rss_mib']} | {d['peak_python_worker_rss_mib']} |")
+        back = many.get("backfill")
+        if back:
+            lines += ["", f"Backfill of {back['logs']:,} logs with {back['many_rules']:,} rules: "
+                          f"{back['many_s']} s ({back['many_samples']:,} samples)."]
+    card = r.get("cardinality_backfill")
+    if card:
+        lines += ["", f"Backfill of {card['logs']:,} logs with a unique id each: "
+                      f"{card['cardinality_rules']['seconds']} s with the unique-id rules "
+                      f"(default caps; {card['cardinality_rules']['refused_logs']:,} logs into "
+                      f"overflow series), {card['example_rules']['seconds']} s with the "
+                      f"example rules alone; peak JVM {card['peak_jvm_rss_mib']} MiB, Python "
+                      f"worker {card['peak_python_worker_rss_mib']} MiB."]
+    once = r.get("once")
+    if once:
+        lines += ["", f"`l2m run --once` of {once['records']:,} logs over {once['partitions']} "
+                      f"partitions (batches of {once['per_batch']:,}), as a user runs it: "
+                      f"{once['whole_s']} s in all ({once['whole_logs_per_s']:,} logs/s, "
+                      f"start-up included); steady batches {once['steady_logs_per_s']:,} "
+                      "logs/s."]
+    return lines
 
 
 def run_cluster(bootstrap: str, profile: dict[str, Any], rules: list[Any],
@@ -523,7 +704,7 @@ def write_outputs(result: dict[str, Any], out: Path, quick: bool) -> None:
     result["targets"] = targets(result["drain"], result["limit"], result.get("latency"),
                                 result.get("recovery"), result.get("peer"),
                                 result.get("cluster"), result.get("rollout"),
-                                result.get("rule_scale"))
+                                result.get("rule_scale"), result.get("issue21"))
     if quick:
         result["targets"] = ungraded(result["targets"])
     # A quick run beside the committed results must not overwrite their plots.
@@ -551,6 +732,79 @@ def render_only(out: Path, quick: bool) -> int:
     return 0
 
 
+# Issue 21's scenarios, each also runnable alone (``--only``) into an existing result.
+ISSUE21 = ("state", "expiry", "rules_100k", "cardinality_backfill", "once")
+
+
+def ceiling(bootstrap: str, profile: dict[str, Any]) -> dict[str, Any]:
+    """The consume + orjson ceiling (:func:`benchmarks.limits.consume_parse_rate`), the better
+    of two runs like every rate a target compares."""
+    return _best(lambda: consume_parse_rate(bootstrap, profile["limit_records"],
+                                            profile["partitions"],
+                                            processes=os.cpu_count() or 2))
+
+
+def run_issue21(spark: SparkSession | None, bootstrap: str, profile: dict[str, Any],
+                workdir: Path, names: tuple[str, ...]) -> dict[str, Any]:
+    """The named issue 21 scenarios; ``spark`` (a warm session) for all but ``once``, which
+    runs ``l2m run --once`` as its own process (start it with the session stopped)."""
+    out: dict[str, Any] = {}
+    if "state" in names and spark is not None:
+        out["state"] = run_state_scale(spark, bootstrap, workdir, **profile["state"])
+        print(f"state: {out['state']['live_series']:,} live entries, probe batch ratio "
+              f"{out['state']['batch_ratio']}, bytes written ratio "
+              f"{out['state']['written_ratio']}, restart first sample "
+              f"{out['state']['restart_first_sample_s']} s", file=sys.stderr)
+    if "expiry" in names and spark is not None:
+        out["expiry"] = run_expiry(spark, bootstrap, workdir, **profile["expiry"])
+        print(f"expiry: {out['expiry']['state_rows_before']:,} → "
+              f"{out['expiry']['state_rows_after']:,} entries, that batch "
+              f"{out['expiry']['expiry_batch_ms']:,} ms", file=sys.stderr)
+    if "rules_100k" in names and spark is not None:
+        out["rules_100k"] = run_rule_scale(spark, bootstrap, workdir, profile["rules_100k"],
+                                           profile)
+    if "cardinality_backfill" in names and spark is not None:
+        out["cardinality_backfill"] = run_cardinality_backfill(
+            spark, workdir, profile["cardinality_backfill"]["logs"])
+    if "once" in names and spark is None:
+        spec = profile["once"]
+        out["once"] = run_once(bootstrap, workdir, spec["records"], spec["partitions"],
+                               profile["per_batch"], profile["per_task"])
+        print(f"run --once: steady {out['once']['steady_logs_per_s']:,} logs/s, whole "
+              f"{out['once']['whole_logs_per_s']:,} logs/s ({out['once']['whole_s']} s)",
+              file=sys.stderr)
+    return out
+
+
+def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
+    """Run some of issue 21's scenarios into the existing result and re-render it."""
+    path = out / ("quick.json" if quick else "latest.json")
+    result = json.loads(path.read_text())
+    profile = PROFILES["quick" if quick else "full"]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp, \
+            EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
+        if "once" in names:
+            result["limit"]["consume_parse"] = ceiling(broker.bootstrap, profile)
+        in_session = tuple(n for n in names if n != "once")
+        found: dict[str, Any] = {}
+        if in_session:
+            spark = session_for(JobConfig(master="local[2]",
+                                          spark={"spark.sql.shuffle.partitions": "2"}))
+            found.update(run_issue21(spark, broker.bootstrap, profile, Path(tmp), in_session))
+            spark.stop()
+        if "once" in names:
+            found.update(run_issue21(None, broker.bootstrap, profile, Path(tmp), ("once",)))
+    result.setdefault("issue21", {}).update(found)
+    result.setdefault("only_runs", []).append(
+        {"scenarios": list(names), "seconds": round(time.monotonic() - started, 1),
+         "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
+    write_outputs(result, out, quick)
+    for t in result["targets"]:
+        print(f"target: {t['name']}: goal {t['goal']}, measured {t['measured']}, met {t['met']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
     ap.add_argument("--quick", action="store_true", help="tiny data, under 2 minutes")
@@ -558,10 +812,19 @@ def main(argv: list[str] | None = None) -> int:
                     "benchmarks/results, the committed results; --quick ./bench-results)")
     ap.add_argument("--render", action="store_true",
                     help="only recompute targets, model, plots and RESULTS.md from the JSON")
+    ap.add_argument("--only", help="run only these of issue 21's scenarios (comma-separated: "
+                    f"{', '.join(ISSUE21)}) into the existing results, and re-render them")
     args = ap.parse_args(argv)
     out = results_folder(args.out, args.quick)
     if args.render:
         return render_only(out, args.quick)
+    if args.only:
+        names = tuple(n.strip() for n in args.only.split(",") if n.strip())
+        unknown = [n for n in names if n not in ISSUE21]
+        if unknown:
+            ap.error(f"--only: unknown scenario(s) {', '.join(unknown)}; "
+                     f"known: {', '.join(ISSUE21)}")
+        return run_only(names, out, args.quick)
     profile_name = "quick" if args.quick else "full"
     profile = PROFILES[profile_name]
     out.mkdir(parents=True, exist_ok=True)
@@ -582,7 +845,8 @@ def main(argv: list[str] | None = None) -> int:
         cores = os.cpu_count() or 1
         combined = cores / (1 / per_core_consume + 1 / per_core_parse)
         result["limit"] = {"consume": consume, "parse": parse,
-                           "read_parse_per_s": round(combined)}
+                           "read_parse_per_s": round(combined),
+                           "consume_parse": ceiling(broker.bootstrap, profile)}
         print(f"machine limit: consume {consume['per_s']:,}/s, parse {parse['per_s']:,}/s, "
               f"read+parse {round(combined):,}/s", file=sys.stderr)
         spark = session_for(JobConfig(master="local[2]",
@@ -618,7 +882,10 @@ def main(argv: list[str] | None = None) -> int:
         recovery = run_recovery(spark, broker.bootstrap, Path(tmp), **profile["recovery"])
         rule_scale = run_rule_scale(spark, broker.bootstrap, Path(tmp), profile["rules"],
                                     profile)
+        issue21 = run_issue21(spark, broker.bootstrap, profile, Path(tmp),
+                              tuple(n for n in ISSUE21 if n != "once"))
         spark.stop()  # the peer and the roll-outs get the cores to themselves
+        issue21.update(run_issue21(None, broker.bootstrap, profile, Path(tmp), ("once",)))
         rollout = run_rollout(broker.bootstrap, Path(tmp), rollouts=profile["rollouts"])
         rollout.pop("log")
         print(f"roll-out: median gap {rollout['median_gap_s']} s, phases "
@@ -638,6 +905,7 @@ def main(argv: list[str] | None = None) -> int:
     result["recovery"] = recovery
     result["rollout"] = rollout
     result["rule_scale"] = rule_scale
+    result["issue21"] = issue21
     result["seconds"] = round(time.monotonic() - started, 1)
     write_outputs(result, out, args.quick)
     print(f"{'scenario':<32} {'logs/s':>9} {'max/mean':>9}")

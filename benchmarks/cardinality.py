@@ -435,3 +435,100 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def run_state_scale(spark: SparkSession, bootstrap: str, workdir: Path, logs: int,
+                    burst: int, probes: int, trigger_ms: int = 10_000) -> dict[str, Any]:
+    """Issue 21's state scenario in the harness (``python -m benchmarks``): no series caps,
+    ``logs`` logs with ids in bursts, ``probes`` ordinary batches after each, then a restart
+    on the full state. Batch time and state bytes written per probe against live series."""
+    uncapped = LimitsConfig(max_series_per_rule=0, max_series_per_metric=0,
+                            max_series_per_account=0)
+    steps = run_streaming(spark, bootstrap, cardinality_rules(), workdir / "state-scale",
+                          logs, burst, trigger_ms, None, uncapped, restart=True,
+                          probes=probes)
+    return summarise_state(steps, logs, burst, probes)
+
+
+def summarise_state(steps: list[dict[str, Any]], logs: int, burst: int,
+                    probes: int) -> dict[str, Any]:
+    """Per level of live series: the median probe batch and state bytes written."""
+    levels: list[dict[str, Any]] = []
+    for s in steps:
+        if s["kind"] != "probe":
+            continue
+        if not levels or levels[-1]["id_logs"] != s["id_logs_so_far"]:
+            levels.append({"id_logs": s["id_logs_so_far"], "batch_ms": [], "written": [],
+                           "live_series": 0, "state_rows": 0, "checkpoint_bytes": 0})
+        level = levels[-1]
+        level["batch_ms"].append(s["batch_ms"])
+        level["written"].append(s["state_written_bytes"])
+        level["live_series"] = max(level["live_series"], s["state_rows"])
+        level["checkpoint_bytes"] = s["checkpoint_bytes"]
+    table = [{"id_logs": lv["id_logs"], "live_series": lv["live_series"],
+              "probe_batch_ms": _median(lv["batch_ms"]),
+              "state_written_bytes": _median(lv["written"]),
+              "checkpoint_bytes": lv["checkpoint_bytes"]} for lv in levels]
+    bursts = [s for s in steps if s["kind"] == "burst"]
+    restart = next((s for s in steps if s["kind"] == "restart"), None)
+    empty, full = table[0], table[-1]
+    return {
+        "logs": logs, "burst": burst, "probes_per_level": probes, "probe_logs": PROBE,
+        "levels": table,
+        "burst_batch_ms": [b["batch_ms"] for b in bursts],
+        "burst_logs_per_s": round(sum(b["logs"] for b in bursts)
+                                  / max(sum(b["batch_ms"] for b in bursts) / 1000, 1e-9)),
+        "batch_ratio": round(full["probe_batch_ms"] / empty["probe_batch_ms"], 2),
+        "written_ratio": round(full["state_written_bytes"]
+                               / max(empty["state_written_bytes"], 1), 2),
+        "live_series": full["live_series"],
+        "restart_first_sample_s": restart["first_sample_s"] if restart else None,
+        "steps": steps,
+    }
+
+
+def run_expiry(spark: SparkSession, bootstrap: str, workdir: Path, logs: int, burst: int,
+               ttl_ms: int, trigger_ms: int = 5_000) -> dict[str, Any]:
+    """Idle series expire by ``counter_ttl``: ``logs`` ids in bursts, then the TTL passes and
+    ordinary batches follow. What the first batch after it costs and writes, against the
+    state it leaves."""
+    uncapped = LimitsConfig(max_series_per_rule=0, max_series_per_metric=0,
+                            max_series_per_account=0)
+    steps = run_streaming(spark, bootstrap, cardinality_rules(), workdir / "expiry", logs,
+                          burst, trigger_ms, None, uncapped, probes=1, counter_ttl_ms=ttl_ms)
+    before = [s for s in steps if s["kind"] == "probe"][-1]
+    expired = [s for s in steps if s["kind"] == "expired"]
+    first = expired[0]
+    return {"logs": logs, "burst": burst, "ttl_ms": ttl_ms,
+            "state_rows_before": before["state_rows"], "state_rows_after": first["state_rows"],
+            "checkpoint_bytes_before": before["checkpoint_bytes"],
+            "expiry_batch_ms": first["batch_ms"],
+            "expiry_state_written_bytes": first["state_written_bytes"],
+            "probe_batch_ms_before": before["batch_ms"],
+            "state_written_bytes_before": before["state_written_bytes"],
+            "steps": steps}
+
+
+def run_cardinality_backfill(spark: SparkSession, workdir: Path, logs: int) -> dict[str, Any]:
+    """Backfill of ``logs`` logs with a unique id each, with the cardinality rules (default
+    caps) and the example rules alone, in a warm session (issue 21, deliverable 4)."""
+    path = workdir / "cardinality-backfill.jsonl"
+    source = Logs()
+    with path.open("wb") as f:
+        for start in range(0, logs, 100_000):
+            f.write(b"\n".join(source.burst(min(100_000, logs - start))) + b"\n")
+    from benchmarks.rules_scale import PeakMemory
+
+    with PeakMemory() as peak:
+        out = run_backfills(spark, cardinality_rules(), workdir, path, logs, LimitsConfig())
+    out["peak_jvm_rss_mib"] = round(peak.jvm)
+    out["peak_python_worker_rss_mib"] = round(peak.python_worker)
+    out["ratio"] = round(out["cardinality_rules"]["seconds"] / out["example_rules"]["seconds"], 2)
+    path.unlink()
+    return out

@@ -23,10 +23,11 @@ from pyspark.sql import SparkSession
 
 from benchmarks.drain import DrainCase, run_drain
 from benchmarks.load import Skew
-from benchmarks.tenants import RULES_PER_ACCOUNT, write_rules
+from benchmarks.tenants import RULES_PER_ACCOUNT, write_rules, write_tenant_dirs
 from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.rules.loader import load_rules
 from l2m.rules.model import Rule
+from l2m.tenancy import Tenancy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,22 +91,30 @@ class PeakMemory:
                     self.python_worker = max(self.python_worker, rss)
 
 
-def rule_sets(counts: list[int], workdir: Path) -> dict[int, tuple[list[Rule], Path | None]]:
-    """The rules of each size: 20 = the benchmark rules, else tenants' rules (10 each)."""
+def rule_sets(counts: list[int], workdir: Path, tenant_dirs: bool = False
+              ) -> dict[int, tuple[list[Rule], Path | None]]:
+    """The rules of each size: 20 = the benchmark rules, else tenants' rules (10 each), in
+    one file with an ``account`` per rule, or (``tenant_dirs``) one folder per account as
+    tenant mode takes them."""
     out: dict[int, tuple[list[Rule], Path | None]] = {}
     for n in counts:
         if n == 20:
             out[n] = (list(load_rules([ROOT / "benchmarks" / "rules.yaml"]).rules), None)
-            continue
-        path = write_rules(workdir / f"tenants-{n}.yaml", n // RULES_PER_ACCOUNT)
-        out[n] = (list(load_rules([path]).rules), path)
+        elif tenant_dirs:
+            path = write_tenant_dirs(workdir / f"tenants-{n}", n // RULES_PER_ACCOUNT)
+            out[n] = (list(load_rules([path], tenancy=Tenancy()).rules), path)
+        else:
+            path = write_rules(workdir / f"tenants-{n}.yaml", n // RULES_PER_ACCOUNT)
+            out[n] = (list(load_rules([path]).rules), path)
     return out
 
 
 def validate_seconds(path: Path) -> float:
-    """Wall time of ``l2m validate`` on the file, as a user runs it."""
+    """Wall time of ``l2m validate`` on the file (a folder: ``--tenants``), as a user runs
+    it."""
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "l2m.cli", "validate", str(path)], check=True,
+    what = ["--tenants", str(path)] if path.is_dir() else [str(path)]
+    subprocess.run([sys.executable, "-m", "l2m.cli", "validate", *what], check=True,
                    capture_output=True)
     return round(time.monotonic() - started, 2)
 
@@ -147,9 +156,10 @@ def run_rule_scale(spark: SparkSession, bootstrap: str, workdir: Path,
                    spec: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
     counts: list[int] = spec["rule_counts"]
     accounts = spec["accounts"]
-    sets = rule_sets(counts, workdir)
+    sets = rule_sets(counts, workdir, spec.get("tenant_dirs", False))
     largest = max(counts)
-    result: dict[str, Any] = {"accounts": accounts, "rule_counts": counts}
+    result: dict[str, Any] = {"accounts": accounts, "rule_counts": counts,
+                              "tenant_dirs": spec.get("tenant_dirs", False)}
     path = sets[largest][1]
     result["validate_s"] = validate_seconds(path) if path else None
     result["cost_per_log"] = cost_per_log(sets, accounts)

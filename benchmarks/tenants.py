@@ -71,13 +71,32 @@ def write_rules(path: Path, accounts: int, seed: int = 10) -> Path:
     return path
 
 
+def write_tenant_dirs(root: Path, accounts: int, seed: int = 10) -> Path:
+    """Write the same rules as tenant mode takes them: ``root/<account>/rules.yaml`` (ids
+    become ``<account>/<id>``). 100,000 rules are 20.8 MB, over the 10 MB limit of one rule
+    file; a service of that size keeps them per tenant anyway."""
+    rng = random.Random(seed)
+    for k in range(accounts):
+        rules = tenant_rules(k, rng)
+        folder = root / tenant(k)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "rules.yaml").write_text(yaml.safe_dump({"rules": rules}, sort_keys=False,
+                                                          width=120))
+    return root
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--accounts", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=10)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tenant-dirs", action="store_true",
+                        help="write OUT/<account>/rules.yaml (for `l2m validate --tenants OUT`)")
     args = parser.parse_args()
-    write_rules(args.out, args.accounts, args.seed)
+    if args.tenant_dirs:
+        write_tenant_dirs(args.out, args.accounts, args.seed)
+    else:
+        write_rules(args.out, args.accounts, args.seed)
     print(f"{args.accounts * RULES_PER_ACCOUNT} rules for {args.accounts} accounts → {args.out}")
 
 

@@ -37,7 +37,17 @@ def test_quick_profile_writes_results_targets_and_plots(tmp_path: Path):
     assert all(d["logs_per_s"] > 0 for d in scale["drain"])
     assert scale["validate_s"] > 0 and scale["backfill"]["many_samples"] > 0
     assert "validate 200 rules, s" in names
-    for png in ("throughput.png", "records_per_task.png", "rules.png"):
+    issue21 = result["issue21"]
+    assert issue21["state"]["levels"][-1]["live_series"] > 20_000
+    assert issue21["state"]["restart_first_sample_s"] > 0
+    assert issue21["expiry"]["state_rows_after"] < issue21["expiry"]["state_rows_before"]
+    assert [d["rules"] for d in issue21["rules_100k"]["drain"]] == [20, 400]
+    assert issue21["rules_100k"]["tenant_dirs"] and issue21["rules_100k"]["validate_s"] > 0
+    assert issue21["cardinality_backfill"]["cardinality_rules"]["samples"] > 0
+    assert 20_000 <= issue21["once"]["logs"] <= 20_004 and issue21["once"]["whole_logs_per_s"] > 0
+    assert result["limit"]["consume_parse"]["per_s"] > 0
+    assert "validate 400 rules (tenant folders), s" in names
+    for png in ("throughput.png", "records_per_task.png", "rules.png", "state.png"):
         assert (out / f"quick-{png}").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert not (out / png).exists()  # the full profile's plots are left alone
     assert all(d["runs"] and d["logs_per_s"] == max(d["runs"]) for d in result["drain"])

@@ -1,0 +1,71 @@
+"""A whole ``l2m run --once`` against a backlog (issue 21, deliverable 5): what a user waits
+for, start-up included, and the steady micro-batches within it, beside the machine's
+read + parse ceiling measured in the same run on the same broker
+(:func:`benchmarks.limits.consume_parse_rate`).
+
+Input: the broker, ``records`` logs of the load generator over ``partitions`` partitions, the
+benchmark rules (``benchmarks/rules.yaml``). Output: the run's wall time and logs/s, and the
+steady rate — the logs of every micro-batch after the first divided by their durations
+(Spark's ``triggerExecution``, read from the progress lines ``l2m run`` prints)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.load import LoadSpec, fresh_topics, preload
+
+ROOT = Path(__file__).resolve().parent.parent
+# "metrics  batch     3  in   160000 rows … 1234 ms  state …" (l2m.runtime.progress.describe)
+PROGRESS = re.compile(r"batch\s+(\d+)\s+in\s+(\d+) rows.*?\s(\d+) ms\s+state")
+
+
+def job_file(folder: Path, bootstrap: str, topics: Any, per_batch: int, per_task: int) -> Path:
+    """The job configuration: the benchmark rules, ``local[2]``, a fresh checkpoint, micro-
+    batches of at most ``per_batch`` records in tasks of ``per_task``."""
+    path = folder / "once.yaml"
+    path.write_text("\n".join([
+        f'kafka: {{bootstrap.servers: "{bootstrap}"}}',
+        f"topics: {{logs: {topics.logs}, metrics: {topics.metrics}, "
+        f"dead_letters: {topics.dead_letters}}}",
+        f"rules: [{ROOT / 'benchmarks' / 'rules.yaml'}]",
+        f"checkpoint: {folder / 'checkpoint'}",
+        'spark: {master: "local[2]", spark.sql.shuffle.partitions: 2}',
+        f"source: {{max_records_per_trigger: {per_batch}, max_records_per_task: {per_task}}}",
+    ]) + "\n")
+    return path
+
+
+def batches(output: str) -> list[tuple[int, int, int]]:
+    """(batch, logs, ms) of every micro-batch with input in ``l2m run``'s progress lines."""
+    found = [(int(b), int(rows), int(ms)) for b, rows, ms in PROGRESS.findall(output)]
+    return [f for f in found if f[1]]
+
+
+def run_once(bootstrap: str, workdir: Path, records: int, partitions: int, per_batch: int,
+             per_task: int) -> dict[str, Any]:
+    folder = workdir / "once"
+    folder.mkdir(parents=True, exist_ok=True)
+    topics = fresh_topics(bootstrap, "once", partitions)
+    preload(LoadSpec(bootstrap, topics.logs, partitions, records))
+    config = job_file(folder, bootstrap, topics, per_batch, per_task)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "l2m.cli", "run", "--once", "--config",
+                           str(config)], capture_output=True, text=True, timeout=3600)
+    whole_s = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"l2m run --once failed: {proc.stderr[-2000:]}")
+    done = batches(proc.stdout + proc.stderr)
+    logs = sum(rows for _b, rows, _ms in done)
+    steady = done[1:]
+    steady_logs = sum(rows for _b, rows, _ms in steady)
+    steady_s = sum(ms for _b, _rows, ms in steady) / 1000
+    return {"records": records, "partitions": partitions, "logs": logs,
+            "per_batch": per_batch, "per_task": per_task,
+            "batches": [{"batch": b, "logs": rows, "ms": ms} for b, rows, ms in done],
+            "whole_s": round(whole_s, 2), "whole_logs_per_s": round(logs / whole_s),
+            "steady_logs_per_s": round(steady_logs / steady_s) if steady_s else None}
