@@ -60,7 +60,7 @@ from l2m.engine.admission import (
 )
 from l2m.engine.labels import CUT_RULE
 from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge_batches
-from l2m.engine.pipeline import routing_option
+from l2m.engine.pipeline import routing_from_option, routing_option
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing, plan_for
 from l2m.engine.samples import is_finite_sample, rule_samples, series_labels
@@ -242,14 +242,36 @@ def _partials(routing: str, lines_of: Callable[[pa.RecordBatch], Iterable[list[b
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         task = ReadTask.from_options(routing, None)
         assert task is not None
+        capped = per_rule_caps(routing_from_option(routing))
         for batch in batches:
             for lines in lines_of(batch):
                 for i in range(0, len(lines), BATCH_ROWS):
                     # Backfill has no record times: a log without an event time is skipped.
-                    yield from task.add(lines[i:i + BATCH_ROWS])
-        yield from task.finish()
+                    yield from _within_caps(task.add(lines[i:i + BATCH_ROWS]), capped)
+        yield from _within_caps(task.finish(), capped)
 
     return run
+
+
+def per_rule_caps(routing: Routing) -> dict[str, int]:
+    """Each capped rule's per-rule cap (what :func:`~l2m.engine.admission.beyond_rule_caps`
+    takes)."""
+    return {rule_id: caps.rule for rule_id, caps in routing.caps.items() if caps.rule}
+
+
+def _within_caps(batches: Iterable[pa.RecordBatch], capped: Mapping[str, int]
+                 ) -> Iterator[pa.RecordBatch]:
+    """A read task's partials with the series a rule's cap refuses for certain merged into
+    its overflow series before they leave the task: a series ranked past the cap among the
+    task's own series of its (rule, window) is ranked at least as far among all of them, so
+    it is refused whatever the other tasks hold (:func:`~l2m.engine.admission.
+    beyond_rule_caps`). A rule grouping by a unique id then sends its cap's worth of series
+    per task through the shuffle instead of one per log."""
+    for batch in batches:
+        if not capped or batch.num_rows <= min(capped.values()):
+            yield batch
+            continue
+        yield from beyond_rule_caps(pa.Table.from_batches([batch]), capped).to_batches()
 
 
 def _text_lines(batch: pa.RecordBatch) -> Iterable[list[bytes]]:
@@ -296,7 +318,7 @@ def final_aggregates(spark: SparkSession, files: Sequence[Path], routing: Routin
     partials = functools.reduce(DataFrame.unionByName, parts)
     # The same merge as the end of every read task (l2m.engine.partials.merge), after a
     # shuffle that brings each key's partials together.
-    capped = {rule_id: caps.rule for rule_id, caps in routing.caps.items() if caps.rule}
+    capped = per_rule_caps(routing)
     if not capped:
         return partials.repartition(*KEY).mapInArrow(merge_batches, PARTIAL_SCHEMA)
     # Each (rule, window) whole in one task, so that the series a rule's cap refuses for

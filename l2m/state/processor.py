@@ -42,7 +42,7 @@ over the account's current rules, read only when one of them brings a new series
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -76,6 +76,9 @@ SERIES_KEY = "rule string, series string"
 RULE_KEY = "rule string"
 LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
 BUCKETS = 128  # last-touch buckets per counter TTL: how late an expired series stops counting
+# A rule whose per-rule cap is at most this keeps the list of its series in its entry (at most
+# ≈ 40 bytes a series: 800 KB at this cap), so that a batch reads only the series it lists.
+LISTED_CAP = 20_000
 
 Rows = dict[str, list[tuple[str, str, Partial]]]
 
@@ -104,10 +107,12 @@ class _Rules:
         self.ttl_ms = ttl_ms
         self.entries: dict[str, dict[str, Any]] = {}
         self.changed: set[str] = set()
+        self.members: dict[str, set[str]] = {}
 
-    def entry(self, rule_id: str, rule: Rule | None) -> dict[str, Any]:
+    def entry(self, rule_id: str, rule: Rule | None, listed: bool = False) -> dict[str, Any]:
         """The rule's entry, a new generation if its signature is not the rule's (a removed
-        rule, ``rule`` None, keeps what it has)."""
+        rule, ``rule`` None, keeps what it has). ``listed``: the rule's per-rule cap is small
+        enough for its entry to list its series (:meth:`listed`)."""
         found = self.entries.get(rule_id)
         if found is not None:
             return found
@@ -119,8 +124,40 @@ class _Rules:
                 self.changed.add(rule_id)
             found["sig"] = signature(rule)
             found["n"] = {} if self.bucket_ms else 0
+            found.pop("m", None)
+        if listed and "m" not in found and self._empty(found):
+            found["m"] = []  # a list kept from the rule's first series on is complete
+            self.changed.add(rule_id)
+        elif not listed and "m" in found:
+            del found["m"]  # not kept up while the rule is not capped: never trusted again
+            self.changed.add(rule_id)
+        if "m" in found:
+            self.members[rule_id] = set(found["m"])
         self.entries[rule_id] = found
         return found
+
+    def _empty(self, entry: dict[str, Any]) -> bool:
+        n = entry["n"]
+        return not n if self.bucket_ms is None else not any(
+            c for b, c in n.items() if self._alive(int(b)))
+
+    def listed(self, rule_id: str) -> set[str] | None:
+        """The series the rule's entry lists — every live one, and expired ones not yet
+        dropped — or None when it keeps no list. A batch reads only these of its series: the
+        others are new without a read, which spares a capped rule fed unique ids one read per
+        log."""
+        return self.members.get(rule_id)
+
+    def listing(self, rule_id: str, added: Iterable[str], gone: Iterable[str]) -> None:
+        """New series of a listed rule written, and listed ones found expired."""
+        members = self.members.get(rule_id)
+        if members is None:
+            return
+        before = len(members)
+        members.difference_update(gone)
+        members.update(added)
+        if len(members) != before or added:
+            self.changed.add(rule_id)
 
     def live(self, rule_id: str, rule: Rule | None) -> int:
         """The rule's series counted as live now (overflow series excluded)."""
@@ -163,11 +200,18 @@ class _Rules:
         n[now] = n.get(now, 0) + 1
         self.changed.add(rule_id)
 
-    def write(self) -> None:
+    def write(self, exists: Callable[[str, str, int], bool] | None = None) -> None:
         """Write back every entry this call changed: dead buckets dropped, the bucket of the
-        write noted (``"w"``)."""
+        write noted (``"w"``). A list grown past twice its live series (expired ones pile up
+        under the TTL) is checked against the series entries (``exists``) and pruned."""
         for rule_id in sorted(self.changed):
             entry = self.entries[rule_id]
+            members = self.members.get(rule_id)
+            if members is not None:
+                if exists is not None and len(members) > 2 * self.live(rule_id, None) + 64:
+                    members = {m for m in members if exists(rule_id, m, entry["gen"])}
+                    self.members[rule_id] = members
+                entry["m"] = sorted(members)
             if self.bucket_ms is not None:
                 entry["n"] = {b: c for b, c in entry["n"].items() if self._alive(int(b))}
                 entry["w"] = self.now // self.bucket_ms
@@ -260,6 +304,33 @@ class MetricProcessor(StatefulProcessor):
         return Admission(self.caps, {r: book.live(r, rules.get(r))
                                      for r in sorted(counted_rules) if r in rules})
 
+    def _listed(self, rule_id: str) -> bool:
+        """Whether the rule's entry lists its series: a per-rule cap, and one small enough
+        that the list stays small (:data:`LISTED_CAP`)."""
+        caps = (self.caps or {}).get(rule_id)
+        return caps is not None and 0 < caps.rule <= LISTED_CAP
+
+    def _lookup(self, state: Any, book: _Rules, rule_id: str, names: set[str], gen: int
+                ) -> tuple[dict[str, Any], bool]:
+        """The stored entries of the rule's series among ``names`` (for a listed rule only
+        the listed ones are read), its overflow series' too when some are new; and whether
+        some are."""
+        listed = book.listed(rule_id)
+        lookup = names if listed is None else names & listed
+        found = self._fetch(state, rule_id, sorted(lookup), gen)
+        if listed is not None and len(found) < len(lookup):
+            book.listing(rule_id, (), lookup - found.keys())  # expired meanwhile
+        new = not names <= found.keys()
+        if new:
+            found.update(self._fetch(state, rule_id, (OVERFLOW_SERIES,), gen))
+        return found, new
+
+    def _exists(self, state: Any) -> Callable[[str, str, int], bool]:
+        def exists(rule_id: str, name: str, gen: int) -> bool:
+            entry = _load(state.getValue((rule_id, name)))
+            return entry is not None and entry[0] == gen
+        return exists
+
     def _fetch(self, state: Any, rule_id: str, names: Iterable[str], gen: int
                ) -> dict[str, Any]:
         """The stored entries of these series of the rule, of its current generation, without
@@ -292,13 +363,13 @@ class MetricProcessor(StatefulProcessor):
             rule = self._counter_rule(rule_id)
             if rule is None or rule_id == REFUSED_RULE:
                 continue
-            gens[rule_id] = 0 if rule_id in INTERNAL_RULES else book.entry(rule_id, rule)["gen"]
+            gens[rule_id] = 0 if rule_id in INTERNAL_RULES else \
+                book.entry(rule_id, rule, self._listed(rule_id))["gen"]
             names = {name for name, _le, _p in rows[rule_id]}
-            fetched[rule_id] = self._fetch(self.counter_series, rule_id, names, gens[rule_id])
-            if rule_id in rules and not names <= fetched[rule_id].keys():
+            fetched[rule_id], some_new = self._lookup(self.counter_series, book, rule_id, names,
+                                                      gens[rule_id])
+            if rule_id in rules and some_new:
                 new.append(rule_id)
-                fetched[rule_id].update(self._fetch(self.counter_series, rule_id,
-                                                    (OVERFLOW_SERIES,), gens[rule_id]))
         admission = self._admission(new, book, rules)
         samples: list[dict[str, Any]] = []
         tally: Tally = {}
@@ -311,7 +382,7 @@ class MetricProcessor(StatefulProcessor):
             stored = self._fetch(self.counter_series, REFUSED_RULE, names, 0)
             samples += self._count(shard, REFUSED_RULE, refusals, stored, 0, book, now,
                                    watermark, None, tally)
-        book.write()
+        book.write(self._exists(self.counter_series))
         if now - meta.get("swept", 0) >= SWEEP_MS:
             tally.update(self._recount(shard, book))
             meta["swept"] = now
@@ -337,14 +408,19 @@ class MetricProcessor(StatefulProcessor):
                                                 sweep=False, admission=admission)
         assert updated is not None  # rows were given
         user = rule_id not in INTERNAL_RULES
+        added = []
         for name, (last_seen, buckets) in sorted(updated["series"].items()):
             if last_seen != now:
                 continue  # fetched, not touched (an overflow series nothing went to)
             self.counter_series.updateValue((rule_id, name), _dump([gen, last_seen, buckets]))
             if user and name != OVERFLOW_SERIES:
                 book.add(rule_id, seen.get(name))
+                if name not in seen:
+                    added.append(name)
             elif user:
                 book.touch(rule_id)
+        if user:
+            book.listing(rule_id, added, ())
         if status and "late" in updated:  # rewritten each batch: it lives while logs come
             self.counter_series.updateValue((STATUS_RULE, LATE_SERIES),
                                             _dump([0, now, updated["late"]]))
@@ -394,13 +470,12 @@ class MetricProcessor(StatefulProcessor):
         for rule_id in sorted(rows):
             if rule_id not in rules:
                 continue  # a removed rule (or l2m's own rows, which gauges do not get)
-            gens[rule_id] = book.entry(rule_id, rules[rule_id])["gen"]
+            gens[rule_id] = book.entry(rule_id, rules[rule_id], self._listed(rule_id))["gen"]
             names = {name for name, _le, _p in rows[rule_id]}
-            fetched[rule_id] = self._fetch(self.gauge_series, rule_id, names, gens[rule_id])
-            if not names <= fetched[rule_id].keys():
+            fetched[rule_id], some_new = self._lookup(self.gauge_series, book, rule_id, names,
+                                                      gens[rule_id])
+            if some_new:
                 new.append(rule_id)
-                fetched[rule_id].update(self._fetch(self.gauge_series, rule_id,
-                                                    (OVERFLOW_SERIES,), gens[rule_id]))
         admission = self._admission(new, book, rules)
         samples: list[dict[str, Any]] = []
         tally: Tally = {}
@@ -428,12 +503,17 @@ class MetricProcessor(StatefulProcessor):
         updated, samples = self.gauges.update(rule_id, window,
                                               {"sig": signature(rule), "series": stored}, rows,
                                               admission)
+        added = []
         for name, buckets in sorted(updated["series"].items()):
             if before.get(name) == orjson.dumps(buckets):
                 continue  # fetched, not touched (an overflow series nothing went to)
             self.gauge_series.updateValue((rule_id, name), _dump([gen, buckets]))
             if rule_id != REFUSED_RULE and name != OVERFLOW_SERIES:
                 book.add(rule_id, None if name not in before else 0)
+                if name not in before:
+                    added.append(name)
+        if rule_id != REFUSED_RULE:
+            book.listing(rule_id, added, ())
         return samples
 
     def _schedule(self, now: int, meta: dict[str, Any]) -> None:

@@ -228,3 +228,31 @@ def test_v4_gauge_state_continues_its_window_and_closes_on_its_timer():
         ("ms_sum", None, 53.0), ("ms_count", None, 3.0)]
     tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 60_000)
     assert store.data == {}
+
+
+def test_a_full_capped_rule_fed_unique_ids_reads_only_its_own_series():
+    caps = {"c": RuleCaps(3, 0, 0, "a", "c_total")}
+    fn, store = processor(caps)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(3)], now=W)
+    assert store.live("counter_rules")[(0, CUMULATIVE), ("c",)]["m"] == [
+        name(0), name(1), name(2)]
+    store.reset()
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)] + [row("c", 1000 + i)
+                                                               for i in range(200)], now=W + 500)
+    assert values(out) == {("c", (("s", "s1"),)): 2.0,
+                           ("c", (("l2m_overflow", "true"),)): 200.0,
+                           ("l2m-series-refused", (("account", "a"), ("limit", "rule"),
+                                                   ("rule", "c"))): 200.0}
+    # the rule's entry, its one listed series, its overflow series, the refusal count, meta
+    assert store.reads == 5
+
+
+def test_a_listed_series_that_expired_is_new_again_and_the_list_is_pruned():
+    caps = {"c": RuleCaps(100, 0, 0, "a", "c_total")}
+    fn, store = processor(caps)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(80)], now=W)
+    later = W + TTL + TTL // BUCKETS  # all 80 expired, their bucket gone, the entry kept
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 500)], now=later)
+    assert values(out) == {("c", (("s", "s1"),)): 1.0, ("c", (("s", "s500"),)): 1.0}
+    entry = store.live("counter_rules")[(0, CUMULATIVE), ("c",)]
+    assert entry["m"] == [name(1), name(500)]  # 79 expired names pruned (79 > 2 × 2 + 64)
