@@ -239,6 +239,8 @@ def _partials(routing: str, lines_of: Callable[[pa.RecordBatch], Iterable[list[b
     batch → the task's partials (``PARTIAL_SCHEMA``), given the routing option
     (:func:`l2m.engine.pipeline.routing_option`)."""
 
+    cut = beyond_rule_caps  # taken here, on the driver: the function the tasks run
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         task = ReadTask.from_options(routing, None)
         assert task is not None
@@ -247,8 +249,8 @@ def _partials(routing: str, lines_of: Callable[[pa.RecordBatch], Iterable[list[b
             for lines in lines_of(batch):
                 for i in range(0, len(lines), BATCH_ROWS):
                     # Backfill has no record times: a log without an event time is skipped.
-                    yield from _within_caps(task.add(lines[i:i + BATCH_ROWS]), capped)
-        yield from _within_caps(task.finish(), capped)
+                    yield from _within_caps(task.add(lines[i:i + BATCH_ROWS]), capped, cut)
+        yield from _within_caps(task.finish(), capped, cut)
 
     return run
 
@@ -259,7 +261,8 @@ def per_rule_caps(routing: Routing) -> dict[str, int]:
     return {rule_id: caps.rule for rule_id, caps in routing.caps.items() if caps.rule}
 
 
-def _within_caps(batches: Iterable[pa.RecordBatch], capped: Mapping[str, int]
+def _within_caps(batches: Iterable[pa.RecordBatch], capped: Mapping[str, int],
+                 cut: Callable[[pa.Table, Mapping[str, int]], pa.Table]
                  ) -> Iterator[pa.RecordBatch]:
     """A read task's partials with the series a rule's cap refuses for certain merged into
     its overflow series before they leave the task: a series ranked past the cap among the
@@ -271,7 +274,7 @@ def _within_caps(batches: Iterable[pa.RecordBatch], capped: Mapping[str, int]
         if not capped or batch.num_rows <= min(capped.values()):
             yield batch
             continue
-        yield from beyond_rule_caps(pa.Table.from_batches([batch]), capped).to_batches()
+        yield from cut(pa.Table.from_batches([batch]), capped).to_batches()
 
 
 def _text_lines(batch: pa.RecordBatch) -> Iterable[list[bytes]]:

@@ -195,7 +195,8 @@ def beyond_rule_caps(table: pa.Table, caps: Mapping[str, int]) -> pa.Table:
     names = table.column("series").to_pylist()
     groups: dict[tuple[str, int | None], set[str]] = {}
     for rule, window, name in zip(rules, windows, names, strict=True):
-        if rule in caps:
+        # An overflow series (a read task's own cut, l2m.batch.backfill) is not a candidate.
+        if rule in caps and name != OVERFLOW_SERIES:
             groups.setdefault((rule, window), set()).add(name)
     beyond: set[tuple[str, int | None, str]] = set()
     for (rule, window), seen in groups.items():

@@ -68,6 +68,7 @@ from l2m.state.function import (
     refusal_rows,
 )
 from l2m.state.gauges import REFUSED_GAUGE_RULE, GaugeState
+from l2m.state.mapio import MapIO
 from l2m.state.tally import SeriesCount, Tally
 
 FORMAT = 4  # the state format this processor writes (l2m.state.format)
@@ -336,8 +337,10 @@ class MetricProcessor(StatefulProcessor):
         """The stored entries of these series of the rule, of its current generation, without
         the generation: counters ``[last_seen, {le: partial}]``, gauges ``{le: partial}``."""
         found: dict[str, Any] = {}
-        for name in names:
-            entry = _load(state.getValue((rule_id, name)))
+        names = list(names)
+        for name, stored in zip(names, MapIO(state).get([(rule_id, n) for n in names]),
+                                strict=True):
+            entry = _load(stored)
             if entry is not None and entry[0] == gen:
                 found[name] = entry[1] if len(entry) == 2 else entry[1:]
         return found
@@ -409,16 +412,18 @@ class MetricProcessor(StatefulProcessor):
         assert updated is not None  # rows were given
         user = rule_id not in INTERNAL_RULES
         added = []
+        writes = []
         for name, (last_seen, buckets) in sorted(updated["series"].items()):
             if last_seen != now:
                 continue  # fetched, not touched (an overflow series nothing went to)
-            self.counter_series.updateValue((rule_id, name), _dump([gen, last_seen, buckets]))
+            writes.append(((rule_id, name), _dump([gen, last_seen, buckets])))
             if user and name != OVERFLOW_SERIES:
                 book.add(rule_id, seen.get(name))
                 if name not in seen:
                     added.append(name)
             elif user:
                 book.touch(rule_id)
+        MapIO(self.counter_series).put(writes)
         if user:
             book.listing(rule_id, added, ())
         if status and "late" in updated:  # rewritten each batch: it lives while logs come
@@ -504,14 +509,16 @@ class MetricProcessor(StatefulProcessor):
                                               {"sig": signature(rule), "series": stored}, rows,
                                               admission)
         added = []
+        writes = []
         for name, buckets in sorted(updated["series"].items()):
             if before.get(name) == orjson.dumps(buckets):
                 continue  # fetched, not touched (an overflow series nothing went to)
-            self.gauge_series.updateValue((rule_id, name), _dump([gen, buckets]))
+            writes.append(((rule_id, name), _dump([gen, buckets])))
             if rule_id != REFUSED_RULE and name != OVERFLOW_SERIES:
                 book.add(rule_id, None if name not in before else 0)
                 if name not in before:
                     added.append(name)
+        MapIO(self.gauge_series).put(writes)
         if rule_id != REFUSED_RULE:
             book.listing(rule_id, added, ())
         return samples
