@@ -110,10 +110,12 @@ class _Rules:
         self.changed: set[str] = set()
         self.members: dict[str, set[str]] = {}
 
-    def entry(self, rule_id: str, rule: Rule | None, listed: bool = False) -> dict[str, Any]:
+    def entry(self, rule_id: str, rule: Rule | None, listed: bool | None = None
+              ) -> dict[str, Any]:
         """The rule's entry, a new generation if its signature is not the rule's (a removed
-        rule, ``rule`` None, keeps what it has). ``listed``: the rule's per-rule cap is small
-        enough for its entry to list its series (:meth:`listed`)."""
+        rule, ``rule`` None, keeps what it has). ``listed``: whether the rule's per-rule cap
+        is small enough for its entry to list its series (:meth:`listed`); None (a rule only
+        counted, not written): its list as it is."""
         found = self.entries.get(rule_id)
         if found is not None:
             return found
@@ -129,7 +131,7 @@ class _Rules:
         if listed and "m" not in found and self._empty(found):
             found["m"] = []  # a list kept from the rule's first series on is complete
             self.changed.add(rule_id)
-        elif not listed and "m" in found:
+        elif listed is False and "m" in found:
             del found["m"]  # not kept up while the rule is not capped: never trusted again
             self.changed.add(rule_id)
         if "m" in found:

@@ -256,3 +256,13 @@ def test_a_listed_series_that_expired_is_new_again_and_the_list_is_pruned():
     assert values(out) == {("c", (("s", "s1"),)): 1.0, ("c", (("s", "s500"),)): 1.0}
     entry = store.live("counter_rules")[(0, CUMULATIVE), ("c",)]
     assert entry["m"] == [name(1), name(500)]  # 79 expired names pruned (79 > 2 × 2 + 64)
+
+
+def test_counting_an_account_s_other_rules_keeps_their_series_lists():
+    caps = {"c": RuleCaps(5, 0, 50, "a", "c_total"), "d": RuleCaps(5, 0, 50, "a", "c_total")}
+    fn, store = processor(caps)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("d", 2)], now=W)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 3)], now=W + 10)  # counts d's series too
+    rules_state = store.live("counter_rules")
+    assert rules_state[(0, CUMULATIVE), ("c",)]["m"] == [name(1), name(3)]
+    assert rules_state[(0, CUMULATIVE), ("d",)]["m"] == [name(2)]
