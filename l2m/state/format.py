@@ -20,11 +20,15 @@ the version):
   input statuses' late count is (``__status__``, ``"!late"``) → ``[0, last_seen_ms,
   partial]``; ``gauge_series`` (rule, series) → ``[generation, {le: partial}]``;
 * ``counter_rules`` rule → ``{"sig": signature, "gen": generation, "n": {bucket: live
-  series}, "w": bucket of the entry's last write[, "m": [series…]]}`` (bucket: last touch ms
-  // (counter_ttl / 128)); ``gauge_rules`` rule → ``{"sig", "gen", "n": live series[, "m"]}``;
-  ``"m"``: the rule's series, every live one (and expired ones not yet pruned), kept by a
-  rule with a per-rule cap of at most 20,000 from its first series on. A series entry whose
-  generation is not its rule's is read as absent.
+  series}, "w": bucket of the entry's last write[, "s": {series: [last_seen_ms, {le:
+  partial}]}][, "m": [series…]]}`` (bucket: last touch ms // (counter_ttl / 128));
+  ``gauge_rules`` rule → ``{"sig", "gen", "n": live series[, "s": {series: {le: partial}}][,
+  "m"]}``. ``"s"``: a small rule's series, kept in its entry (and not as series entries)
+  until it has more than 512; then they move to series entries for the rest of the
+  generation. ``"m"``: such a moved rule's series, every live one (and expired ones not yet
+  pruned), kept when its per-rule cap is at most 20,000. A series entry whose generation is
+  not its rule's is read as absent, and a counter's last touched more than ``counter_ttl``
+  ago as expired.
 
 Version 3: as version 2, but a key's shard is its placement's — every series of
 an account (a rule without an account: of the rule) in one shard

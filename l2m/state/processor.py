@@ -23,7 +23,10 @@ State variables per key (their stored layouts: :mod:`l2m.state.format`, version 
   count is the entry (``__status__``, :data:`LATE_SERIES`).
 * ``counter_rules``: rule → its signature, generation and live series counted per bucket of
   last-touch time (:data:`BUCKETS` buckets per TTL), same TTL. A rule's entry is written
-  whenever one of its series is, and kept two buckets longer, so it outlives them all.
+  whenever one of its series is, and kept two buckets longer, so it outlives them all. A
+  *small* rule (at most :data:`SMALL_RULE` series) keeps its series inside this entry
+  instead, read and written whole like a format 3 section and swept when touched: a batch
+  touching 10,000 small rules makes 10,000 state calls, not one per series.
 * ``gauge_series`` / ``gauge_rules`` (window keys): the same without TTL, cleared when the
   watermark passes the window (checked on input and on a processing-time timer every
   ``recheck_ms``).
@@ -77,6 +80,11 @@ SERIES_KEY = "rule string, series string"
 RULE_KEY = "rule string"
 LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
 BUCKETS = 128  # last-touch buckets per counter TTL: how late an expired series stops counting
+# A rule keeps its series inside its own entry (read and written whole, like a format 3
+# section, but per rule) until it has more than this many; then one entry per series. Most
+# rules have a few dozen series, and a batch touching 10,000 of them then makes 10,000 state
+# calls, not one per series (benchmarks/README.md, "State layouts").
+SMALL_RULE = 512
 # A rule whose per-rule cap is at most this keeps the list of its series in its entry (at most
 # ≈ 40 bytes a series: 800 KB at this cap), so that a batch reads only the series it lists.
 LISTED_CAP = 20_000
@@ -109,6 +117,14 @@ class _Rules:
         self.entries: dict[str, dict[str, Any]] = {}
         self.changed: set[str] = set()
         self.members: dict[str, set[str]] = {}
+        self._raw: dict[str, tuple[Any, ...] | None] = {}
+
+    def prefetch(self, rule_ids: Iterable[str]) -> None:
+        """Read these rules' entries at once (pipelined), ahead of :meth:`entry`."""
+        wanted = sorted(r for r in set(rule_ids) if r not in self.entries and r not in self._raw)
+        for rule_id, raw in zip(wanted, MapIO(self.state).get([(r,) for r in wanted]),
+                                strict=True):
+            self._raw[rule_id] = raw
 
     def entry(self, rule_id: str, rule: Rule | None, listed: bool | None = None
               ) -> dict[str, Any]:
@@ -119,8 +135,10 @@ class _Rules:
         found = self.entries.get(rule_id)
         if found is not None:
             return found
-        found = _load(self.state.getValue((rule_id,))) or {
-            "sig": None, "gen": 0, "n": {} if self.bucket_ms else 0}
+        raw = self._raw.pop(rule_id) if rule_id in self._raw else \
+            self.state.getValue((rule_id,))
+        found = _load(raw) or {"sig": None, "gen": 0, "n": {} if self.bucket_ms else 0,
+                               "s": {}}
         if rule is not None and found["sig"] != signature(rule):
             if found["sig"] is not None:
                 found["gen"] += 1
@@ -128,7 +146,10 @@ class _Rules:
             found["sig"] = signature(rule)
             found["n"] = {} if self.bucket_ms else 0
             found.pop("m", None)
-        if listed and "m" not in found and self._empty(found):
+            found["s"] = {}  # a new generation starts small, its series in the entry
+        if "s" in found:
+            pass  # the series are in the entry: nothing to list
+        elif listed and "m" not in found and self._empty(found):
             found["m"] = []  # a list kept from the rule's first series on is complete
             self.changed.add(rule_id)
         elif listed is False and "m" in found:
@@ -164,7 +185,15 @@ class _Rules:
 
     def live(self, rule_id: str, rule: Rule | None) -> int:
         """The rule's series counted as live now (overflow series excluded)."""
-        n = self.entry(rule_id, rule)["n"]
+        entry = self.entry(rule_id, rule)
+        small = entry.get("s")
+        if small is not None:
+            if self.bucket_ms is None:
+                return len(small) - (OVERFLOW_SERIES in small)
+            cutoff = self.now - self.ttl_ms
+            return sum(1 for name, v in small.items()
+                       if v[0] >= cutoff and name != OVERFLOW_SERIES)
+        n = entry["n"]
         if self.bucket_ms is None:
             return int(n)
         return sum(count for bucket, count in n.items() if self._alive(int(bucket)))
@@ -304,6 +333,7 @@ class MetricProcessor(StatefulProcessor):
             counted_rules.add(rule_id)
             if caps.account_name is not None:
                 counted_rules.update(self._account_rules().get(caps.account_name, ()))
+        book.prefetch(r for r in counted_rules if r in rules)
         return Admission(self.caps, {r: book.live(r, rules.get(r))
                                      for r in sorted(counted_rules) if r in rules})
 
@@ -313,20 +343,43 @@ class MetricProcessor(StatefulProcessor):
         caps = (self.caps or {}).get(rule_id)
         return caps is not None and 0 < caps.rule <= LISTED_CAP
 
-    def _lookup(self, state: Any, book: _Rules, rule_id: str, names: set[str], gen: int
-                ) -> tuple[dict[str, Any], bool]:
+    def _lookup(self, state: Any, book: _Rules, rule_id: str, names: set[str], gen: int,
+                since: int | None = None) -> tuple[dict[str, Any], bool]:
         """The stored entries of the rule's series among ``names`` (for a listed rule only
         the listed ones are read), its overflow series' too when some are new; and whether
-        some are."""
+        some are. ``since``: counters last touched before it count as expired."""
         listed = book.listed(rule_id)
         lookup = names if listed is None else names & listed
-        found = self._fetch(state, rule_id, sorted(lookup), gen)
+        found = self._fetch(state, rule_id, sorted(lookup), gen, since)
         if listed is not None and len(found) < len(lookup):
             book.listing(rule_id, (), lookup - found.keys())  # expired meanwhile
         new = not names <= found.keys()
         if new:
-            found.update(self._fetch(state, rule_id, (OVERFLOW_SERIES,), gen))
+            found.update(self._fetch(state, rule_id, (OVERFLOW_SERIES,), gen, since))
         return found, new
+
+    def _spill(self, rule_id: str, book: _Rules, state: Any, gen: int) -> None:
+        """A rule outgrew :data:`SMALL_RULE`: its series move from its entry to one entry each
+        (once per generation), counted and listed as such rules are."""
+        entry = book.entries[rule_id]
+        small = entry.pop("s")
+        counters = book.bucket_ms is not None
+        MapIO(state).put([((rule_id, name), _dump([gen, *value] if counters else [gen, value]))
+                          for name, value in sorted(small.items())])
+        names = sorted(n for n in small if n != OVERFLOW_SERIES)
+        if counters:
+            assert book.bucket_ms is not None
+            n: dict[str, int] = {}
+            for name in names:
+                bucket = str(small[name][0] // book.bucket_ms)
+                n[bucket] = n.get(bucket, 0) + 1
+            entry["n"] = n
+        else:
+            entry["n"] = len(names)
+        if self._listed(rule_id):
+            entry["m"] = names
+            book.members[rule_id] = set(names)
+        book.changed.add(rule_id)
 
     def _exists(self, state: Any) -> Callable[[str, str, int], bool]:
         def exists(rule_id: str, name: str, gen: int) -> bool:
@@ -334,17 +387,22 @@ class MetricProcessor(StatefulProcessor):
             return entry is not None and entry[0] == gen
         return exists
 
-    def _fetch(self, state: Any, rule_id: str, names: Iterable[str], gen: int
-               ) -> dict[str, Any]:
+    def _fetch(self, state: Any, rule_id: str, names: Iterable[str], gen: int,
+               since: int | None = None) -> dict[str, Any]:
         """The stored entries of these series of the rule, of its current generation, without
-        the generation: counters ``[last_seen, {le: partial}]``, gauges ``{le: partial}``."""
+        the generation: counters ``[last_seen, {le: partial}]`` (none last touched before
+        ``since``: expired, whatever Spark's TTL has done yet), gauges ``{le: partial}``."""
         found: dict[str, Any] = {}
         names = list(names)
         for name, stored in zip(names, MapIO(state).get([(rule_id, n) for n in names]),
                                 strict=True):
             entry = _load(stored)
-            if entry is not None and entry[0] == gen:
-                found[name] = entry[1] if len(entry) == 2 else entry[1:]
+            if entry is None or entry[0] != gen:
+                continue
+            if len(entry) == 2:
+                found[name] = entry[1]
+            elif since is None or entry[1] >= since:
+                found[name] = entry[1:]
         return found
 
     # --- counters -----------------------------------------------------------------------
@@ -364,15 +422,27 @@ class MetricProcessor(StatefulProcessor):
         fetched: dict[str, dict[str, Any]] = {}
         gens: dict[str, int] = {}
         new: list[str] = []
+        book.prefetch(r for r in rows if r in rules)
         for rule_id in sorted(rows):
             rule = self._counter_rule(rule_id)
             if rule is None or rule_id == REFUSED_RULE:
                 continue
-            gens[rule_id] = 0 if rule_id in INTERNAL_RULES else \
-                book.entry(rule_id, rule, self._listed(rule_id))["gen"]
             names = {name for name, _le, _p in rows[rule_id]}
-            fetched[rule_id], some_new = self._lookup(self.counter_series, book, rule_id, names,
-                                                      gens[rule_id])
+            if rule_id in INTERNAL_RULES:
+                gens[rule_id] = 0
+                fetched[rule_id], some_new = self._lookup(self.counter_series, book, rule_id,
+                                                          names, 0, now - ttl)
+            else:
+                entry = book.entry(rule_id, rule, self._listed(rule_id))
+                gens[rule_id] = entry["gen"]
+                small = entry.get("s")
+                if small is not None:  # swept here, as format 3 swept a section
+                    for name in [n for n, v in small.items() if v[0] < now - ttl]:
+                        del small[name]
+                    fetched[rule_id], some_new = small, not names <= small.keys()
+                else:
+                    fetched[rule_id], some_new = self._lookup(
+                        self.counter_series, book, rule_id, names, gens[rule_id], now - ttl)
             if rule_id in rules and some_new:
                 new.append(rule_id)
         admission = self._admission(new, book, rules)
@@ -400,7 +470,9 @@ class MetricProcessor(StatefulProcessor):
                stored: dict[str, Any], gen: int, book: _Rules, now: int, watermark: int,
                admission: Admission | None, tally: Tally) -> list[dict[str, Any]]:
         """One rule's rows of a counter key: its entries updated and written, its samples."""
-        seen = {name: entry[0] for name, entry in stored.items()}
+        user = rule_id not in INTERNAL_RULES
+        small = book.entries[rule_id].get("s") if user else None
+        seen = {} if small is not None else {name: entry[0] for name, entry in stored.items()}
         status = rule_id == STATUS_RULE
         rule = self._counter_rule(rule_id)
         assert rule is not None
@@ -412,7 +484,14 @@ class MetricProcessor(StatefulProcessor):
         updated, samples = self.counters.update(rule_id, content, rows, now, watermark,
                                                 sweep=False, admission=admission)
         assert updated is not None  # rows were given
-        user = rule_id not in INTERNAL_RULES
+        if small is not None:
+            book.entries[rule_id]["s"] = updated["series"]
+            book.changed.add(rule_id)
+            if len(updated["series"]) > SMALL_RULE:
+                self._spill(rule_id, book, self.counter_series, gen)
+            tally[SeriesCount(rule_id, shard, CUMULATIVE)] = \
+                book.live(rule_id, self.counters.rules.get(rule_id))
+            return samples
         added = []
         writes = []
         for name, (last_seen, buckets) in sorted(updated["series"].items()):
@@ -474,13 +553,19 @@ class MetricProcessor(StatefulProcessor):
         fetched: dict[str, dict[str, Any]] = {}
         gens: dict[str, int] = {}
         new: list[str] = []
+        book.prefetch(r for r in rows if r in rules)
         for rule_id in sorted(rows):
             if rule_id not in rules:
                 continue  # a removed rule (or l2m's own rows, which gauges do not get)
-            gens[rule_id] = book.entry(rule_id, rules[rule_id], self._listed(rule_id))["gen"]
+            entry = book.entry(rule_id, rules[rule_id], self._listed(rule_id))
+            gens[rule_id] = entry["gen"]
             names = {name for name, _le, _p in rows[rule_id]}
-            fetched[rule_id], some_new = self._lookup(self.gauge_series, book, rule_id, names,
-                                                      gens[rule_id])
+            small = entry.get("s")
+            if small is not None:
+                fetched[rule_id], some_new = small, not names <= small.keys()
+            else:
+                fetched[rule_id], some_new = self._lookup(self.gauge_series, book, rule_id,
+                                                          names, gens[rule_id])
             if some_new:
                 new.append(rule_id)
         admission = self._admission(new, book, rules)
@@ -504,9 +589,19 @@ class MetricProcessor(StatefulProcessor):
                stored: dict[str, Any], gen: int, book: _Rules,
                admission: Admission | None) -> list[dict[str, Any]]:
         """One rule's rows of a window key: its entries updated and written, its samples."""
-        before = {name: orjson.dumps(value) for name, value in stored.items()}
         rule = self._gauge_rule(rule_id)
         assert rule is not None
+        small = book.entries[rule_id].get("s") if rule_id != REFUSED_RULE else None
+        if small is not None:
+            updated, samples = self.gauges.update(rule_id, window,
+                                                  {"sig": signature(rule), "series": small},
+                                                  rows, admission)
+            book.entries[rule_id]["s"] = updated["series"]
+            book.changed.add(rule_id)
+            if len(updated["series"]) > SMALL_RULE:
+                self._spill(rule_id, book, self.gauge_series, gen)
+            return samples
+        before = {name: orjson.dumps(value) for name, value in stored.items()}
         updated, samples = self.gauges.update(rule_id, window,
                                               {"sig": signature(rule), "series": stored}, rows,
                                               admission)

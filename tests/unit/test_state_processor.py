@@ -14,6 +14,7 @@ import orjson
 import pandas as pd
 import pytest
 
+import l2m.state.processor as processor_module
 from l2m.engine.admission import OVERFLOW_SERIES, RuleCaps
 from l2m.errors import StateFormatError
 from l2m.rules.loader import load_text
@@ -21,7 +22,7 @@ from l2m.rules.model import Aggregation
 from l2m.state.counters import CounterState
 from l2m.state.function import CUMULATIVE, MetricState
 from l2m.state.gauges import GaugeState
-from l2m.state.processor import BUCKETS, MetricProcessor
+from l2m.state.processor import BUCKETS, SMALL_RULE, MetricProcessor
 from tests.support import tws
 from tests.unit.test_counter_state import group_state, partial
 from tests.unit.test_gauge_state import group_state as gauge_group_state
@@ -53,8 +54,17 @@ def row(rule: str, i: int, value: float = 1.0, window: int | None = None, ts: in
             "min": value, "max": value}
 
 
-def processor(caps: dict[str, RuleCaps] | None = None, rules: dict | None = None
-              ) -> tuple[MetricProcessor, tws.Store]:
+@pytest.fixture(autouse=True)
+def _small_rule():
+    yield
+    processor_module.SMALL_RULE = SMALL_RULE
+
+
+def processor(caps: dict[str, RuleCaps] | None = None, rules: dict | None = None,
+              small: int = 0) -> tuple[MetricProcessor, tws.Store]:
+    """A processor on a fresh stand-in store; ``small``: the series a rule keeps inside its
+    own entry before it has one entry per series (0: one per series from the first)."""
+    processor_module.SMALL_RULE = small
     store = tws.Store()
     fn = MetricProcessor(CounterState(rules or COUNTERS, ttl_ms=TTL),
                          GaugeState(rules or GAUGES, recheck_ms=60_000), caps=caps)
@@ -96,11 +106,14 @@ def _random_batches(seed: int) -> list[list[dict]]:
     return batches
 
 
+@pytest.mark.parametrize("small", [0, 512, 4])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_counters_and_caps_decide_exactly_as_format_3(seed):
+def test_counters_and_caps_decide_exactly_as_format_3(seed, small):
+    """In either layout of a rule's series, and across the move from one to the other."""
     print("seed", seed)
     caps = {"c": RuleCaps(6, 9, 11, "a", "c_total"), "d": RuleCaps(8, 9, 11, "a", "c_total")}
-    fn, store = processor(caps)
+    fn, store = processor(caps, small=small)
+    overflowed = False
     old = MetricState(CounterState(COUNTERS, ttl_ms=TTL), GaugeState(GAUGES), caps=caps,
                       state_format=3)
     blob = None
@@ -112,12 +125,16 @@ def test_counters_and_caps_decide_exactly_as_format_3(seed):
         blob = state.get[0]
         got = tws.call(fn, store, (0, CUMULATIVE), rows, now=now)
         assert values(got) == values(expected), b
-    assert any(k[1][1] == OVERFLOW_SERIES for k in store.live("counter_series"))
+        overflowed |= any(s["labels"].get("l2m_overflow") for s in got)
+    assert overflowed
+    per_series = {k[1][1] for k in store.live("counter_series")}
+    assert (OVERFLOW_SERIES in per_series) == (small < 6)  # moved to one entry per series
 
 
-def test_gauges_decide_exactly_as_format_3_and_close_with_the_watermark():
+@pytest.mark.parametrize("small", [0, 512])
+def test_gauges_decide_exactly_as_format_3_and_close_with_the_watermark(small):
     caps = {"g": RuleCaps(3, 0, 0, "a", "g")}
-    fn, store = processor(caps)
+    fn, store = processor(caps, small=small)
     old = MetricState(CounterState(COUNTERS, ttl_ms=TTL), GaugeState(GAUGES), caps=caps,
                       state_format=3)
     blob = None
@@ -131,7 +148,7 @@ def test_gauges_decide_exactly_as_format_3_and_close_with_the_watermark():
     assert store.timers[(0, W)] == {W + 60_000}
     tws.fire(fn, store, now=W + 60_000, watermark=W + 30_000)  # not closed yet: again later
     assert store.timers[(0, W)] == {W + 120_000}
-    assert store.live("gauge_series")
+    assert store.live("gauge_series" if not small else "gauge_rules")
     tws.fire(fn, store, now=W + 120_000, watermark=W + 60_000)
     assert not store.live("gauge_series") and not store.live("gauge_rules")
     assert not store.timers[(0, W)] and not store.live("meta")
@@ -139,7 +156,7 @@ def test_gauges_decide_exactly_as_format_3_and_close_with_the_watermark():
 
 def test_idle_series_expire_by_ttl_and_stop_counting_against_the_cap_a_bucket_later():
     caps = {"c": RuleCaps(2, 0, 0, "a", "c_total")}
-    fn, store = processor(caps)
+    fn, store = processor(caps)  # one entry per series: Spark's TTL
     bucket = TTL // BUCKETS
     tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 2)], now=W)
     store.reset()
@@ -151,6 +168,31 @@ def test_idle_series_expire_by_ttl_and_stop_counting_against_the_cap_a_bucket_la
                                                    ("rule", "c"))): 1.0}
     out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W + TTL + bucket)
     assert values(out) == {("c", (("s", "s1"),)): 1.0}  # restarted at 0: a counter reset
+
+
+def test_a_small_rule_s_idle_series_expire_when_it_is_next_touched():
+    caps = {"c": RuleCaps(2, 0, 0, "a", "c_total")}
+    fn, store = processor(caps, small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 2)], now=W)
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 2), row("c", 3)], now=W + TTL + 1)
+    assert values(out) == {("c", (("s", "s2"),)): 1.0, ("c", (("s", "s3"),)): 1.0}
+    assert sorted(store.live("counter_rules")[(0, CUMULATIVE), ("c",)]["s"]) == [
+        name(2), name(3)]
+
+
+def test_a_small_rule_is_one_read_and_one_write_per_batch_whatever_it_touches():
+    fn, store = processor(small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(100)], now=W)
+    store.reset()
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 3), row("c", 7)], now=W + 500)
+    assert values(out) == {("c", (("s", "s3"),)): 2.0, ("c", (("s", "s7"),)): 2.0}
+    assert (store.reads, store.writes) == (2, 1)  # the rule's entry (and the key's meta)
+    assert not store.live("counter_series")
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(100, 600)],
+             now=W + 600)  # past SMALL_RULE: one entry per series from now on
+    assert len(store.live("counter_series")) == 600
+    entry = store.live("counter_rules")[(0, CUMULATIVE), ("c",)]
+    assert "s" not in entry and entry["n"] == {str(W // 1000): 600}
 
 
 def test_a_changed_signature_restarts_the_rule_without_rewriting_its_entries():
@@ -217,8 +259,9 @@ def test_v4_counter_state_continues_exactly_caps_late_logs_and_infinite_sum_incl
         ("l2m-series-refused", (("account", ""), ("limit", "rule"), ("rule", "b"))): 3.0}
 
 
-def test_v4_gauge_state_continues_its_window_and_closes_on_its_timer():
-    store, key, now = _golden_store("gauge")
+@pytest.mark.parametrize("layout", ["", "-small"])
+def test_v4_gauge_state_continues_its_window_and_closes_on_its_timer(layout):
+    store, key, now = _golden_store(f"gauge{layout}")
     fn = _golden_processor(store)
     row = {"rule": "h", "series": "", "le": "10", "window": key[1], "matches": 1, "n": 1,
            "sum": 1.0, "exact_sum": None, "exact_n": 0, "min": 1.0, "max": 1.0, "ts": now}
@@ -266,3 +309,17 @@ def test_counting_an_account_s_other_rules_keeps_their_series_lists():
     rules_state = store.live("counter_rules")
     assert rules_state[(0, CUMULATIVE), ("c",)]["m"] == [name(1), name(3)]
     assert rules_state[(0, CUMULATIVE), ("d",)]["m"] == [name(2)]
+
+
+@pytest.mark.parametrize("layout", ["", "-small"])
+def test_v4_counter_state_of_either_layout_continues_exactly(layout):
+    """The same state as a small rule's entry (``-small``) and as one entry per series."""
+    store, key, now = _golden_store(f"counter{layout}")
+    fn = _golden_processor(store)
+    processor_module.SMALL_RULE = SMALL_RULE
+    rows = [{**partial("3:web", None, 1, 0.5, now + 100), "rule": "b"},
+            {**partial("-", None, 1, 1.0, now + 100), "rule": "b"}]
+    out = tws.call(fn, store, key, rows, now=now + 1000, watermark=now + 120_000)
+    assert values(out) == {("b", (("l2m_overflow", "true"),)): 7.0, ("b", ()): "+Inf",
+                           ("l2m-series-refused", (("account", ""), ("limit", "rule"),
+                                                   ("rule", "b"))): 3.0}
