@@ -788,11 +788,14 @@ def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
             EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
         if "once" in names:
             result["limit"]["consume_parse"] = ceiling(broker.bootstrap, profile)
-        in_session = tuple(n for n in names if n != "once")
+        in_session = tuple(n for n in names if n not in ("once", "rules"))
         found: dict[str, Any] = {}
-        if in_session:
+        if in_session or "rules" in names:
             spark = session_for(JobConfig(master="local[2]",
                                           spark={"spark.sql.shuffle.partitions": "2"}))
+            if "rules" in names:
+                result["rule_scale"] = run_rule_scale(spark, broker.bootstrap, Path(tmp),
+                                                      profile["rules"], profile)
             found.update(run_issue21(spark, broker.bootstrap, profile, Path(tmp), in_session))
             spark.stop()
         if "once" in names:
@@ -814,7 +817,7 @@ def main(argv: list[str] | None = None) -> int:
                     "benchmarks/results, the committed results; --quick ./bench-results)")
     ap.add_argument("--render", action="store_true",
                     help="only recompute targets, model, plots and RESULTS.md from the JSON")
-    ap.add_argument("--only", help="run only these of issue 21's scenarios (comma-separated: "
+    ap.add_argument("--only", help="run only these scenarios (comma-separated: rules, "
                     f"{', '.join(ISSUE21)}) into the existing results, and re-render them")
     args = ap.parse_args(argv)
     out = results_folder(args.out, args.quick)
@@ -822,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
         return render_only(out, args.quick)
     if args.only:
         names = tuple(n.strip() for n in args.only.split(",") if n.strip())
-        unknown = [n for n in names if n not in ISSUE21]
+        unknown = [n for n in names if n not in (*ISSUE21, "rules")]
         if unknown:
             ap.error(f"--only: unknown scenario(s) {', '.join(unknown)}; "
                      f"known: {', '.join(ISSUE21)}")
