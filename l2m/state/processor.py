@@ -236,6 +236,7 @@ class _Rules:
         """Write back every entry this call changed: dead buckets dropped, the bucket of the
         write noted (``"w"``). A list grown past twice its live series (expired ones pile up
         under the TTL) is checked against the series entries (``exists``) and pruned."""
+        writes = []
         for rule_id in sorted(self.changed):
             entry = self.entries[rule_id]
             members = self.members.get(rule_id)
@@ -247,7 +248,8 @@ class _Rules:
             if self.bucket_ms is not None:
                 entry["n"] = {b: c for b, c in entry["n"].items() if self._alive(int(b))}
                 entry["w"] = self.now // self.bucket_ms
-            self.state.updateValue((rule_id,), _dump(entry))
+            writes.append(((rule_id,), _dump(entry)))
+        MapIO(self.state).put(writes)
 
 
 class MetricProcessor(StatefulProcessor):
