@@ -228,8 +228,11 @@ def run_streaming(spark: SparkSession, bootstrap: str, rules: list[Rule], workdi
     topics = fresh_topics(bootstrap, "card", PARTITIONS)
     checkpoint = workdir / "ck"
     ttl = {} if counter_ttl_ms is None else {"counter_ttl_ms": counter_ttl_ms}
+    # A burst of 1,000,000 new series is ≈ 1,750,000 samples in one batch: more than the
+    # embedded broker acknowledges within the default minute of message timeout.
     cfg = JobConfig(kafka={"bootstrap.servers": bootstrap}, topics=topics,
                     checkpoint=str(checkpoint), trigger_ms=trigger_ms,
+                    sink_kafka={"message.timeout.ms": "900000"},
                     source=SourceConfig(max_records_per_trigger=None,
                                         max_records_per_task=40_000), limits=limits, **ttl)
     feed = Feed(bootstrap, topics.logs, PARTITIONS)
