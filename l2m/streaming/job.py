@@ -334,6 +334,12 @@ STREAMING_CONF = {
     # (gap after a kill 6.6 s → 5.5 s).
     "spark.sql.streaming.stateStore.minDeltasForSnapshot": "5",
     "spark.sql.streaming.stateStore.maintenanceInterval": "15s",
+    # The state function carries the job's rules (l2m.engine.pipeline.RuleTable). Past this
+    # size pyspark ships a pickled function as a broadcast variable, which
+    # transformWithStateInPandas' driver-side runner cannot load: with 100,000 rules the
+    # query failed to start (BROADCAST_VARIABLE_NOT_LOADED). Sent inline instead, to the few
+    # state tasks of a batch.
+    "spark.broadcast.UDFCompressionThreshold": str(1 << 30),
 }
 # Checkpoints on a local disk (a laptop, CI, a Kubernetes volume). Spark's default writer of
 # checkpoint files goes through Hadoop's FileContext, whose rename asks for the link status
