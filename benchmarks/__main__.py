@@ -838,6 +838,10 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             ap.error(f"--only: unknown scenario(s) {', '.join(unknown)}; "
                      f"known: {', '.join(ISSUE21)}")
+        existing = out / ("quick.json" if args.quick else "latest.json")
+        if not existing.is_file():
+            ap.error(f"--only adds to the results in {existing}, which does not exist: run "
+                     f"the whole profile{' (--quick)' if args.quick else ''} into it first")
         return run_only(names, out, args.quick)
     profile_name = "quick" if args.quick else "full"
     profile = PROFILES[profile_name]

@@ -49,7 +49,7 @@ from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.rules.loader import load_rules, load_text
 from l2m.rules.model import Rule
 from l2m.runtime.runner import session_for
-from l2m.state.tally import SeriesCount
+from l2m.state.tally import InputCount, SeriesCount
 from l2m.streaming.job import Job, start_job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,8 +75,10 @@ class Logs:
     """One event-time stream: bursts with a unique ``request_id`` and a ``user_id`` per log,
     probes of ordinary logs (no ids) in between, so no probe log is late."""
 
-    def __init__(self, seed: int = 20) -> None:
-        start = int(time.time() * 1000) - 3_600_000  # an hour ago: nothing from the future
+    def __init__(self, logs: int, seed: int = 20) -> None:
+        # Every log ends up dated at least an hour ago: at EVENT_RATE, 10,000,000 logs span
+        # 5.6 hours, and a log dated ahead of its Kafka time is dead-lettered as `future`.
+        start = int(time.time() * 1000) - 3_600_000 - (logs + 100_000) * 1000 // EVENT_RATE
         self.gen = LogGenerator(GeneratorConfig(seed=seed, start_ms=start,
                                                 rate_per_s=EVENT_RATE))
         self.rng = random.Random(seed)
@@ -182,6 +184,15 @@ def live_series(job: Job, rule: str | None = None) -> int:
                    if isinstance(k, SeriesCount) and rule in (None, k.rule)))
 
 
+def input_statuses(job: Job) -> dict[str, int]:
+    """Logs read so far per input status (``ok``, ``future``, …), as the state tasks last
+    reported them."""
+    if job.counts is None or job.counts.tally is None:
+        return {}
+    return {k.status: int(v) for k, v in job.counts.tally.value.items()
+            if isinstance(k, InputCount)}
+
+
 def state_files(checkpoint: Path) -> dict[str, int]:
     """Every file of the query's state store and its size."""
     out = {}
@@ -214,6 +225,7 @@ def step(job: Job, kind: str, logs: int, ids: int, batches: list[dict[str, Any]]
                                    "rocksdbCommitFileSyncLatencyMs",
                                    "rocksdbCommitCheckpointLatency")},
         "live_series": live_series(job),
+        "input": input_statuses(job),
         "live_series_per_request": live_series(job, "per-request"),
         "live_series_per_user_latency": live_series(job, "per-user-latency"),
         "checkpoint_bytes": folder_bytes(checkpoint),
@@ -236,7 +248,8 @@ def run_streaming(spark: SparkSession, bootstrap: str, rules: list[Rule], workdi
                     source=SourceConfig(max_records_per_trigger=None,
                                         max_records_per_task=40_000), limits=limits, **ttl)
     feed = Feed(bootstrap, topics.logs, PARTITIONS)
-    source = Logs()
+    # Every log the run sends: bursts, probes after each level, warm-up and restart batches.
+    source = Logs(logs + ((logs // burst + 3) * probes + 2) * PROBE)
     job = start_job(spark, cfg, rules)
     steps: list[dict[str, Any]] = []
     seen = -1
@@ -251,6 +264,11 @@ def run_streaming(spark: SparkSession, bootstrap: str, rules: list[Rule], workdi
         seen = batches[-1]["batchId"]
         out = step(job, kind, len(lines), source.ids, batches, checkpoint, produce_s)
         out["state_written_bytes"] = written(files, state_files(checkpoint))
+        # A scenario about state must not measure logs the job never routed (the empty records
+        # closing each burst are `blank`, and fine).
+        refused = {k: v for k, v in out["input"].items() if k in ("malformed", "future") and v}
+        if refused:
+            raise RuntimeError(f"logs dead-lettered in {kind}: {refused}")
         print(f"{kind:<7} {len(lines):>8,} logs ({source.ids:>9,} with ids so far): "
               f"{out['batch_ms']:>7,} ms in {out['batches']} batch(es), "
               f"state rows {out['state_rows']:,}, series {out['live_series']:,}, "
@@ -522,7 +540,7 @@ def run_cardinality_backfill(spark: SparkSession, workdir: Path, logs: int) -> d
     """Backfill of ``logs`` logs with a unique id each, with the cardinality rules (default
     caps) and the example rules alone, in a warm session (issue 21, deliverable 4)."""
     path = workdir / "cardinality-backfill.jsonl"
-    source = Logs()
+    source = Logs(logs)
     with path.open("wb") as f:
         for start in range(0, logs, 100_000):
             f.write(b"\n".join(source.burst(min(100_000, logs - start))) + b"\n")
