@@ -576,15 +576,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                   f"Tenant rules (10 per account, `benchmarks/tenants.py`) over logs spread "
                   f"over {scale['accounts']:,} accounts; `l2m validate` of the largest set: "
                   f"{scale['validate_s']} s.", "",
-                  "| rules | drain logs/s | median batch ms | peak JVM MiB | peak Python "
-                  "worker MiB | parse µs/log | route + pre-aggregate µs/log |",
-                  "|---|---|---|---|---|---|---|"]
-        costs = {c["rules"]: c for c in scale["cost_per_log"]}
-        for d in scale["drain"]:
-            c = costs.get(d["rules"], {})
-            lines.append(f"| {d['rules']:,} | {d['logs_per_s']:,} | {d['median_batch_ms']} | "
-                         f"{d['peak_jvm_rss_mib']} | {d['peak_python_worker_rss_mib']} | "
-                         f"{c.get('parse_us')} | {c.get('route_preagg_us')} |")
+                  *_rules_table(scale["drain"], scale["cost_per_log"])]
         back = scale.get("backfill")
         if back:
             lines += ["", f"Backfill of {back['logs']:,} logs ({back['bytes'] / 1e6:.0f} MB): "
@@ -595,6 +587,24 @@ def render_markdown(result: dict[str, Any]) -> str:
     lines += issue21_markdown(result.get("issue21") or {})
     lines += ["", *[f"![{p}]({p})" for p in result.get("plots", [])], ""]
     return "\n".join(lines)
+
+
+def _rules_table(drains: list[dict[str, Any]],
+                 costs: list[dict[str, Any]] | None = None) -> list[str]:
+    """A markdown table of drains by rule count (with the cost per log of each, if given)."""
+    head = ["rules", "drain logs/s", "median batch ms", "peak JVM MiB", "peak Python worker MiB"]
+    if costs is not None:
+        head += ["parse µs/log", "route + pre-aggregate µs/log"]
+    by_rules = {c["rules"]: c for c in costs or []}
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for d in drains:
+        cells = [f"{d['rules']:,}", f"{d['logs_per_s']:,}", str(d["median_batch_ms"]),
+                 str(d["peak_jvm_rss_mib"]), str(d["peak_python_worker_rss_mib"])]
+        if costs is not None:
+            c = by_rules.get(d["rules"], {})
+            cells += [str(c.get("parse_us")), str(c.get("route_preagg_us"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def issue21_markdown(r: dict[str, Any]) -> list[str]:
@@ -633,11 +643,7 @@ def issue21_markdown(r: dict[str, Any]) -> list[str]:
                   f"Tenant rules (10 per account) in one folder per account, as tenant mode "
                   f"takes them, over logs spread over {many['accounts']:,} accounts; `l2m "
                   f"validate --tenants`: {many['validate_s']} s.", "",
-                  "| rules | drain logs/s | median batch ms | peak JVM MiB | peak Python worker "
-                  "MiB |", "|---|---|---|---|---|"]
-        for d in many["drain"]:
-            lines.append(f"| {d['rules']:,} | {d['logs_per_s']:,} | {d['median_batch_ms']} | "
-                         f"{d['peak_jvm_rss_mib']} | {d['peak_python_worker_rss_mib']} |")
+                  *_rules_table(many["drain"])]
         back = many.get("backfill")
         if back:
             lines += ["", f"Backfill of {back['logs']:,} logs with {back['many_rules']:,} rules: "

@@ -3,12 +3,12 @@
 Input: a blob from the state store (bytes). Output: its mapping, checked for a version this
 l2m reads, or :class:`~l2m.errors.StateFormatError`.
 
-State outlives releases: every blob is orjson of a mapping with ``"v"``, the format version
-(:data:`STATE_FORMAT`). :func:`load_blob` reads every version l2m has written since versions
-exist (``tests/golden/`` pins each) and refuses anything else with ``[STATE_FORMAT]``, naming
-the version it found and what to do. The checkpoint folder carries the same version in
-``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong checkpoint is refused
-before Spark starts.
+State outlives releases: every blob (formats 1–3, :data:`BLOB_FORMATS`) is orjson of a mapping
+with ``"v"``, its format version. :func:`load_blob` reads every blob version l2m has written
+since versions exist (``tests/golden/`` pins each) and refuses anything else with
+``[STATE_FORMAT]``, naming the version it found and what to do. The checkpoint folder carries
+the format in ``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong
+checkpoint is refused before Spark starts.
 
 Layouts, version 4 (:mod:`l2m.state.processor`; not blobs: ``transformWithStateInPandas``
 state variables of a (shard, window) key, each value orjson bytes; the key's ``meta`` carries
@@ -60,14 +60,19 @@ from l2m.errors import StateFormatError
 
 STATE_FORMAT = 4  # the version a new checkpoint is written in
 READABLE = (1, 2, 3, 4)  # every version this l2m reads (tests/golden pins each)
+# The formats kept as one blob per state key; format 4 keeps map entries (l2m.state.processor),
+# which carry no version of their own: the checkpoint's marker and its ``meta`` value do.
+BLOB_FORMATS = (1, 2, 3)
 UPGRADE_HINT = (
     "Start this release on a new checkpoint (a new `checkpoint:` path): counters restart at 0, "
     "which PromQL reads as a counter reset; rebuild history with `l2m backfill` if needed. "
     "Or keep running the release that wrote it. See docs/streaming.md, \"Upgrading\".")
 
 
-def dump_blob(content: dict[str, Any], version: int = STATE_FORMAT) -> bytes:
-    """A state blob of ``version`` (a checkpoint keeps the format it was started with)."""
+def dump_blob(content: dict[str, Any], version: int) -> bytes:
+    """A state blob of ``version``, one of :data:`BLOB_FORMATS` (a checkpoint keeps the format
+    it was started with)."""
+    assert version in BLOB_FORMATS, version
     return orjson.dumps({"v": version, **content})
 
 
@@ -78,9 +83,10 @@ def load_blob(raw: bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError as exc:
         raise StateFormatError(f"a state blob is not readable ({exc}). {UPGRADE_HINT}") from None
     version = content.get("v", 0) if isinstance(content, dict) else "unknown"
-    if version not in READABLE:
+    if version not in BLOB_FORMATS:
         raise StateFormatError(
-            f"the checkpoint holds state format {version}; this l2m reads format(s) "
-            f"{', '.join(map(str, READABLE))}. {UPGRADE_HINT}")
+            f"the checkpoint holds state blobs of format {version}; this l2m reads blobs of "
+            f"format(s) {', '.join(map(str, BLOB_FORMATS))} (and format 4's map entries). "
+            f"{UPGRADE_HINT}")
     assert isinstance(content, dict)  # checked above: a mapping with a readable version
     return content

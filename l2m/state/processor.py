@@ -97,6 +97,14 @@ def bucket_ms(ttl_ms: int) -> int:
     return max(1, ttl_ms // BUCKETS)
 
 
+def _live(last_seen: int, since: int) -> bool:
+    """Whether a counter series last touched at ``last_seen`` is live in a call at ``now``,
+    ``since`` being ``now - counter_ttl``: the one rule for a small rule's series, a series
+    entry Spark's TTL has not removed yet, and the live count. Spark's TTL removes an entry
+    no sooner, so what Python reads as live, the state has."""
+    return last_seen >= since
+
+
 def _dump(value: Any) -> tuple[bytes]:
     return (orjson.dumps(value),)
 
@@ -114,6 +122,7 @@ class _Rules:
         self.now = now
         self.bucket_ms = bucket_ms  # None: gauges
         self.ttl_ms = ttl_ms
+        self.since = now - ttl_ms  # counters last touched before it have expired (_live)
         self.entries: dict[str, dict[str, Any]] = {}
         self.changed: set[str] = set()
         self.members: dict[str, set[str]] = {}
@@ -126,12 +135,9 @@ class _Rules:
                                 strict=True):
             self._raw[rule_id] = raw
 
-    def entry(self, rule_id: str, rule: Rule | None, listed: bool | None = None
-              ) -> dict[str, Any]:
+    def entry(self, rule_id: str, rule: Rule | None) -> dict[str, Any]:
         """The rule's entry, a new generation if its signature is not the rule's (a removed
-        rule, ``rule`` None, keeps what it has). ``listed``: whether the rule's per-rule cap
-        is small enough for its entry to list its series (:meth:`listed`); None (a rule only
-        counted, not written): its list as it is."""
+        rule, ``rule`` None, keeps what it has)."""
         found = self.entries.get(rule_id)
         if found is not None:
             return found
@@ -147,23 +153,23 @@ class _Rules:
             found["n"] = {} if self.bucket_ms else 0
             found.pop("m", None)
             found["s"] = {}  # a new generation starts small, its series in the entry
-        if "s" in found:
-            pass  # the series are in the entry: nothing to list
-        elif listed and "m" not in found and self._empty(found):
-            found["m"] = []  # a list kept from the rule's first series on is complete
-            self.changed.add(rule_id)
-        elif listed is False and "m" in found:
-            del found["m"]  # not kept up while the rule is not capped: never trusted again
-            self.changed.add(rule_id)
         if "m" in found:
             self.members[rule_id] = set(found["m"])
         self.entries[rule_id] = found
         return found
 
-    def _empty(self, entry: dict[str, Any]) -> bool:
-        n = entry["n"]
-        return not n if self.bucket_ms is None else not any(
-            c for b, c in n.items() if self._alive(int(b)))
+    def list_from(self, rule_id: str, names: Iterable[str]) -> None:
+        """The rule's series move out of its entry (:meth:`MetricProcessor._spill`): from now
+        on its entry lists them, complete because it starts from all of them."""
+        self.members[rule_id] = set(names)
+        self.changed.add(rule_id)
+
+    def unlist(self, rule_id: str) -> None:
+        """The rule's cap no longer keeps its list small: it is dropped, and never trusted
+        again (it is not kept up meanwhile)."""
+        if self.entries[rule_id].pop("m", None) is not None:
+            self.changed.add(rule_id)
+        self.members.pop(rule_id, None)
 
     def listed(self, rule_id: str) -> set[str] | None:
         """The series the rule's entry lists — every live one, and expired ones not yet
@@ -190,9 +196,8 @@ class _Rules:
         if small is not None:
             if self.bucket_ms is None:
                 return len(small) - (OVERFLOW_SERIES in small)
-            cutoff = self.now - self.ttl_ms
             return sum(1 for name, v in small.items()
-                       if v[0] >= cutoff and name != OVERFLOW_SERIES)
+                       if _live(v[0], self.since) and name != OVERFLOW_SERIES)
         n = entry["n"]
         if self.bucket_ms is None:
             return int(n)
@@ -250,6 +255,13 @@ class _Rules:
                 entry["w"] = self.now // self.bucket_ms
             writes.append(((rule_id,), _dump(entry)))
         MapIO(self.state).put(writes)
+
+
+# One rule's rows of a key applied: (rule, rows, stored series, generation, caps) → samples.
+_Update = Callable[[str, list[tuple[str, str, Partial]], dict[str, Any], int,
+                    Admission | None], list[dict[str, Any]]]
+# l2m's own counter rules whose series are stored (the refusals' are applied after the caps).
+COUNTED_INTERNAL = tuple(sorted(set(INTERNAL_RULES) - {REFUSED_RULE}))
 
 
 class MetricProcessor(StatefulProcessor):
@@ -379,8 +391,7 @@ class MetricProcessor(StatefulProcessor):
         else:
             entry["n"] = len(names)
         if self._listed(rule_id):
-            entry["m"] = names
-            book.members[rule_id] = set(names)
+            book.list_from(rule_id, names)
         book.changed.add(rule_id)
 
     def _exists(self, state: Any) -> Callable[[str, str, int], bool]:
@@ -403,9 +414,59 @@ class MetricProcessor(StatefulProcessor):
                 continue
             if len(entry) == 2:
                 found[name] = entry[1]
-            elif since is None or entry[1] >= since:
+            elif since is None or _live(entry[1], since):
                 found[name] = entry[1:]
         return found
+
+    def _apply(self, state: Any, book: _Rules, rows: dict[str, list[tuple[str, str, Partial]]],
+               rules: Mapping[str, Rule], internal: Iterable[str], update: _Update
+               ) -> list[dict[str, Any]]:
+        """One key's batch, counters' or a window's: each rule's entry and the stored series
+        its rows touch read, the caps of the rules bringing new series looked up, ``update``
+        called per rule (then for the refusals the caps made), the rule entries written
+        back. ``internal``: l2m's own rules among ``rows`` (series entries of generation 0,
+        no caps). Returns the samples."""
+        fetched: dict[str, dict[str, Any]] = {}
+        gens: dict[str, int] = {}
+        new: list[str] = []
+        internal = set(internal)
+        book.prefetch(r for r in rows if r in rules)
+        for rule_id in sorted(rows):
+            names = {name for name, _le, _p in rows[rule_id]}
+            if rule_id in internal:
+                gens[rule_id] = 0
+                fetched[rule_id], _ = self._lookup(state, book, rule_id, names, 0, book.since)
+                continue
+            if rule_id not in rules:
+                continue  # a removed rule
+            entry = book.entry(rule_id, rules[rule_id])
+            if "m" in entry and not self._listed(rule_id):
+                book.unlist(rule_id)
+            gens[rule_id] = entry["gen"]
+            small = entry.get("s")
+            if small is not None:
+                if book.bucket_ms is not None:  # swept here, as format 3 swept a section
+                    for name in [n for n, v in small.items() if not _live(v[0], book.since)]:
+                        del small[name]
+                fetched[rule_id] = small
+                some_new = not names <= small.keys()
+            else:
+                fetched[rule_id], some_new = self._lookup(
+                    state, book, rule_id, names, gens[rule_id],
+                    book.since if book.bucket_ms is not None else None)
+            if some_new:
+                new.append(rule_id)
+        admission = self._admission(new, book, rules)
+        samples: list[dict[str, Any]] = []
+        for rule_id in sorted(fetched):
+            samples += update(rule_id, rows[rule_id], fetched[rule_id], gens[rule_id],
+                              admission)
+        refusals = refusal_rows(admission, self.activity)
+        if refusals:
+            stored = self._fetch(state, REFUSED_RULE, {name for name, _le, _p in refusals}, 0)
+            samples += update(REFUSED_RULE, refusals, stored, 0, None)
+        book.write(self._exists(state) if book.bucket_ms is not None else None)
+        return samples
 
     # --- counters -----------------------------------------------------------------------
 
@@ -420,46 +481,16 @@ class MetricProcessor(StatefulProcessor):
         watermark = tv.getCurrentWatermarkInMs() if STATUS_RULE in rows else 0
         ttl = self.counters.ttl_ms
         book = _Rules(self.counter_rules, now, bucket_ms(ttl), ttl)
-        rules = self.counters.rules
-        fetched: dict[str, dict[str, Any]] = {}
-        gens: dict[str, int] = {}
-        new: list[str] = []
-        book.prefetch(r for r in rows if r in rules)
-        for rule_id in sorted(rows):
-            rule = self._counter_rule(rule_id)
-            if rule is None or rule_id == REFUSED_RULE:
-                continue
-            names = {name for name, _le, _p in rows[rule_id]}
-            if rule_id in INTERNAL_RULES:
-                gens[rule_id] = 0
-                fetched[rule_id], some_new = self._lookup(self.counter_series, book, rule_id,
-                                                          names, 0, now - ttl)
-            else:
-                entry = book.entry(rule_id, rule, self._listed(rule_id))
-                gens[rule_id] = entry["gen"]
-                small = entry.get("s")
-                if small is not None:  # swept here, as format 3 swept a section
-                    for name in [n for n, v in small.items() if v[0] < now - ttl]:
-                        del small[name]
-                    fetched[rule_id], some_new = small, not names <= small.keys()
-                else:
-                    fetched[rule_id], some_new = self._lookup(
-                        self.counter_series, book, rule_id, names, gens[rule_id], now - ttl)
-            if rule_id in rules and some_new:
-                new.append(rule_id)
-        admission = self._admission(new, book, rules)
-        samples: list[dict[str, Any]] = []
         tally: Tally = {}
-        for rule_id in sorted(fetched):
-            samples += self._count(shard, rule_id, rows[rule_id], fetched[rule_id],
-                                   gens[rule_id], book, now, watermark, admission, tally)
-        refusals = refusal_rows(admission, self.activity)
-        if refusals:
-            names = {name for name, _le, _p in refusals}
-            stored = self._fetch(self.counter_series, REFUSED_RULE, names, 0)
-            samples += self._count(shard, REFUSED_RULE, refusals, stored, 0, book, now,
-                                   watermark, None, tally)
-        book.write(self._exists(self.counter_series))
+
+        def update(rule_id: str, rule_rows: list[tuple[str, str, Partial]],
+                   stored: dict[str, Any], gen: int,
+                   admission: Admission | None) -> list[dict[str, Any]]:
+            return self._count(shard, rule_id, rule_rows, stored, gen, book, now, watermark,
+                               admission, tally)
+
+        samples = self._apply(self.counter_series, book, rows, self.counters.rules,
+                              COUNTED_INTERNAL, update)
         if now - meta.get("swept", 0) >= SWEEP_MS:
             tally.update(self._recount(shard, book))
             meta["swept"] = now
@@ -549,40 +580,19 @@ class MetricProcessor(StatefulProcessor):
         meta = self._meta()
         if "timer" not in meta:
             self._schedule(now, meta)
-        rows = by_rule(frames)
         rules = self.gauges.rules
         book = _Rules(self.gauge_rules, now, None, 0)
-        fetched: dict[str, dict[str, Any]] = {}
-        gens: dict[str, int] = {}
-        new: list[str] = []
-        book.prefetch(r for r in rows if r in rules)
-        for rule_id in sorted(rows):
-            if rule_id not in rules:
-                continue  # a removed rule (or l2m's own rows, which gauges do not get)
-            entry = book.entry(rule_id, rules[rule_id], self._listed(rule_id))
-            gens[rule_id] = entry["gen"]
-            names = {name for name, _le, _p in rows[rule_id]}
-            small = entry.get("s")
-            if small is not None:
-                fetched[rule_id], some_new = small, not names <= small.keys()
-            else:
-                fetched[rule_id], some_new = self._lookup(self.gauge_series, book, rule_id,
-                                                          names, gens[rule_id])
-            if some_new:
-                new.append(rule_id)
-        admission = self._admission(new, book, rules)
-        samples: list[dict[str, Any]] = []
         tally: Tally = {}
-        for rule_id in sorted(fetched):
-            samples += self._gauge(rule_id, window, rows[rule_id], fetched[rule_id],
-                                   gens[rule_id], book, admission)
-            tally[SeriesCount(rule_id, shard, window)] = book.live(rule_id, rules[rule_id])
-        refusals = refusal_rows(admission, self.activity)
-        if refusals:
-            names = {name for name, _le, _p in refusals}
-            stored = self._fetch(self.gauge_series, REFUSED_RULE, names, 0)
-            samples += self._gauge(REFUSED_RULE, window, refusals, stored, 0, book, None)
-        book.write()
+
+        def update(rule_id: str, rule_rows: list[tuple[str, str, Partial]],
+                   stored: dict[str, Any], gen: int,
+                   admission: Admission | None) -> list[dict[str, Any]]:
+            out = self._gauge(rule_id, window, rule_rows, stored, gen, book, admission)
+            if rule_id in rules:
+                tally[SeriesCount(rule_id, shard, window)] = book.live(rule_id, rules[rule_id])
+            return out
+
+        samples = self._apply(self.gauge_series, book, by_rule(frames), rules, (), update)
         if self.gauges.tally is not None and tally:
             self.gauges.tally.add(tally)
         return emitted(samples, self.activity)

@@ -21,7 +21,7 @@ from l2m.errors import StateFormatError
 from l2m.rules.loader import load_text
 from l2m.state.checkpoint import check_checkpoint
 from l2m.state.counters import CounterState
-from l2m.state.format import READABLE, STATE_FORMAT, dump_blob, load_blob
+from l2m.state.format import BLOB_FORMATS, READABLE, STATE_FORMAT, dump_blob, load_blob
 from l2m.state.function import CUMULATIVE, MetricState
 from l2m.state.gauges import GaugeState
 from tests.unit.test_counter_state import group_state, partial, run
@@ -48,6 +48,7 @@ def test_every_readable_version_has_golden_blobs():
     for version in READABLE:
         assert sorted(GOLDEN.glob(f"state-v{version}-*.json")), version
     assert STATE_FORMAT in READABLE
+    assert set(BLOB_FORMATS) < set(READABLE)
 
 
 def test_v1_counter_blob_continues_exactly_including_an_infinite_sum():
@@ -165,8 +166,10 @@ def test_a_blob_without_a_version_is_refused_naming_what_it_found():
         load_blob(orjson.dumps({"v": 7}))
 
 
-def test_blobs_written_now_are_the_current_format():
-    assert orjson.loads(dump_blob({"series": {}})) == {"v": STATE_FORMAT, "series": {}}
+def test_blobs_are_written_in_the_format_asked_for_and_never_as_format_4():
+    assert orjson.loads(dump_blob({"series": {}}, 3)) == {"v": 3, "series": {}}
+    with pytest.raises(StateFormatError, match="blobs of format 4"):
+        load_blob(orjson.dumps({"v": 4, "series": {}}))
 
 
 def test_the_checkpoint_marker_is_written_on_a_new_checkpoint_and_checked(tmp_path):
