@@ -60,7 +60,7 @@ from l2m.engine.admission import (
 )
 from l2m.engine.labels import CUT_RULE
 from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge_batches
-from l2m.engine.pipeline import routing_from_option, routing_option
+from l2m.engine.pipeline import OUT_ROWS, routing_from_option, routing_option
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing, plan_for
 from l2m.engine.samples import is_finite_sample, rule_samples, series_labels
@@ -249,8 +249,10 @@ def _partials(routing: str, lines_of: Callable[[pa.RecordBatch], Iterable[list[b
             for lines in lines_of(batch):
                 for i in range(0, len(lines), BATCH_ROWS):
                     # Backfill has no record times: a log without an event time is skipped.
-                    yield from _within_caps(task.add(lines[i:i + BATCH_ROWS]), capped, cut)
-        yield from _within_caps(task.finish(), capped, cut)
+                    # Routed: the task keeps its partials until finish().
+                    for _ in task.add(lines[i:i + BATCH_ROWS]):
+                        pass
+        yield from _within_caps(list(task.finish()), capped, cut)
 
     return run
 
@@ -261,20 +263,21 @@ def per_rule_caps(routing: Routing) -> dict[str, int]:
     return {rule_id: caps.rule for rule_id, caps in routing.caps.items() if caps.rule}
 
 
-def _within_caps(batches: Iterable[pa.RecordBatch], capped: Mapping[str, int],
+def _within_caps(batches: list[pa.RecordBatch], capped: Mapping[str, int],
                  cut: Callable[[pa.Table, Mapping[str, int]], pa.Table]
                  ) -> Iterator[pa.RecordBatch]:
-    """A read task's partials with the series a rule's cap refuses for certain merged into
-    its overflow series before they leave the task: a series ranked past the cap among the
-    task's own series of its (rule, window) is ranked at least as far among all of them, so
-    it is refused whatever the other tasks hold (:func:`~l2m.engine.admission.
-    beyond_rule_caps`). A rule grouping by a unique id then sends its cap's worth of series
-    per task through the shuffle instead of one per log."""
-    for batch in batches:
-        if not capped or batch.num_rows <= min(capped.values()):
-            yield batch
-            continue
-        yield from cut(pa.Table.from_batches([batch]), capped).to_batches()
+    """A read task's partials (all of them: the ranking is over the task's series) with the
+    series a rule's cap refuses for certain merged into its overflow series before they leave
+    the task: a series ranked past the cap among the task's own series of its (rule, window)
+    is ranked at least as far among all of them, so it is refused whatever the other tasks
+    hold (:func:`~l2m.engine.admission.beyond_rule_caps`). A rule grouping by a unique id
+    then sends its cap's worth of series per task through the shuffle instead of one per
+    log."""
+    rows = sum(b.num_rows for b in batches)
+    if not capped or rows <= min(capped.values()):
+        yield from batches
+        return
+    yield from cut(pa.Table.from_batches(batches), capped).to_batches(max_chunksize=OUT_ROWS)
 
 
 def _text_lines(batch: pa.RecordBatch) -> Iterable[list[bytes]]:

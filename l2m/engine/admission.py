@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from l2m.engine.labels import one_value_series
 from l2m.engine.partials import Partial, merge
@@ -189,23 +190,43 @@ def beyond_rule_caps(table: pa.Table, caps: Mapping[str, int]) -> pa.Table:
     the call — counts only grow — so the series it admits are a prefix of the key order no
     longer than the rule's cap (``caps``: rule id → per-rule cap): a series ranked past the
     cap in its (rule, window) is refused whatever the metric and account caps do. With
-    1,000,000 unique ids, 10,000 series per (rule, window) remain."""
-    rules = table.column("rule").to_pylist()
-    windows = table.column("window").to_pylist()
-    names = table.column("series").to_pylist()
-    groups: dict[tuple[str, int | None], set[str]] = {}
-    for rule, window, name in zip(rules, windows, names, strict=True):
-        # An overflow series (a read task's own cut, l2m.batch.backfill) is not a candidate.
-        if rule in caps and name != OVERFLOW_SERIES:
-            groups.setdefault((rule, window), set()).add(name)
-    beyond: set[tuple[str, int | None, str]] = set()
-    for (rule, window), seen in groups.items():
-        if len(seen) > caps[rule]:
-            beyond.update((rule, window, name) for name in sorted(seen)[caps[rule]:])
-    if not beyond:
+    1,000,000 unique ids, 10,000 series per (rule, window) remain.
+
+    In Arrow: the distinct candidates counted per (rule, window); only a group over its cap
+    is ranked (its cap-th smallest name is the last it may admit; Arrow orders strings by
+    their UTF-8 bytes, which is Python's code point order)."""
+    if not caps or not table.num_rows:
         return table
-    renamed = [OVERFLOW_SERIES if (rule, window, name) in beyond else name
-               for rule, window, name in zip(rules, windows, names, strict=True)]
+    series = table.column("series")
+    # An overflow series (a read task's own cut, l2m.batch.backfill) is not a candidate.
+    candidate = pc.and_(pc.is_in(table.column("rule"), pa.array(sorted(caps), pa.string())),
+                        pc.not_equal(series, OVERFLOW_SERIES))
+    distinct = table.filter(candidate).group_by(["rule", "window", "series"],
+                                                use_threads=False).aggregate([])
+    counts = distinct.group_by(["rule", "window"], use_threads=False).aggregate(
+        [("series", "count")])
+    beyond = None
+    for rule, window, count in zip(counts.column("rule").to_pylist(),
+                                   counts.column("window").to_pylist(),
+                                   counts.column("series_count").to_pylist(), strict=True):
+        cap = caps[rule]
+        if count <= cap:
+            continue
+        names = distinct.filter(_group(distinct, rule, window)).column("series")
+        last = names.take(pc.select_k_unstable(names, cap, [("dummy", "ascending")]))
+        group = pc.and_(_group(table, rule, window),
+                        pc.and_(candidate, pc.greater(series, pc.max(last))))
+        beyond = group if beyond is None else pc.or_(beyond, group)
+    if beyond is None:
+        return table
+    renamed = pc.if_else(beyond, OVERFLOW_SERIES, series)
     index = table.schema.get_field_index("series")
-    return merge([table.set_column(index, "series", pa.array(renamed, pa.string()))],
-                 unique=False)
+    return merge([table.set_column(index, "series", renamed)], unique=False)
+
+
+def _group(table: pa.Table, rule: str, window: int | None) -> pa.ChunkedArray:
+    """The rows of one (rule, window) (a counter's window is null)."""
+    same = pc.equal(table.column("rule"), rule)
+    at = pc.is_null(table.column("window")) if window is None else \
+        pc.equal(table.column("window"), window)
+    return pc.and_(same, pc.fill_null(at, False))

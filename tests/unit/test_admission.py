@@ -7,6 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from l2m.config.loader import load_config
@@ -15,11 +16,12 @@ from l2m.engine.admission import (
     Admission,
     Limit,
     RuleCaps,
+    beyond_rule_caps,
     placement_shard,
     redirected,
     rule_caps,
 )
-from l2m.engine.partials import Partial
+from l2m.engine.partials import PARTIAL_ARROW, Partial, merge
 from l2m.engine.samples import series_labels
 from l2m.errors import RuleValidationError
 from l2m.limits import Limits, SeriesLimits
@@ -148,3 +150,46 @@ def test_a_series_carries_at_most_30_labels():
     _, problems = load_text(rule.format(fields, ", labels: {a: '1', b: '2'}"))
     assert [(p.code, p.line) for p in problems] == [("TOO_MANY_LABELS", 2)]
     assert "would carry 31 labels" in problems[0].message
+
+
+def _reference_beyond(table, caps):
+    """beyond_rule_caps as first written, row by row in Python (the specification)."""
+    rules = table.column("rule").to_pylist()
+    windows = table.column("window").to_pylist()
+    names = table.column("series").to_pylist()
+    groups: dict = {}
+    for rule, window, name in zip(rules, windows, names, strict=True):
+        if rule in caps and name != OVERFLOW_SERIES:
+            groups.setdefault((rule, window), set()).add(name)
+    beyond = set()
+    for (rule, window), seen in groups.items():
+        beyond.update((rule, window, n) for n in sorted(seen)[caps[rule]:])
+    renamed = [OVERFLOW_SERIES if (r, w, n) in beyond else n
+               for r, w, n in zip(rules, windows, names, strict=True)]
+    return merge([table.set_column(table.schema.get_field_index("series"), "series",
+                                   pa.array(renamed, pa.string()))], unique=False)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_beyond_rule_caps_in_arrow_decides_as_the_row_by_row_reference(seed):
+    import random
+
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    names = ["é", "z", "Z", "a b", "10", "9", "\U0001f600", OVERFLOW_SERIES, *map(str, range(40))]
+    rows = []
+    for _ in range(400):
+        rule = rng.choice(["a", "b", "g", "free"])
+        window = None if rule in ("a", "b") else rng.choice([0, 60_000])
+        for le in ([None] if rule != "g" else ["1", "+Inf"]):
+            rows.append({"rule": rule, "series": rng.choice(names), "le": le, "window": window,
+                         "matches": 1, "n": 1, "sum": 1.0, "exact_sum": Decimal(1),
+                         "exact_n": 1, "min": 1.0, "max": 1.0, "ts": rng.randrange(1000)})
+    table = merge([pa.Table.from_pylist(rows, PARTIAL_ARROW)], unique=False)
+    caps = {"a": 5, "b": 30, "g": rng.choice([1, 3, 50])}
+
+    def ordered(t):
+        return sorted(t.to_pylist(), key=lambda r: (r["rule"], r["window"] or -1, r["series"],
+                                                    r["le"] or ""))
+    assert ordered(beyond_rule_caps(table, caps)) == ordered(_reference_beyond(table, caps))
+    assert beyond_rule_caps(table, {}) is table
