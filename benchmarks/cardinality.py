@@ -494,6 +494,7 @@ def summarise_state(steps: list[dict[str, Any]], logs: int, burst: int,
         level["checkpoint_bytes"] = s["checkpoint_bytes"]
     table = [{"id_logs": lv["id_logs"], "live_series": lv["live_series"],
               "probe_batch_ms": _median(lv["batch_ms"]),
+              "probe_batch_ms_max": max(lv["batch_ms"]),
               "state_written_bytes": _median(lv["written"]),
               "checkpoint_bytes": lv["checkpoint_bytes"]} for lv in levels]
     bursts = [s for s in steps if s["kind"] == "burst"]
