@@ -9,6 +9,7 @@ lasts; the batch it was running is replayed."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -149,7 +150,19 @@ class Runner:
             if self._stop.is_set() or (deadline is not None and time.monotonic() > deadline):
                 self._shutdown()
                 return 0
-            self._stop.wait(poll)
+            if self.once:
+                self._await_end(poll)
+            else:
+                self._stop.wait(poll)
+
+    def _await_end(self, timeout: float) -> None:
+        """Until a query of a ``once`` run ends, at most ``timeout`` seconds: its end is seen
+        at once, not at the next poll (a whole ``--once`` run was up to a poll longer)."""
+        assert self.job is not None
+        active = [q for q in self.job.queries if q.isActive]
+        if active:
+            with contextlib.suppress(Exception):  # a failure: seen by the loop's next turn
+                active[0].awaitTermination(max(1, round(timeout)))
 
     def _failed(self, error: L2mError) -> int:
         """Record and say why the job stops; the exit code."""
