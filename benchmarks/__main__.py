@@ -747,6 +747,9 @@ def render_only(out: Path, quick: bool) -> int:
 
 # Issue 21's scenarios, each also runnable alone (``--only``) into an existing result.
 ISSUE21 = ("state", "expiry", "rules_100k", "cardinality_backfill", "once")
+# What --only can re-run: the drains (with the machine's limit they are compared with), the
+# rules by the thousand, and issue 21's scenarios.
+ONLY = ("drain", "rules", *ISSUE21)
 
 
 def ceiling(bootstrap: str, profile: dict[str, Any]) -> dict[str, Any]:
@@ -792,6 +795,44 @@ def run_issue21(spark: SparkSession | None, bootstrap: str, profile: dict[str, A
     return out
 
 
+def measure_limit(bootstrap: str, profile: dict[str, Any]) -> dict[str, Any]:
+    """The machine's read + parse limit: consume and parse timed apart, and the consume +
+    ``orjson`` ceiling (:func:`benchmarks.limits.consume_parse_rate`)."""
+    # This machine's speed drifts by a quarter within an hour and jumps between runs of
+    # a few seconds: every rate a target compares (the limit's two parts, the local
+    # drains) is the better of two runs back to back, all of them alike.
+    consume = _best(lambda: consume_rate(bootstrap, profile["limit_records"],
+                                         profile["partitions"],
+                                         processes=os.cpu_count() or 2))
+    parse = _best(lambda: parse_rate(min(profile["limit_records"], 200_000)))
+    per_core_parse = parse["per_s"] / (os.cpu_count() or 1)
+    per_core_consume = consume["per_s"] / consume["processes"]
+    cores = os.cpu_count() or 1
+    combined = cores / (1 / per_core_consume + 1 / per_core_parse)
+    print(f"machine limit: consume {consume['per_s']:,}/s, parse {parse['per_s']:,}/s, "
+          f"read+parse {round(combined):,}/s", file=sys.stderr)
+    return {"consume": consume, "parse": parse, "read_parse_per_s": round(combined),
+            "consume_parse": ceiling(bootstrap, profile)}
+
+
+def run_drains(spark: SparkSession, bootstrap: str, profile: dict[str, Any],
+               rules: list[Any], workdir: Path) -> list[dict[str, Any]]:
+    """The drains of every skew with both planners, each the better of two runs."""
+    drains = []
+    for skew in profile["skews"]:
+        for planner in ("balanced", "partition"):
+            case = DrainCase(profile["records"], profile["partitions"], skew, planner,
+                             profile["per_batch"], profile["per_task"])
+            res = _best(lambda case=case: run_drain(spark, bootstrap, case, rules, workdir),
+                        key="logs_per_s")
+            print(f"{res['case']:<32} {res['logs_per_s']:>8,} logs/s "
+                  f"(runs {res['runs']})  "
+                  f"tasks max/mean {res['records_per_task_max_over_mean']}",
+                  file=sys.stderr)
+            drains.append(res)
+    return drains
+
+
 def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
     """Run some of issue 21's scenarios into the existing result and re-render it."""
     path = out / ("quick.json" if quick else "latest.json")
@@ -800,11 +841,13 @@ def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, \
             EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
-        if "once" in names:
+        if "drain" in names:
+            result["limit"] = measure_limit(broker.bootstrap, profile)
+        elif "once" in names:
             result["limit"]["consume_parse"] = ceiling(broker.bootstrap, profile)
-        in_session = tuple(n for n in names if n not in ("once", "rules"))
+        in_session = tuple(n for n in names if n not in ("once", "rules", "drain"))
         found: dict[str, Any] = {}
-        if in_session or "rules" in names:
+        if in_session or "rules" in names or "drain" in names:
             spark = session_for(JobConfig(master="local[2]",
                                           spark={"spark.sql.shuffle.partitions": "2"}))
             # As the full run does before its first measured drain: one unmeasured drain,
@@ -813,6 +856,9 @@ def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
                       DrainCase(profile["records"], profile["partitions"], Skew(), "balanced",
                                 profile["per_batch"], profile["per_task"]),
                       list(load_rules([ROOT / "benchmarks" / "rules.yaml"]).rules), Path(tmp))
+            if "drain" in names:
+                rules = list(load_rules([ROOT / "benchmarks" / "rules.yaml"]).rules)
+                result["drain"] = run_drains(spark, broker.bootstrap, profile, rules, Path(tmp))
             if "rules" in names:
                 result["rule_scale"] = run_rule_scale(spark, broker.bootstrap, Path(tmp),
                                                       profile["rules"], profile)
@@ -837,18 +883,18 @@ def main(argv: list[str] | None = None) -> int:
                     "benchmarks/results, the committed results; --quick ./bench-results)")
     ap.add_argument("--render", action="store_true",
                     help="only recompute targets, model, plots and RESULTS.md from the JSON")
-    ap.add_argument("--only", help="run only these scenarios (comma-separated: rules, "
-                    f"{', '.join(ISSUE21)}) into the existing results, and re-render them")
+    ap.add_argument("--only", help="run only these scenarios (comma-separated: "
+                    f"{', '.join(ONLY)}) into the existing results, and re-render them")
     args = ap.parse_args(argv)
     out = results_folder(args.out, args.quick)
     if args.render:
         return render_only(out, args.quick)
     if args.only:
         names = tuple(n.strip() for n in args.only.split(",") if n.strip())
-        unknown = [n for n in names if n not in (*ISSUE21, "rules")]
+        unknown = [n for n in names if n not in ONLY]
         if unknown:
             ap.error(f"--only: unknown scenario(s) {', '.join(unknown)}; "
-                     f"known: {', '.join(ISSUE21)}")
+                     f"known: {', '.join(ONLY)}")
         existing = out / ("quick.json" if args.quick else "latest.json")
         if not existing.is_file():
             ap.error(f"--only adds to the results in {existing}, which does not exist: run "
@@ -862,22 +908,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"profile": profile_name, "machine": machine()}
     with tempfile.TemporaryDirectory() as tmp, \
             EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
-        # This machine's speed drifts by a quarter within an hour and jumps between runs of
-        # a few seconds: every rate a target compares (the limit's two parts, the local
-        # drains) is the better of two runs back to back, all of them alike.
-        consume = _best(lambda: consume_rate(broker.bootstrap, profile["limit_records"],
-                                             profile["partitions"],
-                                             processes=os.cpu_count() or 2))
-        parse = _best(lambda: parse_rate(min(profile["limit_records"], 200_000)))
-        per_core_parse = parse["per_s"] / (os.cpu_count() or 1)
-        per_core_consume = consume["per_s"] / consume["processes"]
-        cores = os.cpu_count() or 1
-        combined = cores / (1 / per_core_consume + 1 / per_core_parse)
-        result["limit"] = {"consume": consume, "parse": parse,
-                           "read_parse_per_s": round(combined),
-                           "consume_parse": ceiling(broker.bootstrap, profile)}
-        print(f"machine limit: consume {consume['per_s']:,}/s, parse {parse['per_s']:,}/s, "
-              f"read+parse {round(combined):,}/s", file=sys.stderr)
+        result["limit"] = measure_limit(broker.bootstrap, profile)
         spark = session_for(JobConfig(master="local[2]",
                                       spark={"spark.sql.shuffle.partitions": "2"}))
         # Warm the JVM, the Python workers and the state store code before measuring: the
@@ -890,18 +921,7 @@ def main(argv: list[str] | None = None) -> int:
         run_drain(spark, broker.bootstrap,
                   DrainCase(profile["records"], profile["partitions"], Skew(), "balanced",
                             profile["per_batch"], profile["per_task"]), rules, Path(tmp))
-        drains = []
-        for skew in profile["skews"]:
-            for planner in ("balanced", "partition"):
-                case = DrainCase(profile["records"], profile["partitions"], skew, planner,
-                                 profile["per_batch"], profile["per_task"])
-                res = _best(lambda case=case: run_drain(spark, broker.bootstrap, case, rules,
-                                                        Path(tmp)), key="logs_per_s")
-                print(f"{res['case']:<32} {res['logs_per_s']:>8,} logs/s "
-                      f"(runs {res['runs']})  "
-                      f"tasks max/mean {res['records_per_task_max_over_mean']}",
-                      file=sys.stderr)
-                drains.append(res)
+        drains = run_drains(spark, broker.bootstrap, profile, rules, Path(tmp))
         lat_cfg = dict(profile["latency"])
         uniform = next(d for d in drains if d["skew"] == "uniform" and d["planner"] == "balanced")
         rate = lat_cfg.pop("rate") or uniform["logs_per_s"] / 2
