@@ -240,6 +240,13 @@ class BrokerError(L2mError, RuntimeError):
     code = "BROKER"
 
 
+class RemoteWriteError(L2mError, ValueError):
+    """A remote-write request that a receiver would reject as malformed (unsorted or invalid
+    labels, no metric name, samples out of time order): refused before it is sent."""
+
+    code = "REMOTE_WRITE"
+
+
 class SparkError(L2mError):
     """Spark failed; the message is the underlying Java or Python exception's own."""
 

@@ -22,7 +22,7 @@ LAYERS: list[list[str]] = [
     ["l2m.query"],
     ["l2m.rules", "l2m.config"],
     ["l2m.engine"],
-    ["l2m.state", "l2m.kafka", "l2m.batch"],
+    ["l2m.state", "l2m.kafka", "l2m.batch", "l2m.remotewrite"],
     ["l2m.streaming"],
     ["l2m.runtime"],
     ["l2m.dev"],
