@@ -113,7 +113,9 @@ class CounterState:
         late_before = Partial.load(late).matches if late else 0
         if rule is not None and stored.get("sig") not in (None, signature(rule)):
             series = {}
-        touched: set[str] = set()
+        # The merged partials of the touched series, for their samples (loading them back
+        # from their stored form costs a Decimal parse each).
+        merged: dict[str, dict[str, Partial]] = {}
         for name, le, part in redirected(rows, series, admission, rule_id):
             if status:
                 if le and window_closed(int(le), watermark):
@@ -121,8 +123,14 @@ class CounterState:
                 le = ""
             entry = series.setdefault(name, [now, {}])
             entry[0] = now
-            entry[1][le] = part.merged_into(entry[1].get(le))
-            touched.add(name)
+            parts = merged.setdefault(name, {})
+            before = parts.get(le)
+            if before is None:
+                stored_part = entry[1].get(le)
+                before = Partial.load(stored_part) if stored_part is not None else None
+            after = part if before is None else before.merge(part)
+            parts[le] = after
+            entry[1][le] = after.dump()
         if sweep:
             cutoff = now - self.ttl_ms
             series = {s: v for s, v in series.items() if v[0] >= cutoff}
@@ -132,12 +140,13 @@ class CounterState:
             content = {"sig": sig, "series": series}
             if late:
                 content["late"] = late
-        if rule is None or not touched:
+        if rule is None or not merged:
             return content, []
         samples = [
-            s for name in sorted(touched)
+            s for name in sorted(merged)
             for s in rule_samples(rule, series_labels(rule, name), None,
-                                  {le: Partial.load(v) for le, v in series[name][1].items()})]
+                                  {le: merged[name].get(le) or Partial.load(v)
+                                   for le, v in series[name][1].items()})]
         counted = Partial.load(late) if late else None
         if counted is not None and counted.matches > late_before:
             samples += series_samples(LATE_RULE, [], counted.ts or 0, counted)
