@@ -8,20 +8,11 @@ from __future__ import annotations
 import subprocess
 import time
 import urllib.error
-import urllib.request
 
-from l2m.remotewrite.encode import HEADERS, Metadata, Series, body
+from l2m.remotewrite.client import Endpoint, Sender
+from l2m.remotewrite.encode import Metadata, Series, body
 from tests.integration.test_prometheus import free_port, get, promql, value, wait_for
 from tests.support.tools import tool
-
-
-def post(url: str, data: bytes) -> tuple[int, str]:
-    request = urllib.request.Request(url, data=data, headers=dict(HEADERS), method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def _ready(base: str) -> bool:
@@ -40,7 +31,7 @@ def test_prometheus_stores_what_the_encoder_sends_and_refuses_a_rewritten_timest
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    write = f"{base}/api/v1/write"
+    sent = Sender(Endpoint(f"{base}/api/v1/write"))
     now = int(time.time() * 1000) // 1000 * 1000
     try:
         wait_for(lambda: _ready(base), 60, "Prometheus ready")
@@ -52,7 +43,8 @@ def test_prometheus_stores_what_the_encoder_sends_and_refuses_a_rewritten_timest
         ]
         meta = [Metadata("l2m_test_errors_total", "counter", "Errors by service.", ""),
                 Metadata("l2m_test_latency_ms", "gauge", "Worst latency.", "milliseconds")]
-        assert post(write, body(series, meta)) == (204, "")
+        got = sent.send(body(series, meta), tenant="acme")  # a tenant header Prometheus ignores
+        assert (got.status, got.attempts) == (204, 1)
         at = (now - 30_000) / 1000
         assert value(base, f'l2m_test_errors_total{{service="cart",status="502"}} @ {at}') \
             == 18.0
@@ -64,10 +56,11 @@ def test_prometheus_stores_what_the_encoder_sends_and_refuses_a_rewritten_timest
         # checked in tests/unit/test_remotewrite.py.
         # The same sample again is accepted; a new value at a written timestamp is not.
         again = [Series(series[0].labels, [(now - 30_000, 18.0)])]
-        assert post(write, body(again))[0] == 204
-        status, text = post(write, body([Series(series[0].labels, [(now - 30_000, 19.0)])]))
-        assert status == 400 and "duplicate sample" in text, (status, text)
+        assert sent.send(body(again)).status == 204
+        got = sent.send(body([Series(series[0].labels, [(now - 30_000, 19.0)])]))
+        assert (got.status, got.attempts) == (400, 1) and "duplicate sample" in got.reason, got
         assert value(base, f'l2m_test_errors_total @ {at}') == 18.0
     finally:
+        sent.close()
         prometheus.terminate()
         prometheus.wait(timeout=30)

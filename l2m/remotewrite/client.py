@@ -1,0 +1,140 @@
+"""Sending remote-write requests as the spec says: retry what may succeed later, never what
+cannot.
+
+Input: an :class:`Endpoint` (URL, extra headers, the tenant header, timeouts, TLS) and request
+bodies (:func:`l2m.remotewrite.encode.body`), each with the tenant it is for. Output: per
+request, a :class:`Delivery` — sent, or refused by the receiver with its status and reason.
+
+Spec 1.0, "Retries & Backoff": a 5xx or a 429 is retried, with backoff, for as long as it
+lasts (the request is the same bytes each time: a receiver that stored part of it stores the
+rest and keeps what it has); any other 4xx is final — the data is malformed or refused for
+good, and sending it again only blocks what comes after. A connection that fails or times out
+is retried like a 5xx. ``Retry-After`` (seconds) on a 429 or 503 is honoured, within
+``max_backoff_s``."""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from l2m.errors import RemoteWriteError
+from l2m.remotewrite.encode import HEADERS
+
+TENANT_HEADER = "X-Scope-OrgID"  # Mimir, Cortex and Loki's; Thanos receive takes it too
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One remote-write receiver. ``headers``: sent with every request (an
+    ``Authorization`` among them, read from a file or the environment by the caller);
+    ``tenant_header``: the header naming a request's tenant (None: not sent)."""
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    tenant_header: str | None = TENANT_HEADER
+    timeout_s: float = 30.0
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    insecure_skip_verify: bool = False
+    min_backoff_s: float = 0.03
+    max_backoff_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        parsed = urllib.parse.urlsplit(self.url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise RemoteWriteError(f"remote write URL {self.url!r}: expected http(s)://host…")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What became of one request: ``status`` the receiver's final answer (2xx: sent; else a
+    4xx it refused it with, and its body as ``reason``); ``attempts`` made."""
+
+    status: int
+    reason: str
+    attempts: int
+
+    @property
+    def sent(self) -> bool:
+        return 200 <= self.status < 300
+
+
+def retriable(status: int) -> bool:
+    """Spec 1.0: retry 5xx and 429; every other answer is final."""
+    return status >= 500 or status == 429
+
+
+class Sender:
+    """Requests to one endpoint over one kept-alive connection (reopened after a failure).
+    ``sleep`` and ``clock`` are injectable for tests; ``stop`` ends a retry loop early (the
+    job stopping): the request is then reported with status 0, not sent."""
+
+    def __init__(self, endpoint: Endpoint, sleep: Callable[[float], None] = time.sleep,
+                 stop: Callable[[], bool] = lambda: False) -> None:
+        self.endpoint = endpoint
+        self._parsed = urllib.parse.urlsplit(endpoint.url)
+        self._path = (self._parsed.path or "/") + (f"?{self._parsed.query}"
+                                                   if self._parsed.query else "")
+        self._sleep = sleep
+        self._stop = stop
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            host, port = self._parsed.hostname or "", self._parsed.port
+            if self._parsed.scheme == "https":
+                context = ssl.create_default_context(cafile=self.endpoint.ca_file)
+                if self.endpoint.cert_file:
+                    context.load_cert_chain(self.endpoint.cert_file, self.endpoint.key_file)
+                if self.endpoint.insecure_skip_verify:
+                    context.check_hostname = False
+                    context.verify_mode = ssl.CERT_NONE
+                self._conn = http.client.HTTPSConnection(host, port,
+                                                         timeout=self.endpoint.timeout_s,
+                                                         context=context)
+            else:
+                self._conn = http.client.HTTPConnection(host, port,
+                                                        timeout=self.endpoint.timeout_s)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _post(self, body: bytes, headers: Mapping[str, str]) -> tuple[int, str, str | None]:
+        conn = self._connection()
+        try:
+            conn.request("POST", self._path, body=body, headers=dict(headers))
+            response = conn.getresponse()
+            text = response.read().decode(errors="replace")
+            return response.status, text.strip(), response.getheader("Retry-After")
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()  # a broken connection is not reused
+            return 0, f"{type(exc).__name__}: {exc}", None
+
+    def send(self, body: bytes, tenant: str | None = None) -> Delivery:
+        """POST ``body`` until it is answered with anything but a 5xx or 429 (or a failed
+        connection), backing off between attempts."""
+        headers = {**HEADERS, **self.endpoint.headers}
+        if tenant is not None and self.endpoint.tenant_header:
+            headers[self.endpoint.tenant_header] = tenant
+        backoff = self.endpoint.min_backoff_s
+        attempts = 0
+        while True:
+            attempts += 1
+            status, reason, retry_after = self._post(body, headers)
+            if status and not retriable(status):
+                return Delivery(status, reason, attempts)
+            if self._stop():
+                return Delivery(0, reason, attempts)
+            wait = backoff
+            if retry_after is not None and retry_after.strip().isdigit():
+                wait = max(wait, float(retry_after))
+            self._sleep(min(wait, self.endpoint.max_backoff_s))
+            backoff = min(backoff * 2, self.endpoint.max_backoff_s)
