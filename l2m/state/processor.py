@@ -122,7 +122,8 @@ class _Rules:
         self.now = now
         self.bucket_ms = bucket_ms  # None: gauges
         self.ttl_ms = ttl_ms
-        self.since = now - ttl_ms  # counters last touched before it have expired (_live)
+        # Counters last touched before it have expired (_live); gauges do not expire: None.
+        self.since = now - ttl_ms if bucket_ms is not None else None
         self.entries: dict[str, dict[str, Any]] = {}
         self.changed: set[str] = set()
         self.members: dict[str, set[str]] = {}
@@ -194,10 +195,11 @@ class _Rules:
         entry = self.entry(rule_id, rule)
         small = entry.get("s")
         if small is not None:
-            if self.bucket_ms is None:
+            since = self.since
+            if since is None:  # gauges
                 return len(small) - (OVERFLOW_SERIES in small)
             return sum(1 for name, v in small.items()
-                       if _live(v[0], self.since) and name != OVERFLOW_SERIES)
+                       if _live(v[0], since) and name != OVERFLOW_SERIES)
         n = entry["n"]
         if self.bucket_ms is None:
             return int(n)
@@ -445,15 +447,15 @@ class MetricProcessor(StatefulProcessor):
             gens[rule_id] = entry["gen"]
             small = entry.get("s")
             if small is not None:
-                if book.bucket_ms is not None:  # swept here, as format 3 swept a section
-                    for name in [n for n, v in small.items() if not _live(v[0], book.since)]:
+                since = book.since
+                if since is not None:  # counters: swept here, as format 3 swept a section
+                    for name in [n for n, v in small.items() if not _live(v[0], since)]:
                         del small[name]
                 fetched[rule_id] = small
                 some_new = not names <= small.keys()
             else:
-                fetched[rule_id], some_new = self._lookup(
-                    state, book, rule_id, names, gens[rule_id],
-                    book.since if book.bucket_ms is not None else None)
+                fetched[rule_id], some_new = self._lookup(state, book, rule_id, names,
+                                                          gens[rule_id], book.since)
             if some_new:
                 new.append(rule_id)
         admission = self._admission(new, book, rules)
