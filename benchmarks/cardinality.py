@@ -46,6 +46,7 @@ from benchmarks.load import fresh_topics
 from l2m.config.job import JobConfig, LimitsConfig, SourceConfig
 from l2m.dev.broker import EmbeddedBroker
 from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.engine.status import DEAD_LETTERED
 from l2m.rules.loader import load_rules, load_text
 from l2m.rules.model import Rule
 from l2m.runtime.runner import session_for
@@ -64,6 +65,7 @@ rules:
 USERS = 200_000  # distinct user_id values
 PROBE = 2_000  # ordinary logs per probe batch
 PARTITIONS = 4
+DEAD_LETTER_LABELS = frozenset(status.label for status in DEAD_LETTERED)  # malformed, future
 EVENT_RATE = 500  # logs per second of event time
 
 
@@ -266,7 +268,7 @@ def run_streaming(spark: SparkSession, bootstrap: str, rules: list[Rule], workdi
         out["state_written_bytes"] = written(files, state_files(checkpoint))
         # A scenario about state must not measure logs the job never routed (the empty records
         # closing each burst are `blank`, and fine).
-        refused = {k: v for k, v in out["input"].items() if k in ("malformed", "future") and v}
+        refused = {k: v for k, v in out["input"].items() if k in DEAD_LETTER_LABELS and v}
         if refused:
             raise RuntimeError(f"logs dead-lettered in {kind}: {refused}")
         print(f"{kind:<7} {len(lines):>8,} logs ({source.ids:>9,} with ids so far): "
