@@ -212,10 +212,21 @@ def shard_column(rules: Sequence[Rule], shards: int, state_format: int) -> Colum
         if r.account is not None and "/" not in r.id:
             listed.setdefault(placement_shard(r, shards), []).append(r.id)
     for shard, ids in sorted(listed.items()):  # one set per shard: Spark's InSet, a hash set
-        placed = placed.when(rule.isin(*ids), F.lit(shard))
+        placed = placed.when(_one_of("rule", ids), F.lit(shard))
     own = rule.startswith("__")  # l2m's own rows (label cuts): spread
     return F.when(own, spread).otherwise(
         placed.otherwise(crc(F.concat(F.lit("rule:"), rule))))
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _one_of(column: str, values: Sequence[str]) -> Column:
+    """``column IN (values)`` built from one SQL string: ``Column.isin`` makes a py4j call per
+    value (10,000 rule ids: 3.5 s of a job's start, benchmarks/README.md). Spark's optimizer
+    turns the list into a hash set (``InSet``) either way."""
+    return F.expr(f"`{column}` IN ({', '.join(_sql_string(v) for v in values)})")
 
 
 class HadoopFiles:

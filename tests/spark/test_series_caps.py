@@ -187,3 +187,15 @@ def test_the_shard_spark_computes_is_the_placement_of_every_rule(spark, tmp_path
         assert {r.id: got[r.id] for r in rules} == \
             {r.id: placement_shard(r, shards) for r in rules}
         assert got["acme/req"] == got["acme/all"] == got["o2"]
+
+
+def test_a_listed_set_of_rule_ids_matches_exactly_whatever_their_characters(spark):
+    """The listed set is one SQL string (Column.isin costs a py4j call per id): quotes,
+    backslashes and non-ASCII in a value are taken literally."""
+    from l2m.streaming.job import _one_of
+
+    listed = ["o'1", "back\\slash", "b\\'oth", "é-ü", "plain"]
+    others = ["o1", "backslash", "b'oth", "e-u", "plai", "plain "]
+    frame = spark.createDataFrame([(v,) for v in listed + others], "rule string")
+    got = {row["rule"] for row in frame.where(_one_of("rule", listed)).collect()}
+    assert got == set(listed)
