@@ -144,7 +144,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     query, tenancy, ts_field, label_limit, limits = _backfill_settings(args)
     ruleset = _rules(args.rules, query, tenancy, limits)
     from l2m.batch.backfill import check_label_limit, check_paths, run_backfill
-    from l2m.runtime.session import build_session
+    from l2m.runtime.session import build_session, stop_at_exit
 
     check_paths(args.input, args.output)
     check_label_limit(label_limit)
@@ -155,7 +155,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                                strict=args.strict,
                                max_label_value_length=label_limit, limits=limits)
     finally:
-        spark.stop()
+        stop_at_exit(spark)
     if not args.quiet:
         print(summary.render(), file=sys.stderr)
     print(f"wrote {summary.samples} samples to {args.output}", file=sys.stderr)
@@ -174,6 +174,7 @@ def _rules_for(cfg: JobConfig) -> RuleSet:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from l2m.runtime.runner import Runner
+    from l2m.runtime.session import stop_at_exit
 
     cfg = _load_config(args.config)
     if args.bootstrap:
@@ -204,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return runner.wait(duration=args.duration)
     finally:
         if runner.spark is not None:
-            runner.spark.stop()
+            stop_at_exit(runner.spark)
         if endpoint is not None:
             endpoint.close()
 

@@ -2,10 +2,12 @@
 
 per task, in Python: read its split of the files (:mod:`l2m.batch.lines`) → on Arrow: parse →
 route → pre-aggregate (the streaming job's read task, :mod:`l2m.engine.readtask`) → shuffle
-and merge the partials by (rule, series, le, window) with the read tasks' own merge
-(:func:`l2m.engine.partials.merge`) → final samples written by the driver as JSON lines,
-one per gauge series-window and one per counter series. One pass over the input yields both
-the samples and the run's summary (status rows, :mod:`l2m.engine.status`).
+by window (an admission domain) → per task, merge the partials by (rule, series, le, window)
+with the read tasks' own merge (:func:`l2m.engine.partials.merge`), admit series under the
+caps and build the samples as JSON lines (:mod:`l2m.batch.finals`) → the driver sorts the
+lines into the output's order and writes them, one per gauge series-window and one per
+counter series. One pass over the input yields both the samples and the run's summary
+(status rows, :mod:`l2m.engine.status`).
 
 Input: the rules, JSON-lines files or directories (plain, ``.gz``, ``.bz2``, other Hadoop
 codecs through Spark's text source) and an output path. Output: the samples file (atomically)
@@ -27,13 +29,22 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
-import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from l2m.batch.finals import (
+    CUT,
+    FINAL_SCHEMA,
+    MATCHES,
+    REFUSED,
+    STATUS,
+    final_rows,
+    ordered_lines,
+)
 from l2m.batch.lines import (
     SPARK_CODECS,
     Split,
@@ -51,20 +62,12 @@ from l2m.defaults import (
     TIMESTAMP_FIELD,
 )
 from l2m.engine.admission import (
-    OVERFLOW_SERIES,
-    Admission,
-    Limit,
-    RuleCaps,
     beyond_rule_caps,
-    redirected,
 )
-from l2m.engine.labels import CUT_RULE
-from l2m.engine.partials import KEY, PARTIAL_SCHEMA, Partial, merge_batches
+from l2m.engine.partials import PARTIAL_SCHEMA
 from l2m.engine.pipeline import OUT_ROWS, routing_from_option, routing_option
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing, plan_for
-from l2m.engine.samples import is_finite_sample, rule_samples, series_labels
-from l2m.engine.status import STATUS_RULE, status_label
 from l2m.errors import ConfigError, InputError
 from l2m.limits import Limits
 from l2m.rules.model import Rule
@@ -305,9 +308,12 @@ def split_partials(routing: str) -> Callable[[Iterator[pa.RecordBatch]],
 SPLIT_SCHEMA = "path string, start bigint, end bigint, stripe int, stripes int"
 
 
-def final_aggregates(spark: SparkSession, files: Sequence[Path], routing: Routing) -> DataFrame:
-    """One merged partial per (rule, series, le, window) over all the files
-    (:func:`l2m.engine.partials.merge`: an exact sum is known only where every task's was)."""
+def final_samples(spark: SparkSession, files: Sequence[Path], routing: Routing) -> DataFrame:
+    """The samples of all the files and the run's tallies (:data:`l2m.batch.finals.FINAL_SCHEMA`):
+    the read tasks' partials shuffled so that each window — an admission domain; counters,
+    window null, are one — is whole in one task, merged there
+    (:func:`l2m.engine.partials.merge`: an exact sum is known only where every task's was)
+    and turned into samples (:func:`l2m.batch.finals.final_rows`)."""
     option = routing_option(routing)
     ours = [f for f in files if f.suffix not in SPARK_CODECS]
     theirs = [f for f in files if f.suffix in SPARK_CODECS]
@@ -322,95 +328,36 @@ def final_aggregates(spark: SparkSession, files: Sequence[Path], routing: Routin
         parts.append(read_lines(spark, theirs).mapInArrow(task_partials(option),
                                                           PARTIAL_SCHEMA))
     partials = functools.reduce(DataFrame.unionByName, parts)
-    # The same merge as the end of every read task (l2m.engine.partials.merge), after a
-    # shuffle that brings each key's partials together.
-    capped = per_rule_caps(routing)
-    if not capped:
-        return partials.repartition(*KEY).mapInArrow(merge_batches, PARTIAL_SCHEMA)
-    # Each (rule, window) whole in one task, so that the series a rule's cap refuses for
-    # certain are merged into its overflow series there, not on the driver
-    # (l2m.engine.admission.beyond_rule_caps).
-    return partials.repartition("rule", "window").mapInArrow(
-        functools.partial(merge_batches, then=functools.partial(beyond_rule_caps, caps=capped)),
-        PARTIAL_SCHEMA)
+    # A number of partitions, or adaptive execution coalesces a small shuffle into fewer
+    # tasks than cores: a few big windows (10,000 series each) then run one after another.
+    tasks = 2 * spark.sparkContext.defaultParallelism
+    return partials.repartition(tasks, "window").mapInArrow(
+        final_rows(option, per_rule_caps(routing)), FINAL_SCHEMA)
 
 
-def _le_order(le: str) -> float:
-    return float("inf") if le == "+Inf" else float(le) if le else 0.0
+def write_lines(out: BinaryIO, lines: list[bytes]) -> None:
+    """Samples' JSON lines appended to the output."""
+    out.write(b"\n".join(lines) + b"\n")
 
 
-def arrow_rows(frame: DataFrame) -> Iterator[dict[str, Any]]:
-    """A DataFrame's rows as dicts, collected as Arrow: Spark's ``Row`` objects cost ≈ 15 µs
-    each to build (25.6 s of a 41 s backfill with 1.76M merged partials, benchmarks/README.md),
-    columns from Arrow a fraction of that."""
-    for batch in frame.toArrow().to_batches():
-        columns = batch.to_pydict()
-        names = list(columns)
-        for values in zip(*columns.values(), strict=True):
-            yield dict(zip(names, values, strict=True))
-
-
-def _count_collapsed(admission: Admission, rule_id: str,
-                     rows: list[tuple[str, str, Partial]]) -> None:
-    """Count the logs of the series :func:`~l2m.engine.admission.beyond_rule_caps` merged into
-    the overflow series before admission: refused for the reason of the rule's own first
-    refusal (after it every later series is refused alike), or its per-rule cap when its
-    candidates all got in."""
-    logs = [part for name, _, part in rows if name == OVERFLOW_SERIES]
-    if not logs:
-        return
-    reasons = [limit for rule, limit in admission.refused if rule == rule_id]
-    reason = reasons[0] if reasons else Limit.RULE
-    for part in logs:
-        admission.count(rule_id, reason, part.matches, part.ts)
-
-
-def samples_from_rows(rows: Iterable[Mapping[str, Any]], rules: Sequence[Rule],
-                      summary: BackfillSummary,
-                      caps: Mapping[str, RuleCaps] | None = None) -> Iterator[dict[str, Any]]:
-    """Merged partials → samples in output order (rules as loaded, then labels, window and
-    bucket bound), counting status rows into ``summary``. With ``caps``, series past a cap
-    go to their rule's overflow series as in streaming (:mod:`l2m.engine.admission`): as if
-    every log came in one micro-batch — per window (counters: one domain), rules in id order,
-    a rule's new series in key order."""
-    by_id = {r.id: r for r in rules}
-    order = {r.id: i for i, r in enumerate(rules)}
-    domains: dict[int | None, dict[str, list[tuple[str, str, Partial]]]] = {}
-    for row in rows:
-        rule_id = row["rule"]
-        if rule_id == STATUS_RULE:
-            summary.count_status(status_label(row["series"]), row["matches"])
-            continue
-        if rule_id == CUT_RULE:
-            cut_rule = status_label(row["series"])
-            summary.cut[cut_rule] = summary.cut.get(cut_rule, 0) + row["matches"]
-            continue
-        # "" outside histograms, as the state stage reads partials (frame_partials)
-        domains.setdefault(row["window"], {}).setdefault(rule_id, []).append(
-            (row["series"], row["le"] or "", Partial.from_row(row)))
-    families: dict[tuple[str, tuple[tuple[str, str], ...], int | None],
-                   dict[str, Partial]] = {}
-    for window, by_rule in domains.items():
-        admission = Admission(caps, {}) if caps else None
-        for rule_id in sorted(by_rule):
-            rows_of = by_rule[rule_id]
-            for name, le, part in redirected(rows_of, {}, admission, rule_id):
-                labels = tuple(series_labels(by_id[rule_id], name))
-                parts_of = families.setdefault((rule_id, labels, window), {})
-                parts_of[le] = part.merge(parts_of[le]) if le in parts_of else part
-            if admission is not None:
-                _count_collapsed(admission, rule_id, rows_of)
-        for (rule_id, limit), (logs, _ts) in (admission.refused if admission else {}).items():
-            key = f"{rule_id} ({limit})"
-            summary.refused[key] = summary.refused.get(key, 0) + logs
-    for (rule_id, labels, window), parts in sorted(
-            families.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2] or 0)):
-        rule = by_id[rule_id]
-        parts = dict(sorted(parts.items(), key=lambda kv: _le_order(kv[0])))
-        summary.matches[rule.id] += sum(p.matches for p in parts.values())
-        produced = rule_samples(rule, labels, window, parts)
-        summary.series[rule.id] += len(produced)
-        yield from produced
+def tally(summary: BackfillSummary, samples: pa.Table, tallies: pa.Table) -> None:
+    """The run's counts from the samples written and the tasks' tally rows
+    (:func:`l2m.batch.finals.ordered_lines`)."""
+    summary.samples += samples.num_rows
+    summary.nonfinite += pc.sum(pc.invert(samples.column("finite"))).as_py() or 0
+    for entry in pc.value_counts(samples.column("rule")).to_pylist():
+        summary.series[entry["values"]] += entry["counts"]
+    rows = sorted(zip(tallies.column("tally").to_pylist(), tallies.column("rule").to_pylist(),
+                      tallies.column("count").to_pylist(), strict=True))
+    for kind, name, count in rows:
+        if kind == STATUS:
+            summary.count_status(name, count)
+        elif kind == CUT:
+            summary.cut[name] = summary.cut.get(name, 0) + count
+        elif kind == REFUSED:
+            summary.refused[name] = summary.refused.get(name, 0) + count
+        elif kind == MATCHES:
+            summary.matches[name] += count
 
 
 def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[str],
@@ -454,12 +401,10 @@ def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[st
         with JobProgress(spark.sparkContext, "backfill", enabled=progress), \
                 partial.open("wb") as out:
             if files:
-                frame = final_aggregates(spark, files, routing)
-                rows = arrow_rows(frame)
-                for sample in samples_from_rows(rows, routing.rules, summary, routing.caps):
-                    out.write(orjson.dumps(sample) + b"\n")
-                    summary.samples += 1
-                    summary.nonfinite += not is_finite_sample(sample)
+                samples, tallies = ordered_lines(final_samples(spark, files, routing).toArrow())
+                for batch in samples.to_batches(max_chunksize=BATCH_ROWS):
+                    write_lines(out, batch.column("line").to_pylist())
+                tally(summary, samples, tallies)
         os.replace(partial, output)
     except BaseException:
         partial.unlink(missing_ok=True)

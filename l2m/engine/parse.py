@@ -26,7 +26,6 @@ watermark and close every gauge window early.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from l2m.defaults import MAX_FUTURE_MS, TIMESTAMP_FIELD
+from l2m.engine.collector import collector_paused
 from l2m.engine.decoding import field_decoder, json_int
 from l2m.engine.status import Status
 from l2m.query.nodes import FieldUse
@@ -163,9 +163,7 @@ def parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
     # Decoding builds tens of thousands of tuples and lists (and dicts on orjson's path): the
     # cyclic collector would scan them again and again while they are built, and they hold
     # no cycles.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         if len(lines) <= SLICE_LINES:
             return _parse_lines(lines, plan, fallback_ts, now_ms)
         return pa.concat_batches([
@@ -173,9 +171,6 @@ def parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
                          None if fallback_ts is None else fallback_ts[i:i + SLICE_LINES],
                          now_ms)
             for i in range(0, len(lines), SLICE_LINES)])
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,

@@ -139,3 +139,17 @@ def _without_sigterm(launch: Callable[[], SparkSession]) -> SparkSession:
         return launch()
     finally:
         setattr(java_gateway, "Popen", popen)  # noqa: B010
+
+
+def stop_at_exit(spark: SparkSession) -> None:
+    """Stop Spark as the last thing before the process exits. ``spark.stop()`` waits for
+    pyspark's accumulator server to notice its shutdown, which polls its connection once a
+    second: 0.87 s of every ``l2m run --once`` and ``l2m backfill`` (benchmarks/README.md).
+    Its thread is a daemon, so it is only told to end and left to end with the process;
+    the JVM's context stops as ever."""
+    context = spark.sparkContext
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        server.server_shutdown = True  # its handler ends at its next poll, if still alive
+        context._accumulatorServer = None  # type: ignore[assignment]
+    spark.stop()

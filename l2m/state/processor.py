@@ -55,6 +55,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps
+from l2m.engine.collector import collector_paused
 from l2m.engine.partials import Partial
 from l2m.engine.status import STATUS_RULE
 from l2m.errors import StateFormatError
@@ -301,9 +302,10 @@ class MetricProcessor(StatefulProcessor):
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         shard, window = int(key[0]), int(key[1])
         frames = counted(rows, self.reduction)
-        if window == CUMULATIVE:
-            return self._counter_key(shard, frames, timerValues)
-        return self._gauge_key(shard, window, frames, timerValues)
+        with collector_paused():
+            if window == CUMULATIVE:
+                return self._counter_key(shard, frames, timerValues)
+            return self._gauge_key(shard, window, frames, timerValues)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:

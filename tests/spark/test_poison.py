@@ -8,6 +8,7 @@ import bz2
 import gzip
 import json
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 import pytest
@@ -62,11 +63,11 @@ def test_a_failed_backfill_removes_its_partial_output(spark, tmp_path, monkeypat
     logs = tmp_path / "logs.jsonl"
     logs.write_bytes(orjson.dumps({"@timestamp": T0, "svc": "a"}) + b"\n")
 
-    def broken(*_args: object) -> object:
-        yield {"rule": "n", "value": 1.0}  # the output has begun when the failure comes
+    def broken(out: BinaryIO, lines: list[bytes]) -> None:
+        out.write(lines[0])  # the output has begun when the failure comes
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(backfill, "samples_from_rows", broken)
+    monkeypatch.setattr(backfill, "write_lines", broken)
     out = tmp_path / "out.jsonl"
     with pytest.raises(Exception, match="disk full"):
         run_backfill(spark, RULES, [str(logs)], out, progress=False)
