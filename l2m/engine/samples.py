@@ -119,10 +119,14 @@ def series_labels(rule: Rule, key: str) -> list[tuple[str, str]]:
     return sorted(labels)
 
 
-def samples_frame(samples: list[dict[str, Any]]) -> pd.DataFrame:
-    """The state stage's output rows: deterministic Kafka key and JSON value per sample."""
+def samples_frame(samples: list[dict[str, Any]], batch_ms: int) -> pd.DataFrame:
+    """The state stage's output rows: deterministic Kafka key and JSON value per sample, and
+    the micro-batch's time (``batch_ms``: Spark's batch timestamp, the same when the batch is
+    replayed), the Kafka record's timestamp — what remote write stamps a counter with
+    (docs/prometheus.md)."""
     return pd.DataFrame({"key": [series_key(s).decode() for s in samples],
-                         "value": [orjson.dumps(s).decode() for s in samples]})
+                         "value": [orjson.dumps(s).decode() for s in samples],
+                         "time": pd.Series([batch_ms] * len(samples), dtype="int64")})
 
 
 def series_key(s: Mapping[str, Any]) -> bytes:

@@ -1,9 +1,11 @@
 """Sink stage: ``key, value`` rows → a Kafka topic, as a PySpark Python Data Source
 (``format("l2m-kafka-sink")``).
 
-Input: ``key, value`` rows (strings or bytes: the state stage's samples) and the
-``kafka.*`` client settings. Output: messages on the topic, every one acknowledged before the
-task returns, or :class:`~l2m.errors.SinkError`.
+Input: ``key, value`` rows (strings or bytes: the state stage's samples), optionally
+``time`` (the record's timestamp, ms: the state stage's micro-batch time, the same when the
+batch is replayed; else the producer's clock), and the ``kafka.*`` client settings.
+Output: messages on the topic, every one acknowledged before the task returns, or
+:class:`~l2m.errors.SinkError`.
 
 Each task produces its rows with an idempotent producer, flushes, and fails if any message
 was not acknowledged — so a micro-batch commits only when every sample is in Kafka, and a
@@ -112,10 +114,13 @@ class _Producing:
             for batch in iterator:
                 keys = batch.column("key").to_pylist()
                 values = batch.column("value").to_pylist()
-                for key, value in zip(keys, values, strict=True):
+                times = batch.column("time").to_pylist() if "time" in batch.schema.names \
+                    else [None] * len(keys)
+                for key, value, at in zip(keys, values, times, strict=True):
+                    stamp = {} if at is None else {"timestamp": at}
                     try:
                         produce(producer, self.topic, value=value, key=key,
-                                on_delivery=delivered)
+                                on_delivery=delivered, **stamp)
                     except KafkaException as exc:
                         if not refused(exc.args[0]):
                             raise

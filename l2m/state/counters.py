@@ -96,7 +96,7 @@ class CounterState:
         if self.tally is not None:
             self.tally.add(tallied(rule_id, key[1], key[2], content))
         if samples:
-            yield samples_frame(samples)
+            yield samples_frame(samples, state.getCurrentProcessingTimeMs())
 
     def update(self, rule_id: str, stored: dict[str, Any],
                rows: list[tuple[str, str, Partial]], now: int, watermark: int,

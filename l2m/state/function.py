@@ -49,7 +49,7 @@ MAP_FORMAT = 4
 # series caps can be enforced; formats 1 and 2 place series by (rule, series) and run uncapped.
 CAPPED_FORMAT = 3
 SWEEP_MS = 60_000  # format 2: how often a key's untouched rules are checked for idle series
-OUTPUT_SCHEMA = "key string, value string"
+OUTPUT_SCHEMA = "key string, value string, time bigint"
 STATE_SCHEMA = "blob binary"
 
 
@@ -154,7 +154,7 @@ class MetricState:
             for rule_id in (set(sections) | set(kept)) if sweep else set(rows):
                 tally.update(tallied(rule_id, shard, CUMULATIVE, kept.get(rule_id)))
             self.counters.tally.add(tally)
-        yield from emitted(samples, self.activity)
+        yield from emitted(samples, self.activity, now)
 
     def _gauge_key(self, shard: int, window: int, frames: Iterator[pd.DataFrame],
                    state: GroupState) -> Iterator[pd.DataFrame]:
@@ -192,7 +192,7 @@ class MetricState:
             changed = set(rows) if kept else set(sections)  # a closed window: all go to 0
             self.gauges.tally.add({SeriesCount(r, shard, window): len(kept.get(r, {}).get(
                 "series", {})) for r in changed})
-        yield from emitted(samples, self.activity)
+        yield from emitted(samples, self.activity, state.getCurrentProcessingTimeMs())
 
     def _admission(self, sections: Mapping[str, Any], rules: Mapping[str, Any]
                    ) -> Admission | None:
@@ -228,9 +228,10 @@ def refusal_rows(admission: Admission | None, activity: Accumulator[Tally] | Non
     return rows
 
 
-def emitted(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None
-            ) -> Iterator[pd.DataFrame]:
-    """The samples of one call as the output frame, counted per rule."""
+def emitted(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None,
+            batch_ms: int) -> Iterator[pd.DataFrame]:
+    """The samples of one call as the output frame (:func:`~l2m.engine.samples.
+    samples_frame`, at the micro-batch's time ``batch_ms``), counted per rule."""
     if not samples:
         return
     if activity is not None:
@@ -239,7 +240,7 @@ def emitted(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None
             key = SampleCount(s["rule"])
             per_rule[key] = per_rule.get(key, 0) + 1
         activity.add(per_rule)
-    yield samples_frame(samples)
+    yield samples_frame(samples, batch_ms)
 
 
 def counted(frames: Iterator[pd.DataFrame], reduction: Reduction | None

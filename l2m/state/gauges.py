@@ -69,7 +69,7 @@ class GaugeState:
         state.setTimeoutDuration(self.recheck_ms)
         self._tally(key, len(content["series"]))
         if samples:
-            yield samples_frame(samples)
+            yield samples_frame(samples, state.getCurrentProcessingTimeMs())
 
     @staticmethod
     def closed(window: int, watermark: int) -> bool:

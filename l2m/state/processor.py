@@ -501,7 +501,7 @@ class MetricProcessor(StatefulProcessor):
             self.meta.update(_dump(meta))
         if self.counters.tally is not None and tally:
             self.counters.tally.add(tally)
-        return emitted(samples, self.activity)
+        return emitted(samples, self.activity, now)
 
     def _count(self, shard: int, rule_id: str, rows: list[tuple[str, str, Partial]],
                stored: dict[str, Any], gen: int, book: _Rules, now: int, watermark: int,
@@ -599,7 +599,7 @@ class MetricProcessor(StatefulProcessor):
         samples = self._apply(self.gauge_series, book, by_rule(frames), rules, (), update)
         if self.gauges.tally is not None and tally:
             self.gauges.tally.add(tally)
-        return emitted(samples, self.activity)
+        return emitted(samples, self.activity, now)
 
     def _gauge(self, rule_id: str, window: int, rows: list[tuple[str, str, Partial]],
                stored: dict[str, Any], gen: int, book: _Rules,

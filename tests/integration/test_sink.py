@@ -115,3 +115,21 @@ def test_a_sink_retry_is_one_line_without_stack_traces(broker, tmp_path, debug):
     else:
         assert traces == [], stderr
         assert " ERROR " not in stderr and "Setting default log level" not in stderr, stderr
+
+
+def test_a_sample_s_time_column_is_its_record_timestamp(spark, broker, tmp_path):
+    """The state stage's micro-batch time (column ``time``) is each record's Kafka timestamp
+    — the same on a replay — and without the column the producer stamps it."""
+    from l2m.kafka.sink import write_batch
+
+    topic = fresh_topics(broker.bootstrap, partitions=1).topics.metrics
+    stamped = spark.createDataFrame([("a", '{"v": 1}', 1_700_000_000_123),
+                                     ("b", '{"v": 2}', 1_700_000_000_123)],
+                                    "key string, value string, time bigint")
+    write_batch(stamped, topic, {"bootstrap.servers": broker.bootstrap})
+    before = int(time.time() * 1000)
+    plain = spark.createDataFrame([("c", '{"v": 3}')], "key string, value string")
+    write_batch(plain, topic, {"bootstrap.servers": broker.bootstrap})
+    got = {m.key(): m.timestamp()[1] for m in consume_all(broker.bootstrap, topic)}
+    assert got[b"a"] == got[b"b"] == 1_700_000_000_123
+    assert before <= got[b"c"] <= int(time.time() * 1000)

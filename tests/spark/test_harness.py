@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -58,6 +59,15 @@ def test_counters_continue_exactly_across_batches_and_a_restart(stream_test):
     assert len(st.batches) == 3
     inputs = {labels: v for (labels, _), v in st.values("l2m-input").items()}
     assert inputs == {(("status", "ok"),): 1500.0}
+    # Every sample of a batch carries the batch's own time, as its offset log records it
+    # (so a replay writes the same record timestamps): what remote write stamps counters with.
+    recorded = {}
+    for batch in st.batches:
+        log = Path(st.cfg.checkpoint) / "metrics" / "offsets" / str(batch)
+        recorded[batch] = {orjson.loads(log.read_text().splitlines()[1])["batchTimestampMs"]}
+    assert st.times == recorded
+    times = [next(iter(recorded[b])) for b in st.batches]
+    assert times == sorted(set(times))
 
 
 GAUGE_AND_COUNTER = """\

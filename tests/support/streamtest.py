@@ -62,6 +62,8 @@ class StreamTest:
                                      trigger_ms=100), **config)
         self.received: list[tuple[str, str]] = []  # (key, value) in the order written
         self.batches: list[int] = []  # the batch id of every sink call (a replay repeats one)
+        # The record times of every batch's samples (the state stage's micro-batch time).
+        self.times: dict[int, set[int]] = {}
         self.added = 0
         self._next_partition = 0
         self.job: Job | None = None
@@ -138,8 +140,10 @@ class StreamTest:
 
         def sink(frame: DataFrame, batch_id: int) -> None:
             # foreachBatch runs on the driver: the list is this object's.
-            self.received.extend((r["key"], r["value"]) for r in frame.collect())
+            rows = frame.collect()
+            self.received.extend((r["key"], r["value"]) for r in rows)
             self.batches.append(batch_id)
+            self.times[batch_id] = {r["time"] for r in rows}
 
         # The query copies the session's settings when it starts, and the checkpoint keeps
         # the number of state partitions of its first batch: set it for the start only.
