@@ -210,6 +210,28 @@ def cmd_run(args: argparse.Namespace) -> int:
             endpoint.close()
 
 
+def cmd_deliver(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from l2m.runtime.deliver import deliver
+
+    cfg = _load_config(args.config)
+    if args.bootstrap:
+        cfg = cfg.with_bootstrap(args.bootstrap)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    names = ", ".join(e.name or e.url for e in cfg.remote_write.endpoints)
+    print(f"l2m deliver: topic {cfg.topics.metrics} on {cfg.sink['bootstrap.servers']} → "
+          f"{names or 'no endpoints'}" + (" (once)" if args.once else ""),
+          file=sys.stderr, flush=True)
+    try:
+        deliver(cfg, once=args.once, stop=stop)
+    except KeyboardInterrupt:
+        stop.set()
+    return 0
+
+
 def cmd_topology(args: argparse.Namespace) -> int:
     from l2m.streaming.topology import describe
 
@@ -354,6 +376,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument("--bootstrap", help="override kafka bootstrap.servers")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("deliver", parents=[common],
+                       help="the metrics topic → Prometheus remote-write endpoints")
+    p.add_argument("--config", required=True,
+                   help="job configuration with a remote_write section (docs/prometheus.md)")
+    p.add_argument("--once", action="store_true",
+                   help="deliver what the topic holds, then exit (after 3 s without records)")
+    p.add_argument("--bootstrap", help="override kafka bootstrap.servers")
+    p.set_defaults(func=cmd_deliver)
 
     p = sub.add_parser("topology", parents=[common],
                        help="print the streaming job's stage graph")

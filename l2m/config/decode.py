@@ -4,11 +4,11 @@ driven by their field types.
 Input: a mapping — parsed YAML (``l2m run``'s configuration file), or the string options Spark
 hands the Kafka source (``text=True``) — and a record type. Each field's annotation says how
 its value is written: the Python type (``str``, ``bool``, ``int``, ``X | None``, a
-``Literal``, ``tuple[str, ...]``, ``dict[str, str]``, a nested record) and, through
-``Annotated``, the marks below (:class:`Key`, :class:`Range`, :data:`DURATION`, :data:`PATH`,
-:data:`ZERO_IS_NONE`, :class:`Client`, :class:`Parse`). Output: the record, with the record's
-own default for every absent key, or the first problem, handed to ``fail`` with the key's
-path (the caller turns it into ``file:line: key: problem``).
+``Literal``, ``tuple[str, ...]``, ``dict[str, str]``, a nested record, a tuple of records)
+and, through ``Annotated``, the marks below (:class:`Key`, :class:`Range`, :data:`DURATION`,
+:data:`PATH`, :data:`ZERO_IS_NONE`, :class:`Client`, :class:`Parse`). Output: the record,
+with the record's own default for every absent key, or the first problem, handed to ``fail``
+with the key's path (the caller turns it into ``file:line: key: problem``).
 
 Never shown in a problem: a value under a :class:`Client` field (Kafka client settings hold
 secrets), a key that does not look like a setting name (it may be a value typed without its
@@ -246,6 +246,8 @@ class Decoder:
         return cls(**values)
 
     def _resolved(self, path: Any) -> Any:
+        if path is None:  # an optional path not given
+            return None
         return tuple(map(self.resolve, path)) if isinstance(path, tuple) else self.resolve(path)
 
     def _known(self, data: Mapping[Any, Any], at: tuple[str, ...], allowed: set[str],
@@ -306,6 +308,9 @@ class Decoder:
         if origin is dict:
             return self._settings(raw, at, _mark(marks, Client), skip)
         if origin is tuple:
+            item = typing.get_args(base)[0]
+            if dataclasses.is_dataclass(item):  # a list of records, each a mapping
+                return self._records(item, raw, at)
             strings = self._strings(raw, at)
             return tuple(map(self.resolve, strings) if PATH in marks else strings)
         if origin is Literal:
@@ -362,6 +367,12 @@ class Decoder:
             # `kafka: {bootstrap.servers: x, s3cret}`: the "key" may be a stray value
             raise self.fail(at, "a setting on this line has no value", hide_key=True)
         raise self.fail(at, f"expected a string, number or boolean, got {describe(value, secret)}")
+
+    def _records(self, item: Any, raw: Any, at: tuple[str, ...]) -> tuple[Any, ...]:
+        if not isinstance(raw, list) or not raw:
+            raise self.fail(at, f"expected a list of mappings (at least one), got "
+                                f"{'an empty list' if raw == [] else describe(raw)}")
+        return tuple(self.value(item, entry, (*at, str(i))) for i, entry in enumerate(raw))
 
     def _string(self, raw: Any, at: tuple[str, ...], secret: bool = False) -> str:
         if isinstance(raw, str) and raw:

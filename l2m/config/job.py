@@ -184,6 +184,59 @@ class TenancyConfig:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    """How a remote-write endpoint's TLS is checked (``tls:``)."""
+
+    ca_file: Annotated[str | None, PATH] = None
+    cert_file: Annotated[str | None, PATH] = None
+    key_file: Annotated[str | None, PATH] = None
+    insecure_skip_verify: bool = False
+
+
+@dataclass(frozen=True)
+class BasicAuth:
+    """``basic_auth:``: the password from a file (a mounted Secret) or an environment
+    variable, never written in the file."""
+
+    username: str = ""
+    password_file: Annotated[str | None, PATH] = None
+    password_env: str | None = None
+
+
+@dataclass(frozen=True)
+class RemoteWriteEndpoint:
+    """One Prometheus remote-write receiver (``remote_write.endpoints[]``; docs/prometheus.md).
+    A sample goes to every endpoint whose ``accounts`` hold its target account (none listed:
+    all), with its tenant — ``tenants[account]``, else the account itself, else
+    ``default_tenant`` for a sample without one — in ``tenant_header`` (null: no header)."""
+
+    url: str = ""
+    name: str | None = None  # default: the URL's host and port
+    headers: Annotated[dict[str, str], Client()] = field(default_factory=dict)
+    tenant_header: str | None = "X-Scope-OrgID"
+    tenants: dict[str, str] = field(default_factory=dict)
+    default_tenant: str | None = None
+    accounts: tuple[str, ...] = ()
+    bearer_token_file: Annotated[str | None, PATH] = None
+    bearer_token_env: str | None = None
+    basic_auth: BasicAuth | None = None
+    tls: TlsConfig = TlsConfig()
+    timeout_ms: Annotated[Duration, Key("timeout")] = 30_000
+    max_samples_per_send: Count = 2_000
+
+
+@dataclass(frozen=True)
+class RemoteWriteConfig:
+    """``l2m deliver``: the metrics topic → remote-write endpoints (docs/prometheus.md). Each
+    endpoint reads the topic on its own, its progress committed as the offsets of the consumer
+    group ``<group_id>-<endpoint name>``."""
+
+    endpoints: tuple[RemoteWriteEndpoint, ...] = ()
+    group_id: str = "l2m-remote-write"
+    poll_ms: Annotated[Duration, Key("poll")] = 1_000
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """Everything ``l2m run`` needs. See ``topology/production.yaml`` for each key."""
 
@@ -209,6 +262,7 @@ class JobConfig:
     limits: LimitsConfig = LimitsConfig()
     tenancy: TenancyConfig = TenancyConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
+    remote_write: RemoteWriteConfig = RemoteWriteConfig()
     master: Annotated[str, Key("spark", "master")] = defaults.MASTER
     spark: dict[str, str] = field(default_factory=dict)  # Spark settings (master aside)
     path: Annotated[str | None, Key()] = None  # the file it was read from

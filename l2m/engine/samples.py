@@ -20,6 +20,10 @@ from l2m.engine.partials import Partial, nonfinite_text
 from l2m.limits import OVERFLOW_LABEL
 from l2m.rules.model import Rule
 
+# The Kafka record header of a gauge's final value (its window published, docs/prometheus.md):
+# remote write sends a gauge sample only with it.
+FINAL_HEADER = "l2m-final"
+
 
 def sample_value(value: float) -> float | str:
     """A sample's value: a finite number as itself; a sum that left the double range as

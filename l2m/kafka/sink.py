@@ -262,16 +262,18 @@ def produce_samples(samples: list[dict[str, Any]], topic: str, kafka: dict[str, 
                     timeout_s: float = 30.0) -> None:
     """Write a few samples from the driver (l2m's own, :mod:`l2m.state.accounts`) with the
     sink's producer and keys, waiting for every acknowledgement; what was not delivered is a
-    :class:`SinkError`."""
-    from l2m.engine.samples import series_key
+    :class:`SinkError`. Their gauges are values at the moment, never corrected: each is final
+    (:data:`~l2m.engine.samples.FINAL_HEADER`)."""
+    from l2m.engine.samples import FINAL_HEADER, series_key
 
     if not samples:
         return
     producer = sink_producer(kafka, timeout_s)
     errors: list[Any] = []
     for sample in samples:
+        final = [(FINAL_HEADER, b"1")] if sample.get("kind") == "gauge" else None
         produce(producer, topic, key=series_key(sample), value=orjson.dumps(sample),
-                on_delivery=_into(errors))
+                headers=final, on_delivery=_into(errors))
     left = producer.flush(timeout_s)
     failed = [e for e in errors if e is not None]
     if left or failed:

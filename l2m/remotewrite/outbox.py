@@ -1,0 +1,215 @@
+"""Samples of the metrics topic → remote-write requests, stamped by l2m's time-stamping
+policy (docs/prometheus.md), and the tally of what became of them.
+
+Input: records of the metrics topic — the sample's JSON (SPEC §4), the record's timestamp
+(ms) and whether it carries :data:`FINAL_HEADER` — and one endpoint's :class:`Route`.
+Output: :class:`Request` bodies, one tenant each, at most ``max_samples`` samples each, every
+series' samples in strictly increasing time order; a :class:`Tally` of the samples sent,
+refused (per reason and tenant) and skipped (per reason).
+
+The policy, so that Prometheus accepts every sample and no timestamp is ever written twice
+with two values:
+
+* **counters** (histogram families of counter rules too) are stamped with their record's
+  timestamp: the micro-batch that computed the value (the state stage's batch time, the same
+  when a batch is replayed), so the value changes only with a new timestamp, and a family's
+  ``_bucket``/``_sum``/``_count`` share it. The sample's own ``timestamp`` (the largest event
+  time counted) stands still while late logs raise the value: Prometheus refuses that as a
+  duplicate sample.
+* **gauges** are stamped with their window's start and sent only when final: the record of a
+  window's final value carries :data:`FINAL_HEADER` (the state stage publishes a window once
+  the event time has passed its end by the publish delay); the corrections the topic still
+  carries after that are skipped here and counted by the job
+  (``l2m_gauge_corrections_dropped_total``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from l2m.engine.samples import FINAL_HEADER
+from l2m.remotewrite.encode import Series, body
+
+__all__ = ["FINAL_HEADER", "Outbox", "Request", "Route", "Tally"]
+# Skipped samples, by reason.
+NOT_FINAL = "not_final"  # a gauge window's value before (or after) its final one
+MALFORMED = "malformed"  # a record that is not an l2m sample
+OTHER_ACCOUNT = "other_account"  # an account this endpoint does not take
+NO_TENANT = "no_tenant"  # no account, and no default tenant for such samples
+_SKIPPED = object()
+
+
+@dataclass(frozen=True)
+class Route:
+    """Which samples an endpoint takes and under which tenant: ``accounts`` (None: all);
+    the tenant of an account is ``tenants[account]``, else the account itself; a sample
+    without an account goes to ``default_tenant`` (None with ``tenant_header`` set: skipped,
+    since a multi-tenant receiver would put it in whatever tenant it defaults to)."""
+
+    accounts: frozenset[str] | None = None
+    tenants: Mapping[str, str] = field(default_factory=dict)
+    default_tenant: str | None = None
+    tenant_header: bool = True
+
+    def tenant(self, account: str | None) -> str | object | None:
+        """The tenant, None (no tenant header) or :data:`_SKIPPED`'s marker."""
+        if account is None:
+            if self.default_tenant is None and self.tenant_header:
+                return _SKIPPED
+            return self.default_tenant
+        if self.accounts is not None and account not in self.accounts:
+            return _SKIPPED
+        return self.tenants.get(account, account) if self.tenant_header else None
+
+
+def sample_value(value: Any) -> float:
+    """A sample's value as remote write carries it (``"+Inf"``, ``"-Inf"``, ``"NaN"`` as the
+    doubles they stand for)."""
+    if isinstance(value, str):
+        return {"+Inf": math.inf, "-Inf": -math.inf}.get(value, math.nan)
+    return float(value)
+
+
+def stamp(sample: Mapping[str, Any], record_ms: int | None, final: bool) -> int | None:
+    """The timestamp a sample is written with by the policy (module docstring), or None when
+    it is not sent (a gauge window's value that is not its final one)."""
+    if sample.get("kind") == "gauge":
+        return int(sample["timestamp"]) if final else None
+    return int(record_ms if record_ms is not None else sample["timestamp"])
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: its tenant (None: no tenant header), its body and how many samples."""
+
+    tenant: str | None
+    body: bytes
+    samples: int
+
+
+@dataclass
+class Tally:
+    """Samples by outcome: ``sent``; ``refused`` per (reason, tenant); ``skipped`` per
+    reason."""
+
+    sent: int = 0
+    refused: dict[tuple[str, str], int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + n
+
+    def refuse(self, reason: str, tenant: str | None, n: int) -> None:
+        key = (reason, tenant or "")
+        self.refused[key] = self.refused.get(key, 0) + n
+
+
+def refusal_reason(status: int, text: str) -> str:
+    """A short, bounded reason for a receiver's final answer (Prometheus's and Mimir's
+    texts), for a counter's label."""
+    lowered = text.lower()
+    for needle, reason in (("duplicate sample", "duplicate_timestamp"),
+                           ("out of order", "out_of_order"),
+                           ("out-of-order", "out_of_order"),
+                           ("too old", "too_old"), ("out of bounds", "too_old"),
+                           ("sample-timestamp-too-old", "too_old"),
+                           ("too far in the future", "too_new")):
+        if needle in lowered:
+            return reason
+    return f"http_{status}" if status else "not_sent"
+
+
+class Outbox:
+    """Samples gathered for one endpoint until :meth:`requests` drains them."""
+
+    def __init__(self, route: Route, max_samples: int, tally: Tally) -> None:
+        self.route = route
+        self.max_samples = max_samples
+        self.tally = tally
+        # tenant → series labels → {timestamp: value}: a record read twice (a replay) is one
+        # sample; of two values at one timestamp the later record's stands.
+        self._series: dict[Any, dict[tuple[tuple[str, str], ...], dict[int, float]]] = {}
+        self.pending = 0
+
+    def add(self, value: bytes | None, record_ms: int | None, final: bool) -> None:
+        """One record of the metrics topic."""
+        try:
+            sample = orjson.loads(value or b"")
+            labels = {**sample["labels"], "__name__": sample["name"]}
+            at = stamp(sample, record_ms, final)
+            number = sample_value(sample["value"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            self.tally.skip(MALFORMED)
+            return
+        if at is None:
+            self.tally.skip(NOT_FINAL)
+            return
+        tenant = self.route.tenant(sample.get("account"))
+        if tenant is _SKIPPED:
+            self.tally.skip(OTHER_ACCOUNT if sample.get("account") is not None else NO_TENANT)
+            return
+        key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        points = self._series.setdefault(tenant, {}).setdefault(key, {})
+        self.pending += at not in points
+        points[at] = number
+
+    def requests(self) -> list[Request]:
+        """The gathered samples as requests (then forgotten): per tenant, series in label
+        order, each series' samples oldest first, at most ``max_samples`` per request (a
+        series split across requests keeps its order: they are sent in this order)."""
+        out: list[Request] = []
+        for tenant in sorted(self._series, key=lambda t: (t is not None, t or "")):
+            chunk: list[Series] = []
+            size = 0
+            for labels, points in sorted(self._series[tenant].items()):
+                ordered = sorted(points.items())
+                while ordered:
+                    room = self.max_samples - size
+                    chunk.append(Series(dict(labels), ordered[:room]))
+                    size += len(ordered[:room])
+                    ordered = ordered[room:]
+                    if size >= self.max_samples:
+                        out.append(Request(tenant, body(chunk), size))
+                        chunk, size = [], 0
+            if chunk:
+                out.append(Request(tenant, body(chunk), size))
+        self._series.clear()
+        self.pending = 0
+        return out
+
+
+def settle(tally: Tally, request: Request, status: int, text: str) -> None:
+    """Count a request's samples by the receiver's final answer."""
+    if 200 <= status < 300:
+        tally.sent += request.samples
+    else:
+        tally.refuse(refusal_reason(status, text), request.tenant, request.samples)
+
+
+def summary(tally: Tally) -> str:
+    """One line: what was sent, refused and skipped."""
+    parts = [f"sent {tally.sent:,} samples"]
+    if tally.refused:
+        parts.append(f"refused {sum(tally.refused.values()):,} (" + ", ".join(
+            f"{reason}{' for ' + tenant if tenant else ''}: {n:,}"
+            for (reason, tenant), n in sorted(tally.refused.items())) + ")")
+    if tally.skipped:
+        parts.append(f"skipped {sum(tally.skipped.values()):,} (" + ", ".join(
+            f"{reason}: {n:,}" for reason, n in sorted(tally.skipped.items())) + ")")
+    return "; ".join(parts)
+
+
+def merged(tallies: Iterable[Tally]) -> Tally:
+    """The sum of tallies (every endpoint's)."""
+    out = Tally()
+    for t in tallies:
+        out.sent += t.sent
+        for key, n in t.refused.items():
+            out.refused[key] = out.refused.get(key, 0) + n
+        for reason, n in t.skipped.items():
+            out.skip(reason, n)
+    return out

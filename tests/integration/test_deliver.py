@@ -1,0 +1,170 @@
+"""``l2m deliver`` against a real Prometheus (Debian's 2.42, remote-write receiver and an
+out-of-order window on, 127.0.0.1) fed by the streaming job on the embedded broker: what
+PromQL reads equals ``l2m backfill`` on the same logs, and a receiver's outage or refusals
+lose nothing else (issue 22)."""
+
+from __future__ import annotations
+
+import http.server
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from l2m.config.job import RemoteWriteConfig, RemoteWriteEndpoint
+from l2m.remotewrite.outbox import NOT_FINAL
+from l2m.rules.loader import load_text
+from l2m.runtime.deliver import deliver
+from tests.integration.test_prometheus import free_port, get, promql, wait_for
+from tests.integration.test_streaming import backfill_samples, generated, run_once
+from tests.support.kafka_helpers import fresh_topics, job_config, produce
+from tests.support.rulesets import COUNTER_RULES
+from tests.support.tools import tool
+
+
+def _ready(base: str) -> bool:
+    try:
+        return get(f"{base}/-/ready")[0] == 200
+    except urllib.error.URLError:  # not listening yet
+        return False
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[str]:
+    """A Prometheus with the remote-write receiver and a 30-minute out-of-order window (the
+    one docs/prometheus.md asks for); its base URL."""
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global: {scrape_interval: 1m}\n"
+                      "storage: {tsdb: {out_of_order_time_window: 30m}}\n")
+    process = subprocess.Popen(
+        [tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         "--web.enable-remote-write-receiver", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _ready(base), 60, "Prometheus ready")
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _selector(sample: dict[str, Any]) -> str:
+    labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample["labels"].items()))
+    return f'{{__name__="{sample["name"]}"{"," + labels if labels else ""}}}'
+
+
+def _stored(base: str, sample: dict[str, Any]) -> list[tuple[int, float]]:
+    """Every point Prometheus holds for the sample's series (the last hour)."""
+    found = promql(base, f"{_selector(sample)}[1h]")
+    assert len(found) <= 1, found
+    return [(round(float(t) * 1000), float(v)) for t, v in found[0]["values"]] if found else []
+
+
+def _endpoint(url: str, **options: Any) -> RemoteWriteConfig:
+    # Prometheus is one tenant: no tenant header, and samples without an account are taken.
+    return RemoteWriteConfig(endpoints=(RemoteWriteEndpoint(
+        url=url, name="prom", tenant_header=None, **options),), poll_ms=200)
+
+
+def test_counters_land_in_prometheus_with_backfill_s_values_and_ordered_timestamps(
+        spark, broker, prometheus, tmp_path):
+    rules, errors = load_text(COUNTER_RULES)
+    assert not errors
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    cfg = replace(job_config(t, tmp_path), remote_write=_endpoint(f"{prometheus}/api/v1/write"))
+    lines = generated(1200, seed=31)
+    # Two micro-batches a delivery apart: every series gets a point per batch, stamped with
+    # its batch's time, and the second delivery starts where the first committed.
+    produce(t.bootstrap, t.topics.logs, lines[:600], t.partitions)
+    run_once(spark, cfg, rules)
+    first = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
+    produce(t.bootstrap, t.topics.logs, lines[600:], t.partitions)
+    run_once(spark, cfg, rules)
+    second = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
+    assert first.refused == second.refused == {}
+    assert first.sent > 0 and second.sent > 0
+
+    expected = backfill_samples(spark, rules, lines, tmp_path)
+    assert expected
+    for sample in expected:
+        points = _stored(prometheus, sample)
+        assert points, sample
+        times = [at for at, _ in points]
+        assert times == sorted(set(times)), (sample, points)
+        assert points[-1][1] == sample["value"], (sample, points)
+    # Every sample the topic held was delivered once: nothing skipped, nothing re-sent.
+    assert first.skipped == second.skipped == {}
+
+
+class _Flaky(http.server.BaseHTTPRequestHandler):
+    """A receiver in front of Prometheus: answers 500 to the first ``failures`` requests, then
+    passes every request on."""
+
+    failures = 0
+    seen = 0
+    target = ""
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).seen += 1
+        if type(self).seen <= type(self).failures:
+            self.send_response(500)
+            self.end_headers()
+            self.wfile.write(b"down for a while")
+            return
+        request = urllib.request.Request(self.target, data=body, method="POST",
+                                         headers={k: v for k, v in self.headers.items()
+                                                  if k.lower() != "host"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                status, text = answer.status, answer.read()
+        except urllib.error.HTTPError as refused:
+            status, text = refused.code, refused.read()
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(text)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def test_a_receiver_down_for_a_while_loses_nothing(spark, broker, prometheus, tmp_path):
+    rules, _ = load_text(COUNTER_RULES)
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    handler = type("Flaky", (_Flaky,), {"failures": 6, "seen": 0,
+                                        "target": f"{prometheus}/api/v1/write"})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/api/v1/write"
+        cfg = replace(job_config(t, tmp_path), remote_write=_endpoint(url))
+        lines = generated(500, seed=32)
+        produce(t.bootstrap, t.topics.logs, lines, t.partitions)
+        run_once(spark, cfg, rules)
+        tally = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
+    finally:
+        server.shutdown()
+    assert handler.seen > 6 and tally.refused == {} and tally.sent > 0
+    for sample in backfill_samples(spark, rules, lines, tmp_path):
+        assert _stored(prometheus, sample)[-1][1] == sample["value"], sample
+
+
+def test_gauge_windows_are_sent_only_when_final(spark, broker, prometheus, tmp_path):
+    """Until the job marks a window's sample final, delivery sends none of the window's
+    updates (the topic keeps them all) and counts them as skipped."""
+    rules, _ = load_text("rules:\n  - {id: g, name: worst_ms, kind: gauge, query: \"*\", "
+                         "aggregation: max, field: http.duration_ms}\n")
+    t = fresh_topics(broker.bootstrap, partitions=1)
+    cfg = replace(job_config(t, tmp_path), remote_write=_endpoint(f"{prometheus}/api/v1/write"))
+    produce(t.bootstrap, t.topics.logs, generated(100, seed=33), t.partitions)
+    run_once(spark, cfg, rules)
+    tally = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
+    assert tally.skipped.get(NOT_FINAL, 0) > 0
