@@ -106,6 +106,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     disabled = len(ruleset.rules) - len(ruleset.enabled)
     print(f"ok: {len(ruleset.rules)} rules in {files} file(s)"
           + (f", {disabled} disabled" if disabled else ""))
+    if args.list:
+        for rule in ruleset.rules:
+            kind = "histogram" if rule.aggregation == "histogram" else rule.kind.value
+            print(f"{rule.id}\t{kind}\t{rule.name}\t{rule.unit or '-'}\t"
+                  f"{rule.description or '-'}" + ("" if rule.enabled else "\t(disabled)"))
     return 0
 
 
@@ -225,8 +230,9 @@ def cmd_deliver(args: argparse.Namespace) -> int:
     print(f"l2m deliver: topic {cfg.topics.metrics} on {cfg.sink['bootstrap.servers']} → "
           f"{names or 'no endpoints'}" + (" (once)" if args.once else ""),
           file=sys.stderr, flush=True)
+    rules = _rules_for(cfg).rules  # their metadata goes with their samples
     try:
-        deliver(cfg, once=args.once, stop=stop)
+        deliver(cfg, once=args.once, stop=stop, rules=rules)
     except KeyboardInterrupt:
         stop.set()
     return 0
@@ -323,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", help="rule files or directories")
     p.add_argument("--config", help="take query fields, tenancy and series caps from this job "
                    "configuration, as `l2m run` would (default: the defaults)")
+    p.add_argument("--list", action="store_true",
+                   help="also list each rule: id, type, metric name, unit, description "
+                        "(tab-separated)")
     _add_query_options(p)
     _add_tenancy_options(p)
     p.set_defaults(func=cmd_validate)

@@ -31,6 +31,10 @@ CHECKPOINT = "checkpoints/l2m"
 TRIGGER_MS = 5_000
 # How long a gauge window stays open for late logs after the newest event time (SPEC §3).
 GRACE_MS = 20 * 60_000
+# A gauge window is published (its final value marked for remote write) once the newest event
+# time has passed its end by this much; corrections after that stay on the Kafka topic only
+# (docs/prometheus.md). At most the grace.
+PUBLISH_DELAY_MS = 2 * 60_000
 # Event times further ahead of their record's Kafka time are counted as `future` and
 # dead-lettered instead of moving the watermark.
 MAX_FUTURE_MS = 5 * 60_000

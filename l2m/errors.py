@@ -59,6 +59,11 @@ ERROR_CLASSES: dict[str, str] = {
         "'{value}' is not a valid label name [a-zA-Z_][a-zA-Z0-9_]* (and must not start with __)"
     ),
     "LABEL_CLASH": "label '{label}' {reason}",
+    "INVALID_DESCRIPTION": "{reason}",
+    "INVALID_UNIT": (
+        "unit '{value}' must match [a-z][a-z0-9_]* (at most 64 characters): a base unit such "
+        "as seconds, bytes or ratio"
+    ),
     "TOO_MANY_LABELS": (
         "its series would carry {count} labels (static labels, group_by fields and a "
         "histogram's le); the limit is {limit}"

@@ -22,6 +22,7 @@ from l2m.config.decode import (
     Range,
     describe,
 )
+from l2m.errors import ConfigError
 from l2m.limits import Limits, SeriesLimits
 from l2m.query.nodes import QueryConfig
 from l2m.tenancy import Tenancy
@@ -250,6 +251,9 @@ class JobConfig:
     checkpoint: Annotated[str, PATH] = defaults.CHECKPOINT  # a URI is kept as written
     trigger_ms: Annotated[Duration, Key("trigger")] = defaults.TRIGGER_MS
     grace_ms: Annotated[Duration, Key("grace")] = defaults.GRACE_MS
+    # docs/prometheus.md: when a gauge window's value is final (at most the grace; unset:
+    # defaults.PUBLISH_DELAY_MS, or the grace if that is shorter — see publish_delay).
+    publish_delay_ms: Annotated[int | None, DURATION, Key("publish_delay")] = None
     # Event times further ahead of their record's Kafka time are counted as `future` and
     # dead-lettered instead of moving the watermark.
     max_future_ms: Annotated[Duration, Key("max_future_skew")] = defaults.MAX_FUTURE_MS
@@ -266,6 +270,20 @@ class JobConfig:
     master: Annotated[str, Key("spark", "master")] = defaults.MASTER
     spark: dict[str, str] = field(default_factory=dict)  # Spark settings (master aside)
     path: Annotated[str | None, Key()] = None  # the file it was read from
+
+    def __post_init__(self) -> None:
+        if self.publish_delay_ms is not None and self.publish_delay_ms > self.grace_ms:
+            raise ConfigError(
+                f"{self.path or 'config'}: publish_delay ({self.publish_delay_ms / 60_000:g} "
+                f"minutes) must be at most grace ({self.grace_ms / 60_000:g} minutes): a gauge "
+                "window is published before it closes")
+
+    @property
+    def publish_delay(self) -> int:
+        """How long past its end (in event time) a gauge window is published, ms."""
+        if self.publish_delay_ms is not None:
+            return self.publish_delay_ms
+        return min(defaults.PUBLISH_DELAY_MS, self.grace_ms)
 
     @property
     def query_config(self) -> QueryConfig:

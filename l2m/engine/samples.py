@@ -20,9 +20,12 @@ from l2m.engine.partials import Partial, nonfinite_text
 from l2m.limits import OVERFLOW_LABEL
 from l2m.rules.model import Rule
 
-# The Kafka record header of a gauge's final value (its window published, docs/prometheus.md):
-# remote write sends a gauge sample only with it.
-FINAL_HEADER = "l2m-final"
+# The Kafka record header that marks a gauge window's sample (docs/prometheus.md): its value
+# once the window is published (FINAL: what remote write sends), or an update after that
+# (CORRECTION: kept on the topic, counted and not sent by remote write); none before.
+WINDOW_HEADER = "l2m-window"
+FINAL = "final"
+CORRECTION = "correction"
 
 
 def sample_value(value: float) -> float | str:
@@ -123,14 +126,17 @@ def series_labels(rule: Rule, key: str) -> list[tuple[str, str]]:
     return sorted(labels)
 
 
-def samples_frame(samples: list[dict[str, Any]], batch_ms: int) -> pd.DataFrame:
-    """The state stage's output rows: deterministic Kafka key and JSON value per sample, and
-    the micro-batch's time (``batch_ms``: Spark's batch timestamp, the same when the batch is
-    replayed), the Kafka record's timestamp — what remote write stamps a counter with
-    (docs/prometheus.md)."""
+def samples_frame(samples: list[dict[str, Any]], batch_ms: int,
+                  mark: str | None = None) -> pd.DataFrame:
+    """The state stage's output rows: deterministic Kafka key and JSON value per sample, the
+    micro-batch's time (``batch_ms``: Spark's batch timestamp, the same when the batch is
+    replayed) — the Kafka record's timestamp, what remote write stamps a counter with — and a
+    gauge window's ``mark`` (:data:`FINAL`, :data:`CORRECTION` or None), its record's
+    :data:`WINDOW_HEADER` (docs/prometheus.md)."""
     return pd.DataFrame({"key": [series_key(s).decode() for s in samples],
                          "value": [orjson.dumps(s).decode() for s in samples],
-                         "time": pd.Series([batch_ms] * len(samples), dtype="int64")})
+                         "time": pd.Series([batch_ms] * len(samples), dtype="int64"),
+                         "mark": pd.Series([mark] * len(samples), dtype="object")})
 
 
 def series_key(s: Mapping[str, Any]) -> bytes:

@@ -2,10 +2,10 @@
 policy (docs/prometheus.md), and the tally of what became of them.
 
 Input: records of the metrics topic — the sample's JSON (SPEC §4), the record's timestamp
-(ms) and whether it carries :data:`FINAL_HEADER` — and one endpoint's :class:`Route`.
-Output: :class:`Request` bodies, one tenant each, at most ``max_samples`` samples each, every
-series' samples in strictly increasing time order; a :class:`Tally` of the samples sent,
-refused (per reason and tenant) and skipped (per reason).
+(ms) and its :data:`WINDOW_HEADER` mark — and one endpoint's :class:`Route`. Output:
+:class:`Request` bodies, one tenant each, at most ``max_samples`` samples each, every series'
+samples in strictly increasing time order; a :class:`Tally` of the samples sent, refused (per
+reason and tenant) and skipped (per reason; gauge corrections per rule).
 
 The policy, so that Prometheus accepts every sample and no timestamp is ever written twice
 with two values:
@@ -16,11 +16,11 @@ with two values:
   ``_bucket``/``_sum``/``_count`` share it. The sample's own ``timestamp`` (the largest event
   time counted) stands still while late logs raise the value: Prometheus refuses that as a
   duplicate sample.
-* **gauges** are stamped with their window's start and sent only when final: the record of a
-  window's final value carries :data:`FINAL_HEADER` (the state stage publishes a window once
-  the event time has passed its end by the publish delay); the corrections the topic still
-  carries after that are skipped here and counted by the job
-  (``l2m_gauge_corrections_dropped_total``)."""
+* **gauges** are stamped with their window's start and sent only when final: the state stage
+  publishes a window once the newest event time has passed its end by the publish delay,
+  every series of it in records marked :data:`FINAL`; the updates it still takes after that
+  (marked :data:`CORRECTION`) stay on the topic for consumers that accept overwrites, and
+  are counted here per rule instead of sent."""
 
 from __future__ import annotations
 
@@ -31,12 +31,14 @@ from typing import Any
 
 import orjson
 
-from l2m.engine.samples import FINAL_HEADER
-from l2m.remotewrite.encode import Series, body
+from l2m.engine.samples import CORRECTION, FINAL, WINDOW_HEADER
+from l2m.remotewrite.encode import Metadata, Series, body
+from l2m.rules.model import Aggregation, Rule
 
-__all__ = ["FINAL_HEADER", "Outbox", "Request", "Route", "Tally"]
+__all__ = ["CORRECTION", "FINAL", "WINDOW_HEADER", "Outbox", "Request", "Route", "Tally"]
 # Skipped samples, by reason.
-NOT_FINAL = "not_final"  # a gauge window's value before (or after) its final one
+NOT_FINAL = "not_final"  # a gauge window's value before its window is published
+CORRECTED = "correction"  # a gauge window's update after it was published
 MALFORMED = "malformed"  # a record that is not an l2m sample
 OTHER_ACCOUNT = "other_account"  # an account this endpoint does not take
 NO_TENANT = "no_tenant"  # no account, and no default tenant for such samples
@@ -74,11 +76,11 @@ def sample_value(value: Any) -> float:
     return float(value)
 
 
-def stamp(sample: Mapping[str, Any], record_ms: int | None, final: bool) -> int | None:
+def stamp(sample: Mapping[str, Any], record_ms: int | None, mark: str | None) -> int | None:
     """The timestamp a sample is written with by the policy (module docstring), or None when
     it is not sent (a gauge window's value that is not its final one)."""
     if sample.get("kind") == "gauge":
-        return int(sample["timestamp"]) if final else None
+        return int(sample["timestamp"]) if mark == FINAL else None
     return int(record_ms if record_ms is not None else sample["timestamp"])
 
 
@@ -99,6 +101,7 @@ class Tally:
     sent: int = 0
     refused: dict[tuple[str, str], int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
+    corrections: dict[str, int] = field(default_factory=dict)  # per rule, not sent
 
     def skip(self, reason: str, n: int = 1) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + n
@@ -123,36 +126,53 @@ def refusal_reason(status: int, text: str) -> str:
     return f"http_{status}" if status else "not_sent"
 
 
-class Outbox:
-    """Samples gathered for one endpoint until :meth:`requests` drains them."""
+def metadata(rules: Iterable[Rule]) -> dict[str, Metadata]:
+    """Each rule's metric family metadata by rule id: TYPE (a histogram rule's family is its
+    name, of type histogram), HELP from its ``description``, UNIT from its ``unit``."""
+    return {r.id: Metadata(r.name, "histogram" if r.aggregation == Aggregation.HISTOGRAM
+                           else r.kind.value, r.description, r.unit) for r in rules}
 
-    def __init__(self, route: Route, max_samples: int, tally: Tally) -> None:
+
+class Outbox:
+    """Samples gathered for one endpoint until :meth:`requests` drains them; ``families``:
+    the metadata sent with the samples of each rule (:func:`metadata`)."""
+
+    def __init__(self, route: Route, max_samples: int, tally: Tally,
+                 families: Mapping[str, Metadata] | None = None) -> None:
         self.route = route
         self.max_samples = max_samples
         self.tally = tally
+        self.families = families or {}
+        self._meta: dict[Any, dict[str, Metadata]] = {}
         # tenant → series labels → {timestamp: value}: a record read twice (a replay) is one
         # sample; of two values at one timestamp the later record's stands.
         self._series: dict[Any, dict[tuple[tuple[str, str], ...], dict[int, float]]] = {}
         self.pending = 0
 
-    def add(self, value: bytes | None, record_ms: int | None, final: bool) -> None:
-        """One record of the metrics topic."""
+    def add(self, value: bytes | None, record_ms: int | None, mark: str | None) -> None:
+        """One record of the metrics topic, with its :data:`WINDOW_HEADER` mark."""
         try:
             sample = orjson.loads(value or b"")
             labels = {**sample["labels"], "__name__": sample["name"]}
-            at = stamp(sample, record_ms, final)
+            at = stamp(sample, record_ms, mark)
             number = sample_value(sample["value"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             self.tally.skip(MALFORMED)
             return
         if at is None:
-            self.tally.skip(NOT_FINAL)
+            self.tally.skip(CORRECTED if mark == CORRECTION else NOT_FINAL)
+            if mark == CORRECTION:
+                rule = str(sample.get("rule"))
+                self.tally.corrections[rule] = self.tally.corrections.get(rule, 0) + 1
             return
         tenant = self.route.tenant(sample.get("account"))
         if tenant is _SKIPPED:
             self.tally.skip(OTHER_ACCOUNT if sample.get("account") is not None else NO_TENANT)
             return
         key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        family = self.families.get(str(sample.get("rule")))
+        if family is not None:
+            self._meta.setdefault(tenant, {})[family.name] = family
         points = self._series.setdefault(tenant, {}).setdefault(key, {})
         self.pending += at not in points
         points[at] = number
@@ -160,11 +180,13 @@ class Outbox:
     def requests(self) -> list[Request]:
         """The gathered samples as requests (then forgotten): per tenant, series in label
         order, each series' samples oldest first, at most ``max_samples`` per request (a
-        series split across requests keeps its order: they are sent in this order)."""
+        series split across requests keeps its order: they are sent in this order); the
+        metadata of the tenant's metric families with its first request."""
         out: list[Request] = []
         for tenant in sorted(self._series, key=lambda t: (t is not None, t or "")):
             chunk: list[Series] = []
             size = 0
+            meta = [m for _, m in sorted(self._meta.get(tenant, {}).items())]
             for labels, points in sorted(self._series[tenant].items()):
                 ordered = sorted(points.items())
                 while ordered:
@@ -173,11 +195,12 @@ class Outbox:
                     size += len(ordered[:room])
                     ordered = ordered[room:]
                     if size >= self.max_samples:
-                        out.append(Request(tenant, body(chunk), size))
-                        chunk, size = [], 0
+                        out.append(Request(tenant, body(chunk, meta), size))
+                        chunk, size, meta = [], 0, []
             if chunk:
-                out.append(Request(tenant, body(chunk), size))
+                out.append(Request(tenant, body(chunk, meta), size))
         self._series.clear()
+        self._meta.clear()
         self.pending = 0
         return out
 
@@ -212,4 +235,6 @@ def merged(tallies: Iterable[Tally]) -> Tally:
             out.refused[key] = out.refused.get(key, 0) + n
         for reason, n in t.skipped.items():
             out.skip(reason, n)
+        for rule, n in t.corrections.items():
+            out.corrections[rule] = out.corrections.get(rule, 0) + n
     return out

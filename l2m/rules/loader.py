@@ -36,9 +36,11 @@ from l2m.rules.model import (
     KINDS,
     LABEL_RE,
     MAX_BUCKETS,
+    MAX_DESCRIPTION,
     MAX_LABELS,
     NAME_RE,
     REQUIRED,
+    UNIT_RE,
     Aggregation,
     Kind,
     Rule,
@@ -449,6 +451,7 @@ class _RuleReader:
         target_account = self.string("target_account", scalar_ok=True)
         enabled = self.enabled()
         max_series = self.max_series()
+        description, unit = self.metadata()
         query, compiled = self.query()
         if any(p.severity == "error" for p in self.ctx.problems[self.before:]):
             return None
@@ -458,7 +461,8 @@ class _RuleReader:
             field=field_name if aggregation != Aggregation.COUNT else None,
             buckets=buckets, bucket_labels=bucket_labels, group_by=group_by, labels=labels,
             account=account, target_account=target_account, enabled=enabled,
-            max_series=max_series, file=self.ctx.file, line=self.node.start_mark.line + 1,
+            max_series=max_series, description=description, unit=unit,
+            file=self.ctx.file, line=self.node.start_mark.line + 1,
             compiled=compiled,
         )
 
@@ -639,6 +643,23 @@ class _RuleReader:
                  expected="a whole number from 1 to 2147483647", type=_type_name(value)
                  if not isinstance(value, int) or isinstance(value, bool) else str(value))
         return None
+
+    def metadata(self) -> tuple[str, str]:
+        """``description`` (one line of printable text) and ``unit``, the metric's HELP and
+        UNIT (docs/rules.md)."""
+        description = self.string("description") or ""
+        if len(description) > MAX_DESCRIPTION:
+            self.bad("INVALID_DESCRIPTION", "description",
+                     reason=f"a description is at most {MAX_DESCRIPTION} characters, got "
+                            f"{len(description)}")
+        elif not description.isprintable():
+            self.bad("INVALID_DESCRIPTION", "description",
+                     reason="a description is one line of printable text (no line breaks "
+                            "or control characters)")
+        unit = self.string("unit") or ""
+        if "unit" in self.raw and unit and not UNIT_RE.fullmatch(unit):
+            self.bad("INVALID_UNIT", "unit", value=unit)
+        return description, unit
 
     def query(self) -> tuple[str | None, CompiledQuery | None]:
         query = self.string("query")

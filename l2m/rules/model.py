@@ -43,8 +43,11 @@ ALLOWED = {
 }
 KEYS = (
     "id", "name", "kind", "query", "aggregation", "field", "buckets", "group_by", "labels",
-    "account", "target_account", "enabled", "max_series",
+    "account", "target_account", "enabled", "max_series", "description", "unit",
 )
+# Metric metadata (HELP, UNIT): what Prometheus shows and remote write sends with the samples.
+MAX_DESCRIPTION = 1024  # Mimir's default metadata length limit
+UNIT_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 REQUIRED = ("id", "name", "kind", "query", "aggregation")
 MAX_BUCKETS = 128
 # Labels a series may carry (static labels, group-by labels and a histogram's `le`): Mimir's
@@ -75,6 +78,8 @@ class Rule:
     enabled: bool = True
     # Live series this rule may hold (l2m.engine.admission); None: its account's per-rule cap.
     max_series: int | None = None
+    description: str = ""  # the metric's HELP text
+    unit: str = ""  # its UNIT (OpenMetrics: a base unit, e.g. seconds)
     file: str = "<memory>"
     line: int = 0
     compiled: CompiledQuery | None = dataclasses.field(default=None, compare=False, repr=False)

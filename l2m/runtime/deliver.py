@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,17 @@ from typing import Any
 from l2m.config.job import JobConfig, RemoteWriteEndpoint
 from l2m.errors import ConfigError
 from l2m.remotewrite.client import Endpoint, Sender
-from l2m.remotewrite.outbox import FINAL_HEADER, Outbox, Route, Tally, settle, summary
+from l2m.remotewrite.encode import Metadata
+from l2m.remotewrite.outbox import (
+    WINDOW_HEADER,
+    Outbox,
+    Route,
+    Tally,
+    metadata,
+    settle,
+    summary,
+)
+from l2m.rules.model import Rule
 
 POLL_RECORDS = 10_000  # records per poll: a poll's samples are sent before its offsets commit
 PROGRESS_S = 10.0  # a progress line per endpoint at most this often, when something changed
@@ -95,6 +105,7 @@ class EndpointDelivery:
     cfg: RemoteWriteEndpoint
     stop: threading.Event
     once_idle_s: float | None = None  # once: end after the topic gave nothing this long
+    families: dict[str, Metadata] | None = None  # the rules' metadata by rule id
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
 
     def __post_init__(self) -> None:
@@ -128,7 +139,8 @@ class EndpointDelivery:
         from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, TopicPartition
 
         consumer = self._consumer()
-        outbox = Outbox(route(self.cfg), self.cfg.max_samples_per_send, self.tally)
+        outbox = Outbox(route(self.cfg), self.cfg.max_samples_per_send, self.tally,
+                        self.families)
         topic = self.job.topics.metrics
         poll_s = self.job.remote_write.poll_ms / 1000
         idle_since = time.monotonic()
@@ -144,9 +156,10 @@ class EndpointDelivery:
                             self.log(f"l2m deliver: {self.name}: {error.str()}")
                         continue
                     kind, at = record.timestamp()
-                    final = any(k == FINAL_HEADER for k, _ in record.headers() or ())
+                    mark = next((v.decode() for k, v in record.headers() or ()
+                                 if k == WINDOW_HEADER and v is not None), None)
                     outbox.add(record.value(), None if kind == TIMESTAMP_NOT_AVAILABLE else at,
-                               final)
+                               mark)
                     positions[record.partition()] = record.offset() + 1
                 for request in outbox.requests():
                     answer = self.sender.send(request.body, request.tenant)
@@ -171,15 +184,17 @@ class EndpointDelivery:
 
 
 def deliver(job: JobConfig, once: bool = False, stop: threading.Event | None = None,
-            once_idle_s: float = 3.0) -> dict[str, Tally]:
+            once_idle_s: float = 3.0, rules: Iterable[Rule] = ()) -> dict[str, Tally]:
     """Deliver until ``stop`` is set (or, ``once``, until the topic has given nothing for
-    ``once_idle_s`` on every endpoint); each endpoint's tally by name. An endpoint's failure
-    (not a receiver's answer: those are counted) stops the others and is raised."""
+    ``once_idle_s`` on every endpoint); each endpoint's tally by name. ``rules``: the job's,
+    whose metadata (TYPE, HELP, UNIT) goes with their samples. An endpoint's failure (not a
+    receiver's answer: those are counted) stops the others and is raised."""
     if not job.remote_write.endpoints:
         raise ConfigError("remote_write: no endpoints configured (remote_write.endpoints "
                           "in the configuration file; docs/prometheus.md)")
     stop = stop or threading.Event()
-    loops = [EndpointDelivery(job, cfg, stop, once_idle_s if once else None)
+    families = metadata(rules)
+    loops = [EndpointDelivery(job, cfg, stop, once_idle_s if once else None, families=families)
              for cfg in job.remote_write.endpoints]
     names = [loop.name for loop in loops]
     shared = sorted({n for n in names if names.count(n) > 1})

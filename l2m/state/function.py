@@ -49,7 +49,7 @@ MAP_FORMAT = 4
 # series caps can be enforced; formats 1 and 2 place series by (rule, series) and run uncapped.
 CAPPED_FORMAT = 3
 SWEEP_MS = 60_000  # format 2: how often a key's untouched rules are checked for idle series
-OUTPUT_SCHEMA = "key string, value string, time bigint"
+OUTPUT_SCHEMA = "key string, value string, time bigint, mark string"
 STATE_SCHEMA = "blob binary"
 
 
@@ -229,9 +229,10 @@ def refusal_rows(admission: Admission | None, activity: Accumulator[Tally] | Non
 
 
 def emitted(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None,
-            batch_ms: int) -> Iterator[pd.DataFrame]:
+            batch_ms: int, mark: str | None = None) -> Iterator[pd.DataFrame]:
     """The samples of one call as the output frame (:func:`~l2m.engine.samples.
-    samples_frame`, at the micro-batch's time ``batch_ms``), counted per rule."""
+    samples_frame`, at the micro-batch's time ``batch_ms``, gauge windows' ``mark``), counted
+    per rule."""
     if not samples:
         return
     if activity is not None:
@@ -240,7 +241,7 @@ def emitted(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None,
             key = SampleCount(s["rule"])
             per_rule[key] = per_rule.get(key, 0) + 1
         activity.add(per_rule)
-    yield samples_frame(samples, batch_ms)
+    yield samples_frame(samples, batch_ms, mark)
 
 
 def counted(frames: Iterator[pd.DataFrame], reduction: Reduction | None

@@ -27,7 +27,7 @@ from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.state.counters import REFUSED_RULE, signature
 from l2m.state.format import dump_blob, load_blob
 from l2m.state.tally import SeriesCount, Tally
-from l2m.windows import window_closed
+from l2m.windows import window_closed, window_final
 
 # Logs a gauge rule counted into its overflow series in one one-minute window because they
 # would have opened a series past a cap in that window (l2m.engine.admission), in the window
@@ -51,6 +51,15 @@ class GaugeState:
     recheck_ms: int = 60_000
     # The driver's metrics (l2m.state.tally.Latest): open series per (rule, shard, window) key.
     tally: Accumulator[Tally] | None = None
+    # When a window's value is published as final (state format 4; None: never): the newest
+    # event time past its end by publish_delay_ms (docs/prometheus.md).
+    grace_ms: int | None = None
+    publish_delay_ms: int = 0
+
+    def final(self, window: int, watermark: int) -> bool:
+        """The window's value is published now (:func:`l2m.windows.window_final`)."""
+        return self.grace_ms is not None and \
+            window_final(window, watermark, self.grace_ms, self.publish_delay_ms)
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
@@ -101,11 +110,16 @@ class GaugeState:
             buckets[le] = part.merged_into(buckets.get(le))
             touched.add(name)
         content = {"sig": signature(rule), "series": series}
-        samples = [
-            s for name in sorted(touched)
-            for s in rule_samples(rule, series_labels(rule, name), window,
-                                  {le: Partial.load(v) for le, v in series[name].items()})]
-        return content, samples
+        return content, self.samples(rule, window, series, sorted(touched))
+
+    @staticmethod
+    def samples(rule: Rule, window: int, series: Mapping[str, Mapping[str, Any]],
+                names: list[str] | None = None) -> list[dict[str, Any]]:
+        """The samples of a rule's stored series (``names`` of them, by default all, in key
+        order) in the window."""
+        return [s for name in (sorted(series) if names is None else names)
+                for s in rule_samples(rule, series_labels(rule, name), window,
+                                      {le: Partial.load(v) for le, v in series[name].items()})]
 
     def _tally(self, key: tuple[Any, ...], series: int) -> None:
         if self.tally is not None:

@@ -57,6 +57,7 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps
 from l2m.engine.collector import collector_paused
 from l2m.engine.partials import Partial
+from l2m.engine.samples import CORRECTION, FINAL
 from l2m.engine.status import STATUS_RULE
 from l2m.errors import StateFormatError
 from l2m.rules.model import Rule
@@ -310,12 +311,18 @@ class MetricProcessor(StatefulProcessor):
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         shard, window = int(key[0]), int(key[1])
+        out: list[pd.DataFrame] = []
         if window != CUMULATIVE:
-            if GaugeState.closed(window, timerValues.getCurrentWatermarkInMs()):
-                self._close(shard, window)
-            else:
-                self._schedule(timerValues.getCurrentProcessingTimeInMs(), {})
-        return iter([])
+            now = timerValues.getCurrentProcessingTimeInMs()
+            watermark = timerValues.getCurrentWatermarkInMs()
+            with collector_paused():
+                meta = self._meta()
+                out = self._publish(window, watermark, now, meta)
+                if GaugeState.closed(window, watermark):
+                    self._close(shard, window)
+                else:
+                    self._schedule(now, meta)
+        return iter(out)
 
     # --- shared -------------------------------------------------------------------------
 
@@ -576,12 +583,15 @@ class MetricProcessor(StatefulProcessor):
     def _gauge_key(self, shard: int, window: int, frames: Iterator[pd.DataFrame],
                    tv: TimerValues) -> Iterator[pd.DataFrame]:
         now = tv.getCurrentProcessingTimeInMs()
-        if GaugeState.closed(window, tv.getCurrentWatermarkInMs()):
+        watermark = tv.getCurrentWatermarkInMs()
+        meta = self._meta()
+        if GaugeState.closed(window, watermark):
             for _ in frames:  # logs of a closed window: counted late by the input statuses
                 pass
+            out = self._publish(window, watermark, now, meta)
             self._close(shard, window)
-            return iter([])
-        meta = self._meta()
+            return iter(out)
+        published = "published" in meta  # before this batch: its updates are corrections
         if "timer" not in meta:
             self._schedule(now, meta)
         rules = self.gauges.rules
@@ -599,7 +609,8 @@ class MetricProcessor(StatefulProcessor):
         samples = self._apply(self.gauge_series, book, by_rule(frames), rules, (), update)
         if self.gauges.tally is not None and tally:
             self.gauges.tally.add(tally)
-        return emitted(samples, self.activity, now)
+        out = list(emitted(samples, self.activity, now, CORRECTION if published else None))
+        return iter(out + self._publish(window, watermark, now, meta))
 
     def _gauge(self, rule_id: str, window: int, rows: list[tuple[str, str, Partial]],
                stored: dict[str, Any], gen: int, book: _Rules,
@@ -634,6 +645,44 @@ class MetricProcessor(StatefulProcessor):
         MapIO(self.gauge_series).put(writes)
         if rule_id != REFUSED_RULE:
             book.listing(rule_id, added, ())
+        return samples
+
+    def _publish(self, window: int, watermark: int, now: int,
+                 meta: dict[str, Any]) -> list[pd.DataFrame]:
+        """A window's final value, once (:meth:`GaugeState.final`): every series the key
+        holds, marked :data:`~l2m.engine.samples.FINAL` — what remote write sends of it
+        (docs/prometheus.md); its later updates are marked as corrections."""
+        if "published" in meta or not self.gauges.final(window, watermark):
+            return []
+        samples = self._window_samples(window)
+        if not samples and "timer" not in meta:
+            return []  # a key without state (a late log's closed window)
+        meta["published"] = now
+        self.meta.update(_dump(meta))
+        return list(emitted(samples, self.activity, now, FINAL))
+
+    def _window_samples(self, window: int) -> list[dict[str, Any]]:
+        """The samples of every current series of this window key, rules in id order."""
+        gens: dict[str, int] = {REFUSED_RULE: 0}  # l2m's refusal gauge: no rule entry
+        small: dict[str, dict[str, Any]] = {}
+        for (rule_id,), stored in list(self.gauge_rules.iterator()):
+            entry = orjson.loads(stored[0])
+            rule = self._gauge_rule(rule_id)
+            if rule is None or entry.get("sig") != signature(rule):
+                continue  # a removed rule, or one changed since: nothing current
+            gens[rule_id] = entry["gen"]
+            if "s" in entry:
+                small[rule_id] = entry["s"]
+        series: dict[str, dict[str, Any]] = {**small}
+        for (rule_id, name), stored in list(self.gauge_series.iterator()):
+            value = orjson.loads(stored[0])
+            if rule_id not in small and gens.get(rule_id) == value[0]:
+                series.setdefault(rule_id, {})[name] = value[1]
+        samples: list[dict[str, Any]] = []
+        for rule_id in sorted(series):
+            rule = self._gauge_rule(rule_id)
+            if rule is not None and series[rule_id]:
+                samples += GaugeState.samples(rule, window, series[rule_id])
         return samples
 
     def _schedule(self, now: int, meta: dict[str, Any]) -> None:

@@ -56,6 +56,14 @@ def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
     def rule_list(rs: list[Rule]) -> str:
         return ", ".join(f"`{r.id}`" for r in rs) or "(none)"
 
+    def metadata(rs: list[Rule], shown: int = 50) -> str:
+        rows = [f"| `{r.name}` | {'histogram' if r.aggregation == 'histogram' else r.kind.value}"
+                f" | {r.unit or '—'} | {r.description or '—'} |" for r in rs[:shown]]
+        more = [f"\n… and {len(rs) - shown} more (`l2m validate --list`)."] \
+            if len(rs) > shown else []
+        return "\n".join(["| metric | type | unit | description |", "|---|---|---|---|",
+                          *rows, *more])
+
     keys = ", ".join(STATE_KEYS[STATE_FORMAT])
     lim = cfg.limits
     m = _module
@@ -105,6 +113,11 @@ Fields parsed: {fields or "(none)"}.
 
 Counter rules: {rule_list(counters)}.
 Gauge rules: {rule_list(gauges)}.
+
+Metric metadata (rules' `unit` and `description`: remote write's TYPE, UNIT and HELP,
+docs/prometheus.md):
+
+{metadata(enabled)}
 """
 
 

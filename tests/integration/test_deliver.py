@@ -6,8 +6,10 @@ lose nothing else (issue 22)."""
 from __future__ import annotations
 
 import http.server
+import random
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from l2m.config.job import RemoteWriteConfig, RemoteWriteEndpoint
@@ -26,6 +29,8 @@ from tests.integration.test_streaming import backfill_samples, generated, run_on
 from tests.support.kafka_helpers import fresh_topics, job_config, produce
 from tests.support.rulesets import COUNTER_RULES
 from tests.support.tools import tool
+
+MIN = 60_000
 
 
 def _ready(base: str) -> bool:
@@ -157,14 +162,50 @@ def test_a_receiver_down_for_a_while_loses_nothing(spark, broker, prometheus, tm
         assert _stored(prometheus, sample)[-1][1] == sample["value"], sample
 
 
-def test_gauge_windows_are_sent_only_when_final(spark, broker, prometheus, tmp_path):
-    """Until the job marks a window's sample final, delivery sends none of the window's
-    updates (the topic keeps them all) and counts them as skipped."""
-    rules, _ = load_text("rules:\n  - {id: g, name: worst_ms, kind: gauge, query: \"*\", "
-                         "aggregation: max, field: http.duration_ms}\n")
+def test_gauge_windows_land_when_published_with_backfill_s_values(spark, broker, prometheus,
+                                                                   tmp_path):
+    """A window is sent once the newest event time has passed its end by the publish delay
+    (2 minutes), with the value backfill gives it; the windows after that are not sent yet
+    (skipped as not final), and the topic keeps every update."""
+    rules, _ = load_text(
+        "rules:\n  - {id: g, name: worst_ms, kind: gauge, query: \"*\", aggregation: max, "
+        "field: ms, group_by: [svc]}\n")
     t = fresh_topics(broker.bootstrap, partitions=1)
     cfg = replace(job_config(t, tmp_path), remote_write=_endpoint(f"{prometheus}/api/v1/write"))
-    produce(t.bootstrap, t.topics.logs, generated(100, seed=33), t.partitions)
+    rng = random.Random(34)
+    start = (int(time.time() * 1000) - 30 * MIN) // MIN * MIN
+    first = [_log(start + i * 2_000, rng.choice("ab"), rng.randint(1, 999)) for i in range(300)]
+    produce(t.bootstrap, t.topics.logs, first, t.partitions)
+    run_once(spark, cfg, rules)  # 10 minutes of logs: the watermark ends 20 minutes back
+    # One more log in each of those minutes: its key is looked at again in a batch whose
+    # watermark makes every window final that ends 2 minutes before the newest event time.
+    second = [_log(start + m * MIN + 59_000, "a", 1) for m in range(10)]
+    produce(t.bootstrap, t.topics.logs, second, t.partitions)
     run_once(spark, cfg, rules)
     tally = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
-    assert tally.skipped.get(NOT_FINAL, 0) > 0
+    assert tally.refused == {}
+
+    expected = backfill_samples(spark, rules, first + second, tmp_path)
+    newest = start + 299 * 2_000
+    published = [s for s in expected if s["timestamp"] + MIN + 2 * MIN <= newest]
+    held = [s for s in expected if s not in published]
+    assert published and held
+    for svc in "ab":
+        stored = dict(_stored(prometheus, {"name": "worst_ms", "labels": {"svc": svc}}))
+        assert stored == {s["timestamp"]: s["value"] for s in published
+                          if s["labels"]["svc"] == svc}
+    assert tally.skipped.get(NOT_FINAL, 0) >= len(held)
+
+    # A late log into a published window (still open: within the grace) corrects it on the
+    # topic; remote write keeps the published value and counts the correction.
+    produce(t.bootstrap, t.topics.logs, [_log(start + 5_000, "b", 5_000)], t.partitions)
+    run_once(spark, cfg, rules)
+    after = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
+    assert (after.corrections, after.refused) == ({"g": 1}, {})  # l2m's own counters sent
+    stored = dict(_stored(prometheus, {"name": "worst_ms", "labels": {"svc": "b"}}))
+    assert stored[start] == next(s["value"] for s in published if s["timestamp"] == start
+                                 and s["labels"]["svc"] == "b")
+
+
+def _log(ts: int, svc: str, ms: int) -> bytes:
+    return orjson.dumps({"@timestamp": ts, "svc": svc, "ms": ms})

@@ -234,3 +234,21 @@ def test_yaml_1_1_booleans_stay_strings():
     assert found == []
     assert rules[0].id == "off" and rules[0].labels == (("canary", "no"),)
     assert problems(rule_yaml(enabled="yes")) == [("INVALID_TYPE", 7, 14, "r1")]
+
+
+def test_description_and_unit_are_the_metric_s_metadata_and_are_checked():
+    rules, errors = load_text(textwrap.dedent("""\
+        rules:
+          - {id: a, name: a_seconds, kind: gauge, query: "*", aggregation: max, field: x,
+             description: Worst latency per minute., unit: seconds}
+          - {id: b, name: b_total, kind: counter, query: "*", aggregation: count}
+          - {id: c, name: c_total, kind: counter, query: "*", aggregation: count, unit: Sec}
+          - {id: d, name: d_total, kind: counter, query: "*", aggregation: count,
+             description: "two\\tparts"}
+          - {id: e, name: e_total, kind: counter, query: "*", aggregation: count,
+             description: [a list]}
+        """))
+    assert [(r.id, r.description, r.unit) for r in rules] == [
+        ("a", "Worst latency per minute.", "seconds"), ("b", "", "")]
+    assert [(e.rule_id, e.code) for e in errors] == [
+        ("c", "INVALID_UNIT"), ("d", "INVALID_DESCRIPTION"), ("e", "INVALID_TYPE")]

@@ -323,3 +323,60 @@ def test_v4_counter_state_of_either_layout_continues_exactly(layout):
     assert values(out) == {("b", (("l2m_overflow", "true"),)): 7.0, ("b", ()): "+Inf",
                            ("l2m-series-refused", (("account", ""), ("limit", "rule"),
                                                    ("rule", "b"))): 3.0}
+
+
+def _marked(fn, store, key, rows=None, now=0, watermark=0, timer=False) -> list[tuple]:
+    """(mark, rule, labels, value) of every sample a call emits, in order."""
+    store.key, store.now = key, now
+    tv = tws.TimerValues(now, watermark)
+    if timer:
+        frames = fn.handleExpiredTimer(key, tv, tws.ExpiredTimerInfo(now))
+    else:
+        frames = fn.handleInputRows(key, iter([pd.DataFrame(rows)] if rows else []), tv)
+    out = []
+    for frame in frames:
+        for mark, value in zip(frame["mark"], frame["value"], strict=True):
+            s = orjson.loads(value)
+            out.append((mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
+    return out
+
+
+@pytest.mark.parametrize("small", [0, 512])
+def test_a_gauge_window_is_published_once_final_and_later_updates_are_corrections(small):
+    """Published when the newest event time (watermark + grace) passes the window's end by
+    the publish delay: every series of the key — the overflow series and l2m's refusal gauge
+    too — marked final, once; updates after that are marked corrections; a window that gets
+    no more logs is published by its timer."""
+    caps = {"g": RuleCaps(2, 0, 0, "a", "g")}
+    processor_module.SMALL_RULE = small
+    store = tws.Store()
+    grace, delay = 1_200_000, 120_000
+    fn = MetricProcessor(CounterState(COUNTERS, ttl_ms=TTL),
+                         GaugeState(GAUGES, recheck_ms=60_000, grace_ms=grace,
+                                    publish_delay_ms=delay), caps=caps)
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    before = W + 60_000 + delay - grace - 1  # the watermark just short of publishing
+    rows = [row("g", i, float(i + 1), window=W) for i in range(3)]
+    first = _marked(fn, store, (0, W), rows, now=W, watermark=before)
+    assert {m for m, *_ in first} == {None}
+    s = (("s", "s1"),)
+    out = _marked(fn, store, (0, W), [row("g", 1, 9.0, window=W)], now=W + 1,
+                  watermark=before + 1)
+    assert out[0] == (None, "g", s, 9.0)  # the batch's own update, then the window, final
+    finals = {(r, labels): v for m, r, labels, v in out[1:] if m == "final"}
+    assert len(finals) == len(out) - 1
+    assert finals == {("g", (("s", "s0"),)): 1.0, ("g", s): 9.0,
+                      ("g", (("l2m_overflow", "true"),)): 3.0,
+                      ("l2m-series-refused-window",
+                       (("account", "a"), ("limit", "rule"), ("rule", "g"))): 1.0}
+    later = _marked(fn, store, (0, W), [row("g", 0, 5.0, window=W)], now=W + 2,
+                    watermark=before + 2)
+    assert later == [("correction", "g", (("s", "s0"),), 5.0)]
+    # Another window: published by its timer, with no more logs.
+    w2 = W + 60_000
+    _marked(fn, store, (0, w2), [row("g", 0, 7.0, window=w2)], now=W + 3, watermark=before + 2)
+    assert _marked(fn, store, (0, w2), now=W + 60_003, watermark=before + 2, timer=True) == []
+    assert _marked(fn, store, (0, w2), now=W + 120_003, watermark=before + 60_001,
+                   timer=True) == [("final", "g", (("s", "s0"),), 7.0)]
+    assert _marked(fn, store, (0, w2), now=W + 180_003, watermark=before + 60_002,
+                   timer=True) == []
