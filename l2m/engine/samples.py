@@ -20,12 +20,16 @@ from l2m.engine.partials import Partial, nonfinite_text
 from l2m.limits import OVERFLOW_LABEL
 from l2m.rules.model import Rule
 
-# The Kafka record header that marks a gauge window's sample (docs/prometheus.md): its value
-# once the window is published (FINAL: what remote write sends), or an update after that
-# (CORRECTION: kept on the topic, counted and not sent by remote write); none before.
-WINDOW_HEADER = "l2m-window"
+# The Kafka record header that marks a sample for remote write (docs/prometheus.md): a gauge
+# window's value once the window is published (FINAL: what remote write sends) or an update
+# after that (CORRECTION: kept on the topic, counted and not sent); a counter series' first
+# sample (NEW: remote write writes a 0 just before it, so PromQL's increase() counts its first
+# value). A sample dict carries its mark under MARK_KEY until samples_frame writes it.
+MARK_HEADER = "l2m-mark"
 FINAL = "final"
 CORRECTION = "correction"
+NEW = "new"
+MARK_KEY = "_mark"
 
 
 def sample_value(value: float) -> float | str:
@@ -132,11 +136,12 @@ def samples_frame(samples: list[dict[str, Any]], batch_ms: int,
     micro-batch's time (``batch_ms``: Spark's batch timestamp, the same when the batch is
     replayed) — the Kafka record's timestamp, what remote write stamps a counter with — and a
     gauge window's ``mark`` (:data:`FINAL`, :data:`CORRECTION` or None), its record's
-    :data:`WINDOW_HEADER` (docs/prometheus.md)."""
+    :data:`MARK_HEADER` (docs/prometheus.md)."""
+    marks = [s.pop(MARK_KEY, mark) for s in samples]  # a sample's own mark, else the call's
     return pd.DataFrame({"key": [series_key(s).decode() for s in samples],
                          "value": [orjson.dumps(s).decode() for s in samples],
                          "time": pd.Series([batch_ms] * len(samples), dtype="int64"),
-                         "mark": pd.Series([mark] * len(samples), dtype="object")})
+                         "mark": pd.Series(marks, dtype="object")})
 
 
 def series_key(s: Mapping[str, Any]) -> bytes:

@@ -4,7 +4,7 @@
 Input: ``key, value`` rows (strings or bytes: the state stage's samples), optionally
 ``time`` (the record's timestamp, ms: the state stage's micro-batch time, the same when the
 batch is replayed; else the producer's clock) and ``mark`` (a gauge window's
-:data:`~l2m.engine.samples.WINDOW_HEADER`), and the ``kafka.*`` client settings.
+:data:`~l2m.engine.samples.MARK_HEADER`), and the ``kafka.*`` client settings.
 Output: messages on the topic, every one acknowledged before the task returns, or
 :class:`~l2m.errors.SinkError`.
 
@@ -44,7 +44,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from l2m.engine.samples import WINDOW_HEADER
+from l2m.engine.samples import MARK_HEADER
 from l2m.errors import ConfigError, SinkError
 from l2m.kafka.deadletters import DEAD_LETTER_MAX_BYTES, DeadLetters
 from l2m.kafka.options import CLIENT_LOG_LEVEL, kafka_config
@@ -124,7 +124,7 @@ class _Producing:
                 for key, value, at, mark in zip(keys, values, times, marks, strict=True):
                     stamp: dict[str, Any] = {} if at is None else {"timestamp": at}
                     if mark is not None:
-                        stamp["headers"] = [(WINDOW_HEADER, mark.encode())]
+                        stamp["headers"] = [(MARK_HEADER, mark.encode())]
                     try:
                         produce(producer, self.topic, value=value, key=key,
                                 on_delivery=delivered, **stamp)
@@ -270,15 +270,15 @@ def produce_samples(samples: list[dict[str, Any]], topic: str, kafka: dict[str, 
     """Write a few samples from the driver (l2m's own, :mod:`l2m.state.accounts`) with the
     sink's producer and keys, waiting for every acknowledgement; what was not delivered is a
     :class:`SinkError`. Their gauges are values at the moment, never corrected: each is final
-    (:data:`~l2m.engine.samples.WINDOW_HEADER`)."""
-    from l2m.engine.samples import FINAL, WINDOW_HEADER, series_key
+    (:data:`~l2m.engine.samples.MARK_HEADER`)."""
+    from l2m.engine.samples import FINAL, MARK_HEADER, series_key
 
     if not samples:
         return
     producer = sink_producer(kafka, timeout_s)
     errors: list[Any] = []
     for sample in samples:
-        final = [(WINDOW_HEADER, FINAL.encode())] if sample.get("kind") == "gauge" else None
+        final = [(MARK_HEADER, FINAL.encode())] if sample.get("kind") == "gauge" else None
         produce(producer, topic, key=series_key(sample), value=orjson.dumps(sample),
                 headers=final, on_delivery=_into(errors))
     left = producer.flush(timeout_s)

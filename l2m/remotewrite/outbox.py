@@ -2,7 +2,7 @@
 policy (docs/prometheus.md), and the tally of what became of them.
 
 Input: records of the metrics topic — the sample's JSON (SPEC §4), the record's timestamp
-(ms) and its :data:`WINDOW_HEADER` mark — and one endpoint's :class:`Route`. Output:
+(ms) and its :data:`MARK_HEADER` mark — and one endpoint's :class:`Route`. Output:
 :class:`Request` bodies, one tenant each, at most ``max_samples`` samples each, every series'
 samples in strictly increasing time order; a :class:`Tally` of the samples sent, refused (per
 reason and tenant) and skipped (per reason; gauge corrections per rule).
@@ -15,7 +15,9 @@ with two values:
   when a batch is replayed), so the value changes only with a new timestamp, and a family's
   ``_bucket``/``_sum``/``_count`` share it. The sample's own ``timestamp`` (the largest event
   time counted) stands still while late logs raise the value: Prometheus refuses that as a
-  duplicate sample.
+  duplicate sample. A series' first sample (marked :data:`NEW`) is preceded by a 0 one
+  millisecond earlier, so that ``increase()`` counts its first value, and a series that
+  starts again (after its TTL) reads as a counter reset.
 * **gauges** are stamped with their window's start and sent only when final: the state stage
   publishes a window once the newest event time has passed its end by the publish delay,
   every series of it in records marked :data:`FINAL`; the updates it still takes after that
@@ -31,11 +33,11 @@ from typing import Any
 
 import orjson
 
-from l2m.engine.samples import CORRECTION, FINAL, WINDOW_HEADER
+from l2m.engine.samples import CORRECTION, FINAL, MARK_HEADER, NEW
 from l2m.remotewrite.encode import Metadata, Series, body
 from l2m.rules.model import Aggregation, Rule
 
-__all__ = ["CORRECTION", "FINAL", "WINDOW_HEADER", "Outbox", "Request", "Route", "Tally"]
+__all__ = ["CORRECTION", "FINAL", "MARK_HEADER", "NEW", "Outbox", "Request", "Route", "Tally"]
 # Skipped samples, by reason.
 NOT_FINAL = "not_final"  # a gauge window's value before its window is published
 CORRECTED = "correction"  # a gauge window's update after it was published
@@ -150,7 +152,7 @@ class Outbox:
         self.pending = 0
 
     def add(self, value: bytes | None, record_ms: int | None, mark: str | None) -> None:
-        """One record of the metrics topic, with its :data:`WINDOW_HEADER` mark."""
+        """One record of the metrics topic, with its :data:`MARK_HEADER` mark."""
         try:
             sample = orjson.loads(value or b"")
             labels = {**sample["labels"], "__name__": sample["name"]}
@@ -170,6 +172,10 @@ class Outbox:
             self.tally.skip(OTHER_ACCOUNT if sample.get("account") is not None else NO_TENANT)
             return
         key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        if mark == NEW and sample.get("kind") != "gauge":
+            zero = self._series.setdefault(tenant, {}).setdefault(key, {})
+            self.pending += (at - 1) not in zero
+            zero.setdefault(at - 1, 0.0)
         family = self.families.get(str(sample.get("rule")))
         if family is not None:
             self._meta.setdefault(tenant, {})[family.name] = family

@@ -34,7 +34,7 @@ from l2m.errors import ConfigError
 from l2m.remotewrite.client import Endpoint, Sender
 from l2m.remotewrite.encode import Metadata
 from l2m.remotewrite.outbox import (
-    WINDOW_HEADER,
+    MARK_HEADER,
     Outbox,
     Route,
     Tally,
@@ -157,7 +157,7 @@ class EndpointDelivery:
                         continue
                     kind, at = record.timestamp()
                     mark = next((v.decode() for k, v in record.headers() or ()
-                                 if k == WINDOW_HEADER and v is not None), None)
+                                 if k == MARK_HEADER and v is not None), None)
                     outbox.add(record.value(), None if kind == TIMESTAMP_NOT_AVAILABLE else at,
                                mark)
                     positions[record.partition()] = record.offset() + 1

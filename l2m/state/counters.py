@@ -19,7 +19,14 @@ from pyspark.sql.streaming.state import GroupState
 from l2m.engine.admission import REFUSED_GROUP_BY, Admission, redirected
 from l2m.engine.labels import CUT_RULE
 from l2m.engine.partials import Partial, frame_partials
-from l2m.engine.samples import rule_samples, samples_frame, series_labels, series_samples
+from l2m.engine.samples import (
+    MARK_KEY,
+    NEW,
+    rule_samples,
+    samples_frame,
+    series_labels,
+    series_samples,
+)
 from l2m.engine.status import STATUS_RULE, status_label
 from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.state.format import dump_blob, load_blob
@@ -100,12 +107,14 @@ class CounterState:
 
     def update(self, rule_id: str, stored: dict[str, Any],
                rows: list[tuple[str, str, Partial]], now: int, watermark: int,
-               sweep: bool = True, admission: Admission | None = None
+               sweep: bool = True, admission: Admission | None = None, marked: bool = False
                ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """One rule's counters in one key: its stored content (``{"sig", "series"[, "late"]}``),
         its partials of this batch → the new content (None: nothing left to keep) and the
         samples of the series this batch touched. ``sweep``: drop series idle past the TTL.
-        ``admission``: new series past a cap go to the rule's overflow series."""
+        ``admission``: new series past a cap go to the rule's overflow series. ``marked``: the
+        samples of series this batch starts carry :data:`~l2m.engine.samples.NEW`
+        (state format 4, for remote write)."""
         status = rule_id == STATUS_RULE
         rule = INTERNAL_RULES.get(rule_id) or self.rules.get(rule_id)
         series: dict[str, list[Any]] = stored.get("series", {})
@@ -116,11 +125,14 @@ class CounterState:
         # The merged partials of the touched series, for their samples (loading them back
         # from their stored form costs a Decimal parse each).
         merged: dict[str, dict[str, Partial]] = {}
+        started: set[str] = set()
         for name, le, part in redirected(rows, series, admission, rule_id):
             if status:
                 if le and window_closed(int(le), watermark):
                     late = part.merged_into(late)
                 le = ""
+            if name not in series:
+                started.add(name)
             entry = series.setdefault(name, [now, {}])
             entry[0] = now
             parts = merged.setdefault(name, {})
@@ -142,11 +154,15 @@ class CounterState:
                 content["late"] = late
         if rule is None or not merged:
             return content, []
-        samples = [
-            s for name in sorted(merged)
-            for s in rule_samples(rule, series_labels(rule, name), None,
-                                  {le: merged[name].get(le) or Partial.load(v)
-                                   for le, v in series[name][1].items()})]
+        samples = []
+        for name in sorted(merged):
+            produced = rule_samples(rule, series_labels(rule, name), None,
+                                    {le: merged[name].get(le) or Partial.load(v)
+                                     for le, v in series[name][1].items()})
+            if marked and name in started:
+                for s in produced:
+                    s[MARK_KEY] = NEW
+            samples += produced
         counted = Partial.load(late) if late else None
         if counted is not None and counted.matches > late_before:
             samples += series_samples(LATE_RULE, [], counted.ts or 0, counted)

@@ -526,7 +526,7 @@ class MetricProcessor(StatefulProcessor):
             if late is not None:
                 content["late"] = late[2]
         updated, samples = self.counters.update(rule_id, content, rows, now, watermark,
-                                                sweep=False, admission=admission)
+                                                sweep=False, admission=admission, marked=True)
         assert updated is not None  # rows were given
         if small is not None:
             book.entries[rule_id]["s"] = updated["series"]

@@ -148,3 +148,17 @@ def test_what_is_not_a_sample_is_skipped_and_refusals_are_counted_by_reason_and_
 ])
 def test_refusal_reasons_are_few_and_stable(status, text, reason):
     assert refusal_reason(status, text) == reason
+
+
+def test_a_counter_series_first_sample_is_preceded_by_a_zero():
+    """So that increase() counts the first value, and a series started again (its TTL past)
+    reads as a reset."""
+    from l2m.remotewrite.outbox import NEW
+
+    box = Outbox(Route(), 100, Tally())
+    box.add(sample(value=3.0), record_ms=W, mark=NEW)
+    box.add(sample(value=5.0), record_ms=W + 10_000, mark=None)
+    box.add(sample("g", "gauge", 2.0), record_ms=W, mark=FINAL)  # a gauge: no zero
+    assert sent(box) == [("acme", [({"__name__": "g"}, [(W, 2.0)]),
+                                   ({"__name__": "x_total"},
+                                    [(W - 1, 0.0), (W, 3.0), (W + 10_000, 5.0)])])]

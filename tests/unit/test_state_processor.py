@@ -380,3 +380,13 @@ def test_a_gauge_window_is_published_once_final_and_later_updates_are_correction
                    timer=True) == [("final", "g", (("s", "s0"),), 7.0)]
     assert _marked(fn, store, (0, w2), now=W + 180_003, watermark=before + 60_002,
                    timer=True) == []
+
+
+def test_a_counter_series_first_sample_is_marked_new():
+    fn, store = processor()
+    first = _marked(fn, store, (0, CUMULATIVE), [row("c", 0), row("c", 1)], now=W)
+    assert [(m, labels) for m, _, labels, _ in first] == [
+        ("new", (("s", "s0"),)), ("new", (("s", "s1"),))]
+    again = _marked(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 2)], now=W + 1)
+    assert [(m, labels) for m, _, labels, _ in again] == [
+        (None, (("s", "s1"),)), ("new", (("s", "s2"),))]
