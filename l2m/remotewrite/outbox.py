@@ -88,11 +88,37 @@ def stamp(sample: Mapping[str, Any], record_ms: int | None, mark: str | None) ->
 
 @dataclass(frozen=True)
 class Request:
-    """One request: its tenant (None: no tenant header), its body and how many samples."""
+    """One request: its tenant (None: no tenant header), its body, how many samples, and what
+    it was built from (to split it, :meth:`halves`)."""
 
     tenant: str | None
     body: bytes
     samples: int
+    series: tuple[Series, ...] = ()
+    metadata: tuple[Metadata, ...] = ()
+
+    @classmethod
+    def of(cls, tenant: str | None, series: list[Series], metadata: list[Metadata]
+           ) -> Request:
+        return cls(tenant, body(series, metadata), sum(len(s.samples) for s in series),
+                   tuple(series), tuple(metadata))
+
+    def halves(self) -> tuple[Request, Request]:
+        """The request's samples in two requests of about half each, every series' samples in
+        their order. Prometheus refuses a whole request for one bad sample (it rolls back
+        what it appended: 2.42, measured); sent apart, the halves without it get in."""
+        points = [(s.labels, p) for s in self.series for p in s.samples]
+        middle = len(points) // 2
+
+        def request(part: list[tuple[Mapping[str, str], tuple[int, float]]],
+                    metadata: tuple[Metadata, ...]) -> Request:
+            grouped: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+            for labels, point in part:
+                grouped.setdefault(tuple(labels.items()), []).append(point)
+            return Request.of(self.tenant, [Series(dict(k), v) for k, v in grouped.items()],
+                              list(metadata))
+
+        return request(points[:middle], self.metadata), request(points[middle:], ())
 
 
 @dataclass
@@ -201,14 +227,21 @@ class Outbox:
                     size += len(ordered[:room])
                     ordered = ordered[room:]
                     if size >= self.max_samples:
-                        out.append(Request(tenant, body(chunk, meta), size))
+                        out.append(Request.of(tenant, chunk, meta))
                         chunk, size, meta = [], 0, []
             if chunk:
-                out.append(Request(tenant, body(chunk, meta), size))
+                out.append(Request.of(tenant, chunk, meta))
         self._series.clear()
         self._meta.clear()
         self.pending = 0
         return out
+
+
+def splittable(request: Request, status: int) -> bool:
+    """A final refusal (a 4xx but 429) of a request of more than one sample: sent again as two
+    halves (:meth:`Request.halves`), down to the samples refused alone — so a bad sample costs
+    at most about log2(samples) more requests, and the others of its request still get in."""
+    return 400 <= status < 500 and status != 429 and request.samples > 1
 
 
 def settle(tally: Tally, request: Request, status: int, text: str) -> None:

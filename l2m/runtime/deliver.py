@@ -6,7 +6,9 @@ Input: the job configuration — the metrics side's Kafka settings (``kafka`` wi
 (:mod:`l2m.remotewrite.outbox`: stamped by l2m's time-stamping policy, one tenant each) and,
 per endpoint, the offsets of the consumer group ``<group_id>-<endpoint>``, committed once
 every request of a poll has had its final answer — sent, or refused for good (a 4xx but
-429, counted per reason and tenant, never retried). A crash or kill -9 re-reads at most the
+429: never sent again as it was, but split in halves down to the samples refused alone,
+since Prometheus refuses a whole request for one bad sample; those are counted per reason
+and tenant). A crash or kill -9 re-reads at most the
 uncommitted poll and re-sends its samples identically: same timestamps, same values, which a
 receiver accepts again.
 
@@ -40,6 +42,7 @@ from l2m.remotewrite.outbox import (
     Tally,
     metadata,
     settle,
+    splittable,
     summary,
 )
 from l2m.rules.model import Rule
@@ -161,10 +164,15 @@ class EndpointDelivery:
                     outbox.add(record.value(), None if kind == TIMESTAMP_NOT_AVAILABLE else at,
                                mark)
                     positions[record.partition()] = record.offset() + 1
-                for request in outbox.requests():
+                pending = outbox.requests()
+                while pending:
+                    request = pending.pop(0)
                     answer = self.sender.send(request.body, request.tenant)
                     if answer.status == 0:  # stopped while retrying: nothing committed
                         return
+                    if splittable(request, answer.status):
+                        pending[:0] = request.halves()
+                        continue
                     settle(self.tally, request, answer.status, answer.reason)
                 if positions:
                     consumer.commit(offsets=[TopicPartition(topic, p, o)

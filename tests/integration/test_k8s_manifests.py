@@ -112,10 +112,10 @@ def env_sources(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in container.get("env", [])}
 
 
-def pod_env(name: str) -> dict[str, str]:
-    """The driver container's environment as the kubelet would set it (fake pod name, IP,
-    secret values)."""
-    d = driver(name)
+def pod_env(name: str, pod: dict[str, Any] | None = None) -> dict[str, str]:
+    """The driver container's (or ``pod``'s) environment as the kubelet would set it (fake pod
+    name, IP, secret values)."""
+    d = pod or driver(name)
     env: dict[str, str] = {}
     for var, source in env_sources(d["container"]).items():
         if "value" in source:
@@ -160,11 +160,11 @@ def config_vars() -> set[str]:
 
 # -- the driver pod's files, as the kubelet lays them out ----------------------------------------
 
-def materialize(name: str, root: Path) -> None:
-    """Write the driver container's ConfigMap mounts under ``root``: a subPath mount is a plain
-    file; a whole-volume mount is the kubelet's layout (the keys in a timestamped folder,
-    ``..data`` a symlink to it, each key a symlink through ``..data``)."""
-    d = driver(name)
+def materialize(name: str, root: Path, pod: dict[str, Any] | None = None) -> None:
+    """Write the driver container's (or ``pod``'s) ConfigMap mounts under ``root``: a subPath
+    mount is a plain file; a whole-volume mount is the kubelet's layout (the keys in a
+    timestamped folder, ``..data`` a symlink to it, each key a symlink through ``..data``)."""
+    d = pod or driver(name)
     volumes = {v["name"]: v for v in d["spec"]["volumes"]}
     maps = {o["metadata"]["name"]: o for o in objects(name, "ConfigMap")}
     for mount in d["container"]["volumeMounts"]:
@@ -840,3 +840,46 @@ def test_the_secret_example_in_the_docs_has_the_keys_the_pods_read() -> None:
     assert keys == {"username", "password"}
     for key in keys:
         assert f"--from-literal={key}=" in docs or f"--from-file={key}=" in docs
+
+
+# -- remote write (k8s/components/remote-write, enabled in prod) -------------------------------
+
+def deliver_pod(name: str) -> dict[str, Any]:
+    deployment = one(name, "Deployment", "l2m-deliver")
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    return {"spec": spec, "container": container, "namespace": deployment["metadata"]["namespace"],
+            "deployment": deployment}
+
+
+def test_the_deliver_pod_runs_l2m_deliver_on_its_own_config(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """prod enables remote write: one l2m-deliver replica (Recreate) runs `l2m deliver` on its
+    own ConfigMap, which loads with the pod's environment (every ${VAR} set) and mounts; the
+    receiver's URL and token come from the Secret l2m-remote-write; the rules are the driver's
+    ConfigMap; dev has no delivery."""
+    assert not [d for d in objects("dev", "Deployment")
+                if d["metadata"]["name"].startswith("l2m-deliver")]
+    pod = deliver_pod("prod")
+    deployment = pod["deployment"]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert pod["container"]["args"] == ["deliver", "--config", "/etc/l2m/topology/deliver.yaml"]
+    assert pod["container"]["image"] == driver("prod")["container"]["image"]
+    for var in {v for v in os.environ if v.startswith("L2M_")}:
+        monkeypatch.delenv(var, raising=False)
+    env = pod_env("prod", pod)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    materialize("prod", tmp_path, pod)
+    cfg = load_config(tmp_path / "etc/l2m/topology/deliver.yaml")
+    assert "$" not in json.dumps([cfg.kafka, [e.url for e in cfg.remote_write.endpoints]])
+    (endpoint,) = cfg.remote_write.endpoints
+    assert endpoint.url == "secret:l2m-remote-write/url"
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in pod["container"]["volumeMounts"]}
+    token = Path(endpoint.bearer_token_file or "")
+    assert mounts[str(token.parent)]["secret"]["secretName"] == "l2m-remote-write"
+    assert cfg.rules == (str(tmp_path / "etc/l2m/rules"),)
+    assert mounts["/etc/l2m/rules"]["configMap"]["name"].startswith("l2m-rules")
+    assert cfg.topics.metrics == yaml.safe_load(CONFIG.read_text())["topics"]["metrics"]

@@ -42,6 +42,11 @@ def test_example_configs_load(monkeypatch):
     assert prod.sink["message.timeout.ms"] == "60000"
     assert prod.source.max_records_per_task == 200_000
     assert prod.source.group_id == "l2m"
+    assert prod.publish_delay == 120_000
+    (mimir,) = prod.remote_write.endpoints
+    assert (mimir.name, mimir.tenant_header, mimir.bearer_token_env) == (
+        "mimir", "X-Scope-OrgID", "L2M_REMOTE_WRITE_TOKEN")
+    assert local.publish_delay == 120_000 and local.remote_write.endpoints == ()
 
 
 def test_checkpoint_uris_are_kept_and_the_stop_marker_stays_local(tmp_path: Path) -> None:

@@ -162,3 +162,25 @@ def test_a_counter_series_first_sample_is_preceded_by_a_zero():
     assert sent(box) == [("acme", [({"__name__": "g"}, [(W, 2.0)]),
                                    ({"__name__": "x_total"},
                                     [(W - 1, 0.0), (W, 3.0), (W + 10_000, 5.0)])])]
+
+
+def test_a_refused_request_splits_into_halves_that_keep_each_series_order_and_metadata():
+    from l2m.remotewrite.outbox import splittable
+
+    families = {"r": Metadata("x_total", "counter", "Help.", "")}
+    box = Outbox(Route(), 100, Tally(), families)
+    for i in range(5):
+        box.add(sample(value=float(i)), record_ms=W + i, mark=None)
+    box.add(sample(name="y_total"), record_ms=W, mark=None)
+    (request,) = box.requests()
+    assert splittable(request, 400) and not splittable(request, 429)
+    assert not splittable(request, 500)
+    first, second = request.halves()
+    assert (first.samples, second.samples) == (3, 3)
+    points = [(dict(s.labels)["__name__"], p) for r in (first, second) for s in r.series
+              for p in s.samples]
+    assert points == [(n, p) for s in request.series for p in s.samples
+                      for n in [dict(s.labels)["__name__"]]]
+    assert first.metadata == request.metadata and second.metadata == ()
+    one, _ = first.halves()
+    assert one.samples == 1 and not splittable(one, 400)
