@@ -442,6 +442,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("l2m: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`l2m validate --list | head`): nothing more to say, and the
+        # interpreter's own flush at exit must not fail on the closed pipe either.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except RuleValidationError as exc:
         _print_problems(exc.problems)
         print(f"{len(exc.errors)} error(s)", file=sys.stderr)
