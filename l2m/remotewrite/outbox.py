@@ -175,7 +175,6 @@ class Outbox:
         # tenant → series labels → {timestamp: value}: a record read twice (a replay) is one
         # sample; of two values at one timestamp the later record's stands.
         self._series: dict[Any, dict[tuple[tuple[str, str], ...], dict[int, float]]] = {}
-        self.pending = 0
 
     def add(self, value: bytes | None, record_ms: int | None, mark: str | None) -> None:
         """One record of the metrics topic, with its :data:`MARK_HEADER` mark."""
@@ -198,15 +197,12 @@ class Outbox:
             self.tally.skip(OTHER_ACCOUNT if sample.get("account") is not None else NO_TENANT)
             return
         key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-        if mark == NEW and sample.get("kind") != "gauge":
-            zero = self._series.setdefault(tenant, {}).setdefault(key, {})
-            self.pending += (at - 1) not in zero
-            zero.setdefault(at - 1, 0.0)
         family = self.families.get(str(sample.get("rule")))
         if family is not None:
             self._meta.setdefault(tenant, {})[family.name] = family
         points = self._series.setdefault(tenant, {}).setdefault(key, {})
-        self.pending += at not in points
+        if mark == NEW and sample.get("kind") != "gauge":
+            points.setdefault(at - 1, 0.0)
         points[at] = number
 
     def requests(self) -> list[Request]:
@@ -233,7 +229,6 @@ class Outbox:
                 out.append(Request.of(tenant, chunk, meta))
         self._series.clear()
         self._meta.clear()
-        self.pending = 0
         return out
 
 
@@ -263,17 +258,3 @@ def summary(tally: Tally) -> str:
         parts.append(f"skipped {sum(tally.skipped.values()):,} (" + ", ".join(
             f"{reason}: {n:,}" for reason, n in sorted(tally.skipped.items())) + ")")
     return "; ".join(parts)
-
-
-def merged(tallies: Iterable[Tally]) -> Tally:
-    """The sum of tallies (every endpoint's)."""
-    out = Tally()
-    for t in tallies:
-        out.sent += t.sent
-        for key, n in t.refused.items():
-            out.refused[key] = out.refused.get(key, 0) + n
-        for reason, n in t.skipped.items():
-            out.skip(reason, n)
-        for rule, n in t.corrections.items():
-            out.corrections[rule] = out.corrections.get(rule, 0) + n
-    return out
