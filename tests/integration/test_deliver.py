@@ -5,6 +5,7 @@ lose nothing else (issue 22)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import random
 import signal
@@ -14,6 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +24,7 @@ import pytest
 
 from l2m.config.job import RemoteWriteConfig, RemoteWriteEndpoint
 from l2m.config.loader import load_config
-from l2m.remotewrite.outbox import NOT_FINAL
+from l2m.remotewrite.outbox import NOT_FINAL, Tally
 from l2m.rules.loader import load_text
 from l2m.runtime.deliver import deliver
 from tests.integration.test_prometheus import promql, wait_for
@@ -78,6 +80,26 @@ def _increase(base: str, sample: dict[str, Any], at: float) -> list[float]:
             if r["metric"] == {k: v for k, v in labels.items() if k != "__name__"}]
 
 
+@contextlib.contextmanager
+def _receiver(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A local receiver answering with ``handler`` while the block runs: its push URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/api/v1/write"
+    finally:
+        server.shutdown()
+
+
+def _run_and_deliver(spark: Any, t: Any, cfg: Any, rules: Any, lines: list[bytes],
+                     name: str = "prom") -> Tally:
+    """Produce ``lines``, run the job once over the topic, deliver what the metrics topic
+    holds to endpoint ``name``: its tally."""
+    produce(t.bootstrap, t.topics.logs, lines, t.partitions)
+    run_once(spark, cfg, rules)
+    return deliver(cfg, once=True, once_idle_s=1.0)[name]
+
+
 def _endpoint(url: str, **options: Any) -> RemoteWriteConfig:
     # Prometheus is one tenant: no tenant header, and samples without an account are taken.
     return RemoteWriteConfig(endpoints=(RemoteWriteEndpoint(
@@ -93,17 +115,13 @@ def test_counters_land_in_prometheus_with_backfill_s_values_and_ordered_timestam
     lines = generated(1200, seed=31)
     # Two micro-batches a delivery apart: every series gets a point per batch, stamped with
     # its batch's time, and the second delivery starts where the first committed.
-    produce(t.bootstrap, t.topics.logs, lines[:600], t.partitions)
-    run_once(spark, cfg, rules)
-    first = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
+    first = _run_and_deliver(spark, t, cfg, rules, lines[:600])
     # The second run brings late logs too (dated before the first run's newest): counters
     # whose value grows while their event time stands still — written at the new batch's
     # time, never at a timestamp already written.
     late = generated(100, seed=37)
     lines += late
-    produce(t.bootstrap, t.topics.logs, lines[600:], t.partitions)
-    run_once(spark, cfg, rules)
-    second = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
+    second = _run_and_deliver(spark, t, cfg, rules, lines[600:])
     assert first.refused == second.refused == {}
     assert first.sent > 0 and second.sent > 0
 
@@ -193,17 +211,10 @@ def test_a_receiver_down_for_a_while_loses_nothing(spark, broker, prometheus, tm
     t = fresh_topics(broker.bootstrap, partitions=2)
     handler = type("Flaky", (_Flaky,), {"failures": 6, "seen": 0,
                                         "target": f"{prometheus}/api/v1/write"})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/api/v1/write"
+    lines = generated(500, seed=32)
+    with _receiver(handler) as url:
         cfg = replace(job_config(t, tmp_path), remote_write=_endpoint(url))
-        lines = generated(500, seed=32)
-        produce(t.bootstrap, t.topics.logs, lines, t.partitions)
-        run_once(spark, cfg, rules)
-        tally = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
-    finally:
-        server.shutdown()
+        tally = _run_and_deliver(spark, t, cfg, rules, lines)
     assert handler.seen > 6 and tally.refused == {} and tally.sent > 0
     for sample in backfill_samples(spark, rules, lines, tmp_path):
         assert _stored(prometheus, sample)[-1][1] == sample["value"], sample
@@ -227,9 +238,7 @@ def test_gauge_windows_land_when_published_with_backfill_s_values(spark, broker,
     # One more log in each of those minutes: its key is looked at again in a batch whose
     # watermark makes every window final that ends 2 minutes before the newest event time.
     second = [_log(start + m * MIN + 59_000, "a", 1) for m in range(10)]
-    produce(t.bootstrap, t.topics.logs, second, t.partitions)
-    run_once(spark, cfg, rules)
-    tally = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
+    tally = _run_and_deliver(spark, t, cfg, rules, second)
     assert tally.refused == {}
 
     expected = backfill_samples(spark, rules, first + second, tmp_path)
@@ -245,9 +254,7 @@ def test_gauge_windows_land_when_published_with_backfill_s_values(spark, broker,
 
     # A late log into a published window (still open: within the grace) corrects it on the
     # topic; remote write keeps the published value and counts the correction.
-    produce(t.bootstrap, t.topics.logs, [_log(start + 5_000, "b", 5_000)], t.partitions)
-    run_once(spark, cfg, rules)
-    after = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
+    after = _run_and_deliver(spark, t, cfg, rules, [_log(start + 5_000, "b", 5_000)])
     assert (after.corrections, after.refused) == ({"g": 1}, {})  # l2m's own counters sent
     stored = dict(_stored(prometheus, {"name": "worst_ms", "labels": {"svc": "b"}}))
     assert stored[start] == next(s["value"] for s in published if s["timestamp"] == start
@@ -279,17 +286,14 @@ def test_a_kill_9_of_delivery_loses_nothing_and_re_sends_identical_samples(
     t = fresh_topics(broker.bootstrap, partitions=2)
     handler = type("Slow", (_Slow,), {"failures": 0, "seen": 0, "delay": 0.3,
                                       "target": f"{prometheus}/api/v1/write"})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/api/v1/write"
-    config = job_yaml(t, tmp_path, f"rules: [{rules_file}]",
-                      f'remote_write: {{poll: 200 ms, endpoints: [{{url: "{url}", name: prom, '
-                      "tenant_header: null, max_samples_per_send: 4}]}")
     lines = generated(600, seed=35)
     produce(t.bootstrap, t.topics.logs, lines, t.partitions)
-    cfg = load_config(config)
-    run_once(spark, cfg, rules)
-    try:
+    with _receiver(handler) as url:
+        config = job_yaml(t, tmp_path, f"rules: [{rules_file}]",
+                          f'remote_write: {{poll: 200 ms, endpoints: [{{url: "{url}", name: '
+                          "prom, tenant_header: null, max_samples_per_send: 4}]}")
+        cfg = load_config(config)
+        run_once(spark, cfg, rules)
         process = subprocess.Popen([sys.executable, "-m", "l2m.cli", "deliver", "--config",
                                     str(config)], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE)
@@ -298,8 +302,6 @@ def test_a_kill_9_of_delivery_loses_nothing_and_re_sends_identical_samples(
         process.wait(timeout=30)
         killed_after = handler.seen
         tally = deliver(cfg, once=True, once_idle_s=1.0)["prom"]
-    finally:
-        server.shutdown()
     assert tally.refused == {} and tally.sent > 0
     assert handler.seen > killed_after
     for sample in backfill_samples(spark, rules, lines, tmp_path):
@@ -335,19 +337,12 @@ def test_a_tenant_refused_with_400_does_not_stop_the_others(spark, broker, prome
     t = fresh_topics(broker.bootstrap, partitions=1)
     handler = type("Refuses", (_RefusesTenant,), {"failures": 0, "seen": 0, "refused": "globex",
                                                   "target": f"{prometheus}/api/v1/write"})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/api/v1/write"
+    lines = generated(300, seed=36)
+    with _receiver(handler) as url:
         cfg = replace(job_config(t, tmp_path), remote_write=RemoteWriteConfig(
             endpoints=(RemoteWriteEndpoint(url=url, name="mimir", max_samples_per_send=3),),
             poll_ms=200))
-        lines = generated(300, seed=36)
-        produce(t.bootstrap, t.topics.logs, lines, t.partitions)
-        run_once(spark, cfg, rules)
-        tally = deliver(cfg, once=True, once_idle_s=1.0)["mimir"]
-    finally:
-        server.shutdown()
+        tally = _run_and_deliver(spark, t, cfg, rules, lines, "mimir")
     expected = backfill_samples(spark, rules, lines, tmp_path)
     refused = [s for s in expected if s["account"] == "globex"]
     # Each of globex's series: its value and the 0 before it (a new series), all refused.
