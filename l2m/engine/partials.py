@@ -27,7 +27,7 @@ from __future__ import annotations
 import decimal
 import functools
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -97,15 +97,6 @@ def merge(parts: Iterable[pa.Table], *, unique: bool = True) -> pa.Table:
     ])
     return table_of(grouped, "matches_sum", "n_sum", "sum_sum", "exact_sum_sum",
                     "exact_n_sum", "min_min", "max_max", "ts_max")
-
-
-def merge_batches(batches: Iterator[pa.RecordBatch], rows: int = 10_000,
-                  then: Callable[[pa.Table], pa.Table] | None = None
-                  ) -> Iterator[pa.RecordBatch]:
-    """A ``mapInArrow`` function: every partial of a Spark partition (keys may repeat) → one
-    per key (then ``then`` of them, when given), in batches of at most ``rows``."""
-    merged = merge([pa.Table.from_batches([b]) for b in batches], unique=False)
-    yield from (merged if then is None else then(merged)).to_batches(max_chunksize=rows)
 
 
 def table_of(grouped: pa.Table, matches: str, n: str, total: str, exact: str, exact_n: str,
