@@ -353,3 +353,74 @@ def test_a_tenant_refused_with_400_does_not_stop_the_others(spark, broker, prome
             assert stored == []
         else:
             assert stored[-1][1] == sample["value"], sample
+
+
+BEFORE_CHANGE = """\
+rules:
+  - {id: errors, name: errors_total, kind: counter, query: "level:error", aggregation: count,
+     group_by: [service]}
+  - {id: bytes, name: bytes_total, kind: counter, query: "*", aggregation: count,
+     group_by: [service]}
+  - {id: gone, name: gone_total, kind: counter, query: "*", aggregation: count,
+     group_by: [service]}
+"""
+# errors: its query changed (the same metric: it continues); bytes: its aggregation changed
+# (it restarts at 0, a reset PromQL reads); gone: removed; fresh: added.
+AFTER_CHANGE = """\
+rules:
+  - {id: errors, name: errors_total, kind: counter, query: "level:(error OR warn)",
+     aggregation: count, group_by: [service]}
+  - {id: bytes, name: bytes_total, kind: counter, query: "*", aggregation: sum,
+     field: http.bytes, group_by: [service]}
+  - {id: fresh, name: fresh_total, kind: counter, query: "*", aggregation: count,
+     group_by: [region]}
+"""
+
+
+def _key(sample: dict[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return sample["name"], tuple(sorted(sample["labels"].items()))
+
+
+def test_a_rule_change_between_runs_lands_as_backfill_segment_by_segment(
+        spark, broker, prometheus, tmp_path):
+    """Rules change between two runs on one checkpoint (docs/streaming.md "Rules and
+    restarts"): what Prometheus holds equals ``l2m backfill`` run segment by segment with the
+    rules of each — a continued counter's increase() is both segments' sum, a restarted one's
+    is too (its reset read as one), its last point the new segment's own; a removed rule's
+    series end with the first segment, an added one's hold the second's."""
+    before, errors = load_text(BEFORE_CHANGE)
+    after, errors_after = load_text(AFTER_CHANGE)
+    assert not errors and not errors_after
+    t = fresh_topics(broker.bootstrap, partitions=2)
+    cfg = replace(job_config(t, tmp_path), remote_write=_endpoint(f"{prometheus}/api/v1/write"))
+    first, second = generated(500, seed=41), generated(400, seed=42)  # the second: late too
+    tallies = [_run_and_deliver(spark, t, cfg, before, first)]
+    changed_at = time.time() * 1000  # the second run's batches are stamped after this
+    tallies.append(_run_and_deliver(spark, t, cfg, after, second))
+    assert [tally.refused for tally in tallies] == [{}, {}]
+
+    segments = []
+    for name, rules, lines in (("one", before, first), ("two", after, second)):
+        (tmp_path / name).mkdir()
+        segments.append({_key(s): s for s in backfill_samples(spark, rules, lines,
+                                                               tmp_path / name)})
+    one, two = segments
+    assert {name for name, _ in one} == {"errors_total", "bytes_total", "gone_total"}
+    assert {name for name, _ in two} == {"errors_total", "bytes_total", "fresh_total"}
+    both = {name for name, _ in one.keys() & two.keys()}
+    assert both == {"errors_total", "bytes_total"}  # continued and restarted series: not vacuous
+    for key in one.keys() | two.keys():
+        sample = two.get(key) or one[key]
+        points = _stored(prometheus, sample)
+        own = points[-1][0] / 1000
+        total = sum(s[key]["value"] for s in (one, two) if key in s)
+        assert _increase(prometheus, sample, own) == [total], (key, points)
+        name = key[0]
+        if name == "errors_total":  # continued: the sum
+            assert points[-1][1] == total, (key, points)
+        elif key in two:  # restarted or new: the second segment's alone
+            assert points[-1][1] == two[key]["value"], (key, points)
+        else:  # removed: the first segment's, written no more
+            assert points[-1][1] == one[key]["value"] and points[-1][0] < changed_at, \
+                (key, points)
+    assert _rejected(prometheus) == 0
