@@ -41,6 +41,7 @@ from benchmarks.load import LoadSpec, Skew, preload
 from benchmarks.once import run_once
 from benchmarks.peer_quix import run_peer
 from benchmarks.recovery import run_recovery
+from benchmarks.remote_write import run_drain_alongside, run_throughput
 from benchmarks.rollout import plot as plot_rollout
 from benchmarks.rollout import run_rollout
 from benchmarks.rules_scale import run_rule_scale
@@ -68,7 +69,8 @@ PROFILES = {
               "expiry": {"logs": 10_000, "burst": 10_000, "ttl_ms": 6_000,
                          "trigger_ms": 2_000},
               "cardinality_backfill": {"logs": 20_000},
-              "once": {"records": 20_000, "partitions": 4}},
+              "once": {"records": 20_000, "partitions": 4},
+              "remote_write": {"series": 500, "batches": 2, "drain_runs": 1}},
     "full": {"records": 480_000, "partitions": 16, "per_batch": 160_000, "per_task": 40_000,
              "limit_records": 400_000,
              "skews": [Skew("uniform"), Skew("hot", 0.7), Skew("zipf", zipf_s=1.2)],
@@ -86,6 +88,8 @@ PROFILES = {
              "expiry": {"logs": 1_000_000, "burst": 250_000, "ttl_ms": 120_000},
              "cardinality_backfill": {"logs": 1_000_000},
              "once": {"records": 1_000_000, "partitions": 16},
+             # issue 22: 20,000 counter series over 10 micro-batches; the uniform drain
+             "remote_write": {"series": 20_000, "batches": 10, "drain_runs": 3},
              "cluster": {"master": "local-cluster[2,1,1024]",
                          "skews": [Skew("uniform"), Skew("hot", 0.7)],
                          "loss": {"rate": 3000, "before_s": 45, "after_s": 60}}},
@@ -118,7 +122,8 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
             cluster: dict[str, Any] | None = None,
             rollout: dict[str, Any] | None = None,
             rule_scale: dict[str, Any] | None = None,
-            issue21: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+            issue21: dict[str, Any] | None = None,
+            remote_write: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     def find(skew: str, planner: str) -> dict[str, Any] | None:
         return next((d for d in drains if d["skew"] == skew and d["planner"] == planner), None)
 
@@ -169,6 +174,13 @@ def targets(drains: list[dict[str, Any]], limit: dict[str, Any],
                             "the replaced system: 45 s"} if rollout else {})})
     out += rule_targets(rule_scale)
     out += state_targets(issue21 or {}, limit)
+    alongside = (remote_write or {}).get("drain")
+    ratio = alongside["ratio"] if alongside else None
+    out.append({"name": "drain with l2m deliver running beside it / without", "goal":
+                ">= 0.95 (noise)", "measured": ratio, "met": None if ratio is None
+                else ratio >= 0.95,
+                **({"note": f"best of {len(alongside['on'])} each: {alongside['on_best']:,} vs "
+                            f"{alongside['off_best']:,} logs/s"} if alongside else {})})
     if cluster:
         hot = next((d for d in cluster["drain"] if d["skew"] == "hot 70%"
                     and d["planner"] == "balanced"), None)
@@ -588,6 +600,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                       f"{back['many_rules']:,} rules: {back['many_s']} s "
                       f"({back['many_logs_per_s']:,} logs/s, {back['many_samples']:,} samples)."]
     lines += issue21_markdown(result.get("issue21") or {})
+    lines += remote_write_markdown(result.get("remote_write"))
     lines += ["", *[f"![{p}]({p})" for p in result.get("plots", [])], ""]
     return "\n".join(lines)
 
@@ -607,6 +620,39 @@ def _rules_table(drains: list[dict[str, Any]],
             c = by_rules.get(d["rules"], {})
             cells += [str(c.get("parse_us")), str(c.get("route_preagg_us"))]
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def remote_write_markdown(r: dict[str, Any] | None) -> list[str]:
+    """RESULTS.md's section for remote write (issue 22)."""
+    if not r:
+        return []
+    rows = [("Kafka sink (the job's writer, Spark local[2])", r["kafka_sink"]),
+            ("remote write to a receiver that only counts", r["remote_write_null"])]
+    if r.get("remote_write_prometheus"):
+        rows.append(("remote write to Prometheus 2.42", r["remote_write_prometheus"]))
+    null = r["remote_write_null"]
+    lines = ["", "## Remote write", "",
+             f"{r['series']:,} counter series over {r['batches']} micro-batches "
+             f"({r['kafka_sink']['samples']:,} records); delivery adds a 0 before each new "
+             "series (docs/prometheus.md), so it sends more samples than the topic holds. "
+             "One endpoint, the default `max_samples_per_send`, the consumer's start "
+             "included.", "",
+             "| output | samples | s | samples/s | requests/s |", "|---|---|---|---|---|"]
+    for name, row in rows:
+        lines.append(f"| {name} | {row['samples']:,} | {row['seconds']} | "
+                     f"{row['samples_per_s']:,} | {row.get('requests_per_s', '—')} |")
+    lines += ["", f"On the wire: {null['bytes_per_sample']} bytes per sample "
+                  f"({null['bytes']:,} bytes in {null['requests']:,} requests, protobuf "
+                  "`WriteRequest` in snappy block format)."]
+    drain = r.get("drain")
+    if drain:
+        lines += ["", f"Drain of {drain['records']:,} logs ({drain['case']}) with `l2m deliver` "
+                      "running beside it as its own process, delivering to the counting "
+                      f"receiver, alternating with the drain alone: with {drain['on']} logs/s, "
+                      f"without {drain['off']} logs/s; best on / best off = "
+                      f"**{drain['ratio']}** ({drain['requests']} requests sent during the "
+                      "drains)."]
     return lines
 
 
@@ -723,7 +769,8 @@ def write_outputs(result: dict[str, Any], out: Path, quick: bool) -> None:
     result["targets"] = targets(result["drain"], result["limit"], result.get("latency"),
                                 result.get("recovery"), result.get("peer"),
                                 result.get("cluster"), result.get("rollout"),
-                                result.get("rule_scale"), result.get("issue21"))
+                                result.get("rule_scale"), result.get("issue21"),
+                                result.get("remote_write"))
     if quick:
         result["targets"] = ungraded(result["targets"])
     # A quick run beside the committed results must not overwrite their plots.
@@ -755,7 +802,7 @@ def render_only(out: Path, quick: bool) -> int:
 ISSUE21 = ("state", "expiry", "rules_100k", "cardinality_backfill", "once")
 # What --only can re-run: the drains (with the machine's limit they are compared with), the
 # rules by the thousand, and issue 21's scenarios.
-ONLY = ("drain", "rules", *ISSUE21)
+ONLY = ("drain", "rules", "remote_write", *ISSUE21)
 
 
 def ceiling(bootstrap: str, profile: dict[str, Any]) -> dict[str, Any]:
@@ -846,6 +893,22 @@ def run_drains(spark: SparkSession, bootstrap: str, profile: dict[str, Any],
     return drains
 
 
+def run_remote_write(spark: SparkSession, bootstrap: str, profile: dict[str, Any],
+                     rules: list[Any], workdir: Path) -> dict[str, Any]:
+    """Issue 22's scenario: remote write's rate beside the Kafka sink's, and the uniform drain
+    with ``l2m deliver`` beside it or not."""
+    spec = profile["remote_write"]
+    out = run_throughput(spark, bootstrap, spec["series"], spec["batches"])
+    case = DrainCase(profile["records"], profile["partitions"], Skew(), "balanced",
+                     profile["per_batch"], profile["per_task"])
+    out["drain"] = run_drain_alongside(spark, bootstrap, case, rules, workdir,
+                                       runs=spec["drain_runs"])
+    print(f"remote write: {out['remote_write_null']['samples_per_s']:,} samples/s (Kafka sink "
+          f"{out['kafka_sink']['samples_per_s']:,}); drain with deliver / without "
+          f"{out['drain']['ratio']}", file=sys.stderr)
+    return out
+
+
 def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
     """Run some of issue 21's scenarios into the existing result and re-render it."""
     path = out / ("quick.json" if quick else "latest.json")
@@ -856,9 +919,10 @@ def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
             EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
         if "drain" in names:
             result["limit"] = measure_limit(broker.bootstrap, profile)
-        in_session = tuple(n for n in names if n not in ("once", "rules", "drain"))
+        in_session = tuple(n for n in names
+                           if n not in ("once", "rules", "drain", "remote_write"))
         found: dict[str, Any] = {}
-        if in_session or "rules" in names or "drain" in names:
+        if in_session or {"rules", "drain", "remote_write"} & set(names):
             spark = session_for(JobConfig(master="local[2]",
                                           spark={"spark.sql.shuffle.partitions": "2"}))
             # As the full run does before its first measured drain: one unmeasured drain,
@@ -874,6 +938,10 @@ def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
                 result["rule_scale"] = run_rule_scale(spark, broker.bootstrap, Path(tmp),
                                                       profile["rules"], profile)
             found.update(run_issue21(spark, broker.bootstrap, profile, Path(tmp), in_session))
+            if "remote_write" in names:
+                result["remote_write"] = run_remote_write(
+                    spark, broker.bootstrap, profile,
+                    list(load_rules([ROOT / "benchmarks" / "rules.yaml"]).rules), Path(tmp))
             spark.stop()
         if "once" in names:
             found.update(run_issue21(None, broker.bootstrap, profile, Path(tmp), ("once",)))
@@ -944,6 +1012,7 @@ def main(argv: list[str] | None = None) -> int:
                                     profile)
         issue21 = run_issue21(spark, broker.bootstrap, profile, Path(tmp),
                               tuple(n for n in ISSUE21 if n != "once"))
+        remote_write = run_remote_write(spark, broker.bootstrap, profile, rules, Path(tmp))
         spark.stop()  # the peer and the roll-outs get the cores to themselves
         issue21.update(run_issue21(None, broker.bootstrap, profile, Path(tmp), ("once",)))
         rollout = run_rollout(broker.bootstrap, Path(tmp), rollouts=profile["rollouts"])
@@ -966,6 +1035,7 @@ def main(argv: list[str] | None = None) -> int:
     result["rollout"] = rollout
     result["rule_scale"] = rule_scale
     result["issue21"] = issue21
+    result["remote_write"] = remote_write
     result["seconds"] = round(time.monotonic() - started, 1)
     write_outputs(result, out, args.quick)
     print(f"{'scenario':<32} {'logs/s':>9} {'max/mean':>9}")

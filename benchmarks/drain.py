@@ -4,16 +4,19 @@ throughput and, per micro-batch, records per task (max/mean) from the source's p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
-from benchmarks.load import LoadSpec, Skew, fresh_topics, preload
+from benchmarks.load import LoadSpec, Skew, Topics, fresh_topics, preload
 from l2m.config.job import JobConfig, SourceConfig
 from l2m.rules.model import Rule
 from l2m.streaming.job import start_job
@@ -73,7 +76,11 @@ def executor_balance(plan_log: Path) -> list[dict[str, Any]]:
 
 
 def run_drain(spark: SparkSession, bootstrap: str, case: DrainCase, rules: list[Rule],
-              workdir: Path) -> dict[str, Any]:
+              workdir: Path,
+              alongside: Callable[[Topics], AbstractContextManager[Any]] | None = None,
+              ) -> dict[str, Any]:
+    """Drain a fresh backlog of ``case`` with ``rules``; ``alongside``: what runs beside the
+    job on its topics while it drains (outside the timed part's start-up: it is entered first)."""
     topics = fresh_topics(bootstrap, "bench", case.partitions)
     suffix = topics.logs.rsplit("-", 1)[1]
     load_s = preload(LoadSpec(bootstrap, topics.logs, case.partitions, case.records, case.skew,
@@ -86,13 +93,14 @@ def run_drain(spark: SparkSession, bootstrap: str, case: DrainCase, rules: list[
                             max_records_per_task=case.per_task, planner=case.planner,
                             plan_log=str(plan_log)),
     )
-    started = time.monotonic()
-    job = start_job(spark, cfg, rules, once=True)
-    for query in job.queries:
-        query.awaitTermination()
-        if query.exception() is not None:
-            raise RuntimeError(f"{query.name} failed: {query.exception()}")
-    elapsed = time.monotonic() - started
+    with alongside(topics) if alongside is not None else contextlib.nullcontext():
+        started = time.monotonic()
+        job = start_job(spark, cfg, rules, once=True)
+        for query in job.queries:
+            query.awaitTermination()
+            if query.exception() is not None:
+                raise RuntimeError(f"{query.name} failed: {query.exception()}")
+        elapsed = time.monotonic() - started
     batches = {q.name: [p for p in q.recentProgress if p["numInputRows"]] for q in job.queries}
     durations = [p["durationMs"]["triggerExecution"] for ps in batches.values() for p in ps]
     plans = balance(plan_log)

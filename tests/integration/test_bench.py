@@ -46,6 +46,14 @@ def test_quick_profile_writes_results_targets_and_plots(tmp_path: Path):
     assert issue21["cardinality_backfill"]["cardinality_rules"]["samples"] > 0
     assert 20_000 <= issue21["once"]["logs"] <= 20_004 and issue21["once"]["whole_logs_per_s"] > 0
     assert result["limit"]["consume_parse"]["per_s"] > 0
+    remote = result["remote_write"]
+    # 500 series over 2 batches; delivery adds a 0 before each new series.
+    assert remote["kafka_sink"]["samples"] == 1_000
+    assert remote["remote_write_null"]["samples"] == remote["remote_write_prometheus"][
+        "samples"] == 1_500
+    assert remote["remote_write_null"]["bytes_per_sample"] > 0
+    assert remote["drain"]["requests"] > 0 and remote["drain"]["ratio"] > 0
+    assert "drain with l2m deliver running beside it / without" in names
     assert "validate 400 rules (tenant folders), s" in names
     for png in ("throughput.png", "records_per_task.png", "rules.png", "state.png"):
         assert (out / f"quick-{png}").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
