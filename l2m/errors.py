@@ -238,6 +238,12 @@ class StateFormatError(L2mError, RuntimeError):
     code = "STATE_FORMAT"
 
 
+class RuleSnapshotError(L2mError, RuntimeError):
+    """A stored rule set (l2m.rules.snapshot) that this release cannot read or find."""
+
+    code = "RULE_SNAPSHOT"
+
+
 class BrokerError(L2mError, RuntimeError):
     """The embedded broker (tansu, ``l2m broker`` and ``l2m demo``) could not start, answer or
     create its topics."""

@@ -33,6 +33,7 @@ from l2m.defaults import BATCH_ROWS
 from l2m.engine.parse import ParsePlan
 from l2m.engine.partials import PARTIAL_SCHEMA
 from l2m.engine.readtask import ReadTask
+from l2m.engine.rulesets import STREAM_PARTIAL_SCHEMA, StreamTask, Versions
 
 NAME = "l2m-memory"
 
@@ -72,9 +73,10 @@ def _end(part: Path) -> int:
 class MemoryPartition(InputPartition):
     """One task: records ``[start, end)`` of one partition."""
 
-    def __init__(self, partition: int, start: int, end: int) -> None:
-        super().__init__((partition, start, end))
+    def __init__(self, partition: int, start: int, end: int, ruleset: str | None = None) -> None:
+        super().__init__((partition, start, end, ruleset))
         self.partition, self.start, self.end = partition, start, end
+        self.ruleset = ruleset
 
 
 class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -85,6 +87,11 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.partitions_n = int(options.get("partitions", "2"))
         self.routing = options.get("routing")
         self.parse_plan = options.get("parseplan")
+        # Live rules, as the Kafka reader takes them (l2m.engine.rulesets).
+        self.versions = Versions(options["ruleset"], self.routing) \
+            if self.routing and options.get("ruleset") else None
+        self.ruleset_file = options.get("rulesetfile")
+        self.shards = int(options.get("shards") or 1)
         self._target: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
 
@@ -100,14 +107,21 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
         # No admission control: a test decides batch sizes by when it calls process().
         self._latest = self._target if self._target is not None else self._offsets()
-        return {"partitions": self._latest}
+        if self.versions is None:
+            return {"partitions": self._latest}
+        if self._latest == {p: int(o) for p, o in start["partitions"].items()}:
+            return start
+        ruleset = self.versions.version
+        if self.ruleset_file and Path(self.ruleset_file).exists():
+            ruleset = Path(self.ruleset_file).read_text().strip() or ruleset
+        return {"partitions": self._latest, "ruleset": ruleset}
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._latest is None else {"partitions": self._latest}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, until = start["partitions"], end["partitions"]
-        return [MemoryPartition(int(p), int(begin.get(p, 0)), int(stop))
+        return [MemoryPartition(int(p), int(begin.get(p, 0)), int(stop), end.get("ruleset"))
                 for p, stop in sorted(until.items()) if int(stop) > int(begin.get(p, 0))]
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -128,7 +142,13 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     stamps.append(record["ts"])
         # Batches of the Kafka reader's size, so a large add() reaches the pre-aggregation
         # in several Arrow batches as Kafka input would.
-        task = ReadTask.from_options(self.routing, self.parse_plan)
+        if self.versions is not None:
+            from pyspark import SparkFiles
+
+            task: ReadTask | None = StreamTask(self.versions, partition.ruleset,
+                                               SparkFiles.getRootDirectory(), self.shards)
+        else:
+            task = ReadTask.from_options(self.routing, self.parse_plan)
         assert task is not None
         for i in range(0, len(values), BATCH_ROWS):
             yield from task.add(values[i:i + BATCH_ROWS], stamps[i:i + BATCH_ROWS])
@@ -147,7 +167,7 @@ class MemorySource(DataSource):
     def schema(self) -> str:
         options = {k.lower(): v for k, v in self.options.items()}
         if options.get("routing"):
-            return PARTIAL_SCHEMA
+            return STREAM_PARTIAL_SCHEMA if options.get("ruleset") else PARTIAL_SCHEMA
         return ParsePlan.from_json(options["parseplan"]).spark_schema_ddl()
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

@@ -86,6 +86,7 @@ def routing_option(routing: Routing) -> str:
 
 
 _DECODED: dict[str, Routing] = {}
+KEEP_ROUTINGS = 3
 
 
 def routing_from_option(value: str) -> Routing:
@@ -96,7 +97,10 @@ def routing_from_option(value: str) -> Routing:
     if found is None:
         found = pickle.loads(zlib.decompress(base64.b64decode(value)))
         assert isinstance(found, Routing)
-        _DECODED.clear()  # one job per process: keep only the current rules
+        # One job per process; its rules change while it runs (l2m.engine.rulesets): keep
+        # the newest few, for batches of the previous version still in flight or replayed.
+        while len(_DECODED) >= KEEP_ROUTINGS:
+            _DECODED.pop(next(iter(_DECODED)))
         _DECODED[digest] = found
         # The tables read per task, built now so that the freeze below covers them too.
         _ = found.by_kind, found.exact_rules, found.unscoped, found.by_account
@@ -112,22 +116,33 @@ class RoutingTable(Mapping[str, V]):
     """A table the state stage reads from the job's routing (rules of a kind, series caps): it
     travels as the routing option and is decoded once per Python worker, not unpickled with
     the state function for every task (ten thousand rules took 0.5 s per task that way), and
-    kept once built (a lookup per series must not re-hash the option)."""
+    kept once built (a lookup per series must not re-hash the option).
 
-    def __init__(self, option: str) -> None:
+    The rules change while the job runs: ``versions`` finds the routing of the version the
+    state stage's current rows were planned with (:func:`l2m.engine.rulesets.select`); without
+    it, the table is the option's rules."""
+
+    def __init__(self, option: str, versions: Any = None) -> None:
         self.option = option
-        self._built: Mapping[str, V] | None = None
+        self.versions = versions  # l2m.engine.rulesets.Versions (a layer above: not typed)
+        self._built: dict[str | None, Mapping[str, V]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_built": None}
+        return {**self.__dict__, "_built": {}}
 
     def _build(self, routing: Routing) -> Mapping[str, V]:
         raise NotImplementedError
 
     def _table(self) -> Mapping[str, V]:
-        if self._built is None:
-            self._built = self._build(routing_from_option(self.option))
-        return self._built
+        version = None if self.versions is None else self.versions.current()
+        built = self._built.get(version)
+        if built is None:
+            routing = routing_from_option(self.option) if self.versions is None \
+                else self.versions.selected_routing()
+            if len(self._built) >= KEEP_ROUTINGS:
+                self._built.clear()
+            built = self._built[version] = self._build(routing)
+        return built
 
     def __getitem__(self, rule_id: str) -> V:
         return self._table()[rule_id]
@@ -142,8 +157,8 @@ class RoutingTable(Mapping[str, V]):
 class RuleTable(RoutingTable[Rule]):
     """The job's rules of one kind (``counter``, ``gauge``) by id."""
 
-    def __init__(self, option: str, kind: str) -> None:
-        super().__init__(option)
+    def __init__(self, option: str, kind: str, versions: Any = None) -> None:
+        super().__init__(option, versions)
         self.kind = kind
 
     def _build(self, routing: Routing) -> Mapping[str, Rule]:

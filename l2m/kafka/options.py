@@ -46,6 +46,9 @@ RUNTIME: dict[str, str] = {
     "stopFile": "stop_file",
     "routing": "routing",
     "parsePlan": "parse_plan",
+    "ruleset": "ruleset",
+    "rulesetFile": "ruleset_file",
+    "shards": "shards",
 }
 
 
@@ -66,6 +69,11 @@ class SourceOptions:
     stop_file: str | None = None  # while it exists no new data is admitted (graceful stop)
     routing: str | None = None  # the job's rules (l2m.engine.pipeline.routing_option)
     parse_plan: str | None = None  # a JSON l2m.engine.parse.ParsePlan
+    # Live rules (l2m.engine.rulesets): the version of ``routing``; the driver's file naming
+    # the version to plan new batches with; the state shards a partial's ``place`` counts.
+    ruleset: str | None = None
+    ruleset_file: str | None = None
+    shards: str | None = None
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> SourceOptions:

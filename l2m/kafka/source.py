@@ -47,6 +47,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from l2m.engine.partials import PARTIAL_SCHEMA
+from l2m.engine.rulesets import STREAM_PARTIAL_SCHEMA, StreamTask, Versions
 from l2m.errors import DataLossError, KafkaUnavailableError
 from l2m.kafka.consumer import EndProbe, PartitionReader, Records
 from l2m.kafka.deadletters import DeadLetters
@@ -65,10 +66,12 @@ RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset big
 class KafkaInputPartition(InputPartition):
     """One Spark task: one or more offset ranges, read one after the other."""
 
-    def __init__(self, topic: str, ranges: Sequence[OffsetRange]) -> None:
-        super().__init__((topic, tuple((r.partition, r.start, r.end) for r in ranges)))
+    def __init__(self, topic: str, ranges: Sequence[OffsetRange],
+                 ruleset: str | None = None) -> None:
+        super().__init__((topic, tuple((r.partition, r.start, r.end) for r in ranges), ruleset))
         self.topic = topic
         self.ranges = tuple(ranges)
+        self.ruleset = ruleset  # the rules the batch was planned with (None: the query's)
 
     @property
     def size(self) -> int:
@@ -86,6 +89,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.dead_letters = self.settings.dead_letter_topic
         self.stop_file = self.settings.stop_file
         self.routing = self.settings.routing
+        self.versions = Versions(self.settings.ruleset, self.routing) \
+            if self.routing and self.settings.ruleset else None
         self.parse_plan = self.settings.parse_plan
         self.schema = schema
         self._admin: Any = None
@@ -167,9 +172,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._probe = EndProbe(self.topic, self.config, self.poll_timeout_s)
         return self._probe
 
-    def _encode(self, offsets: dict[int, int]) -> dict[str, Any]:
-        return {"topic": self.topic,
-                "partitions": {str(p): int(o) for p, o in sorted(offsets.items())}}
+    def _encode(self, offsets: dict[int, int], ruleset: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"topic": self.topic,
+                               "partitions": {str(p): int(o) for p, o in sorted(offsets.items())}}
+        if ruleset is not None:
+            out["ruleset"] = ruleset
+        return out
+
+    def _ruleset(self) -> str | None:
+        """The version new batches are planned with: the driver's latest good rule set
+        (l2m.streaming.rulesets writes the file), else the query's first."""
+        if self.settings.ruleset_file:
+            try:
+                with open(self.settings.ruleset_file) as file:
+                    return file.read().strip() or self.settings.ruleset
+            except FileNotFoundError:
+                pass
+        return self.settings.ruleset
 
     @staticmethod
     def _decode(offset: dict[str, Any]) -> dict[int, int]:
@@ -214,7 +233,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end[p] < offset:
                 self._data_loss(f"offsets of {self.topic}-{p} went back from {offset} to "
                                 f"{end[p]}: the topic was recreated or truncated")
-        return self._encode(end)
+        if end == begin:  # no new data: no batch, whatever the rules (no version change)
+            return start
+        # The batch's rules are part of its offset: Spark writes it to the offset log before
+        # the batch runs, and a replay reads it back, so a replay gets the same rules.
+        return self._encode(end, self._ruleset())
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._encode(self._latest) if self._latest is not None else None
@@ -244,7 +267,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             with open(self.source.plan_log, "a") as log:
                 log.write(json.dumps({"time": time.time(),
                                       "tasks": [sum(r.size for r in t) for t in tasks]}) + "\n")
-        return [KafkaInputPartition(self.topic, t) for t in tasks]
+        ruleset = end.get("ruleset")
+        return [KafkaInputPartition(self.topic, t, ruleset) for t in tasks]
 
     def _data_loss(self, message: str) -> None:
         if self.source.fail_on_data_loss:
@@ -283,7 +307,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         from l2m.engine.readtask import ReadTask
 
-        task = ReadTask.from_options(self.routing, self.parse_plan)
+        if self.versions is not None:
+            from pyspark import SparkFiles
+
+            task: ReadTask | None = StreamTask(self.versions, partition.ruleset,
+                                               SparkFiles.getRootDirectory(),
+                                               int(self.settings.shards or 1))
+        else:
+            task = ReadTask.from_options(self.routing, self.parse_plan)
         dead_letters = DeadLetters(self.config, self.dead_letters, self.topic) \
             if self.dead_letters and task is not None else None
         started = time.time()
@@ -325,7 +356,7 @@ class KafkaSource(DataSource):
     def schema(self) -> str:
         options = SourceOptions.parse(dict(self.options))
         if options.routing:
-            return PARTIAL_SCHEMA
+            return STREAM_PARTIAL_SCHEMA if options.ruleset else PARTIAL_SCHEMA
         if options.parse_plan:
             from l2m.engine.parse import ParsePlan
 

@@ -42,6 +42,12 @@ class Files(Protocol):
     def is_dir(self, path: str) -> bool:
         """Whether the folder exists."""
 
+    def names(self, folder: str) -> list[str]:
+        """The names of the files in the folder (none when it does not exist)."""
+
+    def delete(self, path: str) -> None:
+        """Remove the file, if it exists."""
+
 
 class LocalFiles:
     """A local (or mounted) disk."""
@@ -61,6 +67,13 @@ class LocalFiles:
 
     def is_dir(self, path: str) -> bool:
         return Path(path).is_dir()
+
+    def names(self, folder: str) -> list[str]:
+        found = Path(folder)
+        return sorted(p.name for p in found.iterdir() if p.is_file()) if found.is_dir() else []
+
+    def delete(self, path: str) -> None:
+        Path(path).unlink(missing_ok=True)
 
 
 def check_checkpoint(checkpoint: str, query_dir: str, files: Files | None = None) -> int:

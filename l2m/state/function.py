@@ -17,6 +17,7 @@ deterministic Kafka key and the JSON sample) and each key's new blob
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -28,6 +29,7 @@ from pyspark.sql.streaming.state import GroupState
 
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, refused_series
 from l2m.engine.partials import Partial, frame_partials
+from l2m.engine.rulesets import RULESET_COLUMN, select
 from l2m.engine.samples import samples_frame
 from l2m.engine.status import STATUS_RULE
 from l2m.errors import StateFormatError
@@ -83,7 +85,7 @@ class MetricState:
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
                  state: GroupState) -> Iterator[pd.DataFrame]:
-        frames = counted(frames, self.reduction)
+        frames = counted(versioned(frames), self.reduction)
         if len(key) == 3:  # format 1: (rule, shard, window)
             if key[2] == CUMULATIVE:
                 return self.counters(key, frames, state)
@@ -242,6 +244,19 @@ def emitted(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None,
             per_rule[key] = per_rule.get(key, 0) + 1
         activity.add(per_rule)
     yield samples_frame(samples, batch_ms, mark)
+
+
+def versioned(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """The frames as they are, once the rule set they were planned with is selected for the
+    state stage's tables (:func:`l2m.engine.rulesets.select`): before any rule is looked up."""
+    first = next(frames, None)
+    if first is None:
+        return iter(())
+    if RULESET_COLUMN in first.columns and len(first):
+        from pyspark import SparkFiles
+
+        select(str(first[RULESET_COLUMN].iat[0]), SparkFiles.getRootDirectory())
+    return itertools.chain([first], frames)
 
 
 def counted(frames: Iterator[pd.DataFrame], reduction: Reduction | None

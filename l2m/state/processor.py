@@ -71,6 +71,7 @@ from l2m.state.function import (
     counted,
     emitted,
     refusal_rows,
+    versioned,
 )
 from l2m.state.gauges import REFUSED_GAUGE_RULE, GaugeState
 from l2m.state.mapio import MapIO
@@ -302,7 +303,7 @@ class MetricProcessor(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         shard, window = int(key[0]), int(key[1])
-        frames = counted(rows, self.reduction)
+        frames = counted(versioned(rows), self.reduction)
         with collector_paused():
             if window == CUMULATIVE:
                 return self._counter_key(shard, frames, timerValues)

@@ -38,13 +38,14 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from l2m.config.job import JobConfig
-from l2m.engine.admission import placement_shard
 from l2m.engine.pipeline import CapsTable, RuleTable, routing_option
 from l2m.engine.routing import plan_for
+from l2m.engine.rulesets import PLACE_COLUMN, Versions
 from l2m.engine.status import ROUTED, STATUS_RULE
 from l2m.kafka.sink import KafkaSink, produce_samples, write_batch
 from l2m.kafka.source import KafkaSource
 from l2m.rules.model import Rule
+from l2m.rules.snapshot import snapshot, version_of
 from l2m.state.accounts import AccountBook, AccountStats, account_samples, account_totals
 from l2m.state.checkpoint import check_checkpoint, local_checkpoint
 from l2m.state.counters import CounterState
@@ -62,6 +63,7 @@ from l2m.state.function import (
 from l2m.state.gauges import GaugeState
 from l2m.state.processor import MetricProcessor
 from l2m.state.tally import Latest, Sums, Tally, task_sums
+from l2m.streaming.rulesets import RulesetPublisher
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
 # How long a batch waits for its per-account samples (l2m.state.accounts) to be acknowledged
@@ -90,10 +92,11 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(KafkaSink)
 
 
-def source_frame(spark: SparkSession, cfg: JobConfig, routing: str,
+def source_frame(spark: SparkSession, cfg: JobConfig, rules: dict[str, str],
                  dead_letters: bool = True) -> DataFrame:
-    """The Kafka source's partials (``PARTIAL_SCHEMA``) for the routing option: the job's
-    ``source:`` settings as they are, carried by :class:`l2m.kafka.options.SourceOptions`."""
+    """The Kafka source's partials for the rules' options (:func:`rule_options`: ``routing``,
+    and for live rules ``ruleset``, ``rulesetFile``, ``shards``): the job's ``source:``
+    settings as they are, carried by :class:`l2m.kafka.options.SourceOptions`."""
     from dataclasses import replace
 
     from l2m.kafka.options import SourceOptions
@@ -106,8 +109,20 @@ def source_frame(spark: SparkSession, cfg: JobConfig, routing: str,
     options = SourceOptions(
         topic=cfg.topics.logs, kafka=cfg.kafka, source=source,
         dead_letter_topic=cfg.topics.dead_letters if dead_letters else None,
-        stop_file=stop_file(cfg), routing=routing)
+        stop_file=stop_file(cfg), routing=rules["routing"], ruleset=rules.get("ruleset"),
+        ruleset_file=rules.get("rulesetFile"), shards=rules.get("shards"))
     return spark.readStream.format("l2m-kafka").options(**options.spark_options()).load()
+
+
+def rule_options(cfg: JobConfig, versions: Versions, current_file: str | None) -> dict[str, str]:
+    """The options a source of partials takes for the job's rules: the first rules inline
+    (``routing``, their version ``ruleset``), the driver's file naming the version to plan
+    with (``rulesetFile``), the state shards partials are placed in (``shards``)."""
+    out = {"routing": versions.option, "ruleset": versions.version,
+           "shards": str(cfg.counter_shards)}
+    if current_file:
+        out["rulesetFile"] = current_file
+    return out
 
 
 @dataclass
@@ -136,24 +151,32 @@ class Counts:
                       sc.accumulator({}, Sums()))
 
 
-# A source of partials: given the routing option (l2m.engine.pipeline.routing_option), a streaming
-# DataFrame of PARTIAL_SCHEMA rows.
-Source = Callable[[str], DataFrame]
+# A source of partials: given the rules' options (rule_options), a streaming DataFrame of
+# STREAM_PARTIAL_SCHEMA rows.
+Source = Callable[[dict[str, str]], DataFrame]
 # A sink: called with each micro-batch's ``key, value`` samples and the batch id.
 Sink = Callable[[DataFrame, int], None]
 
 
 def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                   counts: Counts | None = None, source: Source | None = None,
-                  state_format: int = STATE_FORMAT) -> DataFrame:
+                  state_format: int = STATE_FORMAT,
+                  publisher: RulesetPublisher | None = None) -> DataFrame:
     """The query's output: ``key, value`` samples of every updated counter series and gauge
     window. ``source`` replaces the Kafka source (the in-memory test harness).
     ``state_format`` is the checkpoint's (:mod:`l2m.state.function`): format 2 keys the state by
-    (shard, window) for all rules together, format 1 by (rule, shard, window)."""
-    routing = plan_for(rules, cfg.timestamp_field, cfg.max_future_ms,
-                       cfg.limits.max_label_value_length, cfg.limits.series)
-    option = routing_option(routing)
-    read = source(option) if source is not None else source_frame(spark, cfg, option)
+    (shard, window) for all rules together, format 1 by (rule, shard, window). ``publisher``:
+    the job's live rules (:mod:`l2m.streaming.rulesets`), started with ``rules``; without
+    one, the rules are fixed for the query's life."""
+    if publisher is not None:
+        versions = publisher.start(rules)
+    else:
+        routing = plan_for(rules, cfg.timestamp_field, cfg.max_future_ms,
+                           cfg.limits.max_label_value_length, cfg.limits.series)
+        versions = Versions(version_of(snapshot(rules)), routing_option(routing))
+    option = versions.option
+    options = rule_options(cfg, versions, publisher.current_file if publisher else None)
+    read = source(options) if source is not None else source_frame(spark, cfg, options)
     status = F.col("rule") == F.lit(STATUS_RULE)
     # Only the times of logs the rules see move the watermark: a malformed or future-dated
     # record (dated by its Kafka time, which may itself be wrong) must not close windows.
@@ -162,7 +185,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                 .withColumn("window", F.coalesce("window", F.lit(CUMULATIVE)))
                 # The input statuses share one key: one exact late-log count (l2m.state.counters).
                 .withColumn("shard", F.when(status, F.lit(0)).otherwise(
-                    shard_column(routing.rules, cfg.counter_shards, state_format)))
+                    shard_column(cfg.counter_shards, state_format)))
                 # The watermark's event time: every log has a status row carrying its own.
                 .withColumn("event_time", F.timestamp_millis(
                     F.when(unrouted, F.lit(0)).otherwise(
@@ -170,12 +193,12 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                 .withWatermark("event_time", f"{cfg.grace_ms} milliseconds"))
     tally = None if counts is None else counts.tally
     state = MetricState(
-        CounterState(RuleTable(option, "counter"),
+        CounterState(RuleTable(option, "counter", versions),
                      cfg.counter_ttl_ms, None if counts is None else counts.late, tally),
-        GaugeState(RuleTable(option, "gauge"), tally=tally, grace_ms=cfg.grace_ms,
+        GaugeState(RuleTable(option, "gauge", versions), tally=tally, grace_ms=cfg.grace_ms,
                    publish_delay_ms=cfg.publish_delay),
         None if counts is None else counts.reduction,
-        caps=CapsTable(option), state_format=state_format,
+        caps=CapsTable(option, versions), state_format=state_format,
         activity=None if counts is None else counts.activity,
     )
     keys = STATE_KEYS[state_format]
@@ -188,46 +211,18 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)
 
 
-def shard_column(rules: Sequence[Rule], shards: int, state_format: int) -> Column:
+def shard_column(shards: int, state_format: int) -> Column:
     """The state shard of each partial (not the input statuses', which share shard 0). State
-    format 3: a rule's series go to its placement's shard
+    format 3 and later: a rule's series go to its placement's shard
     (:func:`l2m.engine.admission.placement_shard`: its account's), so every cap is counted in
-    one key; l2m's own rows (label cuts) and formats 1 and 2: hash(rule, series).
-
-    The placement is computed from the rule id where the id says it — a tenant's rule is
-    ``<account>/<id>``, a rule without an account is placed by its id — so the expression
-    does not grow with the rules (one ``isin`` set over 100,000 ids cost ≈ 0.3 s of planning
-    per batch); only open-mode rules that name an account are listed."""
+    one key — the read task computed it from the rules its batch was planned with (``place``,
+    :mod:`l2m.engine.rulesets`), so a rule added while the job runs is placed as at a start;
+    l2m's own rows (label cuts) and formats 1 and 2: hash(rule, series)."""
     spread = F.pmod(F.hash("rule", "series"), F.lit(shards))
     if state_format < CAPPED_FORMAT:
         return spread
-    rule = F.col("rule")
-
-    def crc(text: Column) -> Column:
-        return F.pmod(F.crc32(text.cast("binary")), F.lit(shards))
-
-    tenant = rule.contains("/")
-    placed = F.when(tenant, crc(F.concat(F.lit("account:"), F.substring_index(rule, "/", 1))))
-    listed: dict[int, list[str]] = {}
-    for r in rules:
-        if r.account is not None and "/" not in r.id:
-            listed.setdefault(placement_shard(r, shards), []).append(r.id)
-    for shard, ids in sorted(listed.items()):  # one set per shard: Spark's InSet, a hash set
-        placed = placed.when(_one_of("rule", ids), F.lit(shard))
-    own = rule.startswith("__")  # l2m's own rows (label cuts): spread
-    return F.when(own, spread).otherwise(
-        placed.otherwise(crc(F.concat(F.lit("rule:"), rule))))
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _one_of(column: str, values: Sequence[str]) -> Column:
-    """``column IN (values)`` built from one SQL string: ``Column.isin`` makes a py4j call per
-    value (10,000 rule ids: 3.5 s of a job's start, benchmarks/README.md). Spark's optimizer
-    turns the list into a hash set (``InSet``) either way."""
-    return F.expr(f"`{column}` IN ({', '.join(_sql_string(v) for v in values)})")
+    own = F.col("rule").startswith("__")  # l2m's own rows (label cuts): spread
+    return F.when(own, spread).otherwise(F.col(PLACE_COLUMN))
 
 
 class HadoopFiles:
@@ -267,11 +262,22 @@ class HadoopFiles:
         fs, p = self._fs(path)
         return bool(fs.exists(p) and fs.getFileStatus(p).isDirectory())
 
+    def names(self, folder: str) -> list[str]:
+        fs, p = self._fs(folder)
+        if not fs.exists(p):
+            return []
+        return sorted(str(s.getPath().getName()) for s in fs.listStatus(p) if s.isFile())
+
+    def delete(self, path: str) -> None:
+        fs, p = self._fs(path)
+        fs.delete(p, False)
+
 
 @dataclass
 class Job:
     query: StreamingQuery
     counts: Counts | None = None
+    rulesets: RulesetPublisher | None = None  # where a changed rule set is published
 
     @property
     def queries(self) -> list[StreamingQuery]:
@@ -308,7 +314,9 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
             print(f"l2m: the per-account metrics of batch {batch_id} were not written: {exc}",
                   file=sys.stderr, flush=True)
 
-    writer = (metrics_frame(spark, cfg, rules, counts, source, state_format).writeStream
+    publisher = RulesetPublisher(spark, cfg, QUERY, HadoopFiles(spark) if remote else None)
+    writer = (metrics_frame(spark, cfg, rules, counts, source, state_format, publisher)
+              .writeStream
               .queryName(f"l2m-{QUERY}").outputMode("update").foreachBatch(sink or kafka_sink)
               .option("checkpointLocation", f"{cfg.checkpoint}/{QUERY}"))
     if once:
@@ -323,7 +331,7 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         query = writer.start()
     finally:
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    return Job(query=query, counts=counts)
+    return Job(query=query, counts=counts, rulesets=publisher)
 
 
 # Spark settings the streaming job needs regardless of the configuration file.

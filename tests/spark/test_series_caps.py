@@ -162,11 +162,17 @@ def test_backfill_collapsing_past_rule_caps_on_the_executors_decides_as_the_driv
     assert set(refused) == {"acme/a (rule)", "acme/b (metric)", "acme/g (rule)"}
 
 
-def test_the_shard_spark_computes_is_the_placement_of_every_rule(spark, tmp_path):
-    """Spark places a partial by its rule id alone (a tenant's `<account>/<id>`, `rule:<id>`
-    without an account, a listed set for open-mode rules naming an account): the same shard
-    as l2m.engine.admission.placement_shard, so an account's rules share one."""
+def test_partials_are_placed_in_their_rule_s_placement_shard(spark, tmp_path):
+    """A read task tags each partial with its rule's shard from the rules its batch was
+    planned with (a tenant's `<account>/<id>`, `rule:<id>` without an account, an open-mode
+    rule naming an account): l2m.engine.admission.placement_shard, so an account's rules
+    share one; Spark keeps that shard and spreads l2m's own rows (label cuts)."""
+    import pyarrow as pa
+
     from l2m.engine.admission import placement_shard
+    from l2m.engine.partials import PARTIAL_ARROW
+    from l2m.engine.routing import plan_for
+    from l2m.engine.rulesets import places, tag
     from l2m.rules.loader import load_text
     from l2m.streaming.job import shard_column
 
@@ -179,23 +185,16 @@ def test_the_shard_spark_computes_is_the_placement_of_every_rule(spark, tmp_path
         "  - {id: o3, name: o3_total, kind: counter, query: '*', aggregation: count, "
         "account: globex}\n")
     rules = [*tenant_rules, *open_rules]
-    frame = spark.createDataFrame([(r.id, "1:x") for r in rules] + [("__cut__", "3:abc")],
-                                  "rule string, series string")
+    ids = [r.id for r in rules] + ["__cut__"]
+    partials = pa.RecordBatch.from_pylist(
+        [{"rule": i, "series": "1:x"} for i in ids], schema=PARTIAL_ARROW)
     for shards in (2, 8, 64):
+        tagged = tag(partials, "v1", places(f"v{shards}", plan_for(rules), shards))
+        frame = spark.createDataFrame(tagged.to_pandas())
         got = {row["rule"]: row["shard"] for row in frame.select(
-            "rule", shard_column(rules, shards, 3).alias("shard")).collect()}
+            "rule", shard_column(shards, 3).alias("shard")).collect()}
         assert {r.id: got[r.id] for r in rules} == \
             {r.id: placement_shard(r, shards) for r in rules}
         assert got["acme/req"] == got["acme/all"] == got["o2"]
-
-
-def test_a_listed_set_of_rule_ids_matches_exactly_whatever_their_characters(spark):
-    """The listed set is one SQL string (Column.isin costs a py4j call per id): quotes,
-    backslashes and non-ASCII in a value are taken literally."""
-    from l2m.streaming.job import _one_of
-
-    listed = ["o'1", "back\\slash", "b\\'oth", "é-ü", "plain"]
-    others = ["o1", "backslash", "b'oth", "e-u", "plai", "plain "]
-    frame = spark.createDataFrame([(v,) for v in listed + others], "rule string")
-    got = {row["rule"] for row in frame.where(_one_of("rule", listed)).collect()}
-    assert got == set(listed)
+        assert tagged.column("place").to_pylist()[-1] is None
+        assert 0 <= got["__cut__"] < shards

@@ -132,11 +132,11 @@ class StreamTest:
         return self.process()
 
     def _start(self) -> Job:
-        def source(routing: str) -> DataFrame:
+        def source(rules: dict[str, str]) -> DataFrame:
             return (self.spark.readStream.format(NAME)
                     .option("path", str(self.source_folder))
                     .option("partitions", str(self.partitions))
-                    .option("routing", routing).load())
+                    .options(**rules).load())
 
         def sink(frame: DataFrame, batch_id: int) -> None:
             # foreachBatch runs on the driver: the list is this object's.

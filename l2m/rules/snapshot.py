@@ -1,0 +1,81 @@
+"""A rule set as stored data: what the streaming job keeps of every rule set it ran, so that a
+micro-batch replayed after a crash is processed with the rules it was planned with (SPEC §8,
+docs/streaming.md "Live rule changes").
+
+Input: validated rules (:class:`~l2m.rules.model.Rule`). Output: a snapshot — canonical JSON,
+format :data:`SNAPSHOT_FORMAT`, the rules' own fields as the rule format spells them (never a
+pickle: a snapshot written by one release is read by the next) — and its version, a digest of
+that JSON: the same rules give the same version in every process and release. :func:`restore`
+turns a snapshot back into rules, their queries compiled again."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from l2m.errors import RuleSnapshotError
+from l2m.query.compiler import parse_query
+from l2m.query.nodes import QueryConfig
+from l2m.rules.model import Rule
+
+SNAPSHOT_FORMAT = 1
+# The stored fields of a rule, in order; ``compiled`` is rebuilt from ``query``.
+FIELDS = ("id", "name", "kind", "query", "aggregation", "field", "buckets", "bucket_labels",
+          "group_by", "labels", "account", "target_account", "enabled", "max_series",
+          "description", "unit", "file", "line")
+VERSION_CHARS = 16  # of the SHA-256 hex digest: a version is short enough for a label
+
+
+def _fields(rule: Rule) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in FIELDS:
+        value = getattr(rule, name)
+        if name in ("kind", "aggregation"):
+            value = value.value
+        elif name == "labels":
+            value = [list(pair) for pair in value]
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[name] = value
+    return out
+
+
+def snapshot(rules: Iterable[Rule]) -> bytes:
+    """The rules as a format-:data:`SNAPSHOT_FORMAT` snapshot, in a canonical form (rules by
+    id, keys sorted)."""
+    ordered = sorted(rules, key=lambda r: (r.id, r.file, r.line))
+    return orjson.dumps({"format": SNAPSHOT_FORMAT, "rules": [_fields(r) for r in ordered]},
+                        option=orjson.OPT_SORT_KEYS)
+
+
+def version_of(data: bytes) -> str:
+    """A snapshot's version: the first :data:`VERSION_CHARS` hex digits of its SHA-256."""
+    return hashlib.sha256(data).hexdigest()[:VERSION_CHARS]
+
+
+def restore(data: bytes, config: QueryConfig | None = None) -> tuple[Rule, ...]:
+    """The rules of a snapshot, their queries compiled with ``config`` (the job's query
+    settings); a :class:`RuleSnapshotError` for a snapshot this release cannot read."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise RuleSnapshotError(f"rule set snapshot is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != SNAPSHOT_FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else None
+        raise RuleSnapshotError(f"rule set snapshot has format {found!r}; this l2m reads "
+                                f"format {SNAPSHOT_FORMAT}")
+    rules = []
+    for fields in doc["rules"]:
+        try:
+            values = {name: fields[name] for name in FIELDS}
+            for name in ("buckets", "bucket_labels", "group_by"):
+                values[name] = tuple(values[name])
+            values["labels"] = tuple((str(k), str(v)) for k, v in values["labels"])
+            rules.append(Rule(**values, compiled=parse_query(values["query"], config)))
+        except Exception as exc:  # KeyError, ValueError, QueryError: unreadable, say which
+            raise RuleSnapshotError(f"rule {fields.get('id')!r} of a rule set snapshot cannot "
+                                    f"be restored: {exc}") from None
+    return tuple(rules)
