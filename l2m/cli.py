@@ -185,7 +185,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.bootstrap:
         cfg = cfg.with_bootstrap(args.bootstrap)
     ruleset = _rules_for(cfg)
-    runner = Runner(cfg, ruleset.rules, once=args.once)
+    watcher = None
+    if not args.once:  # live rules (docs/streaming.md "Live rule changes")
+        from l2m.runtime.reload import RuleWatcher
+
+        watcher = RuleWatcher(cfg.rules, lambda: _rules_for(cfg), cfg.rules_poll_ms / 1000,
+                              out=sys.stderr)
+        watcher.started(ruleset)
+    runner = Runner(cfg, ruleset.rules, once=args.once, watcher=watcher)
     runner.install_signals()
     endpoint = None
     if cfg.monitoring.port is not None:
@@ -193,6 +200,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from l2m.runtime.telemetry import Telemetry
 
         runner.telemetry = Telemetry(cfg, ruleset.enabled)
+        if watcher is not None:
+            telemetry = runner.telemetry
+            telemetry.reload = watcher.status
+            watcher.on_change = lambda changed: telemetry.rules_changed(changed.rules)
         # Before Spark starts: probes get answers (not ready yet) during the slow start.
         endpoint = Endpoint(runner.telemetry, cfg.monitoring.host, cfg.monitoring.port)
     print(f"l2m run: {len(ruleset.enabled)} rules, topic {cfg.topics.logs} on "

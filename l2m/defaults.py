@@ -29,6 +29,9 @@ DEAD_LETTERS_TOPIC = "logs-dead-letters"
 RULES_PATH = "rules"
 CHECKPOINT = "checkpoints/l2m"
 TRIGGER_MS = 5_000
+# How often `l2m run` looks at its rule files for a change (live rules; 0: only on SIGHUP or
+# POST /-/reload): a change reaches its first sample within this plus two triggers.
+RULES_POLL_MS = 2_000
 # How long a gauge window stays open for late logs after the newest event time (SPEC §3).
 GRACE_MS = 20 * 60_000
 # A gauge window is published (its final value marked for remote write) once the newest event

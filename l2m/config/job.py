@@ -248,6 +248,8 @@ class JobConfig:
     sink_kafka: ClientSettings = field(default_factory=dict)
     topics: Topics = Topics()
     rules: Annotated[tuple[str, ...], PATH] = (defaults.RULES_PATH,)
+    # docs/streaming.md "Live rule changes": how often the rule paths are looked at.
+    rules_poll_ms: Annotated[Duration, Key("rules_poll")] = defaults.RULES_POLL_MS
     checkpoint: Annotated[str, PATH] = defaults.CHECKPOINT  # a URI is kept as written
     trigger_ms: Annotated[Duration, Key("trigger")] = defaults.TRIGGER_MS
     grace_ms: Annotated[Duration, Key("grace")] = defaults.GRACE_MS

@@ -27,6 +27,7 @@ from l2m.errors import L2mError
 from l2m.rules.model import Rule
 from l2m.runtime.failures import failure, retriable
 from l2m.runtime.progress import describe
+from l2m.runtime.reload import RuleWatcher
 from l2m.runtime.session import build_session
 from l2m.runtime.sparkstatus import BatchTasks, ExecutorLoad
 from l2m.runtime.telemetry import Telemetry
@@ -57,6 +58,7 @@ class Runner:
     error: L2mError | None = None  # why the job failed, when it did
     restarts: int = 0
     telemetry: Telemetry | None = None  # the driver's metrics (docs/metrics.md)
+    watcher: RuleWatcher | None = None  # live rules: changed rule files applied while running
     _tasks: BatchTasks | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _seen: dict[str, int] = field(default_factory=dict)
@@ -82,6 +84,10 @@ class Runner:
             self.job = None
             return None
         self.job = start_job(self.spark, self.cfg, self.rules, once=self.once)
+        if self.watcher is not None and self.job.rulesets is not None and \
+                not self.watcher.status.version:
+            self.watcher.status.version = self.job.rulesets.version
+            self.watcher.status.loaded_at = self.job.rulesets.loaded_at
         self._counted = (0, 0, 0)  # a new query has new accumulators
         if self.telemetry is not None:
             self.telemetry.started(self.job.counts)
@@ -97,6 +103,9 @@ class Runner:
 
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, handler)
+        if self.watcher is not None:
+            watcher = self.watcher
+            signal.signal(signal.SIGHUP, lambda *_: watcher.request())
         self._signals = True
 
     def stop(self) -> None:
@@ -112,6 +121,7 @@ class Runner:
             if self.job is None:  # stopped while (re)starting
                 return 0
             self._report()
+            self._reload()
             if self.telemetry is not None:
                 self.telemetry.tick()
             if on_tick is not None:
@@ -154,6 +164,14 @@ class Runner:
                 self._await_end(poll)
             else:
                 self._stop.wait(poll)
+
+    def _reload(self) -> None:
+        """Apply changed rules (:mod:`l2m.runtime.reload`); a query started again after an
+        outage starts with the newest good set."""
+        if self.watcher is None or self.job is None or self.job.rulesets is None:
+            return
+        if self.watcher.check(self.job.rulesets):
+            self.rules = self.watcher.rules
 
     def _await_end(self, timeout: float) -> None:
         """Until a query of a ``once`` run ends, at most ``timeout`` seconds: its end is seen

@@ -24,6 +24,7 @@ from l2m.config.job import JobConfig
 from l2m.engine.status import DEAD_LETTERED, STATUS_NAMES
 from l2m.rules.model import Rule
 from l2m.runtime.progress import epoch_seconds, input_rates, input_records, partition_offsets
+from l2m.runtime.reload import ReloadStatus
 from l2m.runtime.sparkstatus import ExecutorLoad
 from l2m.state.accounts import STATS_HELP, AccountBook, AccountStats, account_totals
 from l2m.state.tally import (
@@ -134,11 +135,23 @@ class Telemetry:
         self.state_rows = gauge("l2m_state_rows", "Rows in the state store after the last batch.")
         self.state_bytes = gauge("l2m_state_memory_bytes",
                                  "State store memory after the last batch.")
-        gauge("l2m_rules", "Rules the job runs.").set(len(self.rules))
+        self.rule_count = gauge("l2m_rules", "Rules the job runs.")
+        self.rule_count.set(len(self.rules))
+        # Live rules (l2m.runtime.reload): what the watcher last did; None: not watched.
+        self.reload: ReloadStatus | None = None
         gauge("l2m_build_info", "l2m's version.", ("version",)).labels(__version__).set(1)
         self._seen_executors: set[str] = set()
         self._seen_partitions: set[str] = set()
         r.register(_FromTasks(self))
+        r.register(_Rules(self))
+
+    def rules_changed(self, rules: Sequence[Rule]) -> None:
+        """A new rule set is live: the per-rule metrics follow it."""
+        enabled = [r for r in rules if r.enabled]
+        with self._lock:
+            self.rules = [r.id for r in enabled]
+            self.accounts = {r.id: r.account for r in enabled}
+        self.rule_count.set(len(enabled))
 
     # -- the runner's life cycle ------------------------------------------------------------
 
@@ -364,6 +377,39 @@ class _FromTasks:
             for account, values in view.items():
                 stats.add_metric([account], getattr(values, field_name))
             yield stats
+
+
+class _Rules:
+    """The live rule set's version and the reloads (docs/metrics.md, "Live rules")."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self.t = telemetry
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.t.reload
+        if status is None:
+            return
+        info = GaugeMetricFamily("l2m_rules_version_info", "The rule set new micro-batches use "
+                                 "(its version: a digest of the rules).", labels=["version"])
+        info.add_metric([status.version], 1)
+        yield info
+        yield GaugeMetricFamily("l2m_rules_loaded_timestamp_seconds",
+                                "When the rule set in use was loaded.", value=status.loaded_at)
+        reloads = CounterMetricFamily("l2m_rules_reloads", "Rule set reloads, by result "
+                                      "(failure: the changed set did not validate and was "
+                                      "refused whole).", labels=["result"])
+        reloads.add_metric(["success"], status.successes)
+        reloads.add_metric(["failure"], status.failures)
+        yield reloads
+        yield GaugeMetricFamily("l2m_rules_last_reload_successful",
+                                "0 while the newest rule files are refused (the job runs its "
+                                "last good set).", value=1 if status.last_ok else 0)
+        yield GaugeMetricFamily("l2m_rules_last_reload_timestamp_seconds",
+                                "When a reload was last tried (0: never).",
+                                value=status.last_at)
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

@@ -299,14 +299,14 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
               "enforce them (docs/streaming.md, \"Upgrading\").", file=sys.stderr, flush=True)
 
     counts = Counts.create(spark)
-    accounts = {r.id: r.account for r in rules if r.enabled}
+    publisher = RulesetPublisher(spark, cfg, QUERY, HadoopFiles(spark) if remote else None)
     book = AccountBook(cfg.monitoring.top_accounts)
 
     def kafka_sink(frame: DataFrame, batch_id: int) -> None:
         write_batch(frame, cfg.topics.metrics, cfg.sink, (cfg.topics.dead_letters, cfg.kafka))
         # The accumulators now hold this batch's state tasks: l2m's per-tenant view follows
         # it. Best effort: l2m's own metrics never fail (and so replay) a batch of samples.
-        view = book.view(counts.totals(accounts))
+        view = book.view(counts.totals(publisher.accounts))
         try:
             produce_samples(account_samples(view, int(time.time() * 1000)),
                             cfg.topics.metrics, cfg.sink, timeout_s=ACCOUNT_FLUSH_S)
@@ -314,7 +314,6 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
             print(f"l2m: the per-account metrics of batch {batch_id} were not written: {exc}",
                   file=sys.stderr, flush=True)
 
-    publisher = RulesetPublisher(spark, cfg, QUERY, HadoopFiles(spark) if remote else None)
     writer = (metrics_frame(spark, cfg, rules, counts, source, state_format, publisher)
               .writeStream
               .queryName(f"l2m-{QUERY}").outputMode("update").foreachBatch(sink or kafka_sink)

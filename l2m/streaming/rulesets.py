@@ -63,6 +63,9 @@ class RulesetPublisher:
         self.version = ""  # the current version
         self.loaded_at = 0.0  # when it was published (s since the epoch)
         self.first: Versions | None = None  # the query's first rules (inline in its options)
+        # Each enabled rule's account (l2m.state.accounts' per-tenant view), as of the
+        # current version.
+        self.accounts: dict[str, str | None] = {}
 
     def compile(self, rules: Sequence[Rule]) -> str:
         """The routing option of ``rules`` under this job's settings."""
@@ -76,6 +79,7 @@ class RulesetPublisher:
         data = snapshot(rules)
         version = version_of(data)
         option = self.compile(rules)
+        self.accounts = _accounts(rules)
         pending = self.pending_version()
         self._publish(version, data, option)
         if pending is not None and pending != version:
@@ -92,6 +96,7 @@ class RulesetPublisher:
             return version
         previous = self.version
         self._publish(version, data, self.compile(rules))
+        self.accounts = _accounts(rules)
         keep = {version, previous}
         pending = self.pending_version()
         if pending:
@@ -155,6 +160,10 @@ class RulesetPublisher:
 
 
 _shipped: dict[int, set[str]] = {}
+
+
+def _accounts(rules: Sequence[Rule]) -> dict[str, str | None]:
+    return {r.id: r.account for r in rules if r.enabled}
 
 
 def _numbered(names: Sequence[str]) -> list[int]:
