@@ -172,6 +172,7 @@ class Runner:
             return
         if self.watcher.check(self.job.rulesets):
             self.rules = self.watcher.rules
+        self.job.rulesets.tidy()
 
     def _await_end(self, timeout: float) -> None:
         """Until a query of a ``once`` run ends, at most ``timeout`` seconds: its end is seen

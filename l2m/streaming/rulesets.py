@@ -66,6 +66,7 @@ class RulesetPublisher:
         # Each enabled rule's account (l2m.state.accounts' per-tenant view), as of the
         # current version.
         self.accounts: dict[str, str | None] = {}
+        self._extra = False  # snapshots besides the current one are kept (tidy drops them)
 
     def compile(self, rules: Sequence[Rule]) -> str:
         """The routing option of ``rules`` under this job's settings."""
@@ -152,11 +153,20 @@ class RulesetPublisher:
         text = self.files.read(f"{self.offsets}/{planned[-1]}") or ""
         return ruleset_of(text)
 
+    def tidy(self) -> None:
+        """Drop the snapshots kept for batches that have committed since (the driver's watch
+        loop calls it; it does nothing once only the current set is kept)."""
+        if not self._extra:
+            return
+        pending = self.pending_version()
+        self._retain({self.version, *([pending] if pending else [])})
+
     def _retain(self, keep: set[str]) -> None:
         """Drop the snapshots no replay can need (neither ``keep`` nor the newest batch's)."""
         for name in self.files.names(self.store):
             if name.endswith(".json") and name.removesuffix(".json") not in keep:
                 self.files.delete(f"{self.store}/{name}")
+        self._extra = len(keep) > 1
 
 
 _shipped: dict[int, set[str]] = {}
