@@ -2,9 +2,12 @@
 produce logs in chunks while ``l2m run`` (a real subprocess against the real broker) is killed
 with SIGKILL — the whole process group: Python driver, JVM, Python workers — at random
 moments (starting, planning, reading, state commit, sink, commit), restarted on the same
-checkpoint each time, and finally finished with ``--once``. The last sample of every counter
-and gauge series must equal ``l2m backfill`` over the same logs: nothing lost, nothing
-counted twice. Then ``l2m deliver`` sends the metrics topic — every replay's records
+checkpoint each time, and finally finished with ``--once``. Meanwhile the rules change —
+a rule added, a query changed, a group-by changed, a rule removed — some while the job runs
+(live), some while it is down. The last sample of every counter and gauge series must equal
+``l2m backfill`` run segment by segment, each micro-batch's logs with the rule set its offset
+log entry names (a replayed batch keeps the rules it was first planned with): nothing lost,
+nothing counted twice. Then ``l2m deliver`` sends the metrics topic — every replay's records
 included — to a real Prometheus: ``increase()`` over every counter equals backfill (no false
 reset across the kills), every published gauge window holds backfill's value, and nothing is
 refused, by l2m's count or Prometheus's own.
@@ -14,20 +17,27 @@ run's choices (chunk sizes and kill moments; the machine's timing still varies).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Producer
 
 from l2m.config.loader import load_config
 from l2m.remotewrite.outbox import summary
 from l2m.rules.loader import load_rules
+from l2m.rules.model import Rule
+from l2m.rules.snapshot import snapshot, version_of
 from l2m.runtime.deliver import deliver
+from l2m.state.counters import signature
+from l2m.streaming.rulesets import ruleset_of
 from tests.integration.test_deliver import _increase, _rejected, _stored
 from tests.integration.test_prometheus import promql
 from tests.integration.test_streaming import backfill_samples, generated
@@ -45,19 +55,46 @@ ROOT = Path(__file__).resolve().parents[2]
 KILLS = 10
 # Counters (count, exact sum, histogram) and gauges (avg, max) with labels: every kind of
 # state. Few rules keep each restart's first batch short, so the kills spread over batches.
-RULES = """\
-rules:
-  - {id: requests, name: requests_total, kind: counter, query: "*", aggregation: count,
-     group_by: [service, http.status]}
-  - {id: bytes, name: bytes_total, kind: counter, query: "_exists_:http.bytes",
-     aggregation: sum, field: http.bytes, group_by: [service]}
-  - {id: latency, name: latency_ms, kind: counter, query: "_exists_:http.duration_ms",
-     aggregation: histogram, field: http.duration_ms, buckets: [10, 50, 250, 1000]}
+GAUGES = """\
   - {id: latency-avg, name: latency_avg_ms, kind: gauge, query: "service:*",
      aggregation: avg, field: http.duration_ms, group_by: [service]}
   - {id: bytes-max, name: bytes_max, kind: gauge, query: "level:error OR http.status:[500 TO 599]",
      aggregation: max, field: http.bytes}
 """
+COUNTERS = {
+    "requests": """\
+  - {id: requests, name: requests_total, kind: counter, query: "*", aggregation: count,
+     group_by: [service, http.status]}
+""",
+    "bytes": """\
+  - {id: bytes, name: bytes_total, kind: counter, query: "_exists_:http.bytes",
+     aggregation: sum, field: http.bytes, group_by: [service]}
+""",
+    "latency": """\
+  - {id: latency, name: latency_ms, kind: counter, query: "_exists_:http.duration_ms",
+     aggregation: histogram, field: http.duration_ms, buckets: [10, 50, 250, 1000]}
+""",
+}
+# The rule changes, in order (the gauges never change: a window's value spans the batches of
+# several rule sets). A changed query continues its counters; a changed group-by restarts
+# the series whose labels both sets have (a log without http.status: {service} either way).
+CHANGES = [
+    ("errors", """\
+  - {id: errors, name: errors_total, kind: counter, query: "level:error", aggregation: count,
+     group_by: [service]}
+"""),
+    ("bytes", COUNTERS["bytes"].replace('"_exists_:http.bytes"',
+                                        '"_exists_:http.bytes AND NOT level:debug"')),
+    ("requests", COUNTERS["requests"].replace("[service, http.status]", "[service]")),
+    ("latency", None),
+]
+
+
+def rule_text(counters: dict[str, str]) -> str:
+    return "rules:\n" + "".join(counters[k] for k in sorted(counters)) + GAUGES
+
+
+RULES = rule_text(COUNTERS)
 
 
 def start(config: Path, log: Path, once: bool = False) -> subprocess.Popen[bytes]:
@@ -74,6 +111,69 @@ def last_batch(folder: Path) -> int:
     return max((int(p.name) for p in folder.iterdir() if p.name.isdigit()), default=-1)
 
 
+def key(sample: dict[str, Any]) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    return sample["rule"], sample["name"], tuple(sorted(sample["labels"].items()))
+
+
+def planned_segments(offsets: Path, t: Any) -> list[tuple[int, int, str, list[bytes]]]:
+    """The logs of each run of micro-batches planned with one rule set, from the offset log
+    (each entry: the batch's end offsets and rule set; it starts where the one before ended),
+    in batch order: (first batch, last batch, version, logs)."""
+    records = {(m.partition(), m.offset()): m.value()
+               for m in consume_all(t.bootstrap, t.topics.logs, t.partitions)}
+    segments: list[tuple[int, int, str, list[bytes]]] = []
+    begin: dict[int, int] = {}
+    for batch in sorted(int(p.name) for p in offsets.iterdir() if p.name.isdigit()):
+        entry = (offsets / str(batch)).read_text()
+        version = ruleset_of(entry)
+        assert version is not None, entry
+        end = {int(p): o for p, o in json.loads(entry.splitlines()[2])["partitions"].items()}
+        logs = [records[(p, o)] for p in sorted(end) for o in range(begin.get(p, 0), end[p])
+                if records[(p, o)]]  # not the closers (empty records)
+        begin = end
+        if segments and segments[-1][2] == version:
+            first, _, _, before = segments[-1]
+            segments[-1] = (first, batch, version, before + logs)
+        else:
+            segments.append((batch, batch, version, logs))
+    return segments
+
+
+def segment_by_segment(spark: Any, segments: list[tuple[int, int, str, list[bytes]]],
+                       rule_sets: dict[str, Sequence[Rule]], tmp: Path
+                       ) -> tuple[list[dict[str, Any]], dict[Any, float]]:
+    """What the metrics topic must hold last: each counter series summed over the segments
+    that counted it — restarted where its rule's signature changed (docs/streaming.md "Rules
+    and restarts"), its timestamp the newest event time counted — and the gauges (never
+    changed) over every log; and each counter's total over every segment, what increase()
+    reads across a restart."""
+    latest: dict[Any, dict[str, Any]] = {}
+    totals: dict[Any, float] = {}
+    generation: dict[str, tuple[int, list[Any]]] = {}
+    for index, (_, _, version, logs) in enumerate(segments):
+        rules = [r for r in rule_sets[version] if r.kind == "counter"]
+        for rule in rules:
+            gen, sig = generation.get(rule.id, (0, signature(rule)))
+            generation[rule.id] = (gen + (sig != signature(rule)), signature(rule))
+        folder = tmp / f"segment-{index}"
+        folder.mkdir()
+        for sample in backfill_samples(spark, rules, logs, folder) if logs else []:
+            k = key(sample)
+            gen = generation[sample["rule"]][0]
+            totals[k] = totals.get(k, 0) + sample["value"]
+            before = latest.get(k)
+            if before is not None and before["gen"] == gen:
+                sample = {**sample, "value": before["value"] + sample["value"],
+                          "timestamp": max(before["timestamp"], sample["timestamp"])}
+            latest[k] = {**sample, "gen": gen}
+    counters = [{k: v for k, v in s.items() if k != "gen"} for s in latest.values()]
+    gauges = [r for r in rule_sets[segments[0][2]] if r.kind == "gauge"]
+    folder = tmp / "gauges"
+    folder.mkdir()
+    every = [log for *_, logs in segments for log in logs]
+    return counters + backfill_samples(spark, gauges, every, folder), totals
+
+
 def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker, prometheus,
                                                                   tmp_path):
     seed = int(os.environ.get("L2M_STRESS_SEED", random.randrange(1 << 30)))
@@ -82,11 +182,32 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
     t = fresh_topics(broker.bootstrap, partitions=3)
     rule_file = tmp_path / "rules.yaml"
     rule_file.write_text(RULES)
-    rules = load_rules([rule_file]).rules
+    counters = dict(COUNTERS)
+    rule_sets: dict[str, Sequence[Rule]] = {}  # by version: what each batch may name
+
+    def record() -> None:
+        loaded = load_rules([rule_file]).rules
+        rule_sets[version_of(snapshot(loaded))] = loaded
+
+    def change() -> str:
+        rule_id, text = CHANGES[len(rule_sets) - 1]
+        if text is None:
+            counters.pop(rule_id)
+        else:
+            counters[rule_id] = text
+        staged = rule_file.with_suffix(".tmp")  # whole, as a ConfigMap update is
+        staged.write_text(rule_text(counters))
+        os.replace(staged, rule_file)
+        record()
+        return f"{'removed' if text is None else 'changed'} {rule_id}"
+
+    record()
+    change_at = sorted(rng.sample(range(1, KILLS), len(CHANGES)))
     # Dated from 10 minutes ago (200 s of logs): recent enough for Prometheus to take.
     start_ms = int(time.time() * 1000) - 600_000
     lines = generated(4000, seed=seed % 1000, malformed_ratio=0.01, start_ms=start_ms)
     config = job_yaml(t, tmp_path, f"rules: [{rule_file}]", "trigger: 1 second",
+                      "rules_poll: 300 ms",
                       "source: {max_records_per_trigger: 400, max_records_per_task: 200}",
                       f'remote_write: {{poll: 200 ms, endpoints: [{{url: "{prometheus}/api/v1/'
                       'write", name: prom, tenant_header: null}]}')
@@ -96,7 +217,9 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
     moments: list[str] = []
     in_flight = 0
     checkpoint = tmp_path / "checkpoint" / "metrics"
-    for chunk in chunks:
+    for index, chunk in enumerate(chunks):
+        live = index in change_at and rng.random() < 0.5
+        changed = change() + " while down; " if index in change_at and not live else ""
         # Small producer batches: tansu shows a reader only up to the last batch's first
         # record, so each chunk is visible to the running job but for a few records.
         producer = Producer({"bootstrap.servers": t.bootstrap, "log_level": "3",
@@ -111,7 +234,12 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
         # state load): most moments fall inside that batch — reading, state commit, sink,
         # commit — some into start-up and planning, some after a commit.
         delay = rng.uniform(1.0, 12.0) if rng.random() < 0.3 else rng.uniform(12.0, 32.0)
-        time.sleep(delay)
+        if live:  # a change the running job picks up, or one it starts with, by its timing
+            time.sleep(delay / 2)
+            changed = change() + f" live at {delay / 2:.1f}s; "
+            time.sleep(delay / 2)
+        else:
+            time.sleep(delay)
         planned, committed = last_batch(checkpoint / "offsets"), last_batch(checkpoint / "commits")
         if (planned, committed) == before and planned > committed:
             phase = f"start-up or replay of batch {planned}"
@@ -121,7 +249,7 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
             phase = f"batch {planned} running"
         else:
             phase = f"after batch {committed} committed"
-        moment = f"{delay:.1f}s ({phase})"
+        moment = f"{changed}{delay:.1f}s ({phase})"
         exited = job.poll()
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)
@@ -139,10 +267,16 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
     text = log.read_text()
     assert "Traceback" not in text, text[-3000:]
 
-    expected = backfill_samples(spark, rules, lines, tmp_path)
+    assert len(rule_sets) == len(CHANGES) + 1
+    segments = planned_segments(checkpoint / "offsets", t)
+    print("segments (batches, version, logs): " + ", ".join(
+        f"{first}-{last} {version} {len(logs)}" for first, last, version, logs in segments))
+    assert sum(len(logs) for *_, logs in segments) == len(lines)
+    expected, totals = segment_by_segment(spark, segments, rule_sets, tmp_path)
     got = rule_samples(latest_samples(consume_all(t.bootstrap, t.topics.metrics)))
     kinds = {s["kind"] for s in expected}
-    print(f"compared {len(expected)} samples ({', '.join(sorted(kinds))}) with backfill")
+    print(f"compared {len(expected)} samples ({', '.join(sorted(kinds))}) with backfill, "
+          f"{len({v for _, _, v, _ in segments})} rule sets")
     assert kinds == {"counter", "gauge"}
     assert canonical(got) == canonical(expected)
 
@@ -152,7 +286,8 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
     for sample in counters:
         # At the series' own last point: increase() extrapolates past a range's last sample.
         at = _stored(prometheus, sample)[-1][0] / 1000
-        assert _increase(prometheus, sample, at) == [sample["value"]], sample
+        # A series a group-by change restarted: PromQL reads the reset, and counts both.
+        assert _increase(prometheus, sample, at) == [totals[key(sample)]], sample
     windows = {(s["name"], tuple(sorted(s["labels"].items())), s["timestamp"]): s["value"]
                for s in expected if s["kind"] == "gauge"}
     published = {(r["metric"]["__name__"], tuple(sorted((k, v) for k, v in r["metric"].items()
