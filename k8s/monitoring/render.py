@@ -373,6 +373,43 @@ def panels() -> list[dict[str, Any]]:
             "two rules match counts twice).",
             [q(f"sum by (account) (rate(l2m_account_logs_matched_total{{{SEL}}}[{RATE}]))",
                "{{account}}")], unit="reqps", stack=True)
+
+    p.row("Remote write")
+    p.graph("Samples delivered", "Samples per second of each remote-write endpoint of l2m "
+            "deliver (docs/prometheus.md): accepted by the receiver, refused for good, and "
+            "skipped by reason (gauge windows not final, corrections, other accounts).",
+            [q(f"sum by (endpoint) (rate(l2m_remote_write_samples_sent_total{{{SEL}}}"
+               f"[{RATE}]))", "sent {{endpoint}}"),
+             q(f"sum by (endpoint) (rate(l2m_remote_write_samples_refused_total{{{SEL}}}"
+               f"[{RATE}]))", "refused {{endpoint}}"),
+             q(f"sum by (endpoint, reason) (rate(l2m_remote_write_samples_skipped_total"
+               f"{{{SEL}}}[{RATE}]))", "skipped {{reason}} {{endpoint}}")], unit="reqps")
+    p.graph("Refused samples by reason and tenant", "Samples per second a receiver refused "
+            "for good (L2mRemoteWriteRefused): too_old and out_of_order point at its "
+            "out-of-order window. __other__: tenants outside the top monitoring.top_accounts.",
+            [q(f"sum by (endpoint, reason, tenant) (rate("
+               f"l2m_remote_write_samples_refused_total{{{SEL}}}[{RATE}]))",
+               "{{endpoint}} {{tenant}} {{reason}}")], unit="reqps", stack=True)
+    p.graph("Requests by outcome", "Remote-write requests per second: sent (2xx), refused "
+            "(any other 4xx; a refused request is split down to the samples refused alone), "
+            "retried (5xx, 429, no answer: the receiver is down or overloaded).",
+            [q(f"sum by (endpoint, outcome) (rate(l2m_remote_write_requests_total{{{SEL}}}"
+               f"[{RATE}]))", "{{outcome}} {{endpoint}}")], unit="reqps")
+    p.graph("Delivery lag", "Records of the metrics topic each endpoint has not committed "
+            "yet (approximate). L2mRemoteWriteStalled: above 0 while nothing is delivered for "
+            "10 minutes.",
+            [q(f"sum by (endpoint) (l2m_remote_write_lag_records{{{SEL}}})", "{{endpoint}}")])
+    p.graph("Since the last accepted request", "Seconds since each endpoint's receiver last "
+            "accepted a request.",
+            [q(f"time() - max by (endpoint) "
+               f"(l2m_remote_write_last_success_timestamp_seconds{{{SEL}}} > 0)",
+               "{{endpoint}}")], unit="s")
+    p.graph("Gauge corrections dropped by rule (top 10)", "Corrections per second of gauge "
+            "windows already published, not sent (L2mRemoteWriteCorrectionsDropped): the "
+            "receiver keeps the published value. Many: publish_delay is short for how late "
+            "the logs come.",
+            [q(f"topk(10, sum by (rule) (rate(l2m_remote_write_corrections_dropped_total"
+               f"{{{SEL}}}[{RATE}])))", "{{rule}}")], unit="reqps")
     return p.panels
 
 
@@ -390,7 +427,8 @@ def dashboard() -> dict[str, Any]:
         "title": "l2m",
         "description": "l2m, logs to metrics on Spark Structured Streaming: throughput, "
                        "batches, Kafka lag, executor balance, event time, late and "
-                       "dead-lettered logs, failures, state and rules (docs/metrics.md).",
+                       "dead-lettered logs, failures, state, rules, tenants and remote write "
+                       "(docs/metrics.md).",
         "tags": ["l2m", "spark", "kafka"],
         "schemaVersion": 39,
         "version": 1,
@@ -414,7 +452,7 @@ def dashboard() -> dict[str, Any]:
              "includeAll": False, "multi": False, "options": [],
              "current": {}},
             variable("namespace", "Namespace", "label_values(l2m_build_info, namespace)"),
-            variable("pod", "Driver pod",
+            variable("pod", "Pod (driver, deliver)",
                      'label_values(l2m_build_info{namespace=~"$namespace"}, pod)'),
         ]},
         "panels": panels(),

@@ -72,11 +72,15 @@ def retriable(status: int) -> bool:
 class Sender:
     """Requests to one endpoint over one kept-alive connection (reopened after a failure).
     ``sleep`` and ``clock`` are injectable for tests; ``stop`` ends a retry loop early (the
-    job stopping): the request is then reported with status 0, not sent."""
+    job stopping): the request is then reported with status 0, not sent. ``on_retry`` is
+    called before each backoff: an attempt failed (a 5xx, a 429, no answer) and will be
+    made again."""
 
     def __init__(self, endpoint: Endpoint, sleep: Callable[[float], None] = time.sleep,
-                 stop: Callable[[], bool] = lambda: False) -> None:
+                 stop: Callable[[], bool] = lambda: False,
+                 on_retry: Callable[[], None] = lambda: None) -> None:
         self.endpoint = endpoint
+        self._on_retry = on_retry
         self._parsed = urllib.parse.urlsplit(endpoint.url)
         self._path = (self._parsed.path or "/") + (f"?{self._parsed.query}"
                                                    if self._parsed.query else "")
@@ -133,6 +137,7 @@ class Sender:
                 return Delivery(status, reason, attempts)
             if self._stop():
                 return Delivery(0, reason, attempts)
+            self._on_retry()
             wait = backoff
             if retry_after is not None and retry_after.strip().isdigit():
                 wait = max(wait, float(retry_after))

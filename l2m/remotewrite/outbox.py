@@ -5,7 +5,8 @@ Input: records of the metrics topic — the sample's JSON (SPEC §4), the record
 (ms) and its :data:`MARK_HEADER` mark — and one endpoint's :class:`Route`. Output:
 :class:`Request` bodies, one tenant each, at most ``max_samples`` samples each, every series'
 samples in strictly increasing time order; a :class:`Tally` of the samples sent, refused (per
-reason and tenant) and skipped (per reason; gauge corrections per rule).
+reason and tenant) and skipped (per reason; gauge corrections per rule), which
+:mod:`l2m.runtime.deliver` completes with its requests' outcomes and its lag.
 
 The policy, so that Prometheus accepts every sample and no timestamp is ever written twice
 with two values:
@@ -27,6 +28,7 @@ with two values:
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +39,8 @@ from l2m.engine.samples import CORRECTION, FINAL, MARK_HEADER, NEW
 from l2m.remotewrite.encode import Metadata, Series, body
 from l2m.rules.model import Aggregation, Rule
 
-__all__ = ["CORRECTION", "FINAL", "MARK_HEADER", "NEW", "Outbox", "Request", "Route", "Tally"]
+__all__ = ["CORRECTION", "FINAL", "MARK_HEADER", "NEW", "REQUEST_OUTCOMES", "Outbox", "Request",
+           "Route", "Tally"]
 # Skipped samples, by reason.
 NOT_FINAL = "not_final"  # a gauge window's value before its window is published
 CORRECTED = "correction"  # a gauge window's update after it was published
@@ -121,22 +124,78 @@ class Request:
         return request(points[:middle], self.metadata), request(points[middle:], ())
 
 
+# Requests by outcome: accepted (2xx), refused for good (any other 4xx), retried (a 5xx, a 429
+# or a failed connection, sent again after a backoff).
+REQUEST_SENT, REQUEST_REFUSED, REQUEST_RETRIED = "sent", "refused", "retried"
+REQUEST_OUTCOMES = (REQUEST_SENT, REQUEST_REFUSED, REQUEST_RETRIED)
+
+
+def _no_requests() -> dict[str, int]:
+    return dict.fromkeys(REQUEST_OUTCOMES, 0)
+
+
 @dataclass
 class Tally:
-    """Samples by outcome: ``sent``; ``refused`` per (reason, tenant); ``skipped`` per
-    reason."""
+    """One endpoint's delivery: samples ``sent``, ``refused`` per (reason, tenant),
+    ``skipped`` per reason, gauge ``corrections`` per rule (not sent); ``requests`` per
+    outcome (:data:`REQUEST_OUTCOMES`), the Unix time of the ``last_success`` (0: none yet),
+    and the ``lag``: records of the metrics topic the endpoint has not committed.
+
+    Its endpoint's thread counts while ``/metrics`` reads from the HTTP server's threads:
+    every change goes through a method that holds the lock, and readers take a
+    :meth:`snapshot` (a dict copied while another thread adds a key would fail)."""
 
     sent: int = 0
     refused: dict[tuple[str, str], int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
-    corrections: dict[str, int] = field(default_factory=dict)  # per rule, not sent
+    corrections: dict[str, int] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=_no_requests)
+    last_success: float = 0.0
+    lag: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def skip(self, reason: str, n: int = 1) -> None:
-        self.skipped[reason] = self.skipped.get(reason, 0) + n
+        with self._lock:
+            self.skipped[reason] = self.skipped.get(reason, 0) + n
+
+    def correct(self, rule: str) -> None:
+        """A gauge correction of ``rule``, skipped (reason :data:`CORRECTED`) and counted."""
+        with self._lock:
+            self.skipped[CORRECTED] = self.skipped.get(CORRECTED, 0) + 1
+            self.corrections[rule] = self.corrections.get(rule, 0) + 1
 
     def refuse(self, reason: str, tenant: str | None, n: int) -> None:
-        key = (reason, tenant or "")
-        self.refused[key] = self.refused.get(key, 0) + n
+        with self._lock:
+            key = (reason, tenant or "")
+            self.refused[key] = self.refused.get(key, 0) + n
+
+    def accept(self, n: int) -> None:
+        with self._lock:
+            self.sent += n
+
+    def answered(self, status: int, at: float) -> None:
+        """A request's final answer (not a retried one), at Unix time ``at``."""
+        with self._lock:
+            if 200 <= status < 300:
+                self.requests[REQUEST_SENT] += 1
+                self.last_success = at
+            else:
+                self.requests[REQUEST_REFUSED] += 1
+
+    def retried(self) -> None:
+        with self._lock:
+            self.requests[REQUEST_RETRIED] += 1
+
+    def set_lag(self, records: int) -> None:
+        with self._lock:
+            self.lag = records
+
+    def snapshot(self) -> Tally:
+        """A copy, consistent: no change lands while it is taken."""
+        with self._lock:
+            return Tally(self.sent, dict(self.refused), dict(self.skipped),
+                         dict(self.corrections), dict(self.requests), self.last_success,
+                         self.lag)
 
 
 def refusal_reason(status: int, text: str) -> str:
@@ -187,10 +246,10 @@ class Outbox:
             self.tally.skip(MALFORMED)
             return
         if at is None:
-            self.tally.skip(CORRECTED if mark == CORRECTION else NOT_FINAL)
             if mark == CORRECTION:
-                rule = str(sample.get("rule"))
-                self.tally.corrections[rule] = self.tally.corrections.get(rule, 0) + 1
+                self.tally.correct(str(sample.get("rule")))
+            else:
+                self.tally.skip(NOT_FINAL)
             return
         tenant = self.route.tenant(sample.get("account"))
         if tenant is _SKIPPED:
@@ -242,13 +301,14 @@ def splittable(request: Request, status: int) -> bool:
 def settle(tally: Tally, request: Request, status: int, text: str) -> None:
     """Count a request's samples by the receiver's final answer."""
     if 200 <= status < 300:
-        tally.sent += request.samples
+        tally.accept(request.samples)
     else:
         tally.refuse(refusal_reason(status, text), request.tenant, request.samples)
 
 
 def summary(tally: Tally) -> str:
     """One line: what was sent, refused and skipped."""
+    tally = tally.snapshot()
     parts = [f"sent {tally.sent:,} samples"]
     if tally.refused:
         parts.append(f"refused {sum(tally.refused.values()):,} (" + ", ".join(

@@ -16,7 +16,11 @@ It runs beside the aggregation, not inside it: a receiver that is slow, down or 
 holds back only its own endpoint — its requests are retried with backoff for as long as the
 outage lasts (spec 1.0) — never ``l2m run`` nor the other endpoints (one thread and one
 consumer each). Partitions are assigned, not subscribed (no group rebalancing; the group
-only keeps the offsets): run one ``l2m deliver`` per configuration."""
+only keeps the offsets): run one ``l2m deliver`` per configuration.
+
+With ``monitoring.port`` in the job file it serves ``/metrics``, ``/healthz`` and ``/readyz``
+as ``l2m run`` does (:mod:`l2m.runtime.endpoint`; the metrics:
+:mod:`l2m.runtime.delivermetrics`)."""
 
 from __future__ import annotations
 
@@ -46,9 +50,22 @@ from l2m.remotewrite.outbox import (
     summary,
 )
 from l2m.rules.model import Rule
+from l2m.runtime.delivermetrics import DeliveryTelemetry
+from l2m.runtime.endpoint import Endpoint as MonitoringEndpoint
 
 POLL_RECORDS = 10_000  # records per poll: a poll's samples are sent before its offsets commit
 PROGRESS_S = 10.0  # a progress line per endpoint at most this often, when something changed
+# While a request is retried the lag is refreshed at most this often (each poll refreshes it).
+LAG_REFRESH_S = 1.0
+# A partition's end asked of the broker, when the consumer has fetched none yet: at most this.
+WATERMARK_TIMEOUT_S = 5.0
+# An endpoint's loop that has not moved for this long (plus twice its request timeout: one
+# attempt may take that) is stuck: /healthz says so.
+STALL_S = 60.0
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def endpoint_name(cfg: RemoteWriteEndpoint) -> str:
@@ -109,13 +126,29 @@ class EndpointDelivery:
     stop: threading.Event
     once_idle_s: float | None = None  # once: end after the topic gave nothing this long
     families: dict[str, Metadata] | None = None  # the rules' metadata by rule id
-    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+    log: Callable[[str], None] = _stderr
 
     def __post_init__(self) -> None:
         self.name = endpoint_name(self.cfg)
         self.tally = Tally()
-        self.sender = Sender(client_endpoint(self.cfg), stop=self.stop.is_set)
+        self.sender = Sender(client_endpoint(self.cfg), stop=self.stop.is_set,
+                             on_retry=self._retried)
         self.error: BaseException | None = None
+        self.ready = False  # reading the topic
+        self._running = False
+        self._beat = time.monotonic()
+        self._stall_s = STALL_S + 2 * self.cfg.timeout_ms / 1000
+        self._live: Any = None  # the consumer, while the loop runs (in its thread only)
+        self._partitions: list[int] = []
+        self._committed: dict[int, int] = {}  # per partition: the next offset to deliver
+        self._ends: dict[int, int] = {}  # per partition: the last end (high watermark) seen
+        self._lag_at = 0.0
+
+    def healthy(self) -> bool:
+        """No failure, and the loop moved recently (a poll, an answer, a retry)."""
+        if self.error is not None:
+            return False
+        return not self._running or time.monotonic() - self._beat < self._stall_s
 
     def _consumer(self) -> Any:
         from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
@@ -128,15 +161,58 @@ class EndpointDelivery:
         if found is None or found.error is not None or not found.partitions:
             consumer.close()
             raise ConfigError(f"remote_write: metrics topic {topic} not found")
-        consumer.assign([TopicPartition(topic, p, OFFSET_STORED) for p in found.partitions])
+        self._partitions = sorted(found.partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_STORED) for p in self._partitions])
+        # Where delivery resumes: the group's offsets, else (auto.offset.reset: earliest)
+        # each partition's start.
+        for tp in consumer.committed([TopicPartition(topic, p) for p in self._partitions],
+                                     timeout=30):
+            self._committed[tp.partition] = tp.offset if tp.offset >= 0 else \
+                consumer.get_watermark_offsets(tp, timeout=30)[0]
         return consumer
 
+    def _retried(self) -> None:
+        self.tally.retried()
+        self._beat = time.monotonic()
+        # A receiver that is down keeps the loop in one poll: the lag must still move.
+        if self._live is not None and time.monotonic() - self._lag_at >= LAG_REFRESH_S:
+            self._refresh_lag()
+
+    def _refresh_lag(self) -> None:
+        """The lag: each partition's end minus what this endpoint committed. The end is the
+        high watermark of the consumer's latest fetch (kept by librdkafka: no request), or,
+        before its first fetch, asked of the broker (ListOffsets, which the embedded broker,
+        tansu, answers short of its newest record batch's tail). A receiver that is down
+        stops the consumer's fetches once its queue is full, and with them the end: the lag
+        is approximate, at most short of the truth."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        topic = self.job.topics.metrics
+        for p in self._partitions:
+            tp = TopicPartition(topic, p)
+            try:
+                end = self._live.get_watermark_offsets(tp, cached=True)[1]
+                if end < 0:
+                    end = self._live.get_watermark_offsets(tp, timeout=WATERMARK_TIMEOUT_S)[1]
+            except KafkaException:
+                continue  # Kafka unreachable for now: the last end seen stands
+            if end >= 0:
+                self._ends[p] = end
+        self.tally.set_lag(sum(max(0, end - self._committed.get(p, 0))
+                               for p, end in self._ends.items()))
+        self._lag_at = time.monotonic()
+
     def run(self) -> None:
+        self._beat = time.monotonic()
+        self._running = True
         try:
             self._run()
         except BaseException as exc:  # reported by the caller, which stops the others
             self.error = exc
             self.stop.set()
+        finally:
+            self._running = False
+            self.ready = False
 
     def _run(self) -> None:
         from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, TopicPartition
@@ -148,8 +224,12 @@ class EndpointDelivery:
         poll_s = self.job.remote_write.poll_ms / 1000
         idle_since = time.monotonic()
         reported, last_report = "", time.monotonic()
+        self._live = consumer
+        self._refresh_lag()
+        self.ready = True
         try:
             while not self.stop.is_set():
+                self._beat = time.monotonic()
                 records = consumer.consume(POLL_RECORDS, timeout=poll_s)
                 positions: dict[int, int] = {}
                 for record in records:
@@ -170,6 +250,8 @@ class EndpointDelivery:
                     answer = self.sender.send(request.body, request.tenant)
                     if answer.status == 0:  # stopped while retrying: nothing committed
                         return
+                    self.tally.answered(answer.status, time.time())
+                    self._beat = time.monotonic()
                     if splittable(request, answer.status):
                         pending[:0] = request.halves()
                         continue
@@ -178,8 +260,10 @@ class EndpointDelivery:
                     consumer.commit(offsets=[TopicPartition(topic, p, o)
                                              for p, o in sorted(positions.items())],
                                     asynchronous=False)
+                    self._committed.update(positions)
                     idle_since = time.monotonic()
-                elif self.once_idle_s is not None and \
+                self._refresh_lag()
+                if not positions and self.once_idle_s is not None and \
                         time.monotonic() - idle_since >= self.once_idle_s:
                     return
                 line = summary(self.tally)
@@ -187,6 +271,7 @@ class EndpointDelivery:
                     self.log(f"l2m deliver: {self.name}: {line}")
                     reported, last_report = line, time.monotonic()
         finally:
+            self._live = None
             consumer.close()
             self.sender.close()
 
@@ -196,7 +281,9 @@ def deliver(job: JobConfig, once: bool = False, stop: threading.Event | None = N
     """Deliver until ``stop`` is set (or, ``once``, until the topic has given nothing for
     ``once_idle_s`` on every endpoint); each endpoint's tally by name. ``rules``: the job's,
     whose metadata (TYPE, HELP, UNIT) goes with their samples. An endpoint's failure (not a
-    receiver's answer: those are counted) stops the others and is raised."""
+    receiver's answer: those are counted) stops the others and is raised. With
+    ``monitoring.port`` set, ``/metrics``, ``/healthz`` and ``/readyz`` are served meanwhile
+    (a :class:`ConfigError` if the port cannot be listened on)."""
     if not job.remote_write.endpoints:
         raise ConfigError("remote_write: no endpoints configured (remote_write.endpoints "
                           "in the configuration file; docs/prometheus.md)")
@@ -209,13 +296,25 @@ def deliver(job: JobConfig, once: bool = False, stop: threading.Event | None = N
     if shared:
         raise ConfigError(f"remote_write: endpoints share the name {', '.join(shared)}; give "
                           "each its own name")
+    telemetry, server = None, None
+    if job.monitoring.port is not None:
+        telemetry = DeliveryTelemetry(loops, job.monitoring.top_accounts)
+        # Before the consumers start: probes get answers (not ready yet) meanwhile.
+        server = MonitoringEndpoint(telemetry, job.monitoring.host, job.monitoring.port)
+        _stderr(f"l2m deliver: metrics on {job.monitoring.host}:{server.port}/metrics")
     threads = [threading.Thread(target=loop.run, name=f"l2m-deliver-{loop.name}", daemon=True)
                for loop in loops]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.5)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)
+    finally:
+        if telemetry is not None:
+            telemetry.stopping = True
+        if server is not None:
+            server.close()
     for loop in loops:
         loop.log(f"l2m deliver: {loop.name}: {summary(loop.tally)}")
     failed = next((loop.error for loop in loops if loop.error is not None), None)

@@ -1,29 +1,43 @@
-"""The driver's HTTP endpoint (docs/metrics.md): ``/metrics`` (Prometheus text, from
-:class:`l2m.runtime.telemetry.Telemetry`'s registry through ``prometheus_client``), ``/healthz``
-(liveness) and ``/readyz`` (readiness).
+"""The HTTP endpoint of ``l2m run`` and ``l2m deliver`` (docs/metrics.md): ``/metrics``
+(Prometheus text, from a ``prometheus_client`` registry), ``/healthz`` (liveness) and
+``/readyz`` (readiness).
 
-Input: a Telemetry and the configured host and port. Output: a server on a daemon thread,
-answering until :meth:`Endpoint.close`. Scrapes never touch Spark: they read what the runner
-recorded after each batch."""
+Input: what is monitored — :class:`l2m.runtime.telemetry.Telemetry` (the driver) or
+:class:`l2m.runtime.delivermetrics.DeliveryTelemetry` (delivery), any :class:`Monitored` — and
+the configured host and port. Output: a server on a daemon thread, answering until
+:meth:`Endpoint.close`. Scrapes never touch Spark nor Kafka: they read what the runner or the
+delivery threads recorded."""
 
 from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from l2m.errors import ConfigError
-from l2m.runtime.telemetry import Telemetry
+
+
+class Monitored(Protocol):
+    """What the endpoint serves: the metrics' registry, liveness and readiness."""
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def healthy(self) -> bool: ...
 
 
 class Endpoint:
     """``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port`` (port 0: a free one; see
     :attr:`port`)."""
 
-    def __init__(self, telemetry: Telemetry, host: str, port: int) -> None:
+    def __init__(self, telemetry: Monitored, host: str, port: int) -> None:
         self.telemetry = telemetry
         handler = type("Handler", (_Handler,), {"telemetry": telemetry})
         try:
@@ -49,7 +63,7 @@ class Endpoint:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    telemetry: Telemetry
+    telemetry: Monitored
     server_version = "l2m"
 
     def do_GET(self) -> None:

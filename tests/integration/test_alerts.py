@@ -177,13 +177,44 @@ def recorded_telemetry() -> Any:
     return t
 
 
+def recorded_delivery() -> Any:
+    """``l2m deliver``'s metrics (in process, no broker) after an endpoint sent, was refused,
+    retried, skipped and dropped corrections: every family has samples."""
+    from dataclasses import dataclass, field
+
+    from l2m.remotewrite.outbox import NOT_FINAL, Tally
+    from l2m.runtime.delivermetrics import DeliveryTelemetry
+
+    @dataclass
+    class Loop:
+        name: str
+        tally: Tally = field(default_factory=Tally)
+        ready: bool = True
+
+        def healthy(self) -> bool:
+            return True
+
+    loop = Loop("mimir")
+    loop.tally.accept(100)
+    loop.tally.refuse("too_old", "acme", 2)
+    loop.tally.skip(NOT_FINAL, 3)
+    loop.tally.correct("cpu")
+    loop.tally.answered(204, 1_700_000_000.0)
+    loop.tally.answered(400, 1_700_000_000.0)
+    loop.tally.retried()
+    loop.tally.set_lag(5)
+    return DeliveryTelemetry([loop], top=20)
+
+
 def test_the_driver_exposes_every_metric_queried() -> None:
     """Beyond the document: the names (and the labels grouped by) are what the driver's
-    /metrics really says, after a batch, a restart and a sink failure."""
+    /metrics really says, after a batch, a restart and a sink failure — and, for the remote
+    write metrics, what l2m deliver's says."""
     from prometheus_client import generate_latest
 
     t = recorded_telemetry()
-    exposition = generate_latest(t.registry).decode()
+    exposition = generate_latest(t.registry).decode() + \
+        generate_latest(recorded_delivery().registry).decode()
     series = {line.split("{")[0].split(" ")[0]: line for line in exposition.splitlines()
               if line and not line.startswith("#")}
     recorded = {r["record"] for r in rules() if "record" in r}
@@ -199,7 +230,13 @@ def test_the_driver_exposes_every_metric_queried() -> None:
                         ("l2m_account_series", "account"),
                         ("l2m_account_series_refused_total", "account"),
                         ("l2m_series_refused_total", "limit"),
-                        ("l2m_build_info", "version")]:
+                        ("l2m_build_info", "version"),
+                        ("l2m_remote_write_samples_refused_total", "tenant"),
+                        ("l2m_remote_write_samples_refused_total", "reason"),
+                        ("l2m_remote_write_samples_skipped_total", "reason"),
+                        ("l2m_remote_write_corrections_dropped_total", "rule"),
+                        ("l2m_remote_write_requests_total", "outcome"),
+                        ("l2m_remote_write_lag_records", "endpoint")]:
         assert f'{label}="' in series[name], (name, label)
 
 
@@ -275,7 +312,8 @@ def test_the_alerts_the_issue_asks_for() -> None:
         "L2mDriverDown", "L2mDriverAbsent", "L2mNoProgress", "L2mLagGrowing",
         "L2mBatchSlowerThanTrigger", "L2mDeadLetterRateHigh", "L2mLateLogsDropped",
         "L2mExecutorsBelowMinimum", "L2mExecutorImbalance", "L2mQueryRestarting",
-        "L2mSinkFailing", "L2mTenantOverSeriesLimit"}
+        "L2mSinkFailing", "L2mTenantOverSeriesLimit", "L2mRemoteWriteStalled",
+        "L2mRemoteWriteRefused", "L2mRemoteWriteCorrectionsDropped"}
 
 
 # -- PrometheusRule -----------------------------------------------------------------------------
@@ -349,7 +387,7 @@ def test_the_dashboard_is_a_grafana_dashboard() -> None:
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
     assert rows == ["Overview", "Throughput", "Batches", "Kafka lag", "Executor balance",
                     "Event time", "Late and dead-lettered logs", "Failures and restarts",
-                    "State", "Rules", "Tenants"]
+                    "State", "Rules", "Tenants", "Remote write"]
     for panel in board["panels"]:
         pos = panel["gridPos"]
         assert pos["x"] + pos["w"] <= 24, panel["title"]
@@ -408,8 +446,9 @@ def test_the_config_map_validates() -> None:
 def test_a_real_prometheus_loads_the_rules_and_answers_every_dashboard_query(
         tmp_path: Path) -> None:
     """The driver's endpoint (in process, fed a recorded batch: no JVM) scraped by a real
-    Prometheus every second with job="l2m", the rules loaded: every rule evaluates without
-    error, and every dashboard query (Grafana's variables filled in) returns series."""
+    Prometheus every second with job="l2m", and l2m deliver's (recorded tallies) with
+    job="l2m-deliver", the rules loaded: every rule evaluates without error, and every
+    dashboard query (Grafana's variables filled in) returns series."""
     import socket
     import time
     import urllib.parse
@@ -426,12 +465,16 @@ def test_a_real_prometheus_loads_the_rules_and_answers_every_dashboard_query(
         s.bind(("127.0.0.1", 0))
         prom_port = s.getsockname()[1]
     t = recorded_telemetry()
-    with Endpoint(t, "127.0.0.1", 0) as endpoint:
+    with Endpoint(t, "127.0.0.1", 0) as endpoint, \
+            Endpoint(recorded_delivery(), "127.0.0.1", 0) as delivery:
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(ALERTS)],
-            "scrape_configs": [{"job_name": "l2m", "static_configs": [
-                {"targets": [f"127.0.0.1:{endpoint.port}"]}]}]}))
+            "scrape_configs": [
+                {"job_name": "l2m", "static_configs": [
+                    {"targets": [f"127.0.0.1:{endpoint.port}"]}]},
+                {"job_name": "l2m-deliver", "static_configs": [
+                    {"targets": [f"127.0.0.1:{delivery.port}"]}]}]}))
         prometheus = subprocess.Popen(
             [tool("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
              f"--storage.tsdb.path={tmp_path / 'tsdb'}",
@@ -449,7 +492,8 @@ def test_a_real_prometheus_loads_the_rules_and_answers_every_dashboard_query(
                                    )["result"]
                 except OSError:
                     scrapes, recorded = [], []
-                if scrapes and float(scrapes[0]["value"][1]) >= 2 and recorded:
+                if len(scrapes) == 2 and recorded and \
+                        all(float(x["value"][1]) >= 2 for x in scrapes):
                     break
                 assert time.monotonic() < deadline, "Prometheus did not scrape and evaluate"
                 time.sleep(0.2)

@@ -564,7 +564,7 @@ def test_network_policy_and_pod_monitor_fit_the_pods(name: str) -> None:
     monitoring = policies["l2m-driver-monitoring"]["spec"]
     assert monitoring["podSelector"]["matchLabels"].items() <= labels.items()
     assert {p["port"] for r in monitoring["ingress"] for p in r["ports"]} == {9464, 4040}
-    monitor = one(name, "PodMonitor", "l2m")["spec"]
+    (monitor,) = [m["spec"] for m in objects(name, "PodMonitor") if m["metadata"]["name"] == "l2m"]
     assert monitor["selector"]["matchLabels"].items() <= labels.items()
     assert monitor["jobLabel"] == "app.kubernetes.io/name" and labels[monitor["jobLabel"]] == "l2m"
     endpoints = {(e["port"], e["path"]) for e in monitor["podMetricsEndpoints"]}
@@ -883,3 +883,49 @@ def test_the_deliver_pod_runs_l2m_deliver_on_its_own_config(tmp_path: Path,
     assert cfg.rules == (str(tmp_path / "etc/l2m/rules"),)
     assert mounts["/etc/l2m/rules"]["configMap"]["name"].startswith("l2m-rules")
     assert cfg.topics.metrics == yaml.safe_load(CONFIG.read_text())["topics"]["metrics"]
+
+
+def test_the_deliver_pod_is_scraped_on_its_monitoring_port(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """l2m deliver serves /metrics, /healthz and /readyz on deliver.yaml's monitoring.port: the
+    container declares it as the port `metrics`, probes it, the PodMonitor l2m-deliver scrapes
+    it as job="l2m-deliver" (never "l2m": up{job="l2m"} is the driver's, L2mDriverDown), a
+    NetworkPolicy lets Prometheus in on it, and the driver's PodMonitor does not take it."""
+    pod = deliver_pod("prod")
+    container = pod["container"]
+    labels = pod["deployment"]["spec"]["template"]["metadata"]["labels"]
+    for var in {v for v in os.environ if v.startswith("L2M_")}:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in pod_env("prod", pod).items():
+        monkeypatch.setenv(var, value)
+    materialize("prod", tmp_path, pod)
+    cfg = load_config(tmp_path / "etc/l2m/topology/deliver.yaml")
+    assert cfg.monitoring.port is not None and cfg.monitoring.host == "0.0.0.0"
+    assert port(container, "metrics") == cfg.monitoring.port
+    probes = {k: container[k]["httpGet"] for k in ("livenessProbe", "readinessProbe")}
+    assert {k: (p["path"], port(container, p["port"])) for k, p in probes.items()} == {
+        "livenessProbe": ("/healthz", cfg.monitoring.port),
+        "readinessProbe": ("/readyz", cfg.monitoring.port)}
+    monitors = {m["metadata"]["name"]: m for m in objects("prod", "PodMonitor")}
+    deliver = monitors["l2m-deliver"]
+    assert deliver["metadata"]["labels"]["release"] == \
+        monitors["l2m"]["metadata"]["labels"]["release"]
+    spec = deliver["spec"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    (endpoint,) = spec["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+    jobs = [r["replacement"] for r in endpoint.get("relabelings", [])
+            if r.get("targetLabel") == "job"]
+    assert jobs == ["l2m-deliver"]
+    driver_selector = monitors["l2m"]["spec"]["selector"]["matchLabels"]
+    assert not driver_selector.items() <= labels.items(), "scraped once, as l2m-deliver"
+    # In the pod's namespace, and only where remote write is enabled.
+    assert deliver["metadata"]["namespace"] == pod["namespace"]
+    assert "l2m-deliver" not in {m["metadata"]["name"] for m in objects("dev", "PodMonitor")}
+    admitted = {p["port"] for policy in objects("prod", "NetworkPolicy")
+                if policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+                and "Ingress" in policy["spec"]["policyTypes"]
+                for rule in policy["spec"].get("ingress", [])
+                if any("namespaceSelector" in f for f in rule.get("from", []))
+                for p in rule["ports"]}
+    assert admitted == {cfg.monitoring.port}

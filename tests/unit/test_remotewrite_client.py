@@ -94,3 +94,14 @@ def test_retriable_answers_and_bad_urls():
         [429, 500, 503]
     with pytest.raises(RemoteWriteError, match="expected http"):
         Endpoint("ftp://example/write")
+
+
+def test_each_retry_is_reported_before_its_backoff(receiver):
+    """What l2m_remote_write_requests_total{outcome="retried"} counts: one per attempt that
+    is made again, none for the final answer."""
+    receiver.answers = [(503, {}), (500, {})]
+    events: list[str] = []
+    got = Sender(Endpoint(f"http://127.0.0.1:{receiver.server_address[1]}/w"),
+                 sleep=lambda s: events.append(f"sleep {s}"),
+                 on_retry=lambda: events.append("retry")).send(b"x")
+    assert got.sent and events == ["retry", "sleep 0.03", "retry", "sleep 0.06"]
