@@ -184,7 +184,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _load_config(args.config)
     if args.bootstrap:
         cfg = cfg.with_bootstrap(args.bootstrap)
-    ruleset = _rules_for(cfg)
+    refused: RuleValidationError | None = None
+    try:
+        ruleset = _rules_for(cfg)
+    except RuleValidationError as exc:
+        # A bad rule change must not take the shared job down at its next restart: with live
+        # rules it starts on the last good set it ran, and says so (and /metrics, the alert).
+        from l2m.streaming.rulesets import last_good_rules
+
+        kept = None if args.once else last_good_rules(cfg)
+        if kept is None:
+            raise
+        _print_problems(exc.errors)
+        print(f"l2m run: the rule files do not validate ({len(exc.errors)} error(s) above); "
+              f"starting with the last good rule set, version {kept[0]}, kept in the "
+              "checkpoint — fix the files: they are applied once they validate",
+              file=sys.stderr, flush=True)
+        from l2m.rules.model import RuleSet
+
+        ruleset, refused = RuleSet(kept[1]), exc
     watcher = None
     if not args.once:  # live rules (docs/streaming.md "Live rule changes")
         from l2m.runtime.reload import RuleWatcher
@@ -192,6 +210,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         watcher = RuleWatcher(cfg.rules, lambda: _rules_for(cfg), cfg.rules_poll_ms / 1000,
                               out=sys.stderr)
         watcher.started(ruleset)
+        if refused is not None:
+            watcher.status.failures, watcher.status.last_ok = 1, False
+            watcher.status.last_error = refused.code
     runner = Runner(cfg, ruleset.rules, once=args.once, watcher=watcher)
     runner.install_signals()
     endpoint = None
@@ -205,7 +226,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             telemetry.reload = watcher.status
             watcher.on_change = lambda changed: telemetry.rules_changed(changed.rules)
         # Before Spark starts: probes get answers (not ready yet) during the slow start.
-        endpoint = Endpoint(runner.telemetry, cfg.monitoring.host, cfg.monitoring.port)
+        endpoint = Endpoint(runner.telemetry, cfg.monitoring.host, cfg.monitoring.port,
+                            reload=watcher.ask if watcher is not None else None)
     print(f"l2m run: {len(ruleset.enabled)} rules, topic {cfg.topics.logs} on "
           f"{cfg.kafka['bootstrap.servers']}, checkpoint {cfg.checkpoint}"
           + (" (once)" if args.once else "")

@@ -351,6 +351,20 @@ def panels() -> list[dict[str, Any]]:
             "job runs.",
             [q(f"sum(l2m_rule_series{{{SEL}}})", "series"),
              q(f"max(l2m_rules{{{SEL}}})", "rules")])
+    p.graph("Rule reloads", "Live rule changes (docs/streaming.md): reloads per minute by "
+            "result (failure: the changed set did not validate and was refused whole; "
+            "L2mRulesReloadRefused), and the last one's outcome (1 ok, 0 refused).",
+            [q(f"sum by (result) (increase(l2m_rules_reloads_total{{{SEL}}}[1m]))",
+               "{{result}}"),
+             q(f"min(l2m_rules_last_reload_successful{{{SEL}}})", "last reload ok")], w=12)
+    p.graph("Rule set in use", "When the rule set new batches use was loaded and when a "
+            "reload was last tried (seconds ago); the version is l2m_rules_version_info's "
+            "label.",
+            [q(f"time() - max(l2m_rules_loaded_timestamp_seconds{{{SEL}}})", "loaded"),
+             q(f"time() - max(l2m_rules_last_reload_timestamp_seconds{{{SEL}}} > 0)",
+               "last tried"),
+             q(f"count by (version) (l2m_rules_version_info{{{SEL}}})", "version {{version}}")],
+            unit="s", w=12)
 
     p.row("Tenants")
     p.graph("Tenants over their limit", "Logs per second counted into overflow series, by "

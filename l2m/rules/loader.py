@@ -124,7 +124,11 @@ def rule_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
     loaded once: it would otherwise count every log twice. An unreadable directory anywhere
     below is an error, not silently skipped; so is a ``*.yaml`` entry that is not a regular
     file (a dangling symlink, a FIFO), reported when :func:`load_rules` reads it. Symlinked
-    directories are followed, each real directory walked once (no symlink loop)."""
+    directories are followed, each real directory walked once (no symlink loop). Folders
+    named ``..*`` are skipped: a Kubernetes ConfigMap volume keeps its files in such folders
+    (``..2026_11_24_10_00_00.123``, ``..data``) and links the visible names into them, so
+    the rules are read by their visible names — and never from a version the kubelet is
+    swapping out."""
     files: list[Path] = []
     problems: list[Problem] = []
     seen: set[Path] = set()
@@ -162,6 +166,8 @@ def rule_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
         for root, dirs, names in os.walk(path, onerror=unreadable, followlinks=True):
             kept = []
             for name in sorted(dirs):
+                if name.startswith(".."):
+                    continue
                 real = os.path.realpath(os.path.join(root, name))
                 if real not in walked:
                     walked.add(real)

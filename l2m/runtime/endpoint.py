@@ -1,6 +1,8 @@
 """The HTTP endpoint of ``l2m run`` and ``l2m deliver`` (docs/metrics.md): ``/metrics``
 (Prometheus text, from a ``prometheus_client`` registry), ``/healthz`` (liveness) and
-``/readyz`` (readiness).
+``/readyz`` (readiness); for ``l2m run`` with live rules, ``POST /-/reload`` (docs/streaming.md
+"Live rule changes"), taken only from the loopback address — whoever can reach it can only
+make the job read its own rule files again, and a pod's loopback is the pod's own.
 
 Input: what is monitored — :class:`l2m.runtime.telemetry.Telemetry` (the driver) or
 :class:`l2m.runtime.delivermetrics.DeliveryTelemetry` (delivery), any :class:`Monitored` — and
@@ -10,7 +12,9 @@ delivery threads recorded."""
 
 from __future__ import annotations
 
+import ipaddress
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -33,13 +37,20 @@ class Monitored(Protocol):
     def healthy(self) -> bool: ...
 
 
+# A reload asked over HTTP: it returns (HTTP status, text) once the job has tried it.
+Reload = Callable[[], tuple[int, str]]
+
+
 class Endpoint:
     """``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port`` (port 0: a free one; see
-    :attr:`port`)."""
+    :attr:`port`); ``POST /-/reload`` calls ``reload`` when there is one."""
 
-    def __init__(self, telemetry: Monitored, host: str, port: int) -> None:
+    def __init__(self, telemetry: Monitored, host: str, port: int,
+                 reload: Reload | None = None) -> None:
         self.telemetry = telemetry
-        handler = type("Handler", (_Handler,), {"telemetry": telemetry})
+        handler = type("Handler", (_Handler,), {"telemetry": telemetry,
+                                                "reload": staticmethod(reload) if reload
+                                                else None})
         try:
             self.server = ThreadingHTTPServer((host, port), handler)
         except OSError as exc:
@@ -64,7 +75,22 @@ class Endpoint:
 
 class _Handler(BaseHTTPRequestHandler):
     telemetry: Monitored
+    reload: Reload | None = None
     server_version = "l2m"
+
+    def do_POST(self) -> None:
+        if urlsplit(self.path).path != "/-/reload":
+            self._send(404, b"not found: POST /-/reload\n")
+            return
+        if self.reload is None:
+            self._send(404, b"live rules are off here (l2m run --once, l2m deliver)\n")
+            return
+        if not ipaddress.ip_address(self.client_address[0]).is_loopback:
+            self._send(403, b"reload is taken from the loopback address only (kubectl exec "
+                            b"into the driver's pod, or send it SIGHUP)\n")
+            return
+        status, text = self.reload()
+        self._send(status, text.encode() + b"\n")
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path

@@ -118,6 +118,15 @@ class RuleWatcher:
             self._requests.append(request)
         return request
 
+    def ask(self, timeout_s: float = 300.0) -> tuple[int, str]:
+        """A reload over HTTP (``POST /-/reload``): (status, text) once the job has tried it —
+        200 published, 422 refused (the problems), 503 not tried within ``timeout_s`` (the
+        job is starting, or stopping)."""
+        request = self.request()
+        if not request.done.wait(timeout_s):
+            return 503, f"reload asked; not tried within {timeout_s:.0f} s (is the job running?)"
+        return (200 if request.ok else 422), request.message
+
     def check(self, publisher: Publisher) -> bool | None:
         """Reload if asked or the files changed: True published, False refused, None
         nothing to do."""

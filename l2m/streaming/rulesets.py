@@ -41,6 +41,7 @@ from l2m.state.checkpoint import Files, LocalFiles, local_checkpoint
 
 FOLDER = "rulesets"  # under the checkpoint: the snapshots
 CURRENT = "CURRENT"  # under the local folder: the version new batches are planned with
+LAST_GOOD = "current"  # under the checkpoint's folder: the version last published
 
 
 class RulesetPublisher:
@@ -109,6 +110,7 @@ class RulesetPublisher:
         path = f"{self.store}/{version}.json"
         if self.files.read(path) is None:
             self.files.write(path, data.decode())
+        self.files.write(f"{self.store}/{LAST_GOOD}", version)
         self._ship(version, option)
         self.local.mkdir(parents=True, exist_ok=True)
         tmp = self.local / f"{CURRENT}.tmp"
@@ -178,6 +180,21 @@ def _accounts(rules: Sequence[Rule]) -> dict[str, str | None]:
 
 def _numbered(names: Sequence[str]) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
+
+
+def last_good_rules(cfg: JobConfig) -> tuple[str, tuple[Rule, ...]] | None:
+    """The rule set the job last ran on this (local) checkpoint, restored from its snapshot:
+    what ``l2m run`` starts with when its rule files do not validate; None when there is
+    none (a new checkpoint, an object store: not readable before Spark starts)."""
+    local = local_checkpoint(cfg.checkpoint)
+    if local is None:
+        return None
+    files = LocalFiles()
+    version = (files.read(f"{local}/{FOLDER}/{LAST_GOOD}") or "").strip()
+    text = files.read(f"{local}/{FOLDER}/{version}.json") if version else None
+    if text is None:
+        return None
+    return version, restore(text.encode(), cfg.query_config)
 
 
 def ruleset_of(offset_log_entry: str) -> str | None:

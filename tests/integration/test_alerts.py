@@ -174,6 +174,10 @@ def recorded_telemetry() -> Any:
     t.batch(PROGRESS, {"1": ExecutorLoad(3, 1000), "2": ExecutorLoad(1, 500)}, registered=2)
     t.failed_batch("SINK")
     t.restarted("SINK")
+    from l2m.runtime.reload import ReloadStatus
+
+    t.reload = ReloadStatus(version="0123456789abcdef", loaded_at=1.7e9, rules=2, successes=1,
+                            failures=1, last_ok=False, last_at=1.7e9)  # live rules: refused
     return t
 
 
@@ -313,7 +317,8 @@ def test_the_alerts_the_issue_asks_for() -> None:
         "L2mBatchSlowerThanTrigger", "L2mDeadLetterRateHigh", "L2mLateLogsDropped",
         "L2mExecutorsBelowMinimum", "L2mExecutorImbalance", "L2mQueryRestarting",
         "L2mSinkFailing", "L2mTenantOverSeriesLimit", "L2mRemoteWriteStalled",
-        "L2mRemoteWriteRefused", "L2mRemoteWriteCorrectionsDropped"}
+        "L2mRemoteWriteRefused", "L2mRemoteWriteCorrectionsDropped",
+        "L2mRulesReloadRefused"}
 
 
 # -- PrometheusRule -----------------------------------------------------------------------------

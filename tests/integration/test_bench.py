@@ -53,7 +53,7 @@ def test_quick_profile_writes_results_targets_and_plots(tmp_path: Path):
         "samples"] == 1_500
     assert remote["remote_write_null"]["bytes_per_sample"] > 0
     assert remote["drain"]["requests"] > 0 and remote["drain"]["ratio"] > 0
-    assert "drain with l2m deliver running beside it / without" in names
+    assert "drain with l2m deliver running beside it / without (medians)" in names
     live = result["live_rules"]
     assert [a["rules_loaded"] for a in live["adds"]] == [20, 221]
     assert all(a["seconds"] and a["seconds"] > 0 for a in live["adds"])

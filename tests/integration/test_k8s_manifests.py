@@ -84,10 +84,16 @@ def one(name: str, kind: str, prefix: str | None = None) -> dict[str, Any]:
     return found[0]
 
 
+# ConfigMaps named as generated, without a hash suffix: the rules, updated in place (live).
+FIXED_NAMES = {"l2m-rules"}
+
+
 def configmap(name: str, generator: str) -> dict[str, Any]:
+    suffix = "" if generator in FIXED_NAMES else "-[a-z0-9]{10}"
     found = [o for o in objects(name, "ConfigMap")
-             if re.fullmatch(rf"{generator}-[a-z0-9]{{10}}", o["metadata"]["name"])]
-    assert len(found) == 1, f"{name}: the ConfigMap {generator} (with its hash suffix)"
+             if re.fullmatch(rf"{generator}{suffix}", o["metadata"]["name"])]
+    assert len(found) == 1, f"{name}: the ConfigMap {generator}" + \
+        ("" if generator in FIXED_NAMES else " (with its hash suffix)")
     return found[0]
 
 
@@ -579,27 +585,62 @@ def test_network_policy_and_pod_monitor_fit_the_pods(name: str) -> None:
     assert len(set(jobs)) == len(jobs) and jobs[0] == "l2m", "one job per endpoint, l2m's first"
 
 
-# -- rule changes roll the driver -----------------------------------------------------------
+# -- rule changes are live; configuration changes roll the driver ---------------------------
 
-def test_a_rule_change_renames_the_rules_configmap(tmp_path: Path) -> None:
+def _changed_copy(tmp_path: Path, part: str) -> list[dict[str, Any]]:
+    """The dev overlay rendered from a copy of the repository whose first ``part`` file
+    (``rules``: a rule file; ``topology``: the configuration) changed by one comment."""
     copy = tmp_path / "repo"
-    for part in ("rules", "topology", "k8s"):
-        shutil.copytree(ROOT / part, copy / part, symlinks=True)
-    rule = sorted((copy / "rules").glob("*.yaml"))[0]
-    rule.write_text(rule.read_text() + "# changed\n")
+    for folder in ("rules", "topology", "k8s"):
+        shutil.copytree(ROOT / folder, copy / folder, symlinks=True)
+    changed = sorted((copy / "rules").glob("*.yaml"))[0] if part == "rules" \
+        else copy / "topology" / "kubernetes.yaml"
+    changed.write_text(changed.read_text() + "# changed\n")
     done = subprocess.run([str(copy / "k8s/scripts/sync-config.sh")], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    before = {o["metadata"]["name"] for o in built("dev") if o["kind"] == "ConfigMap"}
-    after_objects = kustomize(copy / "k8s/overlays/dev")
-    after = {o["metadata"]["name"] for o in after_objects if o["kind"] == "ConfigMap"}
-    old_rules = configmap("dev", "l2m-rules")["metadata"]["name"]
-    (new_rules,) = [n for n in after if n.startswith("l2m-rules-")]
-    assert new_rules != old_rules
-    assert before - {old_rules} == after - {new_rules}, "nothing else changes name"
-    (deployment,) = [o for o in after_objects if o["kind"] == "Deployment"]
-    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["rules"]["configMap"]["name"] == new_rules, "a new pod template: a roll-out"
+    return kustomize(copy / "k8s/overlays/dev")
+
+
+def _template(objects: list[dict[str, Any]], kind: str = "Deployment",
+              name: str = "l2m-driver") -> Any:
+    (found,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found["spec"]["template"]
+
+
+def test_a_rule_change_updates_the_rules_configmap_in_place_without_a_roll_out(
+        tmp_path: Path) -> None:
+    """Live rules (docs/kubernetes.md "Change rules"): the rules ConfigMap keeps its name,
+    so a rule change is the same object with new data — the kubelet updates the mounted
+    folder and the running job applies it — and no pod template changes (no roll-out)."""
+    before_objects = built("dev")
+    after_objects = _changed_copy(tmp_path, "rules")
+    names = {o["metadata"]["name"] for o in after_objects if o["kind"] == "ConfigMap"}
+    assert "l2m-rules" in names and not any(n.startswith("l2m-rules-") for n in names)
+    assert names == {o["metadata"]["name"] for o in before_objects if o["kind"] == "ConfigMap"}
+    rules_before = configmap("dev", "l2m-rules")
+    (rules_after,) = [o for o in after_objects if o["kind"] == "ConfigMap"
+                      and o["metadata"]["name"] == "l2m-rules"]
+    assert rules_after["data"] != rules_before["data"]
+    for name in ("l2m-driver", "l2m-deliver"):
+        if any(o["kind"] == "Deployment" and o["metadata"]["name"] == name
+               for o in before_objects):
+            assert _template(after_objects, name=name) == _template(before_objects, name=name)
+    # Mounted as a folder, never through subPath (a subPath mount is not updated in place).
+    spec = _template(after_objects)["spec"]
+    (mount,) = [m for c in spec["containers"] for m in c.get("volumeMounts", [])
+                if m["name"] == "rules"]
+    assert mount["mountPath"] == "/etc/l2m/rules" and "subPath" not in mount
+
+
+def test_a_configuration_change_still_rolls_the_driver(tmp_path: Path) -> None:
+    after_objects = _changed_copy(tmp_path, "topology")
+    old = configmap("dev", "l2m-config")["metadata"]["name"]
+    (new,) = [o["metadata"]["name"] for o in after_objects if o["kind"] == "ConfigMap"
+              and o["metadata"]["name"].startswith("l2m-config-")]
+    assert new != old
+    volumes = {v["name"]: v for v in _template(after_objects)["spec"]["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == new, "a new pod template: a roll-out"
 
 
 # -- the operator variant -----------------------------------------------------------------

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +62,15 @@ def _metrics(port: int) -> dict[str, float]:
     return out
 
 
+def _post(url: str) -> tuple[int, str]:
+    request = urllib.request.Request(url, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+
+
 def test_rules_change_while_the_job_runs(spark, broker, tmp_path):
     t = fresh_topics(broker.bootstrap, partitions=2)
     folder = tmp_path / "rules"
@@ -97,9 +107,12 @@ def test_rules_change_while_the_job_runs(spark, broker, tmp_path):
             # on with the last good set.
             (folder / "broken.yaml").write_text(BROKEN)
             _wait("the refusal", lambda: "rules not reloaded" in log.read_text(), log, proc)
+            # On demand over HTTP (loopback only): the answer waits for the outcome.
+            status, answer = _post(f"http://127.0.0.1:{port}/-/reload")
+            assert status == 422 and f"{folder / 'broken.yaml'}:2:" in answer, answer
             refused = _metrics(port)
             assert refused["l2m_rules_last_reload_successful"] == 0
-            assert refused["l2m_rules_reloads_total{result=\"failure\"}"] == 1
+            assert refused["l2m_rules_reloads_total{result=\"failure\"}"] == 2
             produce(t.bootstrap, t.topics.logs, segments[2], t.partitions)
             _wait("the third segment counted", lambda: total("all") == 900, log, proc)
 
@@ -122,10 +135,35 @@ def test_rules_change_while_the_job_runs(spark, broker, tmp_path):
     assert f"{folder / 'broken.yaml'}:2:" in text  # the refused rule's position
     assert after["l2m_rules_last_reload_successful"] == 1
     assert after["l2m_rules_reloads_total{result=\"success\"}"] == 3
-    assert after["l2m_rules_reloads_total{result=\"failure\"}"] == 1
+    assert after["l2m_rules_reloads_total{result=\"failure\"}"] == 2
     versions = [k for k in after if k.startswith("l2m_rules_version_info")]
     assert len(versions) == 1 and versions != [k for k in before
                                                if k.startswith("l2m_rules_version_info")]
+
+    # A restart on files that do not validate starts on the last good set the checkpoint
+    # keeps (a bad change never takes the shared job down), says so, and counts the refusal.
+    (folder / "broken.yaml").write_text(BROKEN)
+    restarted = tmp_path / "restart.txt"
+    with restarted.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "l2m.cli", "run", "--config",
+                                 str(config)], stderr=err, stdout=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            extra = generated(100, seed=54)
+            produce(t.bootstrap, t.topics.logs, extra, t.partitions)
+            _wait("the fourth segment counted", lambda: total("all") == 1000, restarted, proc)
+            kept = _metrics(port)
+            os.killpg(proc.pid, signal.SIGTERM)
+            assert proc.wait(timeout=120) == 0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    text = restarted.read_text()
+    assert "starting with the last good rule set, version" in text, text[-3000:]
+    assert f"{folder / 'broken.yaml'}:2:" in text
+    assert kept["l2m_rules_last_reload_successful"] == 0
+    assert [k for k in kept if k.startswith("l2m_rules_version_info")] == versions
+    segments[2] = segments[2] + extra
 
     # Segment by segment: `all` over every log, `errors` from the second segment on.
     first, _ = load_text(FIRST)

@@ -176,3 +176,20 @@ def test_the_fingerprint_sees_edits_additions_removals_and_a_configmap_swap(tmp_
     seen.add(fingerprint([str(folder)]))
     seen.add(fingerprint([str(tmp_path / "missing")]))
     assert len(seen) == 5
+
+
+def test_rules_in_a_configmap_volume_are_read_by_their_visible_names(tmp_path):
+    """The kubelet's layout: files in ``..<timestamp>/``, ``..data`` linking to it, the visible
+    names linking into ``..data``; during a swap the next version's folder is there too."""
+    folder = tmp_path / "rules"
+    old = folder / "..2026_11_24_10_00_00.1"
+    new = folder / "..2026_11_24_10_05_00.2"
+    old.mkdir(parents=True)
+    new.mkdir()
+    (old / "a.yaml").write_text(RULE)
+    (new / "a.yaml").write_text(RULE.replace("a_total", "a2_total"))
+    os.symlink(old.name, folder / "..data")
+    os.symlink("..data/a.yaml", folder / "a.yaml")
+    loaded = load_rules([folder])  # no duplicate id from the folder being swapped in
+    assert [(r.id, r.name, r.file) for r in loaded.rules] == [
+        ("a", "a_total", str(folder / "a.yaml"))]

@@ -8,6 +8,8 @@ import urllib.request
 from dataclasses import dataclass, replace
 from typing import Any
 
+from prometheus_client import generate_latest
+
 from l2m.config.job import JobConfig, MonitoringConfig, Topics
 from l2m.rules.model import Rule
 from l2m.runtime.endpoint import Endpoint
@@ -187,3 +189,43 @@ def test_the_endpoint_serves_metrics_health_and_readiness():
         assert "\nl2m_trigger_interval_seconds 10.0\n" in body
         assert 'l2m_rule_matches_total{rule="a"} 0.0' in body
         assert get(f"{base}/nothing")[0] == 404
+
+
+def _post(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="POST"),
+                                    timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+
+
+def test_reload_over_http_answers_with_the_outcome_and_only_where_live_rules_run():
+    """``POST /-/reload`` (live rules): the watcher's answer — 200, 422 with the problems;
+    404 where nothing reloads (``--once``, ``l2m deliver``)."""
+    t = Telemetry(CFG, RULES)
+    answers = iter([(200, "l2m run: rules reloaded"), (422, "rules/a.yaml:2:9: bad")])
+    with Endpoint(t, "127.0.0.1", 0, reload=lambda: next(answers)) as endpoint:
+        base = f"http://127.0.0.1:{endpoint.port}"
+        assert _post(f"{base}/-/reload") == (200, "l2m run: rules reloaded\n")
+        assert _post(f"{base}/-/reload") == (422, "rules/a.yaml:2:9: bad\n")
+        assert _post(f"{base}/elsewhere")[0] == 404
+    with Endpoint(t, "127.0.0.1", 0) as endpoint:
+        status, text = _post(f"http://127.0.0.1:{endpoint.port}/-/reload")
+        assert status == 404 and "live rules are off" in text
+
+
+def test_the_live_rule_metrics_follow_the_watcher():
+    from l2m.runtime.reload import ReloadStatus
+
+    t = Telemetry(CFG, RULES)
+    t.reload = ReloadStatus(version="0123456789abcdef", loaded_at=1700000000.0, rules=2,
+                            successes=3, failures=1, last_ok=False, last_at=1700000100.0)
+    body = generate_latest(t.registry).decode()
+    for line in ('l2m_rules_version_info{version="0123456789abcdef"} 1.0',
+                 "l2m_rules_loaded_timestamp_seconds 1.7e+09",
+                 'l2m_rules_reloads_total{result="success"} 3.0',
+                 'l2m_rules_reloads_total{result="failure"} 1.0',
+                 "l2m_rules_last_reload_successful 0.0",
+                 "l2m_rules_last_reload_timestamp_seconds 1.7000001e+09"):
+        assert line in body.splitlines(), line
