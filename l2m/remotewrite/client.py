@@ -71,7 +71,7 @@ def retriable(status: int) -> bool:
 
 class Sender:
     """Requests to one endpoint over one kept-alive connection (reopened after a failure).
-    ``sleep`` and ``clock`` are injectable for tests; ``stop`` ends a retry loop early (the
+    ``sleep`` is injectable for tests; ``stop`` ends a retry loop early (the
     job stopping): the request is then reported with status 0, not sent. ``on_retry`` is
     called before each backoff: an attempt failed (a 5xx, a 429, no answer) and will be
     made again."""

@@ -245,15 +245,17 @@ class Outbox:
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             self.tally.skip(MALFORMED)
             return
+        # The endpoint's accounts first: a sample it never takes is neither sent nor one of its
+        # corrections.
+        tenant = self.route.tenant(sample.get("account"))
+        if tenant is _SKIPPED:
+            self.tally.skip(OTHER_ACCOUNT if sample.get("account") is not None else NO_TENANT)
+            return
         if at is None:
             if mark == CORRECTION:
                 self.tally.correct(str(sample.get("rule")))
             else:
                 self.tally.skip(NOT_FINAL)
-            return
-        tenant = self.route.tenant(sample.get("account"))
-        if tenant is _SKIPPED:
-            self.tally.skip(OTHER_ACCOUNT if sample.get("account") is not None else NO_TENANT)
             return
         key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
         family = self.families.get(str(sample.get("rule")))

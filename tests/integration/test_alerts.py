@@ -318,7 +318,7 @@ def test_the_alerts_the_issue_asks_for() -> None:
         "L2mExecutorsBelowMinimum", "L2mExecutorImbalance", "L2mQueryRestarting",
         "L2mSinkFailing", "L2mTenantOverSeriesLimit", "L2mRemoteWriteStalled",
         "L2mRemoteWriteRefused", "L2mRemoteWriteCorrectionsDropped",
-        "L2mRulesReloadRefused"}
+        "L2mRulesReloadRefused", "L2mDeliverDown"}
 
 
 # -- PrometheusRule -----------------------------------------------------------------------------
