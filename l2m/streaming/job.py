@@ -45,7 +45,7 @@ from l2m.engine.status import ROUTED, STATUS_RULE
 from l2m.kafka.sink import KafkaSink, produce_samples, write_batch
 from l2m.kafka.source import KafkaSource
 from l2m.rules.model import Rule
-from l2m.rules.snapshot import snapshot, version_of
+from l2m.rules.snapshot import snapshot
 from l2m.state.accounts import AccountBook, AccountStats, account_samples, account_totals
 from l2m.state.checkpoint import check_checkpoint, local_checkpoint
 from l2m.state.counters import CounterState
@@ -63,7 +63,7 @@ from l2m.state.function import (
 from l2m.state.gauges import GaugeState
 from l2m.state.processor import MetricProcessor
 from l2m.state.tally import Latest, Sums, Tally, task_sums
-from l2m.streaming.rulesets import RulesetPublisher
+from l2m.streaming.rulesets import RulesetPublisher, ruleset_version
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
 # How long a batch waits for its per-account samples (l2m.state.accounts) to be acknowledged
@@ -173,7 +173,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     else:
         routing = plan_for(rules, cfg.timestamp_field, cfg.max_future_ms,
                            cfg.limits.max_label_value_length, cfg.limits.series)
-        versions = Versions(version_of(snapshot(rules)), routing_option(routing))
+        versions = Versions(ruleset_version(snapshot(rules), cfg), routing_option(routing))
     option = versions.option
     options = rule_options(cfg, versions, publisher.current_file if publisher else None)
     read = source(options) if source is not None else source_frame(spark, cfg, options)

@@ -44,6 +44,16 @@ CURRENT = "CURRENT"  # under the local folder: the version new batches are plann
 LAST_GOOD = "current"  # under the checkpoint's folder: the version last published
 
 
+def ruleset_version(data: bytes, cfg: JobConfig) -> str:
+    """The version of a rule set (its snapshot ``data``) in this job: a digest of the rules
+    and of the settings they are compiled with (event time field, future bound, label
+    length, series caps) — the same rules under other settings route differently, so their
+    shipped files must not share a name."""
+    settings = repr((cfg.timestamp_field, cfg.max_future_ms, cfg.limits.max_label_value_length,
+                     cfg.limits.series)).encode()
+    return version_of(data + b"\n" + settings)
+
+
 class RulesetPublisher:
     """Publishes rule sets for one query (``query_dir`` under the checkpoint)."""
 
@@ -79,7 +89,7 @@ class RulesetPublisher:
         """The query's rules at start: published, and a pending replay's version shipped; the
         :class:`Versions` the query's options carry."""
         data = snapshot(rules)
-        version = version_of(data)
+        version = ruleset_version(data, self.cfg)
         option = self.compile(rules)
         self.accounts = _accounts(rules)
         pending = self.pending_version()
@@ -93,7 +103,7 @@ class RulesetPublisher:
     def publish(self, rules: Sequence[Rule]) -> str:
         """A new good rule set: new batches are planned with it from now on; its version."""
         data = snapshot(rules)
-        version = version_of(data)
+        version = ruleset_version(data, self.cfg)
         if version == self.version:
             return version
         previous = self.version

@@ -34,10 +34,10 @@ from l2m.config.loader import load_config
 from l2m.remotewrite.outbox import summary
 from l2m.rules.loader import load_rules
 from l2m.rules.model import Rule
-from l2m.rules.snapshot import snapshot, version_of
+from l2m.rules.snapshot import snapshot
 from l2m.runtime.deliver import deliver
 from l2m.state.counters import signature
-from l2m.streaming.rulesets import ruleset_of
+from l2m.streaming.rulesets import ruleset_of, ruleset_version
 from tests.integration.test_deliver import _increase, _rejected, _stored
 from tests.integration.test_prometheus import promql
 from tests.integration.test_streaming import backfill_samples, generated
@@ -187,7 +187,7 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
 
     def record() -> None:
         loaded = load_rules([rule_file]).rules
-        rule_sets[version_of(snapshot(loaded))] = loaded
+        rule_sets[ruleset_version(snapshot(loaded), load_config(config))] = loaded
 
     def change() -> str:
         rule_id, text = CHANGES[len(rule_sets) - 1]
@@ -201,7 +201,6 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
         record()
         return f"{'removed' if text is None else 'changed'} {rule_id}"
 
-    record()
     change_at = sorted(rng.sample(range(1, KILLS), len(CHANGES)))
     # Dated from 10 minutes ago (200 s of logs): recent enough for Prometheus to take.
     start_ms = int(time.time() * 1000) - 600_000
@@ -211,6 +210,7 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
                       "source: {max_records_per_trigger: 400, max_records_per_task: 200}",
                       f'remote_write: {{poll: 200 ms, endpoints: [{{url: "{prometheus}/api/v1/'
                       'write", name: prom, tenant_header: null}]}')
+    record()
     log = tmp_path / "runs.log"
     cuts = sorted(rng.sample(range(1, len(lines)), KILLS - 1))
     chunks = [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)], strict=True)]
