@@ -192,7 +192,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         # rules it starts on the last good set it ran, and says so (and /metrics, the alert).
         from l2m.streaming.rulesets import last_good_rules
 
-        kept = None if args.once else last_good_rules(cfg)
+        try:
+            kept = None if args.once else last_good_rules(cfg)
+        except L2mError:  # an unreadable snapshot: the files' own problems are the news
+            kept = None
         if kept is None:
             raise
         _print_problems(exc.errors)

@@ -108,6 +108,7 @@ def routing_from_option(value: str) -> Routing:
         # every task: with 10,000 rules that scan took 180 ms per task. Frozen, the cyclic
         # collector skips them (and whatever else is alive right now: cyclic garbage
         # created before this point is never reclaimed, once per rule set per worker).
+        gc.collect()  # garbage of this moment would be frozen with the rules, never freed
         gc.freeze()
     return found
 
@@ -132,6 +133,10 @@ class RoutingTable(Mapping[str, V]):
 
     def _build(self, routing: Routing) -> Mapping[str, V]:
         raise NotImplementedError
+
+    def current(self) -> str | None:
+        """The version the table reads now (None: fixed rules)."""
+        return None if self.versions is None else str(self.versions.current())
 
     def _table(self) -> Mapping[str, V]:
         version = None if self.versions is None else self.versions.current()

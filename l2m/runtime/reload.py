@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -100,8 +101,8 @@ class RuleWatcher:
     on_change: Callable[[RuleSet], None] | None = None  # after a good set is published
     _seen: str = ""
     _next: float = 0.0
-    _requests: list[Request] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # SimpleQueue: put() may run in a signal handler (SIGHUP) interrupting check() itself.
+    _requests: queue.SimpleQueue[Request] = field(default_factory=queue.SimpleQueue)
 
     def started(self, ruleset: RuleSet) -> None:
         """The rules the job starts with (loaded before Spark; their version is known once
@@ -114,8 +115,7 @@ class RuleWatcher:
     def request(self) -> Request:
         """Ask for a reload at the next check, changed files or not."""
         request = Request()
-        with self._lock:
-            self._requests.append(request)
+        self._requests.put(request)
         return request
 
     def ask(self, timeout_s: float = 300.0) -> tuple[int, str]:
@@ -130,8 +130,9 @@ class RuleWatcher:
     def check(self, publisher: Publisher) -> bool | None:
         """Reload if asked or the files changed: True published, False refused, None
         nothing to do."""
-        with self._lock:
-            requests, self._requests = self._requests, []
+        requests: list[Request] = []
+        while not self._requests.empty():
+            requests.append(self._requests.get_nowait())
         now = time.monotonic()
         if not requests and (self.poll_s <= 0 or now < self._next):
             return None
@@ -155,7 +156,12 @@ class RuleWatcher:
             return self._refused(exc, [str(p) for p in exc.errors])
         except L2mError as exc:
             return self._refused(exc, [])
-        version = publisher.publish(ruleset.rules)
+        try:
+            version = publisher.publish(ruleset.rules)
+        except Exception as exc:  # the checkpoint's store, addFile: tried again next poll
+            self._seen = ""
+            error = exc if isinstance(exc, L2mError) else None
+            return self._refused(error, [f"not applied: {exc}"])
         changed = version != self.status.version
         self.rules = ruleset.rules
         self.status.successes += 1
@@ -171,14 +177,15 @@ class RuleWatcher:
             self.on_change(ruleset)
         return True, message
 
-    def _refused(self, exc: L2mError, lines: list[str]) -> tuple[bool, str]:
+    def _refused(self, exc: L2mError | None, lines: list[str]) -> tuple[bool, str]:
         self.status.failures += 1
         self.status.last_ok = False
-        self.status.last_error = exc.code
-        head = (f"l2m run: rules not reloaded: the changed rule set does not validate; still "
-                f"running version {self.status.version}")
+        self.status.last_error = exc.code if exc is not None else "PUBLISH"
+        why = "does not validate" if isinstance(exc, RuleValidationError) else "was not applied"
+        head = (f"l2m run: rules not reloaded: the changed rule set {why}; still running "
+                f"version {self.status.version}")
         self._say(head)
-        detail = lines or [exc.render()]
+        detail = lines or [exc.render() if exc is not None else "unknown error"]
         for line in detail:
             self._say(f"  {line}")
         return False, "\n".join([head, *detail])

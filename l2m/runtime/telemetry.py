@@ -150,7 +150,9 @@ class Telemetry:
         enabled = [r for r in rules if r.enabled]
         with self._lock:
             self.rules = [r.id for r in enabled]
-            self.accounts = {r.id: r.account for r in enabled}
+            # A removed rule's lifetime counts stay its account's: per-account counters
+            # never go backwards.
+            self.accounts = {**self.accounts, **{r.id: r.account for r in enabled}}
         self.rule_count.set(len(enabled))
 
     # -- the runner's life cycle ------------------------------------------------------------

@@ -15,7 +15,10 @@ state variables of a (shard, window) key, each value orjson bytes; the key's ``m
 the version):
 
 * ``meta``: ``{"v": 4, "swept": ms}`` (counter keys: when every rule's live series were last
-  re-counted) or ``{"v": 4, "timer": ms}`` (window keys: the pending timer);
+  re-counted) or ``{"v": 4, "timer": ms[, "published": ms][, "rs": version]}`` (window
+  keys: the pending timer; ``rs``, since live rules: the rule set of the key's last input,
+  which its timers publish with — absent in entries written before, read as the query's
+  first rules);
 * ``counter_series`` (rule, series) → ``[generation, last_seen_ms, {le: partial}]``; the
   input statuses' late count is (``__status__``, ``"!late"``) → ``[0, last_seen_ms,
   partial]``; ``gauge_series`` (rule, series) → ``[generation, {le: partial}]``;

@@ -246,6 +246,14 @@ def emitted(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None,
     yield samples_frame(samples, batch_ms, mark)
 
 
+def select_stored(version: str | None) -> None:
+    """A call without rows (a timer): the rule set the key's state says it is under."""
+    if version:
+        from pyspark import SparkFiles
+
+        select(version, SparkFiles.getRootDirectory())
+
+
 def versioned(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     """The frames as they are, once the rule set they were planned with is selected for the
     state stage's tables (:func:`l2m.engine.rulesets.select`): before any rule is looked up."""

@@ -71,6 +71,7 @@ from l2m.state.function import (
     counted,
     emitted,
     refusal_rows,
+    select_stored,
     versioned,
 )
 from l2m.state.gauges import REFUSED_GAUGE_RULE, GaugeState
@@ -318,6 +319,7 @@ class MetricProcessor(StatefulProcessor):
             watermark = timerValues.getCurrentWatermarkInMs()
             with collector_paused():
                 meta = self._meta()
+                select_stored(meta.get("rs"))
                 out = self._publish(window, watermark, now, meta)
                 if GaugeState.closed(window, watermark):
                     self._close(shard, window)
@@ -586,6 +588,13 @@ class MetricProcessor(StatefulProcessor):
         now = tv.getCurrentProcessingTimeInMs()
         watermark = tv.getCurrentWatermarkInMs()
         meta = self._meta()
+        current = getattr(self.gauges.rules, "current", None)
+        version = current() if current is not None else None
+        if version is not None and meta.get("rs") != version:
+            # The key's timers run in tasks that may have no rows to say which rules the
+            # window is under: they read it here (docs/streaming.md "Live rule changes").
+            meta["rs"] = version
+            self.meta.update(_dump(meta))
         if GaugeState.closed(window, watermark):
             for _ in frames:  # logs of a closed window: counted late by the input statuses
                 pass

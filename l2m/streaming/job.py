@@ -299,7 +299,8 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
               "enforce them (docs/streaming.md, \"Upgrading\").", file=sys.stderr, flush=True)
 
     counts = Counts.create(spark)
-    publisher = RulesetPublisher(spark, cfg, QUERY, HadoopFiles(spark) if remote else None)
+    publisher = RulesetPublisher(spark, cfg, QUERY, HadoopFiles(spark) if remote else None,
+                                 live=state_format >= MAP_FORMAT)
     book = AccountBook(cfg.monitoring.top_accounts)
 
     def kafka_sink(frame: DataFrame, batch_id: int) -> None:

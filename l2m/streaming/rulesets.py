@@ -42,15 +42,16 @@ from l2m.state.checkpoint import Files, LocalFiles, local_checkpoint
 FOLDER = "rulesets"  # under the checkpoint: the snapshots
 CURRENT = "CURRENT"  # under the local folder: the version new batches are planned with
 LAST_GOOD = "current"  # under the checkpoint's folder: the version last published
+TIDY_S = 10.0  # kept snapshots are looked at again at most this often (a listing each)
 
 
 def ruleset_version(data: bytes, cfg: JobConfig) -> str:
     """The version of a rule set (its snapshot ``data``) in this job: a digest of the rules
     and of the settings they are compiled with (event time field, future bound, label
-    length, series caps) — the same rules under other settings route differently, so their
-    shipped files must not share a name."""
+    length, series caps, text and default fields) — the same rules under other settings
+    route differently, so their shipped files must not share a name."""
     settings = repr((cfg.timestamp_field, cfg.max_future_ms, cfg.limits.max_label_value_length,
-                     cfg.limits.series)).encode()
+                     cfg.limits.series, cfg.query_config)).encode()
     return version_of(data + b"\n" + settings)
 
 
@@ -58,10 +59,11 @@ class RulesetPublisher:
     """Publishes rule sets for one query (``query_dir`` under the checkpoint)."""
 
     def __init__(self, spark: SparkSession, cfg: JobConfig, query_dir: str,
-                 files: Files | None = None) -> None:
+                 files: Files | None = None, live: bool = True) -> None:
         self.spark = spark
         self.cfg = cfg
         self.files = files or LocalFiles()
+        self.live = live  # False: a checkpoint of state format 1-3 (changes need a restart)
         self.store = f"{cfg.checkpoint}/{FOLDER}"
         self.offsets = f"{cfg.checkpoint}/{query_dir}/offsets"
         self.commits = f"{cfg.checkpoint}/{query_dir}/commits"
@@ -74,10 +76,15 @@ class RulesetPublisher:
         self.version = ""  # the current version
         self.loaded_at = 0.0  # when it was published (s since the epoch)
         self.first: Versions | None = None  # the query's first rules (inline in its options)
-        # Each enabled rule's account (l2m.state.accounts' per-tenant view), as of the
-        # current version.
+        # Every rule's account (l2m.state.accounts' per-tenant view): the current version's,
+        # and a removed rule's last one — its lifetime counts stay its account's, never
+        # going backwards.
         self.accounts: dict[str, str | None] = {}
-        self._extra = False  # snapshots besides the current one are kept (tidy drops them)
+        # Versions kept besides the current one, each until the batch that may still use it
+        # has committed (that batch's number).
+        self._kept: dict[str, int] = {}
+        self._dirty = True  # tidy has something to look at
+        self._tidied = 0.0
 
     def compile(self, rules: Sequence[Rule]) -> str:
         """The routing option of ``rules`` under this job's settings."""
@@ -91,29 +98,43 @@ class RulesetPublisher:
         data = snapshot(rules)
         version = ruleset_version(data, self.cfg)
         option = self.compile(rules)
-        self.accounts = _accounts(rules)
+        self.accounts = {**self.accounts, **_accounts(rules)}
+        # Shipped files of an earlier process may hold another release's compiled rules:
+        # this process ships its own (each version's file written again before it is added).
+        if _shipped.get(id(self.spark.sparkContext)) is None:
+            for old in self.local.glob(f"{routing_file('')}*"):
+                old.unlink(missing_ok=True)
+        planned, _ = self._progress()
         pending = self.pending_version()
         self._publish(version, data, option)
         if pending is not None and pending != version:
             self.ship_stored(pending)
+            self._kept[pending] = planned  # until the replayed batch commits
         self.first = Versions(version, option)
-        self._retain({version, *([pending] if pending else [])})
+        self._dirty = True
+        self.tidy(now=True)
         return self.first
 
     def publish(self, rules: Sequence[Rule]) -> str:
         """A new good rule set: new batches are planned with it from now on; its version."""
+        if not self.live:
+            raise RuleSnapshotError(
+                "live rule changes need a checkpoint of state format 4; this one holds an "
+                "older format (docs/streaming.md \"Upgrading\"): restart l2m run to apply "
+                "the changed rules, or start a new checkpoint")
         data = snapshot(rules)
         version = ruleset_version(data, self.cfg)
         if version == self.version:
             return version
         previous = self.version
+        planned, _ = self._progress()
         self._publish(version, data, self.compile(rules))
-        self.accounts = _accounts(rules)
-        keep = {version, previous}
-        pending = self.pending_version()
-        if pending:
-            keep.add(pending)
-        self._retain(keep)
+        self.accounts = {**self.accounts, **_accounts(rules)}
+        # The source may have read the previous version just before this publication, for
+        # the batch after the newest one planned: kept until that batch has committed.
+        self._kept[previous] = max(self._kept.get(previous, -1), planned + 1)
+        self._dirty = True
+        self.tidy(now=True)
         return version
 
     def _publish(self, version: str, data: bytes, option: str) -> None:
@@ -132,16 +153,17 @@ class RulesetPublisher:
         name = routing_file(version)
         shipped = self.local / name
         sc = self.spark.sparkContext
-        if not shipped.exists():
-            self.local.mkdir(parents=True, exist_ok=True)
-            tmp = self.local / f"{name}.tmp"
-            tmp.write_text(option)
-            os.replace(tmp, shipped)
-        # Spark refuses a name added again from another path; once per context is enough.
+        # Spark refuses a name added again from another path; once per context is enough
+        # (and the file, once added, must stay: an executor that joins later fetches it).
         added = _shipped.setdefault(id(sc), set())
-        if name not in added:
-            sc.addFile(str(shipped))
-            added.add(name)
+        if name in added:
+            return
+        self.local.mkdir(parents=True, exist_ok=True)
+        tmp = self.local / f"{name}.tmp"
+        tmp.write_text(option)
+        os.replace(tmp, shipped)
+        sc.addFile(str(shipped))
+        added.add(name)
 
     def ship_stored(self, version: str) -> None:
         """Ship a stored version again (a replay's): restored from its snapshot and compiled
@@ -154,31 +176,36 @@ class RulesetPublisher:
         rules = restore(text.encode(), self.cfg.query_config)
         self._ship(version, self.compile(rules))
 
+    def _progress(self) -> tuple[int, int]:
+        """The newest batch planned (offset log) and committed (commit log); -1: none."""
+        planned = _numbered(self.files.names(self.offsets))
+        done = _numbered(self.files.names(self.commits))
+        return (planned[-1] if planned else -1), (done[-1] if done else -1)
+
     def pending_version(self) -> str | None:
         """The rule set of the newest planned batch when it has not committed: a replay's."""
-        planned = _numbered(self.files.names(self.offsets))
-        if not planned:
+        planned, committed = self._progress()
+        if planned < 0 or committed >= planned:
             return None
-        done = _numbered(self.files.names(self.commits))
-        if done and done[-1] >= planned[-1]:
-            return None
-        text = self.files.read(f"{self.offsets}/{planned[-1]}") or ""
+        text = self.files.read(f"{self.offsets}/{planned}") or ""
         return ruleset_of(text)
 
-    def tidy(self) -> None:
-        """Drop the snapshots kept for batches that have committed since (the driver's watch
-        loop calls it; it does nothing once only the current set is kept)."""
-        if not self._extra:
+    def tidy(self, now: bool = False) -> None:
+        """Drop the snapshots no replay can need any more: each kept version once the batch
+        that may use it has committed (the driver's watch loop calls it, and it looks at most
+        every :data:`TIDY_S` unless ``now``; nothing once only the current set is kept)."""
+        if not self._dirty or (not now and time.monotonic() - self._tidied < TIDY_S):
             return
-        pending = self.pending_version()
-        self._retain({self.version, *([pending] if pending else [])})
-
-    def _retain(self, keep: set[str]) -> None:
-        """Drop the snapshots no replay can need (neither ``keep`` nor the newest batch's)."""
+        self._tidied = time.monotonic()
+        if self._kept:
+            _, committed = self._progress()
+            self._kept = {v: batch for v, batch in self._kept.items()
+                          if batch > committed and v != self.version}
+        keep = {self.version, *self._kept}
         for name in self.files.names(self.store):
             if name.endswith(".json") and name.removesuffix(".json") not in keep:
                 self.files.delete(f"{self.store}/{name}")
-        self._extra = len(keep) > 1
+        self._dirty = bool(self._kept)
 
 
 _shipped: dict[int, set[str]] = {}

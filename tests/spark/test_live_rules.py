@@ -67,7 +67,7 @@ def test_a_replayed_batch_uses_the_rules_it_was_planned_with(spark, tmp_path):
     folder = tmp_path / "checkpoint" / "rulesets"
     assert len(list(folder.glob("*.json"))) == 2
     assert st.job is not None and st.job.rulesets is not None
-    st.job.rulesets.tidy()
+    st.job.rulesets.tidy(now=True)
     assert [p.stem for p in folder.glob("*.json")] == [st.job.rulesets.version]
     st.stop()
 

@@ -193,3 +193,112 @@ def test_rules_in_a_configmap_volume_are_read_by_their_visible_names(tmp_path):
     loaded = load_rules([folder])  # no duplicate id from the folder being swapped in
     assert [(r.id, r.name, r.file) for r in loaded.rules] == [
         ("a", "a_total", str(folder / "a.yaml"))]
+
+
+def test_a_timer_publishes_a_window_with_the_rules_of_its_last_input(tmp_path, monkeypatch):
+    """A gauge rule added live: its window's final is published by a timer in a task with no
+    rows — maybe on a worker that has only seen the query's first rules. The key remembers the
+    rule set of its last input and the timer uses it, so the window is published whole."""
+    import pyspark
+
+    from l2m.engine import rulesets
+    from l2m.engine.pipeline import RuleTable, routing_option
+    from l2m.engine.rulesets import Versions, routing_file
+    from l2m.state.counters import CounterState
+    from l2m.state.gauges import GaugeState
+    from l2m.state.processor import MetricProcessor
+    from tests.support import tws
+    from tests.unit.test_state_processor import W, _marked, row
+
+    first, _ = load_text("rules:\n  - {id: c, account: a, name: c_total, kind: counter, "
+                         "query: '*', aggregation: count, group_by: [s]}\n")
+    added, _ = load_text("rules:\n  - {id: g, account: a, name: g, kind: gauge, query: '*', "
+                         "aggregation: max, field: v, group_by: [s]}\n")
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / routing_file("v2")).write_text(routing_option(plan_for([*first, *added])))
+    monkeypatch.setattr(pyspark.SparkFiles, "getRootDirectory", staticmethod(lambda: str(files)))
+    monkeypatch.setattr(rulesets, "_selected", (None, None))
+    versions = Versions("v1", routing_option(plan_for(first)))
+    grace, delay = 1_200_000, 120_000
+    store = tws.Store()
+    fn = MetricProcessor(CounterState(RuleTable(versions.option, "counter", versions),
+                                      ttl_ms=128_000),
+                         GaugeState(RuleTable(versions.option, "gauge", versions),
+                                    recheck_ms=60_000, grace_ms=grace, publish_delay_ms=delay))
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    before = W + 60_000 + delay - grace - 1
+    rows = [{**row("g", i, float(i + 1), window=W), "ruleset": "v2"} for i in range(2)]
+    assert [m for m, *_ in _marked(fn, store, (0, W), rows, now=W, watermark=before)] == [
+        None, None]
+    rulesets.select("v1", str(files))  # another task on this worker: the first rules
+    finals = _marked(fn, store, (0, W), now=W + 60_000, watermark=before + 1, timer=True)
+    assert finals == [("final", "g", (("s", "s0"),), 1.0), ("final", "g", (("s", "s1"),), 2.0)]
+
+
+class _Context:
+    def __init__(self) -> None:
+        self.added: list[str] = []
+
+    def addFile(self, path: str) -> None:  # Spark's name
+        self.added.append(Path(path).name)
+
+
+class _Spark:
+    def __init__(self) -> None:
+        self.sparkContext = _Context()
+
+
+def test_a_rule_set_is_kept_while_a_batch_planned_with_it_may_be_replayed(tmp_path):
+    """The source may read the previous version just before a publication: that version is
+    kept until the batch after the newest planned one has committed — across a crash and a
+    restart with other rules too, which ships it again for the replay."""
+    from l2m.config.job import JobConfig
+    from l2m.streaming.rulesets import RulesetPublisher, ruleset_version
+
+    cfg = JobConfig(checkpoint=str(tmp_path / "ck"))
+    query = tmp_path / "ck" / "metrics"
+    offsets, commits = query / "offsets", query / "commits"
+    offsets.mkdir(parents=True)
+    commits.mkdir(parents=True)
+    sets = [load_text(RULE.replace("id: a", f"id: {x}").replace("a_total", f"{x}_total"))[0]
+            for x in "abc"]
+    a, b, c = (ruleset_version(snapshot(r), cfg) for r in sets)
+
+    def batch(n: int, version: str, committed: bool) -> None:
+        (offsets / str(n)).write_text(
+            f'v1\n{{}}\n{{"topic":"logs","partitions":{{"0":{n}}},"ruleset":"{version}"}}')
+        if committed:
+            (commits / str(n)).write_text("v1\n{}")
+
+    def stored() -> set[str]:
+        return {p.stem for p in (tmp_path / "ck" / "rulesets").glob("*.json")}
+
+    first = RulesetPublisher(_Spark(), cfg, "metrics")  # type: ignore[arg-type]
+    first.start(sets[0])
+    batch(0, a, committed=True)
+    first.publish(sets[1])
+    assert stored() == {a, b}  # batch 1 may still be planned with a
+    batch(1, a, committed=False)  # … and it was; then the process dies
+    first.tidy(now=True)
+    assert stored() == {a, b}
+    spark = _Spark()
+    again = RulesetPublisher(spark, cfg, "metrics")  # type: ignore[arg-type]
+    again.start(sets[2])
+    assert stored() == {a, c}  # b: no batch used it
+    assert sorted(spark.sparkContext.added) == sorted([f"l2m-routing-{c}", f"l2m-routing-{a}"])
+    (commits / "1").write_text("v1\n{}")  # the replay committed
+    again.tidy(now=True)
+    assert stored() == {c}
+
+
+def test_a_checkpoint_of_an_older_state_format_takes_rule_changes_only_by_restart(tmp_path):
+    from l2m.config.job import JobConfig
+    from l2m.streaming.rulesets import RulesetPublisher
+
+    rules, _ = load_text(RULE)
+    publisher = RulesetPublisher(_Spark(), JobConfig(checkpoint=str(tmp_path / "ck")),  # type: ignore[arg-type]
+                                 "metrics", live=False)
+    publisher.start(rules)
+    with pytest.raises(RuleSnapshotError, match="need a checkpoint of state format 4"):
+        publisher.publish(load_text(OTHER)[0])
