@@ -65,6 +65,12 @@ class Versions:
             raise RuleSnapshotError(f"rule set {version} was not shipped to this worker "
                                     f"({path} missing)") from None
 
+    def has(self, version: str, files_dir: str | None) -> bool:
+        """Whether this worker can read ``version``: the query's first, or a shipped file."""
+        return version == self.version or (
+            files_dir is not None and os.path.exists(os.path.join(files_dir,
+                                                                  routing_file(version))))
+
     def current(self) -> str:
         """The version the state stage's rows at hand were planned with (:func:`select`)."""
         return _selected[0] or self.version

@@ -319,7 +319,7 @@ class MetricProcessor(StatefulProcessor):
             watermark = timerValues.getCurrentWatermarkInMs()
             with collector_paused():
                 meta = self._meta()
-                select_stored(meta.get("rs"))
+                select_stored(meta.get("rs"), self.gauges.rules)
                 out = self._publish(window, watermark, now, meta)
                 if GaugeState.closed(window, watermark):
                     self._close(shard, window)

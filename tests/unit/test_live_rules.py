@@ -234,6 +234,15 @@ def test_a_timer_publishes_a_window_with_the_rules_of_its_last_input(tmp_path, m
     rulesets.select("v1", str(files))  # another task on this worker: the first rules
     finals = _marked(fn, store, (0, W), now=W + 60_000, watermark=before + 1, timer=True)
     assert finals == [("final", "g", (("s", "s0"),), 1.0), ("final", "g", (("s", "s1"),), 2.0)]
+    # After a restart the key's rule set may be one this process never shipped: the key is
+    # then under the current rules, as a restart makes it — never a failed task.
+    w2 = W + 60_000
+    _marked(fn, store, (0, w2), [{**row("g", 0, 3.0, window=w2), "ruleset": "v2"}],
+            now=W + 1, watermark=before)
+    (files / routing_file("v2")).unlink()
+    rulesets.select("v1", str(files))
+    assert _marked(fn, store, (0, w2), now=W + 120_000, watermark=before + 60_001,
+                   timer=True) == []
 
 
 class _Context:
