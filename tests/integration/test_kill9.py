@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,11 @@ def planned_segments(offsets: Path, t: Any) -> list[tuple[int, int, str, list[by
     return segments
 
 
+def _add(a: float, b: float) -> float:
+    """As the job adds a series' partials: exactly (decimal), rounded once."""
+    return float(Decimal(repr(a)) + Decimal(repr(b)))
+
+
 def segment_by_segment(spark: Any, segments: list[tuple[int, int, str, list[bytes]]],
                        rule_sets: dict[str, Sequence[Rule]], tmp: Path
                        ) -> tuple[list[dict[str, Any]], dict[Any, float]]:
@@ -160,10 +166,10 @@ def segment_by_segment(spark: Any, segments: list[tuple[int, int, str, list[byte
         for sample in backfill_samples(spark, rules, logs, folder) if logs else []:
             k = key(sample)
             gen = generation[sample["rule"]][0]
-            totals[k] = totals.get(k, 0) + sample["value"]
+            totals[k] = _add(totals.get(k, 0), sample["value"])
             before = latest.get(k)
             if before is not None and before["gen"] == gen:
-                sample = {**sample, "value": before["value"] + sample["value"],
+                sample = {**sample, "value": _add(before["value"], sample["value"]),
                           "timestamp": max(before["timestamp"], sample["timestamp"])}
             latest[k] = {**sample, "gen": gen}
     counters = [{k: v for k, v in s.items() if k != "gen"} for s in latest.values()]
