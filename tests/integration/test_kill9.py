@@ -301,7 +301,12 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
                   float(t_) * 1000)): float(v)
                  for name in {k[0] for k in windows}
                  for r in promql(prometheus, f"{name}[1h]") for t_, v in r["values"]}
-    assert published and {k: windows[k] for k in published} == published
+    # A window is published once the newest event time is 2 minutes past its end, by a
+    # batch that brings it logs or by its key's timer (every 60 s of processing time): with
+    # runs killed within 32 s, some seeds end before any window's timer comes round with the
+    # watermark far enough (test_deliver publishes windows deterministically). Whatever was
+    # published holds backfill's value.
+    assert {k: windows[k] for k in published} == published
     assert _rejected(prometheus) == 0
     print(f"delivered: {summary(tally)}; {len(published)} of {len(windows)} gauge windows "
           "published")
