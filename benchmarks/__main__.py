@@ -225,7 +225,9 @@ def live_rule_targets(live: dict[str, Any] | None,
                  "trigger intervals", "goal": "<= 2 (one interval's stall)", "measured": gap,
          "met": None if gap is None else gap <= 2,
          "note": f"peak JVM {live['peak_jvm_rss_mib']} MiB, Python worker "
-                 f"{live['peak_python_worker_rss_mib']} MiB"},
+                 f"{live['peak_python_worker_rss_mib']} MiB; after 1 and 2 round trips: "
+                 + "; ".join(f"{t['jvm']} / {t['python_worker']} MiB"
+                             for t in live.get("rss_after_round_trips_mib", []))},
     ]
 
 
@@ -682,8 +684,13 @@ def live_rules_markdown(r: dict[str, Any] | None,
     for x in r["reloads"]:
         lines.append(f"| {x['reload']} | {x['reload_s']} | {x['longest_gap_s']} | "
                      f"{x['longest_gap_triggers']} |")
+    trips = r.get("rss_after_round_trips_mib") or []
     lines += ["", f"Peak resident memory over the run: JVM {r['peak_jvm_rss_mib']} MiB, "
-                  f"Python worker {r['peak_python_worker_rss_mib']} MiB."
+                  f"Python worker {r['peak_python_worker_rss_mib']} MiB"
+              + ("; after each round trip to "
+                 f"{r['big']:,} rules and back: " + ", then ".join(
+                     f"JVM {t['jvm']} MiB, worker {t['python_worker']} MiB" for t in trips)
+                 if trips else "") + "."
               + (f" A rule change by restart (the roll-out above) pauses every tenant for "
                  f"{rollout['median_gap_s']} s (median)." if rollout else "")]
     return lines

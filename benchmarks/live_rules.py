@@ -12,7 +12,9 @@ Output:
   ``big`` more (the tenant generator's, 10 per account) loaded;
 - each reload's own time (validate, compile, ship), and around the 20 → ``big`` → 20
   reloads the longest gap between two micro-batches' ends, against the trigger;
-- the peak resident memory of the JVM and the Python workers over the whole run."""
+- the peak resident memory of the JVM and the Python workers over the whole run, and their
+  memory after each of two round trips 20 → ``big`` → 20 (growth from one to the next would
+  be a leak per reload)."""
 
 from __future__ import annotations
 
@@ -94,6 +96,7 @@ def run_live_rules(spark: SparkSession, bootstrap: str, workdir: Path, rate: flo
     first = FirstSample(bootstrap, cfg.topics.metrics)
     adds_out: list[dict[str, Any]] = []
     around: list[dict[str, Any]] = []
+    after: list[tuple[float, float]] = []
 
     def add(i: int, loaded_rules: int) -> None:
         written = time.time()
@@ -141,6 +144,11 @@ def run_live_rules(spark: SparkSession, bootstrap: str, workdir: Path, rate: flo
             swap(True)
             add(adds, len(watcher.rules))
             swap(False)
+            # Again: memory after each round trip, to see it does not grow with reloads.
+            after.append(PeakMemory.now())
+            swap(True)
+            swap(False)
+            after.append(PeakMemory.now())
         finally:
             runner.stop()
             watching.join(timeout=120)
@@ -158,4 +166,6 @@ def run_live_rules(spark: SparkSession, bootstrap: str, workdir: Path, rate: flo
                                              if a["rules_loaded"] >= big) if large else None,
             "peak_jvm_rss_mib": round(peak.jvm),
             "peak_python_worker_rss_mib": round(peak.python_worker),
+            "rss_after_round_trips_mib": [{"jvm": round(j), "python_worker": round(w)}
+                                          for j, w in after],
             "batches": len(ends)}

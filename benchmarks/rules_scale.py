@@ -81,6 +81,18 @@ class PeakMemory:
         self._stop.set()
         self._thread.join()
 
+    @staticmethod
+    def now() -> tuple[float, float]:
+        """The resident memory right now: the JVM's, and the largest Python worker's (MiB)."""
+        jvm = worker = 0.0
+        for pid, name in _descendants(os.getpid()):
+            rss = _rss_mib(pid)
+            if name == "java":
+                jvm = max(jvm, rss)
+            elif name.startswith("python"):
+                worker = max(worker, rss)
+        return jvm, worker
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             for pid, name in _descendants(os.getpid()):
