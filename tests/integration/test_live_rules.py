@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ from tests.support.kafka_helpers import (
     latest_samples,
     produce,
 )
+from tests.support.web import post
 
 FIRST = """\
 rules:
@@ -60,15 +60,6 @@ def _metrics(port: int) -> dict[str, float]:
             name, value = line.rsplit(" ", 1)
             out[name] = float(value)
     return out
-
-
-def _post(url: str) -> tuple[int, str]:
-    request = urllib.request.Request(url, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as refused:
-        return refused.code, refused.read().decode()
 
 
 def test_rules_change_while_the_job_runs(spark, broker, tmp_path):
@@ -108,7 +99,7 @@ def test_rules_change_while_the_job_runs(spark, broker, tmp_path):
             (folder / "broken.yaml").write_text(BROKEN)
             _wait("the refusal", lambda: "rules not reloaded" in log.read_text(), log, proc)
             # On demand over HTTP (loopback only): the answer waits for the outcome.
-            status, answer = _post(f"http://127.0.0.1:{port}/-/reload")
+            status, answer = post(f"http://127.0.0.1:{port}/-/reload")
             assert status == 422 and f"{folder / 'broken.yaml'}:2:" in answer, answer
             refused = _metrics(port)
             assert refused["l2m_rules_last_reload_successful"] == 0

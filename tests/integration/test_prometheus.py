@@ -18,6 +18,7 @@ from typing import Any
 from tests.integration.test_streaming import generated
 from tests.support.kafka_helpers import consume_all, fresh_topics, job_yaml, produce
 from tests.support.tools import tool
+from tests.support.web import get
 
 
 def free_port() -> int:
@@ -25,13 +26,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def promql(base: str, query: str) -> list[dict[str, Any]]:

@@ -6,8 +6,6 @@ endpoint's thread counts, and the HTTP endpoint shared with ``l2m run``."""
 from __future__ import annotations
 
 import threading
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +18,7 @@ from l2m.runtime.deliver import EndpointDelivery
 from l2m.runtime.delivermetrics import DeliveryTelemetry, TopLabels
 from l2m.runtime.endpoint import Endpoint
 from l2m.version import __version__
+from tests.support.web import get
 
 
 @dataclass
@@ -164,14 +163,6 @@ def test_snapshots_stay_consistent_while_the_endpoint_thread_counts():
     finally:
         done.set()
         writer.join()
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def test_the_endpoint_serves_delivery_metrics_health_and_readiness():

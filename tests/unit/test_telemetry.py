@@ -16,6 +16,7 @@ from l2m.runtime.endpoint import Endpoint
 from l2m.runtime.sparkstatus import ExecutorLoad
 from l2m.runtime.telemetry import Telemetry, expected_executors
 from l2m.state.tally import InputCount, LateCount, MatchCount, SeriesCount
+from tests.support.web import post
 
 RULES = [Rule(id="a", name="a_total", kind="counter", query="*", aggregation="count"),
          Rule(id="b", name="b", kind="gauge", query="*", aggregation="max", field="x")]
@@ -191,15 +192,6 @@ def test_the_endpoint_serves_metrics_health_and_readiness():
         assert get(f"{base}/nothing")[0] == 404
 
 
-def _post(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="POST"),
-                                    timeout=10) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as refused:
-        return refused.code, refused.read().decode()
-
-
 def test_reload_over_http_answers_with_the_outcome_and_only_where_live_rules_run():
     """``POST /-/reload`` (live rules): the watcher's answer — 200, 422 with the problems;
     404 where nothing reloads (``--once``, ``l2m deliver``)."""
@@ -207,11 +199,11 @@ def test_reload_over_http_answers_with_the_outcome_and_only_where_live_rules_run
     answers = iter([(200, "l2m run: rules reloaded"), (422, "rules/a.yaml:2:9: bad")])
     with Endpoint(t, "127.0.0.1", 0, reload=lambda: next(answers)) as endpoint:
         base = f"http://127.0.0.1:{endpoint.port}"
-        assert _post(f"{base}/-/reload") == (200, "l2m run: rules reloaded\n")
-        assert _post(f"{base}/-/reload") == (422, "rules/a.yaml:2:9: bad\n")
-        assert _post(f"{base}/elsewhere")[0] == 404
+        assert post(f"{base}/-/reload") == (200, "l2m run: rules reloaded\n")
+        assert post(f"{base}/-/reload") == (422, "rules/a.yaml:2:9: bad\n")
+        assert post(f"{base}/elsewhere")[0] == 404
     with Endpoint(t, "127.0.0.1", 0) as endpoint:
-        status, text = _post(f"http://127.0.0.1:{endpoint.port}/-/reload")
+        status, text = post(f"http://127.0.0.1:{endpoint.port}/-/reload")
         assert status == 404 and "live rules are off" in text
 
 
