@@ -13,8 +13,8 @@ Output:
 - each reload's own time (validate, compile, ship), and around the 20 → ``big`` → 20
   reloads the longest gap between two micro-batches' ends, against the trigger;
 - the peak resident memory of the JVM and the Python workers over the whole run, and their
-  memory after each of two round trips 20 → ``big`` → 20 (growth from one to the next would
-  be a leak per reload)."""
+  memory after each of ``round_trips`` round trips 20 → ``big`` → 20 (growth from one to the
+  next would be a leak per reload)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ class FirstSample:
 
 def run_live_rules(spark: SparkSession, bootstrap: str, workdir: Path, rate: float,
                    trigger_ms: int, poll_ms: int, big: int, adds: int = 3,
-                   settle_s: float = 20.0, partitions: int = 4) -> dict[str, Any]:
+                   settle_s: float = 20.0, partitions: int = 4, round_trips: int = 2,
+                   watch_triggers: int = 6) -> dict[str, Any]:
     folder = workdir / f"live-rules-{uuid.uuid4().hex[:6]}"
     folder.mkdir()
     (folder / "rules.yaml").write_text((ROOT / "benchmarks" / "rules.yaml").read_text())
@@ -121,7 +122,7 @@ def run_live_rules(spark: SparkSession, bootstrap: str, workdir: Path, rate: flo
         while watcher.status.version == version and time.time() - started < 300:
             time.sleep(0.1)
         loaded_at = watcher.status.loaded_at
-        time.sleep(6 * trigger_ms / 1000)  # the batches planned with the new set
+        time.sleep(watch_triggers * trigger_ms / 1000)  # the batches planned with the new set
         window = ends[max(0, before - 1):]
         gaps = [b - a for a, b in itertools.pairwise(window)]
         around.append({"reload": f"{rules_before:,} → {len(watcher.rules):,} rules",
@@ -144,11 +145,12 @@ def run_live_rules(spark: SparkSession, bootstrap: str, workdir: Path, rate: flo
             swap(True)
             add(adds, len(watcher.rules))
             swap(False)
+            after.append(PeakMemory.now())
             # Again: memory after each round trip, to see it does not grow with reloads.
-            after.append(PeakMemory.now())
-            swap(True)
-            swap(False)
-            after.append(PeakMemory.now())
+            for _ in range(round_trips - 1):
+                swap(True)
+                swap(False)
+                after.append(PeakMemory.now())
         finally:
             runner.stop()
             watching.join(timeout=120)

@@ -33,7 +33,7 @@ from l2m.defaults import BATCH_ROWS
 from l2m.engine.parse import ParsePlan
 from l2m.engine.partials import PARTIAL_SCHEMA
 from l2m.engine.readtask import ReadTask
-from l2m.engine.rulesets import STREAM_PARTIAL_SCHEMA, StreamTask, Versions
+from l2m.engine.rulesets import STREAM_PARTIAL_SCHEMA, StreamTask, Versions, planned_version
 
 NAME = "l2m-memory"
 
@@ -111,10 +111,8 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"partitions": self._latest}
         if self._latest == {p: int(o) for p, o in start["partitions"].items()}:
             return start
-        ruleset = self.versions.version
-        if self.ruleset_file and Path(self.ruleset_file).exists():
-            ruleset = Path(self.ruleset_file).read_text().strip() or ruleset
-        return {"partitions": self._latest, "ruleset": ruleset}
+        return {"partitions": self._latest,
+                "ruleset": planned_version(self.ruleset_file, self.versions.version)}
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._latest is None else {"partitions": self._latest}

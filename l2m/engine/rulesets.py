@@ -93,10 +93,16 @@ def select(version: str | None, files_dir: str | None) -> None:
         _selected = (version, files_dir)
 
 
-def selected() -> tuple[str | None, str | None]:
-    """The version :func:`select` chose last, and the files folder (None, None: none yet —
-    the query's first rules)."""
-    return _selected
+def planned_version(ruleset_file: str | None, first: str) -> str:
+    """The version a source plans its next batch with: the driver's latest good rule set
+    (``ruleset_file``, written by l2m.streaming.rulesets), else the query's ``first``."""
+    if ruleset_file:
+        try:
+            with open(ruleset_file) as file:
+                return file.read().strip() or first
+        except FileNotFoundError:
+            pass
+    return first
 
 
 def tag(batch: pa.RecordBatch, version: str, places: Mapping[str, int]) -> pa.RecordBatch:

@@ -47,7 +47,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from l2m.engine.partials import PARTIAL_SCHEMA
-from l2m.engine.rulesets import STREAM_PARTIAL_SCHEMA, StreamTask, Versions
+from l2m.engine.rulesets import STREAM_PARTIAL_SCHEMA, StreamTask, Versions, planned_version
 from l2m.errors import DataLossError, KafkaUnavailableError
 from l2m.kafka.consumer import EndProbe, PartitionReader, Records
 from l2m.kafka.deadletters import DeadLetters
@@ -180,15 +180,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def _ruleset(self) -> str | None:
-        """The version new batches are planned with: the driver's latest good rule set
-        (l2m.streaming.rulesets writes the file), else the query's first."""
-        if self.settings.ruleset_file:
-            try:
-                with open(self.settings.ruleset_file) as file:
-                    return file.read().strip() or self.settings.ruleset
-            except FileNotFoundError:
-                pass
-        return self.settings.ruleset
+        """The version new batches are planned with (None: the job has no live rules)."""
+        if self.settings.ruleset is None:
+            return None
+        return planned_version(self.settings.ruleset_file, self.settings.ruleset)
 
     @staticmethod
     def _decode(offset: dict[str, Any]) -> dict[int, int]:

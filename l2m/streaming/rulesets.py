@@ -75,7 +75,6 @@ class RulesetPublisher:
         self.current_file = str(self.local / CURRENT)
         self.version = ""  # the current version
         self.loaded_at = 0.0  # when it was published (s since the epoch)
-        self.first: Versions | None = None  # the query's first rules (inline in its options)
         # Every rule's account (l2m.state.accounts' per-tenant view): the current version's,
         # and a removed rule's last one — its lifetime counts stay its account's, never
         # going backwards.
@@ -110,10 +109,9 @@ class RulesetPublisher:
         if pending is not None and pending != version:
             self.ship_stored(pending)
             self._kept[pending] = planned  # until the replayed batch commits
-        self.first = Versions(version, option)
         self._dirty = True
         self.tidy(now=True)
-        return self.first
+        return Versions(version, option)
 
     def publish(self, rules: Sequence[Rule]) -> str:
         """A new good rule set: new batches are planned with it from now on; its version."""
