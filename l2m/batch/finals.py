@@ -34,11 +34,11 @@ from l2m.engine.admission import (
 )
 from l2m.engine.collector import collector_paused
 from l2m.engine.labels import CUT_RULE
-from l2m.engine.partials import Partial, merge
+from l2m.engine.partials import Partial, merge, partial_rows
 from l2m.engine.pipeline import routing_from_option
-from l2m.engine.samples import is_finite_sample, rule_samples, series_labels
+from l2m.engine.samples import is_finite_sample, rule_samples, series_labels, series_samples
 from l2m.engine.status import STATUS_RULE, status_label
-from l2m.rules.model import Rule
+from l2m.rules.model import Aggregation, Rule
 
 FINAL_SCHEMA = "rank int, sort binary, line binary, rule string, finite boolean, " \
                "tally string, count bigint"
@@ -92,45 +92,59 @@ class Tallies:
         self.counts[(tally, name)] = self.counts.get((tally, name), 0) + count
 
 
-def domain_samples(rows: Iterable[Mapping[str, Any]], rules: Sequence[Rule],
-                   caps: Mapping[str, RuleCaps] | None, tallies: Tallies
-                   ) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
-    """Merged partials of whole domains → (rule rank, sort key, sample) in no particular
-    order, counting the input statuses, cuts, refusals and matches into ``tallies``. With
-    ``caps``, series past a cap go to their rule's overflow series."""
+def domain_samples(rows: Iterable[tuple[str, str, str | None, int | None, Partial]],
+                   rules: Sequence[Rule], caps: Mapping[str, RuleCaps] | None,
+                   tallies: Tallies) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """Merged partials of whole domains, as (rule, series, le, window, partial) → (rule rank,
+    sort key, sample) in no particular order, counting the input statuses, cuts, refusals and
+    matches into ``tallies``. With ``caps``, series past a cap go to their rule's overflow
+    series."""
     by_id = {r.id: r for r in rules}
     rank = {r.id: i for i, r in enumerate(rules)}
     domains: dict[int | None, dict[str, list[tuple[str, str, Partial]]]] = {}
-    for row in rows:
-        rule_id = row["rule"]
+    for rule_id, series, le, window, part in rows:
         if rule_id == STATUS_RULE:
-            tallies.add(STATUS, status_label(row["series"]), row["matches"])
+            tallies.add(STATUS, status_label(series), part.matches)
             continue
         if rule_id == CUT_RULE:
-            tallies.add(CUT, status_label(row["series"]), row["matches"])
+            tallies.add(CUT, status_label(series), part.matches)
             continue
         # "" outside histograms, as the state stage reads partials (frame_partials)
-        domains.setdefault(row["window"], {}).setdefault(rule_id, []).append(
-            (row["series"], row["le"] or "", Partial.from_row(row)))
+        domains.setdefault(window, {}).setdefault(rule_id, []).append((series, le or "", part))
     for window, by_rule in domains.items():
-        families: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Partial]] = {}
         admission = Admission(caps, {}) if caps else None
         for rule_id in sorted(by_rule):
+            rule = by_id[rule_id]
             rows_of = by_rule[rule_id]
-            for name, le, part in redirected(rows_of, {}, admission, rule_id):
-                labels = tuple(series_labels(by_id[rule_id], name))
-                parts_of = families.setdefault((rule_id, labels), {})
-                parts_of[le] = part.merge(parts_of[le]) if le in parts_of else part
+            kept = redirected(rows_of, {}, admission, rule_id)
             if admission is not None:
                 _count_collapsed(admission, rule_id, rows_of)
+            # A series key and its labels are one to one (series_labels), so a family is
+            # keyed by the key; the rows of one (a histogram's buckets, or the series an
+            # overflow series took in) are merged in key order.
+            families: dict[str, dict[str, Partial]] = {}
+            for name, le, part in kept:
+                parts_of = families.setdefault(name, {})
+                parts_of[le] = part.merge(parts_of[le]) if le in parts_of else part
+            matches = 0
+            histogram = rule.aggregation == Aggregation.HISTOGRAM
+            for name, parts in families.items():
+                labels = series_labels(rule, name)
+                if histogram:
+                    parts = dict(sorted(parts.items(), key=lambda kv: _le_order(kv[0])))
+                    matches += sum(p.matches for p in parts.values())
+                    produced = rule_samples(rule, labels, window, parts)
+                else:
+                    part = parts[""]
+                    matches += part.matches
+                    produced = series_samples(rule, labels,
+                                              (part.ts or 0) if window is None else window,
+                                              part)
+                for i, sample in enumerate(produced):
+                    yield rank[rule_id], sort_key(labels, window, i), sample
+            tallies.add(MATCHES, rule_id, matches)
         for (rule_id, limit), (logs, _ts) in (admission.refused if admission else {}).items():
             tallies.add(REFUSED, f"{rule_id} ({limit})", logs)
-        for (rule_id, labels), parts in families.items():
-            rule = by_id[rule_id]
-            parts = dict(sorted(parts.items(), key=lambda kv: _le_order(kv[0])))
-            tallies.add(MATCHES, rule_id, sum(p.matches for p in parts.values()))
-            for i, sample in enumerate(rule_samples(rule, labels, window, parts)):
-                yield rank[rule_id], sort_key(labels, window, i), sample
 
 
 def _le_order(le: str) -> float:
@@ -161,7 +175,7 @@ def final_rows(option: str, capped: Mapping[str, int]
         # Hundreds of thousands of rows, samples and lines, none in a cycle: collecting
         # while they are built took half the stage (benchmarks/README.md).
         with collector_paused():
-            for rank, key, sample in domain_samples(merged.to_pylist(), routing.rules,
+            for rank, key, sample in domain_samples(partial_rows(merged), routing.rules,
                                                     routing.caps, tallies):
                 ranks.append(rank)
                 keys.append(key)

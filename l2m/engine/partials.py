@@ -9,7 +9,7 @@ keeps per series.
 * **One partial in Python** (:class:`Partial`): merge, the sum a sample shows, and the stored
   form the state keeps (:meth:`Partial.dump`, :meth:`Partial.load`).
 * **Readers** of partial rows: a pandas frame (the state stage, :func:`frame_partials`) and a
-  Spark row (backfill, :meth:`Partial.from_row`), both through :func:`_read`.
+  Arrow table (backfill, :func:`partial_rows`), both through :func:`_read`.
 
 Meaning of the columns: ``matches`` — match rows (logs) the partial stands for; ``n`` —
 values counted (logs whose value field is numeric); ``sum`` — their double sum;
@@ -27,7 +27,7 @@ from __future__ import annotations
 import decimal
 import functools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -157,12 +157,6 @@ class Partial:
     max: float | None = None
     ts: int | None = None
 
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Partial:
-        """A partial row as Spark returns it (backfill)."""
-        return _read(row["matches"], row["n"], row["sum"], row["exact_sum"], row["exact_n"],
-                     row["min"], row["max"], row["ts"])
-
     def merge(self, other: Partial) -> Partial:
         exact = None
         if self.exact is not None and other.exact is not None:
@@ -216,6 +210,17 @@ def frame_partials(frame: Any) -> Iterator[tuple[str, str, Partial]]:
     for name, le, matches, n, total, exact, exact_n, lo, hi, ts in zip(*columns, strict=True):
         yield name, le if isinstance(le, str) else "", _read(matches, n, total, exact, exact_n,
                                                               lo, hi, ts)
+
+
+def partial_rows(table: pa.Table) -> Iterator[tuple[str, str, str | None, int | None, Partial]]:
+    """(rule, series, le, window, partial) of each row of an Arrow table of partials
+    (backfill's last stage): column by column, not a dict per row."""
+    columns = [table.column(c).to_pylist() for c in ("rule", "series", "le", "window",
+                                                     "matches", "n", "sum", "exact_sum",
+                                                     "exact_n", "min", "max", "ts")]
+    for rule, name, le, window, matches, n, total, exact, exact_n, lo, hi, ts in zip(
+            *columns, strict=True):
+        yield rule, name, le, window, _read(matches, n, total, exact, exact_n, lo, hi, ts)
 
 
 def _read(matches: Any, n: Any, total: Any, exact: Any, exact_n: Any, lo: Any, hi: Any,
