@@ -199,11 +199,14 @@ def beyond_rule_caps(table: pa.Table, caps: Mapping[str, int]) -> pa.Table:
         return table
     series = table.column("series")
     # An overflow series (a read task's own cut, l2m.batch.backfill) is not a candidate.
-    candidate = pc.and_(pc.is_in(table.column("rule"), pa.array(sorted(caps), pa.string())),
-                        pc.not_equal(series, OVERFLOW_SERIES))
-    distinct = table.filter(candidate).group_by(["rule", "window", "series"],
-                                                use_threads=False).aggregate([])
-    counts = distinct.group_by(["rule", "window"], use_threads=False).aggregate(
+    capped = pc.is_in(table.column("rule"), pa.array(sorted(caps), pa.string()))
+    candidate = pc.and_(capped, pc.not_equal(series, OVERFLOW_SERIES))
+    candidates = table.filter(candidate).select(["rule", "window", "series", "le"])
+    if pc.any(pc.is_valid(candidates.column("le"))).as_py():
+        # A histogram's series has a row per bucket: its names counted once.
+        candidates = candidates.group_by(["rule", "window", "series"],
+                                         use_threads=False).aggregate([])
+    counts = candidates.group_by(["rule", "window"], use_threads=False).aggregate(
         [("series", "count")])
     beyond = None
     for rule, window, count in zip(counts.column("rule").to_pylist(),
@@ -212,16 +215,21 @@ def beyond_rule_caps(table: pa.Table, caps: Mapping[str, int]) -> pa.Table:
         cap = caps[rule]
         if count <= cap:
             continue
-        names = distinct.filter(_group(distinct, rule, window)).column("series")
+        names = candidates.filter(_group(candidates, rule, window)).column("series")
         last = names.take(pc.select_k_unstable(names, cap, [("dummy", "ascending")]))
         group = pc.and_(_group(table, rule, window),
                         pc.and_(candidate, pc.greater(series, pc.max(last))))
         beyond = group if beyond is None else pc.or_(beyond, group)
     if beyond is None:
         return table
-    renamed = pc.if_else(beyond, OVERFLOW_SERIES, series)
+    # Only the refused rows and the overflow series they join are merged (few keys); every
+    # other row is already one per key and passes as it is.
+    joined = pc.or_(beyond, pc.and_(capped, pc.equal(series, OVERFLOW_SERIES)))
     index = table.schema.get_field_index("series")
-    return merge([table.set_column(index, "series", renamed)], unique=False)
+    moved = table.filter(joined)
+    moved = moved.set_column(index, "series",
+                             pa.array([OVERFLOW_SERIES] * moved.num_rows, pa.string()))
+    return pa.concat_tables([table.filter(pc.invert(joined)), merge([moved], unique=False)])
 
 
 def _group(table: pa.Table, rule: str, window: int | None) -> pa.ChunkedArray:

@@ -170,7 +170,7 @@ def _reference_beyond(table, caps):
                                    pa.array(renamed, pa.string()))], unique=False)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
 def test_beyond_rule_caps_in_arrow_decides_as_the_row_by_row_reference(seed):
     import random
 
@@ -187,6 +187,8 @@ def test_beyond_rule_caps_in_arrow_decides_as_the_row_by_row_reference(seed):
                          "exact_n": 1, "min": 1.0, "max": 1.0, "ts": rng.randrange(1000)})
     table = merge([pa.Table.from_pylist(rows, PARTIAL_ARROW)], unique=False)
     caps = {"a": 5, "b": 30, "g": rng.choice([1, 3, 50])}
+    if seed > 4:  # no capped histogram: names are not counted by a group_by first
+        del caps["g"]
 
     def ordered(t):
         return sorted(t.to_pylist(), key=lambda r: (r["rule"], r["window"] or -1, r["series"],
