@@ -56,9 +56,21 @@ INTERNAL_RULES = {STATUS_RULE: INPUT_RULE, CUT_RULE: CUT_COUNT_RULE,
                   REFUSED_RULE: REFUSED_COUNT_RULE}
 
 
+# Signatures by rule object: the state stage compares one per touched rule per call.
+_SIGNATURES: dict[int, tuple[Rule, list[Any]]] = {}
+
+
 def signature(rule: Rule) -> list[Any]:
-    """What makes accumulated values meaningful: when it changes, a series restarts."""
-    return [rule.aggregation, rule.field, list(rule.bucket_labels), list(rule.group_by)]
+    """What makes accumulated values meaningful: when it changes, a series restarts. (The
+    same list for the same rule object: not to be changed by callers.)"""
+    found = _SIGNATURES.get(id(rule))
+    if found is not None and found[0] is rule:
+        return found[1]
+    if len(_SIGNATURES) > 400_000:  # rule sets replaced many times over
+        _SIGNATURES.clear()
+    sig = [rule.aggregation, rule.field, list(rule.bucket_labels), list(rule.group_by)]
+    _SIGNATURES[id(rule)] = (rule, sig)
+    return sig
 
 
 @dataclass

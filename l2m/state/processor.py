@@ -109,6 +109,13 @@ def _live(last_seen: int, since: int) -> bool:
     return last_seen >= since
 
 
+def _plain(table: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A rule table of the version at hand as a plain mapping (a RoutingTable's ``now()``):
+    hot loops look rules up hundreds of thousands of times a call."""
+    now = getattr(table, "now", None)
+    return now() if now is not None else table
+
+
 def _dump(value: Any) -> tuple[bytes]:
     return (orjson.dumps(value),)
 
@@ -284,7 +291,9 @@ class MetricProcessor(StatefulProcessor):
         self.reduction = reduction
         self.caps = caps
         self.activity = activity
+        self._caps: Mapping[str, RuleCaps] | None = None  # the call's (plain: _plain)
         self._accounts: dict[str, list[str]] | None = None
+        self._accounts_of: Mapping[str, RuleCaps] | None = None  # the caps they came from
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         ttl = self.counters.ttl_ms
@@ -305,6 +314,7 @@ class MetricProcessor(StatefulProcessor):
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         shard, window = int(key[0]), int(key[1])
         frames = counted(versioned(rows), self.reduction)
+        self._caps = _plain(self.caps)  # the rows have selected their rule set
         with collector_paused():
             if window == CUMULATIVE:
                 return self._counter_key(shard, frames, timerValues)
@@ -339,36 +349,37 @@ class MetricProcessor(StatefulProcessor):
 
     def _account_rules(self) -> dict[str, list[str]]:
         """Each account's current rules (what its account and metric counts sum over)."""
-        if self._accounts is None:
+        if self._accounts is None or self._accounts_of is not self._caps:
+            # Per rule set: a rule added live counts in its account's sums.
             accounts: dict[str, list[str]] = {}
-            for rule_id, caps in (self.caps or {}).items():
+            for rule_id, caps in (self._caps or {}).items():
                 if caps.account_name is not None:
                     accounts.setdefault(caps.account_name, []).append(rule_id)
-            self._accounts = accounts
+            self._accounts, self._accounts_of = accounts, self._caps
         return self._accounts
 
     def _admission(self, new: Iterable[str], book: _Rules,
                    rules: Mapping[str, Rule]) -> Admission | None:
         """The caps of one domain for rules that bring new series (``new``): the live series
         of each, and of every current rule of their accounts."""
-        if self.caps is None:
+        if self._caps is None:
             return None
         counted_rules: set[str] = set()
         for rule_id in new:
-            caps = self.caps.get(rule_id)
+            caps = self._caps.get(rule_id)
             if caps is None:
                 continue
             counted_rules.add(rule_id)
             if caps.account_name is not None:
                 counted_rules.update(self._account_rules().get(caps.account_name, ()))
         book.prefetch(r for r in counted_rules if r in rules)
-        return Admission(self.caps, {r: book.live(r, rules.get(r))
+        return Admission(self._caps, {r: book.live(r, rules.get(r))
                                      for r in sorted(counted_rules) if r in rules})
 
     def _listed(self, rule_id: str) -> bool:
         """Whether the rule's entry lists its series: a per-rule cap, and one small enough
         that the list stays small (:data:`LISTED_CAP`)."""
-        caps = (self.caps or {}).get(rule_id)
+        caps = (self._caps or {}).get(rule_id)
         return caps is not None and 0 < caps.rule <= LISTED_CAP
 
     def _lookup(self, state: Any, book: _Rules, rule_id: str, names: set[str], gen: int,
@@ -444,6 +455,7 @@ class MetricProcessor(StatefulProcessor):
         gens: dict[str, int] = {}
         new: list[str] = []
         internal = set(internal)
+        rules = _plain(rules) or {}
         book.prefetch(r for r in rows if r in rules)
         for rule_id in sorted(rows):
             names = {name for name, _le, _p in rows[rule_id]}

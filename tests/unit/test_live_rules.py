@@ -311,3 +311,49 @@ def test_a_checkpoint_of_an_older_state_format_takes_rule_changes_only_by_restar
     publisher.start(rules)
     with pytest.raises(RuleSnapshotError, match="need a checkpoint of state format 4"):
         publisher.publish(load_text(OTHER)[0])
+
+
+def test_an_accounts_cap_counts_the_series_of_rules_added_live(tmp_path, monkeypatch):
+    """A rule added live counts in its account's series: a third rule's new series are
+    refused once the account's cap is full with the first rule's and the second's, both of
+    them rules the job did not start with being among them."""
+    import pyspark
+
+    from l2m.engine import rulesets
+    from l2m.engine.pipeline import CapsTable, RuleTable, routing_option
+    from l2m.engine.rulesets import Versions, routing_file
+    from l2m.limits import Limits, SeriesLimits
+    from l2m.state.counters import CounterState
+    from l2m.state.function import CUMULATIVE
+    from l2m.state.gauges import GaugeState
+    from l2m.state.processor import MetricProcessor
+    from tests.support import tws
+    from tests.unit.test_state_processor import W, _marked, row
+
+    def rule(x: str) -> str:
+        return (f"  - {{id: {x}, account: a, name: {x}_total, kind: counter, query: '*', "
+                "aggregation: count, group_by: [s]}\n")
+
+    first, _ = load_text("rules:\n" + rule("p"))
+    later, _ = load_text("rules:\n" + rule("p") + rule("q") + rule("r"))
+    limits = Limits(series=SeriesLimits(per_rule=0, per_metric=0, per_account=5))
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / routing_file("v2")).write_text(routing_option(plan_for(later, limits=limits)))
+    monkeypatch.setattr(pyspark.SparkFiles, "getRootDirectory", staticmethod(lambda: str(files)))
+    monkeypatch.setattr(rulesets, "_selected", (None, None))
+    versions = Versions("v1", routing_option(plan_for(first, limits=limits)))
+    store = tws.Store()
+    fn = MetricProcessor(CounterState(RuleTable(versions.option, "counter", versions),
+                                      ttl_ms=128_000),
+                         GaugeState(RuleTable(versions.option, "gauge", versions)),
+                         caps=CapsTable(versions.option, versions))
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    key = (0, CUMULATIVE)
+    _marked(fn, store, key, [{**row("p", i), "ruleset": "v1"} for i in range(3)], now=W)
+    _marked(fn, store, key, [{**row("q", i), "ruleset": "v2"} for i in range(2)], now=W + 1)
+    out = _marked(fn, store, key, [{**row("r", i), "ruleset": "v2"} for i in range(2)],
+                  now=W + 2)
+    # p's 3 and q's 2 fill the account: r's two new series go to its overflow series
+    assert [(rule_id, labels) for _m, rule_id, labels, _v in out if rule_id == "r"] == [
+        ("r", (("l2m_overflow", "true"),))]
