@@ -10,15 +10,17 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import pandas as pd
 
 from l2m.engine.admission import OVERFLOW_SERIES
 from l2m.engine.partials import Partial, nonfinite_text
 from l2m.limits import OVERFLOW_LABEL
 from l2m.rules.model import Rule
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The Kafka record header that marks a sample for remote write (docs/prometheus.md): a gauge
 # window's value once the window is published (FINAL: what remote write sends) or an update
@@ -145,6 +147,11 @@ def samples_frame(samples: list[dict[str, Any]], batch_ms: int,
     gauge window's ``mark`` (:data:`FINAL`, :data:`CORRECTION` or None), its record's
     :data:`MARK_HEADER` (docs/prometheus.md)."""
     marks = [s.pop(MARK_KEY, mark) for s in samples]  # a sample's own mark, else the call's
+    # Imported here: the Kafka sink imports this module for MARK_HEADER, and Spark unpickles
+    # the sink in short-lived Python processes on the driver (writer set-up, each commit),
+    # where pandas (0.2 s) is never used.
+    import pandas as pd
+
     return pd.DataFrame({"key": [series_key(s).decode() for s in samples],
                          "value": [orjson.dumps(s).decode() for s in samples],
                          "time": pd.Series([batch_ms] * len(samples), dtype="int64"),
