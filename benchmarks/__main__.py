@@ -782,8 +782,11 @@ def issue21_markdown(r: dict[str, Any]) -> list[str]:
                       f"{card['cardinality_rules']['seconds']} s with the unique-id rules "
                       f"(default caps; {card['cardinality_rules']['refused_logs']:,} logs into "
                       f"overflow series), {card['example_rules']['seconds']} s with the "
-                      f"example rules alone; peak JVM {card['peak_jvm_rss_mib']} MiB, Python "
-                      f"worker {card['peak_python_worker_rss_mib']} MiB."]
+                      f"example rules alone (each the faster of two runs, alternating: "
+                      f"{card['cardinality_rules'].get('runs_s')} and "
+                      f"{card['example_rules'].get('runs_s')} s); peak JVM "
+                      f"{card['peak_jvm_rss_mib']} MiB, Python worker "
+                      f"{card['peak_python_worker_rss_mib']} MiB."]
     once = r.get("once")
     if once:
         lines += ["", f"`l2m run --once` of {once['records']:,} logs over {once['partitions']} "
