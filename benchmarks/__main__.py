@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -877,6 +878,8 @@ def render_only(out: Path, quick: bool) -> int:
 
 # Issue 21's scenarios, each also runnable alone (``--only``) into an existing result.
 ISSUE21 = ("state", "expiry", "rules_100k", "cardinality_backfill", "once")
+# Scenarios run as their own processes, with the profile's session stopped.
+ALONE = ("cardinality_backfill", "once")
 # What --only can re-run: the drains (with the machine's limit they are compared with), the
 # rules by the thousand, and issue 21's scenarios.
 ONLY = ("drain", "rules", "remote_write", "live_rules", *ISSUE21)
@@ -892,10 +895,11 @@ def ceiling(bootstrap: str, profile: dict[str, Any]) -> dict[str, Any]:
 
 def run_issue21(spark: SparkSession | None, bootstrap: str, profile: dict[str, Any],
                 workdir: Path, names: tuple[str, ...]) -> dict[str, Any]:
-    """The named issue 21 scenarios; ``spark`` (a warm session) for all but ``once``, which
-    runs ``l2m run --once`` as its own process (start it with the session stopped)."""
+    """The named issue 21 scenarios; ``spark`` (a warm session) for all but :data:`ALONE`,
+    which run as their own processes (start them with the session stopped): ``l2m run
+    --once``, and the backfills in a session started as ``l2m backfill`` starts one."""
     # Here, not at the top: benchmarks.cardinality takes machine() from this module.
-    from benchmarks.cardinality import run_cardinality_backfill, run_expiry, run_state_scale
+    from benchmarks.cardinality import run_expiry, run_state_scale
 
     out: dict[str, Any] = {}
     if "state" in names and spark is not None:
@@ -912,9 +916,14 @@ def run_issue21(spark: SparkSession | None, bootstrap: str, profile: dict[str, A
     if "rules_100k" in names and spark is not None:
         out["rules_100k"] = run_rule_scale(spark, bootstrap, workdir, profile["rules_100k"],
                                            profile)
-    if "cardinality_backfill" in names and spark is not None:
-        out["cardinality_backfill"] = run_cardinality_backfill(
-            spark, workdir, profile["cardinality_backfill"]["logs"])
+    if "cardinality_backfill" in names and spark is None:
+        # Its own process: a session started as `l2m backfill` starts one (its JIT differs
+        # from the streaming session's, l2m.runtime.session.BATCH_JIT).
+        path = workdir / "cardinality-backfill.json"
+        subprocess.run([sys.executable, "-m", "benchmarks.cardinality", "--logs",
+                        str(profile["cardinality_backfill"]["logs"]), "--backfill-json",
+                        str(path)], check=True, timeout=3600)
+        out["cardinality_backfill"] = json.loads(path.read_text())
     if "once" in names and spark is None:
         spec = profile["once"]
         # The ceiling it is compared with, measured just before and just after it on the
@@ -1008,7 +1017,8 @@ def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
         if "drain" in names:
             result["limit"] = measure_limit(broker.bootstrap, profile)
         in_session = tuple(n for n in names
-                           if n not in ("once", "rules", "drain", "remote_write", "live_rules"))
+                           if n not in (*ALONE, "rules", "drain", "remote_write",
+                                        "live_rules"))
         found: dict[str, Any] = {}
         if in_session or {"rules", "drain", "remote_write", "live_rules"} & set(names):
             spark = session_for(JobConfig(master="local[2]",
@@ -1033,8 +1043,9 @@ def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
             if "live_rules" in names:
                 result["live_rules"] = run_live(spark, broker.bootstrap, profile, Path(tmp))
             spark.stop()
-        if "once" in names:
-            found.update(run_issue21(None, broker.bootstrap, profile, Path(tmp), ("once",)))
+        alone = tuple(n for n in ALONE if n in names)
+        if alone:
+            found.update(run_issue21(None, broker.bootstrap, profile, Path(tmp), alone))
     result.setdefault("issue21", {}).update(found)
     result.setdefault("only_runs", []).append(
         {"scenarios": list(names), "seconds": round(time.monotonic() - started, 1),
@@ -1101,11 +1112,11 @@ def main(argv: list[str] | None = None) -> int:
         rule_scale = run_rule_scale(spark, broker.bootstrap, Path(tmp), profile["rules"],
                                     profile)
         issue21 = run_issue21(spark, broker.bootstrap, profile, Path(tmp),
-                              tuple(n for n in ISSUE21 if n != "once"))
+                              tuple(n for n in ISSUE21 if n not in ALONE))
         remote_write = run_remote_write(spark, broker.bootstrap, profile, rules, Path(tmp))
         live_rules = run_live(spark, broker.bootstrap, profile, Path(tmp))
         spark.stop()  # the peer and the roll-outs get the cores to themselves
-        issue21.update(run_issue21(None, broker.bootstrap, profile, Path(tmp), ("once",)))
+        issue21.update(run_issue21(None, broker.bootstrap, profile, Path(tmp), ALONE))
         rollout = run_rollout(broker.bootstrap, Path(tmp), rollouts=profile["rollouts"])
         rollout.pop("log")
         print(f"roll-out: median gap {rollout['median_gap_s']} s, phases "

@@ -428,7 +428,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="the job's counter_ttl; with it, probes after the TTL has passed")
     ap.add_argument("--no-backfill", action="store_true", help="streaming only")
     ap.add_argument("--name", default=None, help="result file name (default: by caps)")
+    ap.add_argument("--backfill-json", default=None, metavar="PATH",
+                    help="only the backfill comparison (issue 21, deliverable 4) in a session "
+                         "as `l2m backfill` starts it, its result written to PATH")
     args = ap.parse_args(argv)
+    if args.backfill_json:
+        return backfill_only(args.logs, Path(args.backfill_json))
     limits = (LimitsConfig(max_series_per_rule=0, max_series_per_metric=0,
                            max_series_per_account=0) if args.uncapped else LimitsConfig())
     if args.quick:
@@ -525,6 +530,21 @@ def summarise_state(steps: list[dict[str, Any]], logs: int, burst: int,
         "restart_first_sample_s": restart["first_sample_s"] if restart else None,
         "steps": steps,
     }
+
+
+def backfill_only(logs: int, out: Path) -> int:
+    """:func:`run_cardinality_backfill` in its own session, started as ``l2m backfill``
+    starts one (the batch job's JIT, l2m.runtime.session.BATCH_JIT), not the streaming
+    session the other scenarios share."""
+    from l2m.runtime.session import BATCH_JIT, build_session
+
+    spark = build_session("local[2]", "l2m-backfill", {"spark.sql.shuffle.partitions": "2"},
+                          jit=BATCH_JIT)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run_cardinality_backfill(spark, Path(tmp), logs)
+    spark.stop()
+    out.write_text(json.dumps(result, indent=2))
+    return 0
 
 
 def run_expiry(spark: SparkSession, bootstrap: str, workdir: Path, logs: int, burst: int,

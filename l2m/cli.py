@@ -149,11 +149,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     query, tenancy, ts_field, label_limit, limits = _backfill_settings(args)
     ruleset = _rules(args.rules, query, tenancy, limits)
     from l2m.batch.backfill import check_label_limit, check_paths, run_backfill
-    from l2m.runtime.session import build_session, stop_at_exit
+    from l2m.runtime.session import BATCH_JIT, build_session, stop_at_exit
 
     check_paths(args.input, args.output)
     check_label_limit(label_limit)
-    spark = build_session(args.master, "l2m-backfill")
+    spark = build_session(args.master, "l2m-backfill", jit=BATCH_JIT)
     try:
         summary = run_backfill(spark, ruleset.rules, args.input, args.output,
                                ts_field, progress=not args.quiet,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tests.integration.test_streaming import generated
 from tests.support.kafka_helpers import consume_all, fresh_topics, job_yaml, latest_samples, produce
+from tests.support.tools import l2m_run, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +46,6 @@ def test_ctrl_c_finishes_the_batch_and_stops_quietly(broker, tmp_path):
     """Ctrl-C as a terminal sends it (SIGINT to the process group) once the query runs: the
     runner's graceful stop, not pyspark's SIGINT handler, which the SparkContext installs
     over it (that one cancels every job: a traceback and no final batch)."""
-    import os
     import signal
     import time
 
@@ -53,20 +53,12 @@ def test_ctrl_c_finishes_the_batch_and_stops_quietly(broker, tmp_path):
     produce(t.bootstrap, t.topics.logs, generated(200, seed=43), t.partitions)
     config = job_yaml(t, tmp_path, "trigger: 1 second")
     log = tmp_path / "stderr.txt"
-    with log.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "l2m.cli", "run", "--config",
-                                 str(config)], stderr=err, stdout=subprocess.DEVNULL,
-                                start_new_session=True)
-        try:
-            deadline = time.monotonic() + 180
-            while "batch     0" not in log.read_text() and time.monotonic() < deadline:
-                assert proc.poll() is None, log.read_text()[-3000:]
-                time.sleep(0.5)
-            os.killpg(proc.pid, signal.SIGINT)
-            code = proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+    with l2m_run(config, log) as proc:
+        deadline = time.monotonic() + 180
+        while "batch     0" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.5)
+        code = stop(proc, signal.SIGINT)
     text = log.read_text()
     assert code == 0, text[-3000:]
     assert "l2m: SIGINT received, finishing the current batch" in text

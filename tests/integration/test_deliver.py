@@ -5,17 +5,14 @@ lose nothing else (issue 22)."""
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +28,7 @@ from tests.integration.test_prometheus import promql, wait_for
 from tests.integration.test_streaming import backfill_samples, generated, run_once
 from tests.support.kafka_helpers import fresh_topics, job_config, job_yaml, produce
 from tests.support.rulesets import COUNTER_RULES
+from tests.support.web import serving
 
 MIN = 60_000
 
@@ -78,17 +76,6 @@ def _increase(base: str, sample: dict[str, Any], at: float) -> list[float]:
     # increase() drops the metric name: match the other labels exactly.
     return [float(r["value"][1]) for r in found
             if r["metric"] == {k: v for k, v in labels.items() if k != "__name__"}]
-
-
-@contextlib.contextmanager
-def _receiver(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    """A local receiver answering with ``handler`` while the block runs: its push URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/api/v1/write"
-    finally:
-        server.shutdown()
 
 
 def _run_and_deliver(spark: Any, t: Any, cfg: Any, rules: Any, lines: list[bytes],
@@ -212,7 +199,8 @@ def test_a_receiver_down_for_a_while_loses_nothing(spark, broker, prometheus, tm
     handler = type("Flaky", (_Flaky,), {"failures": 6, "seen": 0,
                                         "target": f"{prometheus}/api/v1/write"})
     lines = generated(500, seed=32)
-    with _receiver(handler) as url:
+    with serving(handler) as base:
+        url = f"{base}/api/v1/write"
         cfg = replace(job_config(t, tmp_path), remote_write=_endpoint(url))
         tally = _run_and_deliver(spark, t, cfg, rules, lines)
     assert handler.seen > 6 and tally.refused == {} and tally.sent > 0
@@ -288,7 +276,8 @@ def test_a_kill_9_of_delivery_loses_nothing_and_re_sends_identical_samples(
                                       "target": f"{prometheus}/api/v1/write"})
     lines = generated(600, seed=35)
     produce(t.bootstrap, t.topics.logs, lines, t.partitions)
-    with _receiver(handler) as url:
+    with serving(handler) as base:
+        url = f"{base}/api/v1/write"
         config = job_yaml(t, tmp_path, f"rules: [{rules_file}]",
                           f'remote_write: {{poll: 200 ms, endpoints: [{{url: "{url}", name: '
                           "prom, tenant_header: null, max_samples_per_send: 4}]}")
@@ -338,7 +327,8 @@ def test_a_tenant_refused_with_400_does_not_stop_the_others(spark, broker, prome
     handler = type("Refuses", (_RefusesTenant,), {"failures": 0, "seen": 0, "refused": "globex",
                                                   "target": f"{prometheus}/api/v1/write"})
     lines = generated(300, seed=36)
-    with _receiver(handler) as url:
+    with serving(handler) as base:
+        url = f"{base}/api/v1/write"
         cfg = replace(job_config(t, tmp_path), remote_write=RemoteWriteConfig(
             endpoints=(RemoteWriteEndpoint(url=url, name="mimir", max_samples_per_send=3),),
             poll_ms=200))

@@ -26,6 +26,7 @@ from l2m.remotewrite.outbox import Tally
 from l2m.runtime.deliver import deliver
 from tests.integration.test_prometheus import free_port, get, wait_for
 from tests.support.kafka_helpers import fresh_topics, job_config
+from tests.support.web import serving
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -60,13 +61,8 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def receiver() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Receiver) as base:
+        yield base
 
 
 def _sample(kind: str, account: str | None, rule: str, **labels: str) -> bytes:

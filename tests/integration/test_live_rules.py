@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from tests.support.kafka_helpers import (
     latest_samples,
     produce,
 )
+from tests.support.tools import l2m_run, stop
 from tests.support.web import post
 
 FIRST = """\
@@ -77,50 +77,42 @@ def test_rules_change_while_the_job_runs(spark, broker, tmp_path):
         samples = latest_samples(consume_all(t.bootstrap, t.topics.metrics))
         return sum(s["value"] for s in samples if s["rule"] == rule)
 
-    with log.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "l2m.cli", "run", "--config",
-                                 str(config)], stderr=err, stdout=subprocess.DEVNULL,
-                                start_new_session=True)
-        try:
-            produce(t.bootstrap, t.topics.logs, segments[0], t.partitions)
-            _wait("the first segment counted", lambda: total("all") == 300, log, proc)
-            before = _metrics(port)
-            assert before["l2m_rules_reloads_total{result=\"success\"}"] == 0
+    with l2m_run(config, log) as proc:
+        produce(t.bootstrap, t.topics.logs, segments[0], t.partitions)
+        _wait("the first segment counted", lambda: total("all") == 300, log, proc)
+        before = _metrics(port)
+        assert before["l2m_rules_reloads_total{result=\"success\"}"] == 0
 
-            # Added while running: it counts from the next batch, the job never stops.
-            (folder / "added.yaml").write_text(ADDED)
-            _wait("the reload", lambda: "rules reloaded: 2 rules" in log.read_text(), log,
-                  proc)
-            produce(t.bootstrap, t.topics.logs, segments[1], t.partitions)
-            _wait("the second segment counted", lambda: total("all") == 600, log, proc)
+        # Added while running: it counts from the next batch, the job never stops.
+        (folder / "added.yaml").write_text(ADDED)
+        _wait("the reload", lambda: "rules reloaded: 2 rules" in log.read_text(), log,
+              proc)
+        produce(t.bootstrap, t.topics.logs, segments[1], t.partitions)
+        _wait("the second segment counted", lambda: total("all") == 600, log, proc)
 
-            # A set that does not validate is refused whole, with its position; the job goes
-            # on with the last good set.
-            (folder / "broken.yaml").write_text(BROKEN)
-            _wait("the refusal", lambda: "rules not reloaded" in log.read_text(), log, proc)
-            # On demand over HTTP (loopback only): the answer waits for the outcome.
-            status, answer = post(f"http://127.0.0.1:{port}/-/reload")
-            assert status == 422 and f"{folder / 'broken.yaml'}:2:" in answer, answer
-            refused = _metrics(port)
-            assert refused["l2m_rules_last_reload_successful"] == 0
-            assert refused["l2m_rules_reloads_total{result=\"failure\"}"] == 2
-            produce(t.bootstrap, t.topics.logs, segments[2], t.partitions)
-            _wait("the third segment counted", lambda: total("all") == 900, log, proc)
+        # A set that does not validate is refused whole, with its position; the job goes
+        # on with the last good set.
+        (folder / "broken.yaml").write_text(BROKEN)
+        _wait("the refusal", lambda: "rules not reloaded" in log.read_text(), log, proc)
+        # On demand over HTTP (loopback only): the answer waits for the outcome.
+        status, answer = post(f"http://127.0.0.1:{port}/-/reload")
+        assert status == 422 and f"{folder / 'broken.yaml'}:2:" in answer, answer
+        refused = _metrics(port)
+        assert refused["l2m_rules_last_reload_successful"] == 0
+        assert refused["l2m_rules_reloads_total{result=\"failure\"}"] == 2
+        produce(t.bootstrap, t.topics.logs, segments[2], t.partitions)
+        _wait("the third segment counted", lambda: total("all") == 900, log, proc)
 
-            # Mended: good again — the set that runs (its version unchanged). SIGHUP reloads
-            # on demand, files changed or not.
-            (folder / "broken.yaml").unlink()
-            _wait("the mended reload", lambda: log.read_text().count("(unchanged)") == 1,
-                  log, proc)
-            os.kill(proc.pid, signal.SIGHUP)
-            _wait("the SIGHUP reload", lambda: log.read_text().count("(unchanged)") == 2, log,
-                  proc)
-            after = _metrics(port)
-            os.killpg(proc.pid, signal.SIGTERM)
-            code = proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        # Mended: good again — the set that runs (its version unchanged). SIGHUP reloads
+        # on demand, files changed or not.
+        (folder / "broken.yaml").unlink()
+        _wait("the mended reload", lambda: log.read_text().count("(unchanged)") == 1,
+              log, proc)
+        os.kill(proc.pid, signal.SIGHUP)
+        _wait("the SIGHUP reload", lambda: log.read_text().count("(unchanged)") == 2, log,
+              proc)
+        after = _metrics(port)
+        code = stop(proc)
     text = log.read_text()
     assert code == 0, text[-3000:]
     assert f"{folder / 'broken.yaml'}:2:" in text  # the refused rule's position
@@ -135,20 +127,12 @@ def test_rules_change_while_the_job_runs(spark, broker, tmp_path):
     # keeps (a bad change never takes the shared job down), says so, and counts the refusal.
     (folder / "broken.yaml").write_text(BROKEN)
     restarted = tmp_path / "restart.txt"
-    with restarted.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "l2m.cli", "run", "--config",
-                                 str(config)], stderr=err, stdout=subprocess.DEVNULL,
-                                start_new_session=True)
-        try:
-            extra = generated(100, seed=54)
-            produce(t.bootstrap, t.topics.logs, extra, t.partitions)
-            _wait("the fourth segment counted", lambda: total("all") == 1000, restarted, proc)
-            kept = _metrics(port)
-            os.killpg(proc.pid, signal.SIGTERM)
-            assert proc.wait(timeout=120) == 0
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+    with l2m_run(config, restarted) as proc:
+        extra = generated(100, seed=54)
+        produce(t.bootstrap, t.topics.logs, extra, t.partitions)
+        _wait("the fourth segment counted", lambda: total("all") == 1000, restarted, proc)
+        kept = _metrics(port)
+        assert stop(proc) == 0
     text = restarted.read_text()
     assert "starting with the last good rule set, version" in text, text[-3000:]
     assert f"{folder / 'broken.yaml'}:2:" in text

@@ -1,10 +1,28 @@
 """Plain HTTP calls the tests make to l2m's and Prometheus' endpoints: the status and body,
-an error status included (never raised)."""
+an error status included (never raised); and a local HTTP server standing in for a
+remote-write receiver."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A server on a free loopback port answering with ``handler`` while the block runs: its
+    base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def get(url: str) -> tuple[int, str]:

@@ -115,12 +115,19 @@ def _later() -> None:
     time.sleep(0.01)  # past the watcher's poll interval
 
 
-def test_the_watcher_publishes_a_changed_set_and_nothing_when_nothing_changed(tmp_path):
+@pytest.fixture
+def watched(tmp_path: Path) -> tuple[Path, io.StringIO, _Publisher, RuleWatcher]:
+    """A rule folder holding rule a, and a watcher on it: (folder, its output, the job's
+    stand-in publisher, the watcher)."""
     folder = tmp_path / "rules"
     folder.mkdir()
     (folder / "a.yaml").write_text(RULE)
-    out, publisher = io.StringIO(), _Publisher()
-    watcher = _watcher(folder, out)
+    out = io.StringIO()
+    return folder, out, _Publisher(), _watcher(folder, out)
+
+
+def test_the_watcher_publishes_a_changed_set_and_nothing_when_nothing_changed(watched):
+    folder, out, publisher, watcher = watched
     assert watcher.check(publisher) is None and publisher.published == []
     (folder / "b.yaml").write_text(OTHER)
     _later()
@@ -132,12 +139,8 @@ def test_the_watcher_publishes_a_changed_set_and_nothing_when_nothing_changed(tm
     assert watcher.check(publisher) is None  # seen: nothing to do
 
 
-def test_the_watcher_refuses_a_set_that_does_not_validate_whole(tmp_path):
-    folder = tmp_path / "rules"
-    folder.mkdir()
-    (folder / "a.yaml").write_text(RULE)
-    out, publisher = io.StringIO(), _Publisher()
-    watcher = _watcher(folder, out)
+def test_the_watcher_refuses_a_set_that_does_not_validate_whole(watched):
+    folder, out, publisher, watcher = watched
     running = watcher.status.version
     (folder / "b.yaml").write_text(OTHER.replace('"*"', '"level:(error"'))
     _later()
