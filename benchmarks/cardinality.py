@@ -471,9 +471,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
@@ -592,3 +589,7 @@ def run_cardinality_backfill(spark: SparkSession, workdir: Path, logs: int) -> d
     out["ratio"] = round(out["cardinality_rules"]["seconds"] / out["example_rules"]["seconds"], 2)
     path.unlink()
     return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
