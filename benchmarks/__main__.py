@@ -920,9 +920,10 @@ def run_issue21(spark: SparkSession | None, bootstrap: str, profile: dict[str, A
         # Its own process: a session started as `l2m backfill` starts one (its JIT differs
         # from the streaming session's, l2m.runtime.session.BATCH_JIT).
         path = workdir / "cardinality-backfill.json"
+        # From the source tree (benchmarks/ is not installed; `l2m bench` runs anywhere).
         subprocess.run([sys.executable, "-m", "benchmarks.cardinality", "--logs",
                         str(profile["cardinality_backfill"]["logs"]), "--backfill-json",
-                        str(path)], check=True, timeout=3600)
+                        str(path)], check=True, timeout=3600, cwd=ROOT)
         out["cardinality_backfill"] = json.loads(path.read_text())
     if "once" in names and spark is None:
         spec = profile["once"]
