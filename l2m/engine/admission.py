@@ -228,7 +228,7 @@ def beyond_rule_caps(table: pa.Table, caps: Mapping[str, int]) -> pa.Table:
     index = table.schema.get_field_index("series")
     moved = table.filter(joined)
     moved = moved.set_column(index, "series",
-                             pa.array([OVERFLOW_SERIES] * moved.num_rows, pa.string()))
+                             pa.repeat(pa.scalar(OVERFLOW_SERIES, pa.string()), moved.num_rows))
     return pa.concat_tables([table.filter(pc.invert(joined)), merge([moved], unique=False)])
 
 

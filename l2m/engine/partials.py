@@ -202,25 +202,32 @@ def _pick(fn: Any, a: Any, b: Any) -> Any:
     return fn(a, b)
 
 
+# A partial row's value columns, in the order _read takes them.
+_VALUE_COLUMNS = ("matches", "n", "sum", "exact_sum", "exact_n", "min", "max", "ts")
+
+
+def _values(columns: list[list[Any]]) -> Iterator[Partial]:
+    """The partial of each row, from its ``_VALUE_COLUMNS`` as lists."""
+    for row in zip(*columns, strict=True):
+        yield _read(*row)
+
+
 def frame_partials(frame: Any) -> Iterator[tuple[str, str, Partial]]:
     """(series, le or "", partial) of each row of a pandas frame of partial rows (the state
     stage's input)."""
-    columns = [frame[c].tolist() for c in ("series", "le", "matches", "n", "sum", "exact_sum",
-                                           "exact_n", "min", "max", "ts")]
-    for name, le, matches, n, total, exact, exact_n, lo, hi, ts in zip(*columns, strict=True):
-        yield name, le if isinstance(le, str) else "", _read(matches, n, total, exact, exact_n,
-                                                              lo, hi, ts)
+    parts = _values([frame[c].tolist() for c in _VALUE_COLUMNS])
+    for name, le, part in zip(frame["series"].tolist(), frame["le"].tolist(), parts,
+                              strict=True):
+        yield name, le if isinstance(le, str) else "", part
 
 
 def partial_rows(table: pa.Table) -> Iterator[tuple[str, str, str | None, int | None, Partial]]:
     """(rule, series, le, window, partial) of each row of an Arrow table of partials
     (backfill's last stage): column by column, not a dict per row."""
-    columns = [table.column(c).to_pylist() for c in ("rule", "series", "le", "window",
-                                                     "matches", "n", "sum", "exact_sum",
-                                                     "exact_n", "min", "max", "ts")]
-    for rule, name, le, window, matches, n, total, exact, exact_n, lo, hi, ts in zip(
-            *columns, strict=True):
-        yield rule, name, le, window, _read(matches, n, total, exact, exact_n, lo, hi, ts)
+    keys = [table.column(c).to_pylist() for c in ("rule", "series", "le", "window")]
+    parts = _values([table.column(c).to_pylist() for c in _VALUE_COLUMNS])
+    for (rule, name, le, window), part in zip(zip(*keys, strict=True), parts, strict=True):
+        yield rule, name, le, window, part
 
 
 def _read(matches: Any, n: Any, total: Any, exact: Any, exact_n: Any, lo: Any, hi: Any,

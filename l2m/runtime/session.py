@@ -37,9 +37,6 @@ DEFAULTS: dict[str, str] = {
     # Loopback only: nothing of ours listens on other interfaces.
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-    # JIT: see above (benchmarks/README.md, "JIT").
-    "spark.driver.extraJavaOptions": JIT,  # and l2m's log4j configuration (build_session)
-    "spark.executor.extraJavaOptions": JIT,
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
