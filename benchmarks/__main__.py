@@ -1017,11 +1017,11 @@ def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
             EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
         if "drain" in names:
             result["limit"] = measure_limit(broker.bootstrap, profile)
-        in_session = tuple(n for n in names
-                           if n not in (*ALONE, "rules", "drain", "remote_write",
-                                        "live_rules"))
+        # Scenarios with their own code below; the rest of issue 21's run by run_issue21.
+        own = ("rules", "drain", "remote_write", "live_rules")
+        in_session = tuple(n for n in names if n not in (*ALONE, *own))
         found: dict[str, Any] = {}
-        if in_session or {"rules", "drain", "remote_write", "live_rules"} & set(names):
+        if in_session or set(own) & set(names):
             spark = session_for(JobConfig(master="local[2]",
                                           spark={"spark.sql.shuffle.partitions": "2"}))
             # As the full run does before its first measured drain: one unmeasured drain,

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_prometheus import free_port, get, wait_for
+from tests.integration.test_prometheus import free_port, wait_for
 from tests.support.tools import tool
+from tests.support.web import get
 
 
 @pytest.fixture(scope="session")

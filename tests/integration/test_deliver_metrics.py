@@ -24,9 +24,9 @@ from l2m.config.job import MonitoringConfig, RemoteWriteConfig, RemoteWriteEndpo
 from l2m.engine.samples import CORRECTION, MARK_HEADER
 from l2m.remotewrite.outbox import Tally
 from l2m.runtime.deliver import deliver
-from tests.integration.test_prometheus import free_port, get, wait_for
+from tests.integration.test_prometheus import free_port, wait_for
 from tests.support.kafka_helpers import fresh_topics, job_config
-from tests.support.web import serving
+from tests.support.web import get, serving
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

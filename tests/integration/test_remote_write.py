@@ -11,8 +11,9 @@ import urllib.error
 
 from l2m.remotewrite.client import Endpoint, Sender
 from l2m.remotewrite.encode import Metadata, Series, body
-from tests.integration.test_prometheus import free_port, get, promql, value, wait_for
+from tests.integration.test_prometheus import free_port, promql, value, wait_for
 from tests.support.tools import tool
+from tests.support.web import get
 
 
 def _ready(base: str) -> bool:
