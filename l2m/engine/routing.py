@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from l2m.defaults import MAX_FUTURE_MS, MAX_LABEL_VALUE_LENGTH, TIMESTAMP_FIELD
 from l2m.engine.admission import RuleCaps, rule_caps
+from l2m.engine.collector import collector_paused
 from l2m.engine.parse import ParsePlan
 from l2m.limits import Limits
 from l2m.query.nodes import FieldUse
@@ -70,14 +71,22 @@ def plan_for(rules: Sequence[Rule], timestamp_field: str = TIMESTAMP_FIELD,
     label values from logs are cut past ``max_label_value_length`` characters; with
     ``limits``, each rule's series caps."""
     enabled = tuple(r for r in rules if r.enabled)
-    uses: list[FieldUse] = []
-    for rule in enabled:
-        assert rule.compiled is not None
-        uses.extend(rule.compiled.fields)
-        uses.extend(FieldUse(f, string=True) for f in rule.group_by)
-        if rule.field:
-            uses.append(FieldUse(rule.field, number=True))
-        if rule.account is not None:
-            uses.append(FieldUse("account", string=True))
-    return Routing(enabled, ParsePlan.merge(uses, timestamp_field, max_future_ms),
-                   max_label_value_length, rule_caps(enabled, limits) if limits else {})
+    # Each distinct use once: tenants' rules share their compiled queries and fields, and
+    # merging a use per rule took 1.1 s of 100,000 rules' start (the merge is order-free).
+    compiled: dict[int, tuple[FieldUse, ...]] = {}
+    strings: set[str] = set()
+    numbers: set[str] = set()
+    with collector_paused():
+        for rule in enabled:
+            assert rule.compiled is not None
+            compiled.setdefault(id(rule.compiled), rule.compiled.fields)
+            strings.update(rule.group_by)
+            if rule.field:
+                numbers.add(rule.field)
+            if rule.account is not None:
+                strings.add("account")
+        uses = [u for fields in compiled.values() for u in fields]
+        uses += [FieldUse(f, string=True) for f in sorted(strings)]
+        uses += [FieldUse(f, number=True) for f in sorted(numbers)]
+        return Routing(enabled, ParsePlan.merge(uses, timestamp_field, max_future_ms),
+                       max_label_value_length, rule_caps(enabled, limits) if limits else {})

@@ -31,6 +31,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from l2m.config.job import JobConfig
+from l2m.engine.collector import collector_paused
 from l2m.engine.pipeline import routing_option
 from l2m.engine.routing import plan_for
 from l2m.engine.rulesets import Versions, routing_file
@@ -94,7 +95,8 @@ class RulesetPublisher:
     def start(self, rules: Sequence[Rule]) -> Versions:
         """The query's rules at start: published, and a pending replay's version shipped; the
         :class:`Versions` the query's options carry."""
-        data = snapshot(rules)
+        with collector_paused():  # 100,000 rules: a dict each (the routing pauses its own)
+            data = snapshot(rules)
         version = ruleset_version(data, self.cfg)
         option = self.compile(rules)
         self.accounts = {**self.accounts, **_accounts(rules)}
@@ -120,7 +122,8 @@ class RulesetPublisher:
                 "live rule changes need a checkpoint of state format 4; this one holds an "
                 "older format (docs/streaming.md \"Upgrading\"): restart l2m run to apply "
                 "the changed rules, or start a new checkpoint")
-        data = snapshot(rules)
+        with collector_paused():
+            data = snapshot(rules)
         version = ruleset_version(data, self.cfg)
         if version == self.version:
             return version

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import decimal
 import functools
+import gc
 import math
 import random
 from decimal import Decimal
@@ -20,12 +21,12 @@ import pytest
 
 from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.engine.fanout import MATCH_SCHEMA, FanOut, fan_out
-from l2m.engine.parse import parse_lines
+from l2m.engine.parse import ParsePlan, parse_lines
 from l2m.engine.partials import PARTIAL_ARROW
 from l2m.engine.pipeline import TaskPipeline, routing_from_option, routing_option
 from l2m.engine.preaggregate import exact_values, preaggregate
 from l2m.engine.routing import plan_for
-from l2m.query.nodes import KeywordEquals
+from l2m.query.nodes import FieldUse, KeywordEquals
 from l2m.rules.loader import load_rules, load_text
 from l2m.rules.model import Rule
 from tests.support.rulesets import SCOPED_RULES
@@ -139,3 +140,18 @@ def test_routing_travels_as_an_option_and_is_decoded_once_per_process() -> None:
     decoded = routing_from_option(option)
     assert decoded == routing and decoded.by_account.keys() == routing.by_account.keys()
     assert routing_from_option(option) is decoded
+    assert gc.isenabled()  # decoded with the collector paused, and it is back on
+
+
+def test_the_parse_plan_merges_every_rules_field_uses_whatever_they_share() -> None:
+    """plan_for merges each distinct use once (tenants share compiled queries): the plan is
+    the one a merge of every rule's uses, one by one, gives."""
+    rules = _rules()
+    uses: list[FieldUse] = []
+    for rule in rules:
+        assert rule.compiled is not None
+        uses += [*rule.compiled.fields, *(FieldUse(f, string=True) for f in rule.group_by)]
+        uses += [FieldUse(rule.field, number=True)] if rule.field else []
+        uses += [FieldUse("account", string=True)] if rule.account is not None else []
+    assert plan_for(rules).plan == ParsePlan.merge(reversed(uses))
+    assert any(u.keyword_patterns for u in plan_for(rules).plan.fields)
