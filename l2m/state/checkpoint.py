@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from l2m.errors import StateFormatError
-from l2m.state.format import READABLE, STATE_FORMAT, UPGRADE_HINT
+from l2m.state.format import READABLE, STATE_FORMAT, UPGRADE_HINT, UPGRADES
 
 CHECKPOINT_MARKER = "l2m.json"
 # The format of a started object-store checkpoint without a marker: releases before format 4
@@ -102,6 +102,10 @@ def check_checkpoint(checkpoint: str, query_dir: str, files: Files | None = None
             raise StateFormatError(
                 f"checkpoint {checkpoint} holds state format {found}; this l2m reads formats "
                 f"{', '.join(map(str, READABLE))}. {UPGRADE_HINT}")
+        if found in UPGRADES:
+            files.write(f"{root}/{CHECKPOINT_MARKER}",
+                        json.dumps({"state_format": UPGRADES[found]}) + "\n")
+            return UPGRADES[found]
         return int(found)
     started = files.is_dir(f"{root}/{query_dir}/offsets") or files.is_dir(f"{root}/counters") \
         or files.is_dir(f"{root}/gauges")

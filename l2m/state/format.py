@@ -61,10 +61,15 @@ import orjson
 
 from l2m.errors import StateFormatError
 
-STATE_FORMAT = 4  # the version a new checkpoint is written in
-READABLE = (1, 2, 3, 4)  # every version this l2m reads (tests/golden pins each)
-# The formats kept as one blob per state key; format 4 keeps map entries (l2m.state.processor),
-# which carry no version of their own: the checkpoint's marker and its ``meta`` value do.
+STATE_FORMAT = 5  # the version a new checkpoint is written in
+READABLE = (1, 2, 3, 4, 5)  # every version this l2m reads (tests/golden pins each)
+# Checkpoints this l2m continues in a newer format: format 4's entries are format 5's own
+# entries, and a format 5 job moves them into groups as it goes (l2m.state.processor), so the
+# marker says 5 from the first start on (a release that reads only format 4 then refuses it).
+UPGRADES = {4: 5}
+# The formats kept as one blob per state key; formats 4 and 5 keep map entries
+# (l2m.state.processor), which carry no version of their own: the checkpoint's marker and
+# its ``meta`` value do.
 BLOB_FORMATS = (1, 2, 3)
 UPGRADE_HINT = (
     "Start this release on a new checkpoint (a new `checkpoint:` path): counters restart at 0, "

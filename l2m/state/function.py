@@ -41,7 +41,8 @@ from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount, 
 CUMULATIVE = -1  # the window of every counter key
 # The state key's columns by state format (l2m.state.format): format 2 keys all rules
 # together; a format 1 checkpoint keeps its per-rule keys.
-STATE_KEYS: dict[int, tuple[str, ...]] = {4: ("shard", "window"), 3: ("shard", "window"),
+STATE_KEYS: dict[int, tuple[str, ...]] = {5: ("shard", "window"), 4: ("shard", "window"),
+                                          3: ("shard", "window"),
                                           2: ("shard", "window"),
                                           1: ("rule", "shard", "window")}
 # The first format kept one map entry per series by transformWithStateInPandas

@@ -78,7 +78,8 @@ from l2m.state.gauges import REFUSED_GAUGE_RULE, GaugeState
 from l2m.state.mapio import MapIO
 from l2m.state.tally import SeriesCount, Tally
 
-FORMAT = 4  # the state format this processor writes (l2m.state.format)
+FORMAT = 5  # the state format this processor writes (l2m.state.format)
+READ_FORMATS = (4, 5)  # … and those it continues (format 4: own entries only)
 ENTRY = "value binary"  # every state variable's value: orjson bytes (l2m.state.format)
 SERIES_KEY = "rule string, series string"
 RULE_KEY = "rule string"
@@ -92,6 +93,11 @@ SMALL_RULE = 512
 # A rule whose per-rule cap is at most this keeps the list of its series in its entry (at most
 # ≈ 40 bytes a series: 800 KB at this cap), so that a batch reads only the series it lists.
 LISTED_CAP = 20_000
+# Format 5: an account's small rules share one entry per key (_Rules), so a batch touching
+# 10,000 accounts' rules makes about 10,000 calls, not one per rule and more for the caps
+# (benchmarks/README.md, "State layouts"). A rule id never starts with "@".
+GROUP_PREFIX = "@"
+GROUP_SERIES = 2_048  # series of small rules one group entry holds at most
 
 Rows = dict[str, list[tuple[str, str, Partial]]]
 
@@ -124,9 +130,28 @@ def _load(stored: tuple[Any, ...] | None) -> Any:
     return None if stored is None else orjson.loads(stored[0])
 
 
+def group_key(account: str) -> str:
+    """The key of an account's group entry in a rule map (:data:`GROUP_PREFIX`)."""
+    return GROUP_PREFIX + account
+
+
+def _series_in(entry: dict[str, Any]) -> int:
+    return len(entry.get("s", ()))
+
+
 class _Rules:
     """The rule entries one call reads (each at most once) and writes back: a rule's
-    signature, generation and live series (counters: per last-touch bucket; gauges: a count)."""
+    signature, generation and live series (counters: per last-touch bucket; gauges: a count).
+
+    Where an entry is stored (format 5): a small rule of an account (its series inside its
+    entry) is a member of the account's *group* entry (``"@" + account``: ``{"r": {rule:
+    entry}, "own": [rule…]}``), read and written whole with the account's other small rules;
+    every other rule has its own entry, keyed by its id. A group lists the account's rules
+    with an own entry (``"own"``), so a rule in neither is known to be new without a read.
+    An account without a group (its rules' entries expired, or a checkpoint of format 4,
+    which has none) has its rules' own entries read, all of them, before a group is made.
+    Members past :data:`GROUP_SERIES` series in all move to own entries, marked ``"o"`` (they
+    stay there); an own small entry without the mark (written by format 4) joins the group."""
 
     def __init__(self, state: Any, now: int, bucket_ms: int | None, ttl_ms: int) -> None:
         self.state = state
@@ -139,13 +164,75 @@ class _Rules:
         self.changed: set[str] = set()
         self.members: dict[str, set[str]] = {}
         self._raw: dict[str, tuple[Any, ...] | None] = {}
+        self._rules: Mapping[str, Rule] = {}
+        self._accounts: Mapping[str, list[str]] = {}
+        self.account: dict[str, str | None] = {}  # a loaded rule's account (None: own only)
+        self.groups: dict[str, dict[str, Any] | None] = {}  # by account; None: has none
+        self._groups_changed: set[str] = set()
+        self._removed: set[str] = set()  # own entries that moved into their group
+        # Whether every account of the key with an own entry has a group (the key's meta
+        # says so: not a key of a format 4 checkpoint); then an account without a group has
+        # no entries at all.
+        self.complete = False
+
+    def bind(self, rules: Mapping[str, Rule], accounts: Mapping[str, list[str]]) -> None:
+        """The call's rules of this kind, and each account's current rules (of any kind):
+        which group a rule's entry is in, and whose own entries an account without a group
+        may have."""
+        self._rules, self._accounts = rules, accounts
+
+    def _account_of(self, rule_id: str) -> str | None:
+        rule = self._rules.get(rule_id)
+        return rule.account if rule is not None else None
+
+    def _rules_of(self, account: str) -> list[str]:
+        return [r for r in self._accounts.get(account, ()) if r in self._rules]
 
     def prefetch(self, rule_ids: Iterable[str]) -> None:
-        """Read these rules' entries at once (pipelined), ahead of :meth:`entry`."""
-        wanted = sorted(r for r in set(rule_ids) if r not in self.entries and r not in self._raw)
-        for rule_id, raw in zip(wanted, MapIO(self.state).get([(r,) for r in wanted]),
-                                strict=True):
+        """Read these rules' entries at once (pipelined), ahead of :meth:`entry`: their
+        accounts' groups, then the own entries a group does not answer for."""
+        wanted = sorted(r for r in set(rule_ids) if r not in self.entries and r not in self._raw
+                        and r not in self.account)
+        if not wanted:
+            return
+        accounts = {r: self._account_of(r) for r in wanted}
+        unread = sorted({a for a in accounts.values() if a is not None} - self.groups.keys())
+        unknown: set[str] = set()
+        for acct, raw in zip(unread, MapIO(self.state).get([(group_key(a),) for a in unread]),
+                             strict=True):
+            found = _load(raw)
+            self.groups[acct] = found
+            if found is None and self.complete:
+                self.groups[acct] = {"r": {}, "own": []}
+            elif found is None:  # every rule of the account may have an own entry: read them
+                unknown.add(acct)
+                more = [r for r in self._rules_of(acct) if r not in self.entries
+                        and r not in self._raw and r not in accounts]
+                wanted += more
+                accounts.update({r: acct for r in more})
+        own = []
+        for rule_id in sorted(set(wanted)):
+            owner = accounts.get(rule_id)
+            self.account[rule_id] = owner
+            group = self.groups.get(owner) if owner is not None else None
+            if group is None or rule_id in group["own"]:
+                own.append(rule_id)
+            else:
+                self._raw[rule_id] = None  # a member (entry() takes it from the group), or new
+        for rule_id, raw in zip(own, MapIO(self.state).get([(r,) for r in own]), strict=True):
             self._raw[rule_id] = raw
+            owner = self.account[rule_id]
+            group = self.groups.get(owner) if owner is not None else None
+            if raw is None and owner is not None and group is not None \
+                    and rule_id in group["own"]:
+                group["own"].remove(rule_id)  # expired: the group stops listing it
+                self._groups_changed.add(owner)
+        for acct in unknown:  # now known: the group it gets lists the own entries found
+            self.groups[acct] = {"r": {}, "own": []}
+        for rule_id in own:
+            owner = self.account[rule_id]
+            if owner in unknown and self._raw[rule_id] is not None:
+                self.groups[owner]["own"].append(rule_id)  # type: ignore[index]
 
     def entry(self, rule_id: str, rule: Rule | None) -> dict[str, Any]:
         """The rule's entry, a new generation if its signature is not the rule's (a removed
@@ -153,10 +240,14 @@ class _Rules:
         found = self.entries.get(rule_id)
         if found is not None:
             return found
-        raw = self._raw.pop(rule_id) if rule_id in self._raw else \
-            self.state.getValue((rule_id,))
-        found = _load(raw) or {"sig": None, "gen": 0, "n": {} if self.bucket_ms else 0,
-                               "s": {}}
+        if rule_id not in self._raw:
+            self.prefetch([rule_id])
+        raw = self._raw.pop(rule_id)
+        account = self.account.get(rule_id)
+        group = self.groups.get(account) if account is not None else None
+        member = group["r"].get(rule_id) if group is not None else None
+        found = member if member is not None else _load(raw)
+        found = found or {"sig": None, "gen": 0, "n": {} if self.bucket_ms else 0, "s": {}}
         if rule is not None and found["sig"] != signature(rule):
             if found["sig"] is not None:
                 found["gen"] += 1
@@ -253,8 +344,10 @@ class _Rules:
     def write(self, exists: Callable[[str, str, int], bool] | None = None) -> None:
         """Write back every entry this call changed: dead buckets dropped, the bucket of the
         write noted (``"w"``). A list grown past twice its live series (expired ones pile up
-        under the TTL) is checked against the series entries (``exists``) and pruned."""
-        writes = []
+        under the TTL) is checked against the series entries (``exists``) and pruned. Small
+        rules of an account go in its group, the others in their own entries (class
+        docstring); each changed group is written once."""
+        own: dict[str, dict[str, Any]] = {}
         for rule_id in sorted(self.changed):
             entry = self.entries[rule_id]
             members = self.members.get(rule_id)
@@ -266,8 +359,51 @@ class _Rules:
             if self.bucket_ms is not None:
                 entry["n"] = {b: c for b, c in entry["n"].items() if self._alive(int(b))}
                 entry["w"] = self.now // self.bucket_ms
-            writes.append(((rule_id,), _dump(entry)))
-        MapIO(self.state).put(writes)
+            account = self.account.get(rule_id)
+            if account is None:
+                own[rule_id] = entry
+                continue
+            group = self.groups.get(account)
+            if group is None:
+                group = self.groups[account] = {"r": {}, "own": []}
+            if "s" in entry and "o" not in entry:
+                group["r"][rule_id] = entry
+                if rule_id in group["own"]:  # a format 4 entry, or a new generation
+                    group["own"].remove(rule_id)
+                    self._removed.add(rule_id)
+                self._groups_changed.add(account)
+            else:
+                own[rule_id] = entry
+                if rule_id in group["r"] or rule_id not in group["own"]:
+                    group["r"].pop(rule_id, None)
+                    group["own"].append(rule_id)
+                    self._groups_changed.add(account)
+                elif self.bucket_ms is not None and group.get("w") != entry["w"]:
+                    # A group outlives its rules' own entries (each written at least once per
+                    # bucket while its series are): an account without a group has none.
+                    self._groups_changed.add(account)
+        groups = []
+        for account in sorted(self._groups_changed):
+            group = self.groups[account]
+            assert group is not None
+            members = group["r"]
+            total = sum(_series_in(e) for e in members.values())
+            # Past the bound, the largest members go to own entries, for good ("o").
+            for rule_id in sorted(members, key=lambda r: (-_series_in(members[r]), r)):
+                if total <= GROUP_SERIES:
+                    break
+                total -= _series_in(members[rule_id])
+                entry = members.pop(rule_id)
+                entry["o"] = 1
+                group["own"].append(rule_id)
+                own[rule_id] = entry
+            group["own"].sort()
+            if self.bucket_ms is not None:
+                group["w"] = self.now // self.bucket_ms
+            groups.append(((group_key(account),), _dump(group)))
+        MapIO(self.state).put(groups + [((r,), _dump(e)) for r, e in sorted(own.items())])
+        for rule_id in sorted(self._removed - own.keys()):
+            self.state.removeKey((rule_id,))
 
 
 # One rule's rows of a key applied: (rule, rows, stored series, generation, caps) → samples.
@@ -293,7 +429,7 @@ class MetricProcessor(StatefulProcessor):
         self.activity = activity
         self._caps: Mapping[str, RuleCaps] | None = None  # the call's (plain: _plain)
         self._accounts: dict[str, list[str]] | None = None
-        self._accounts_of: Mapping[str, RuleCaps] | None = None  # the caps they came from
+        self._accounts_of: Any = None  # the caps (or rules) they came from
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         ttl = self.counters.ttl_ms
@@ -341,21 +477,27 @@ class MetricProcessor(StatefulProcessor):
 
     def _meta(self) -> dict[str, Any]:
         meta = _load(self.meta.get()) or {}
-        if meta and meta.get("v") != FORMAT:
+        if meta and meta.get("v") not in READ_FORMATS:
             raise StateFormatError(
                 f"the checkpoint holds state format {meta.get('v')} entries, but this job "
                 f"took it for format {FORMAT}. {UPGRADE_HINT}")
-        return meta or {"v": FORMAT}
+        if not meta:  # a new key: its accounts' groups will list every own entry (_Rules)
+            return {"v": FORMAT, "g": 1}
+        return {**meta, "v": FORMAT}  # written back as format 5's (format 4's keys: no "g")
 
-    def _account_rules(self) -> dict[str, list[str]]:
-        """Each account's current rules (what its account and metric counts sum over)."""
-        if self._accounts is None or self._accounts_of is not self._caps:
+    def _account_rules(self, rules: Mapping[str, Rule] | None = None
+                       ) -> Mapping[str, list[str]]:
+        """Each account's current rules (what its account and metric counts sum over): from
+        the caps, or without caps from ``rules``."""
+        source: Any = self._caps if self._caps is not None else rules
+        if self._accounts is None or self._accounts_of is not source:
             # Per rule set: a rule added live counts in its account's sums.
             accounts: dict[str, list[str]] = {}
-            for rule_id, caps in (self._caps or {}).items():
-                if caps.account_name is not None:
-                    accounts.setdefault(caps.account_name, []).append(rule_id)
-            self._accounts, self._accounts_of = accounts, self._caps
+            for rule_id, value in (source or {}).items():
+                account = value.account_name if self._caps is not None else value.account
+                if account is not None:
+                    accounts.setdefault(account, []).append(rule_id)
+            self._accounts, self._accounts_of = accounts, source
         return self._accounts
 
     def _admission(self, new: Iterable[str], book: _Rules,
@@ -456,6 +598,7 @@ class MetricProcessor(StatefulProcessor):
         new: list[str] = []
         internal = set(internal)
         rules = _plain(rules) or {}
+        book.bind(rules, self._account_rules(rules))
         book.prefetch(r for r in rows if r in rules)
         for rule_id in sorted(rows):
             names = {name for name, _le, _p in rows[rule_id]}
@@ -507,6 +650,7 @@ class MetricProcessor(StatefulProcessor):
         watermark = tv.getCurrentWatermarkInMs() if STATUS_RULE in rows else 0
         ttl = self.counters.ttl_ms
         book = _Rules(self.counter_rules, now, bucket_ms(ttl), ttl)
+        book.complete = meta.get("g") == 1
         tally: Tally = {}
 
         def update(rule_id: str, rule_rows: list[tuple[str, str, Partial]],
@@ -581,13 +725,29 @@ class MetricProcessor(StatefulProcessor):
         """Every rule's live series in this key, for the driver's metrics (series expire
         without a call); the entries of rules with none left are dropped."""
         tally: Tally = {}
-        for (rule_id,), stored in list(self.counter_rules.iterator()):
-            entry = book.entries.get(rule_id) or orjson.loads(stored[0])
-            book.entries[rule_id] = entry
-            live = book.live(rule_id, None)
-            tally[SeriesCount(rule_id, shard, CUMULATIVE)] = live
-            if not live:
-                self.counter_rules.removeKey((rule_id,))
+        for (key,), stored in list(self.counter_rules.iterator()):
+            if not key.startswith(GROUP_PREFIX):
+                entry = book.entries.get(key) or orjson.loads(stored[0])
+                book.entries[key] = entry
+                live = book.live(key, None)
+                tally[SeriesCount(key, shard, CUMULATIVE)] = live
+                if not live:
+                    self.counter_rules.removeKey((key,))
+                continue
+            group = orjson.loads(stored[0])  # written by this call already, if it changed
+            dead = []
+            for rule_id, entry in group["r"].items():
+                book.entries[rule_id] = entry
+                live = book.live(rule_id, None)
+                tally[SeriesCount(rule_id, shard, CUMULATIVE)] = live
+                if not live:
+                    dead.append(rule_id)
+            for rule_id in dead:
+                del group["r"][rule_id]
+            if not group["r"] and not group["own"]:
+                self.counter_rules.removeKey((key,))
+            elif dead:
+                self.counter_rules.updateValue((key,), _dump(group))
         return tally
 
     # --- gauges -------------------------------------------------------------------------
@@ -618,6 +778,7 @@ class MetricProcessor(StatefulProcessor):
             self._schedule(now, meta)
         rules = self.gauges.rules
         book = _Rules(self.gauge_rules, now, None, 0)
+        book.complete = meta.get("g") == 1
         tally: Tally = {}
 
         def update(rule_id: str, rule_rows: list[tuple[str, str, Partial]],
@@ -687,8 +848,7 @@ class MetricProcessor(StatefulProcessor):
         """The samples of every current series of this window key, rules in id order."""
         gens: dict[str, int] = {REFUSED_RULE: 0}  # l2m's refusal gauge: no rule entry
         small: dict[str, dict[str, Any]] = {}
-        for (rule_id,), stored in list(self.gauge_rules.iterator()):
-            entry = orjson.loads(stored[0])
+        for rule_id, entry in self._gauge_entries():
             rule = self._gauge_rule(rule_id)
             if rule is None or entry.get("sig") != signature(rule):
                 continue  # a removed rule, or one changed since: nothing current
@@ -707,6 +867,14 @@ class MetricProcessor(StatefulProcessor):
                 samples += GaugeState.samples(rule, window, series[rule_id])
         return samples
 
+    def _gauge_entries(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every rule entry of this window key, own or in a group, with its rule's id."""
+        for (key,), stored in list(self.gauge_rules.iterator()):
+            if key.startswith(GROUP_PREFIX):
+                yield from orjson.loads(stored[0])["r"].items()
+            else:
+                yield key, orjson.loads(stored[0])
+
     def _schedule(self, now: int, meta: dict[str, Any]) -> None:
         """Look at this window key again in ``recheck_ms`` (to close it without data)."""
         meta = meta or self._meta()
@@ -719,7 +887,7 @@ class MetricProcessor(StatefulProcessor):
         """The watermark has passed the window: everything of its key goes."""
         if self.gauges.tally is not None:
             self.gauges.tally.add({SeriesCount(rule_id, shard, window): 0
-                                   for (rule_id,), _ in self.gauge_rules.iterator()})
+                                   for rule_id, _ in self._gauge_entries()})
         for at in list(self.handle.listTimers()):
             self.handle.deleteTimer(at)
         self.gauge_series.clear()

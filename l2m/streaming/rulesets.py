@@ -119,7 +119,7 @@ class RulesetPublisher:
         """A new good rule set: new batches are planned with it from now on; its version."""
         if not self.live:
             raise RuleSnapshotError(
-                "live rule changes need a checkpoint of state format 4; this one holds an "
+                "live rule changes need a checkpoint of state format 4 or later; this one holds an "
                 "older format (docs/streaming.md \"Upgrading\"): restart l2m run to apply "
                 "the changed rules, or start a new checkpoint")
         with collector_paused():

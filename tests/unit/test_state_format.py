@@ -186,6 +186,18 @@ def test_the_checkpoint_marker_is_written_on_a_new_checkpoint_and_checked(tmp_pa
         check_checkpoint(str(legacy), "metrics")
 
 
+def test_a_format_4_checkpoint_continues_as_format_5_and_is_marked_so(tmp_path):
+    """Format 4's entries are format 5's own entries: the job continues them, and the marker
+    says 5 from then on, so that a release reading only format 4 refuses the checkpoint
+    (its rules' small entries move into groups it would not read)."""
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    (root / "l2m.json").write_text('{"state_format": 4}\n')
+    assert check_checkpoint(str(root), "metrics") == 5 == STATE_FORMAT
+    assert json.loads((root / "l2m.json").read_text()) == {"state_format": 5}
+    assert check_checkpoint(str(root), "metrics") == 5
+
+
 def test_a_format_2_blob_in_a_job_that_took_its_checkpoint_for_format_3_is_refused():
     # an object-store checkpoint has no l2m.json: the blob's own version must match
     state = group_state(golden("state-v2-counter.json"), now=W + 1000)

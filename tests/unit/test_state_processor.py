@@ -22,7 +22,13 @@ from l2m.rules.model import Aggregation
 from l2m.state.counters import CounterState
 from l2m.state.function import CUMULATIVE, MetricState
 from l2m.state.gauges import GaugeState
-from l2m.state.processor import BUCKETS, SMALL_RULE, MetricProcessor
+from l2m.state.processor import (
+    BUCKETS,
+    GROUP_PREFIX,
+    GROUP_SERIES,
+    SMALL_RULE,
+    MetricProcessor,
+)
 from tests.support import tws
 from tests.unit.test_counter_state import group_state, partial
 from tests.unit.test_gauge_state import group_state as gauge_group_state
@@ -58,6 +64,7 @@ def row(rule: str, i: int, value: float = 1.0, window: int | None = None, ts: in
 def _small_rule():
     yield
     processor_module.SMALL_RULE = SMALL_RULE
+    processor_module.GROUP_SERIES = GROUP_SERIES
 
 
 def processor(caps: dict[str, RuleCaps] | None = None, rules: dict | None = None,
@@ -72,6 +79,15 @@ def processor(caps: dict[str, RuleCaps] | None = None, rules: dict | None = None
     return fn, store
 
 
+def rule_entry(store: tws.Store, state: str, key: tuple, rule: str, account: str = "a"
+               ) -> dict:
+    """A rule's entry: its own, or (format 5) its account's group's member."""
+    live = store.live(state)
+    if (key, (rule,)) in live:
+        return live[key, (rule,)]
+    return live[key, (GROUP_PREFIX + account,)]["r"][rule]
+
+
 def values(samples: list[dict]) -> dict:
     return {(s["rule"], tuple(sorted(s["labels"].items()))): s["value"] for s in samples}
 
@@ -83,13 +99,15 @@ def test_a_batch_reads_and_writes_only_the_series_it_touches():
     store.reset()
     out = call(fn, store, (0, CUMULATIVE), [row("c", 3), row("c", 7)], now=W + 500)
     assert values(out) == {("c", (("s", "s3"),)): 2.0, ("c", (("s", "s7"),)): 2.0}
-    # two series read and written, the rule's entry and the key's meta read
-    assert (store.reads, store.writes) == (4, 2)
+    # two series read and written; the account's group (which lists the rule as having an
+    # entry of its own), the rule's entry and the key's meta read
+    assert (store.reads, store.writes) == (5, 2)
     assert len(store.live("counter_series")) == 1000
-    store.reset()  # in the next last-touch bucket the rule's counts move: its entry written
+    store.reset()  # in the next last-touch bucket the rule's counts move: its entry written,
+    # and its account's group, which must outlive it (once per bucket)
     call(fn, store, (0, CUMULATIVE), [row("c", 3)], now=W + 1000)
-    assert (store.reads, store.writes) == (3, 2)
-    assert store.live("counter_rules")[(0, CUMULATIVE), ("c",)]["n"] == {
+    assert (store.reads, store.writes) == (4, 3)
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["n"] == {
         str(W // 1000): 999, str(W // 1000 + 1): 1}
 
 
@@ -176,7 +194,7 @@ def test_a_small_rule_s_idle_series_expire_when_it_is_next_touched():
     tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 2)], now=W)
     out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 2), row("c", 3)], now=W + TTL + 1)
     assert values(out) == {("c", (("s", "s2"),)): 1.0, ("c", (("s", "s3"),)): 1.0}
-    assert sorted(store.live("counter_rules")[(0, CUMULATIVE), ("c",)]["s"]) == [
+    assert sorted(rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["s"]) == [
         name(2), name(3)]
 
 
@@ -191,7 +209,7 @@ def test_a_small_rule_is_one_read_and_one_write_per_batch_whatever_it_touches():
     tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(100, 600)],
              now=W + 600)  # past SMALL_RULE: one entry per series from now on
     assert len(store.live("counter_series")) == 600
-    entry = store.live("counter_rules")[(0, CUMULATIVE), ("c",)]
+    entry = rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")
     assert "s" not in entry and entry["n"] == {str(W // 1000): 600}
 
 
@@ -205,21 +223,49 @@ def test_a_changed_signature_restarts_the_rule_without_rewriting_its_entries():
     store.reset()
     out = tws.call(fn2, store, (0, CUMULATIVE), [row("c", 1, 5.0)], now=W + 1000)
     assert values(out) == {("c", (("s", "s1"),)): 5.0}
-    assert store.writes == 2  # the series and the rule's entry
-    assert store.live("counter_rules")[(0, CUMULATIVE), ("c",)]["gen"] == 1
+    assert store.writes == 3  # the series, the rule's entry, its group (a new bucket)
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["gen"] == 1
 
 
 def test_an_entry_of_another_format_is_refused():
     fn, store = processor()
-    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 5}',), None)
-    with pytest.raises(StateFormatError, match="format 5"):
+    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 6}',), None)
+    with pytest.raises(StateFormatError, match="format 6"):
         tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W)
 
 
-def _golden_store(kind: str) -> tuple[tws.Store, tuple[int, int], int]:
-    """A store holding one key's format 4 state as pinned in tests/golden (written with a
-    7-day TTL, by the rules of :mod:`tests.unit.test_state_format`)."""
-    doc = orjson.loads(GOLDEN_DIR.joinpath(f"state-v4-{kind}.json").read_bytes())
+# Format 5's golden state (tests/golden/state-v5-*.json): an account's small rules (c, g) in
+# its group, its rules past the small size (d, k) in entries of their own that the group lists,
+# and a rule without an account (b) in its own entry.
+GOLDEN5_RULES = {r.id: r for r in load_text("""\
+rules:
+  - {id: b, name: bytes_total, kind: counter, query: "*", aggregation: sum, field: b,
+     group_by: [svc]}
+  - {id: c, account: acme, name: c_total, kind: counter, query: "*", aggregation: count,
+     group_by: [svc]}
+  - {id: d, account: acme, name: d_total, kind: counter, query: "*", aggregation: sum,
+     field: v, group_by: [svc]}
+  - {id: g, account: acme, name: g, kind: gauge, query: "*", aggregation: max, field: v,
+     group_by: [svc]}
+  - {id: k, account: acme, name: k, kind: gauge, query: "*", aggregation: count,
+     group_by: [svc]}
+""")[0]}
+GOLDEN5_CAPS = {"b": RuleCaps(0), "c": RuleCaps(0, 0, 100, "acme", "c_total"),
+                "d": RuleCaps(4, 0, 100, "acme", "d_total"),
+                "g": RuleCaps(0, 0, 100, "acme", "g"), "k": RuleCaps(0, 0, 100, "acme", "k")}
+
+
+def golden5_row(rule: str, series: str, value: float, window: int | None = None,
+                ts: int = W + 100) -> dict:
+    return {**partial(series, None, 1, value, ts), "rule": rule, "window": window,
+            "min": value, "max": value}
+
+
+def _golden_store(kind: str, version: int = 4) -> tuple[tws.Store, tuple[int, int], int]:
+    """A store holding one key's format 4 (or 5) state as pinned in tests/golden (written with
+    a 7-day TTL, by the rules of :mod:`tests.unit.test_state_format`, format 5's by
+    :data:`GOLDEN5_RULES`)."""
+    doc = orjson.loads(GOLDEN_DIR.joinpath(f"state-v{version}-{kind}.json").read_bytes())
     key = tuple(doc["key"])
     store = tws.Store()
     for name, entries in doc["state"].items():
@@ -277,7 +323,7 @@ def test_a_full_capped_rule_fed_unique_ids_reads_only_its_own_series():
     caps = {"c": RuleCaps(3, 0, 0, "a", "c_total")}
     fn, store = processor(caps)
     tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(3)], now=W)
-    assert store.live("counter_rules")[(0, CUMULATIVE), ("c",)]["m"] == [
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["m"] == [
         name(0), name(1), name(2)]
     store.reset()
     out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)] + [row("c", 1000 + i)
@@ -286,8 +332,9 @@ def test_a_full_capped_rule_fed_unique_ids_reads_only_its_own_series():
                            ("c", (("l2m_overflow", "true"),)): 200.0,
                            ("l2m-series-refused", (("account", "a"), ("limit", "rule"),
                                                    ("rule", "c"))): 200.0}
-    # the rule's entry, its one listed series, its overflow series, the refusal count, meta
-    assert store.reads == 5
+    # the account's group, the rule's entry, its one listed series, its overflow series, the
+    # refusal count, meta
+    assert store.reads == 6
 
 
 def test_a_listed_series_that_expired_is_new_again_and_the_list_is_pruned():
@@ -297,7 +344,7 @@ def test_a_listed_series_that_expired_is_new_again_and_the_list_is_pruned():
     later = W + TTL + TTL // BUCKETS  # all 80 expired, their bucket gone, the entry kept
     out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 500)], now=later)
     assert values(out) == {("c", (("s", "s1"),)): 1.0, ("c", (("s", "s500"),)): 1.0}
-    entry = store.live("counter_rules")[(0, CUMULATIVE), ("c",)]
+    entry = rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")
     assert entry["m"] == [name(1), name(500)]  # 79 expired names pruned (79 > 2 × 2 + 64)
 
 
@@ -306,9 +353,8 @@ def test_counting_an_account_s_other_rules_keeps_their_series_lists():
     fn, store = processor(caps)
     tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("d", 2)], now=W)
     tws.call(fn, store, (0, CUMULATIVE), [row("c", 3)], now=W + 10)  # counts d's series too
-    rules_state = store.live("counter_rules")
-    assert rules_state[(0, CUMULATIVE), ("c",)]["m"] == [name(1), name(3)]
-    assert rules_state[(0, CUMULATIVE), ("d",)]["m"] == [name(2)]
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["m"] == [name(1), name(3)]
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "d")["m"] == [name(2)]
 
 
 @pytest.mark.parametrize("layout", ["", "-small"])
@@ -323,6 +369,112 @@ def test_v4_counter_state_of_either_layout_continues_exactly(layout):
     assert values(out) == {("b", (("l2m_overflow", "true"),)): 7.0, ("b", ()): "+Inf",
                            ("l2m-series-refused", (("account", ""), ("limit", "rule"),
                                                    ("rule", "b"))): 3.0}
+
+
+def _golden5_processor(store: tws.Store) -> MetricProcessor:
+    fn = MetricProcessor(
+        CounterState({k: v for k, v in GOLDEN5_RULES.items() if v.kind == "counter"},
+                     ttl_ms=7 * 86_400_000),
+        GaugeState({k: v for k, v in GOLDEN5_RULES.items() if v.kind == "gauge"},
+                   grace_ms=60_000),
+        caps=GOLDEN5_CAPS)
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    return fn
+
+
+def test_v5_counter_state_continues_exactly_groups_own_entries_and_caps_included():
+    store, key, now = _golden_store("counter", version=5)
+    fn = _golden5_processor(store)
+    rows = [golden5_row("c", "3:web", 1.0, ts=now + 100),
+            golden5_row("c", "3:dns", 1.0, ts=now + 100),
+            golden5_row("d", "3:web", 3.0, ts=now + 100),  # still over d's cap of 4
+            golden5_row("d", "2:db", 1.5, ts=now + 100),
+            golden5_row("b", "3:web", 0.5, ts=now + 100)]
+    store.reset()
+    out = tws.call(fn, store, key, rows, now=now + 1000)
+    assert values(out) == {
+        ("b", (("svc", "web"),)): 3.0, ("c", (("svc", "web"),)): 2.0,
+        ("c", (("svc", "dns"),)): 1.0, ("d", (("svc", "db"),)): 3.5,
+        ("d", (("l2m_overflow", "true"),)): 4.0,
+        ("l2m-series-refused", (("account", "acme"), ("limit", "rule"), ("rule", "d"))): 2.0}
+    # meta, the account's group, d's and b's own entries, the one of d's series its entry
+    # lists (3:web is known to be new), its overflow series, the refusal count
+    assert store.reads == 7
+    group = store.live("counter_rules")[key, (GROUP_PREFIX + "acme",)]
+    assert sorted(group["r"]["c"]["s"]) == ["3:api", "3:dns", "3:web"] and group["own"] == ["d"]
+
+
+def test_v5_gauge_state_continues_its_window_and_publishes_every_series_once():
+    store, key, now = _golden_store("gauge", version=5)
+    fn = _golden5_processor(store)
+    rows = [golden5_row("g", "3:web", 9.0, window=key[1], ts=now + 100),
+            golden5_row("k", "3:web", 1.0, window=key[1], ts=now + 100)]
+    out = tws.call(fn, store, key, rows, now=now + 1000)
+    assert values(out) == {("g", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0}
+    final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
+    assert values([orjson.loads(v) for f in final for v in f["value"]]) == {
+        ("g", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0,
+        ("k", (("svc", "api"),)): 1.0, ("k", (("svc", "db"),)): 1.0}
+    assert store.data == {}
+
+
+def test_a_format_4_key_continues_and_its_small_account_rules_move_into_their_group():
+    """Format 4 kept every rule in its own entry and no groups: an account without a group
+    has its rules' own entries read, and the small ones join the group it gets."""
+    store, key, now = _golden_store("counter", version=5)
+    rules = store.data
+    group = orjson.loads(rules.pop(("counter_rules", key, (GROUP_PREFIX + "acme",)))[0][0])
+    rules[("counter_rules", key, ("c",))] = ((orjson.dumps(group["r"]["c"]),), None)
+    meta = orjson.loads(rules[("meta", key, None)][0][0])
+    rules[("meta", key, None)] = ((orjson.dumps({"v": 4, "swept": meta["swept"]}),), None)
+    fn = _golden5_processor(store)
+    out = tws.call(fn, store, key, [golden5_row("c", "3:web", 1.0, ts=now + 100)],
+                   now=now + 1000)
+    assert values(out) == {("c", (("svc", "web"),)): 2.0}
+    assert ("c",) not in {u for (n, _k, u) in store.data if n == "counter_rules"}
+    group = store.live("counter_rules")[key, (GROUP_PREFIX + "acme",)]
+    assert sorted(group["r"]) == ["c"] and group["own"] == ["d"]
+    out = tws.call(fn, store, key, [golden5_row("d", "2:mq", 1.0, ts=now + 200)],
+                   now=now + 2000)
+    assert values(out) == {("d", (("svc", "mq"),)): 2.0}
+    tws.call(fn, store, key, [], now=now + 61_000)  # swept: the meta says format 5 now
+    assert store.live("meta")[key, None]["v"] == 5 and "g" not in store.live("meta")[key, None]
+
+
+def test_an_account_s_small_rules_are_one_read_and_one_write_per_batch_together():
+    fn, store = processor(small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("d", 2)], now=W)
+    store.reset()
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("d", 3)], now=W + 500)
+    assert values(out) == {("c", (("s", "s1"),)): 2.0, ("d", (("s", "s3"),)): 1.0}
+    assert (store.reads, store.writes) == (2, 1)  # meta and the group; the group
+    assert sorted(store.live("counter_rules")) == [((0, CUMULATIVE), (GROUP_PREFIX + "a",))]
+
+
+def test_caps_over_an_account_read_its_group_once():
+    caps = {r: RuleCaps(0, 0, 3, "a", "c_total") for r in ("c", "d")}
+    fn, store = processor(caps, small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("d", 2)], now=W)
+    store.reset()
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 3), row("c", 4)], now=W + 500)
+    assert values(out) == {("c", (("s", "s3"),)): 1.0, ("c", (("l2m_overflow", "true"),)): 1.0,
+                           ("l2m-series-refused", (("account", "a"), ("limit", "account"),
+                                                   ("rule", "c"))): 1.0}
+    assert store.reads == 3  # meta, the group (c's overflow series is in it), refusal count
+
+
+def test_a_group_past_its_bound_moves_its_largest_rules_to_entries_of_their_own():
+    processor_module.GROUP_SERIES = 5
+    fn, store = processor(small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(4)]
+             + [row("d", i) for i in range(3)], now=W)
+    group = store.live("counter_rules")[(0, CUMULATIVE), (GROUP_PREFIX + "a",)]
+    assert sorted(group["r"]) == ["d"] and group["own"] == ["c"]
+    own = rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")
+    assert own["o"] == 1 and len(own["s"]) == 4  # still small, in its own entry for good
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 0), row("d", 0)], now=W + 500)
+    assert values(out) == {("c", (("s", "s0"),)): 2.0, ("d", (("s", "s0"),)): 2.0}
+    assert store.live("counter_rules")[(0, CUMULATIVE), (GROUP_PREFIX + "a",)]["own"] == ["c"]
 
 
 def _marked(fn, store, key, rows=None, now=0, watermark=0, timer=False) -> list[tuple]:
