@@ -10,9 +10,19 @@ since versions exist (``tests/golden/`` pins each) and refuses anything else wit
 the format in ``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong
 checkpoint is refused before Spark starts.
 
-Layouts, version 4 (:mod:`l2m.state.processor`; not blobs: ``transformWithStateInPandas``
-state variables of a (shard, window) key, each value orjson bytes; the key's ``meta`` carries
-the version):
+Layouts, version 5 (:mod:`l2m.state.processor`): version 4's below, but a small rule of an
+account (its series in ``"s"``) is not kept under its own id: ``counter_rules`` /
+``gauge_rules`` ``"@" + account`` → ``{"r": {rule: its version 4 entry}, "own": [rule…]["w":
+bucket of the group's last write]}`` — the account's *group*, holding its small rules' entries
+(``"r"``) and listing its rules with an entry of their own (``"own"``: past the small size,
+or moved out of a group past :data:`~l2m.state.processor.GROUP_SERIES` series, such an entry
+marked ``"o": 1``). A rule in neither is new. ``meta`` adds ``"g": 1`` on keys started under
+version 5: every account with an own entry there has a group (a key continued from version 4
+has none, and reads an account's own entries until it has one). A version 4 key is read as a
+version 5 key without groups.
+
+Version 4 (not blobs: ``transformWithStateInPandas`` state variables of a (shard, window)
+key, each value orjson bytes; the key's ``meta`` carries the version):
 
 * ``meta``: ``{"v": 4, "swept": ms}`` (counter keys: when every rule's live series were last
   re-counted) or ``{"v": 4, "timer": ms[, "published": ms][, "rs": version]}`` (window

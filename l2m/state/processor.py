@@ -1,5 +1,5 @@
-"""The state stage of state format 4: ``transformWithStateInPandas``, one map entry per series,
-so a micro-batch reads and writes the series it touches and nothing else.
+"""The state stage of state formats 4 and 5: ``transformWithStateInPandas``, one map entry per
+series, so a micro-batch reads and writes the series it touches and nothing else.
 
 Input: the partials of one micro-batch (:data:`~l2m.engine.partials.PARTIAL_SCHEMA`, plus
 ``shard`` and ``window``), grouped by the state key (shard, window) as in format 3 — every
@@ -32,6 +32,11 @@ State variables per key (their stored layouts: :mod:`l2m.state.format`, version 
   ``recheck_ms``).
 * ``meta``: the format version, and when the key last re-counted every rule's live series
   (counters) or its timer (gauges).
+
+Format 5 keeps an account's small rules together, in one entry per key (its *group*, see
+:class:`_Rules`): with thousands of accounts' rules touched per batch, a rule entry per
+touched rule and the reads of the accounts' other rules for their caps were most of the
+state calls. Format 4's checkpoints continue: each rule there is in an entry of its own.
 
 A rule whose signature changes starts a new *generation*: its older entries read as absent
 and expire by TTL (counters) or with their window, with no batch that rewrites them.
@@ -85,10 +90,11 @@ SERIES_KEY = "rule string, series string"
 RULE_KEY = "rule string"
 LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
 BUCKETS = 128  # last-touch buckets per counter TTL: how late an expired series stops counting
-# A rule keeps its series inside its own entry (read and written whole, like a format 3
-# section, but per rule) until it has more than this many; then one entry per series. Most
-# rules have a few dozen series, and a batch touching 10,000 of them then makes 10,000 state
-# calls, not one per series (benchmarks/README.md, "State layouts").
+# A rule keeps its series inside its entry (read and written whole, like a format 3 section,
+# but per rule; format 5: in its account's group) until it has more than this many; then one
+# entry per series. Most rules have a few dozen series, and a batch touching 10,000 of them
+# then makes 10,000 state calls at most, not one per series (benchmarks/README.md, "State
+# layouts").
 SMALL_RULE = 512
 # A rule whose per-rule cap is at most this keeps the list of its series in its entry (at most
 # ≈ 40 bytes a series: 800 KB at this cap), so that a batch reads only the series it lists.
@@ -414,9 +420,9 @@ COUNTED_INTERNAL = tuple(sorted(set(INTERNAL_RULES) - {REFUSED_RULE}))
 
 
 class MetricProcessor(StatefulProcessor):
-    """Format 4's state function (module docstring): counter keys (window
+    """Formats 4 and 5's state function (module docstring): counter keys (window
     :data:`~l2m.state.function.CUMULATIVE`) and gauge window keys. ``caps``: each rule's
-    series caps (always enforced: format 4 places whole accounts in one shard);
+    series caps (always enforced: formats 4 and 5 place whole accounts in one shard);
     ``reduction``/``activity``: as :class:`~l2m.state.function.MetricState`'s."""
 
     def __init__(self, counters: CounterState, gauges: GaugeState,
