@@ -70,6 +70,10 @@ class Telemetry:
         self._sums_base: dict[Any, float] = {}
         self._sums: dict[Any, float] = {}
         self._book = AccountBook(cfg.monitoring.top_accounts)
+        # The state keys' last reports: the earlier queries' (without their gauge windows,
+        # which the current query reports again while they are open), the current one's. The
+        # driver drops closed windows from the query's own (tally.without_closed_windows).
+        self._latest_base: dict[Any, float] = {}
         self._latest: dict[Any, float] = {}
         r = self.registry
 
@@ -272,7 +276,7 @@ class Telemetry:
             return
         self._sums = task_sums(counts)
         if counts.tally is not None:
-            self._latest.update(counts.tally.value)
+            self._latest = {**self._latest_base, **counts.tally.value}
 
     def _fold(self) -> None:
         """A query ends: what its accumulators counted becomes the base of the next one's."""
@@ -280,6 +284,8 @@ class Telemetry:
         if counts is None:
             return
         self._absorb()
+        self._latest_base = {k: n for k, n in self._latest.items()
+                             if not (isinstance(k, SeriesCount) and k.windowed)}
         self._base["in"] += counts.reduction.rows_in.value
         self._base["out"] += counts.reduction.rows_out.value
         for key, n in self._sums.items():

@@ -36,9 +36,15 @@ from l2m.errors import StateFormatError
 from l2m.state.counters import REFUSED_RULE, CounterState, signature, tallied
 from l2m.state.format import UPGRADE_HINT, dump_blob, load_blob
 from l2m.state.gauges import GaugeState
-from l2m.state.tally import MatchCount, RefusedCount, SampleCount, SeriesCount, Tally
+from l2m.state.tally import (
+    CUMULATIVE,
+    MatchCount,
+    RefusedCount,
+    SampleCount,
+    SeriesCount,
+    Tally,
+)
 
-CUMULATIVE = -1  # the window of every counter key
 # The state key's columns by state format (l2m.state.format): format 2 keys all rules
 # together; a format 1 checkpoint keeps its per-rule keys.
 STATE_KEYS: dict[int, tuple[str, ...]] = {5: ("shard", "window"), 4: ("shard", "window"),

@@ -15,6 +15,8 @@ from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 
+CUMULATIVE = -1  # the window of every counter state key (l2m.state.function)
+
 
 class _Key:
     """A tally key pickles as its class and field values: a frozen slots dataclass otherwise
@@ -30,11 +32,16 @@ class _Key:
 
 @dataclass(frozen=True, slots=True)
 class SeriesCount(_Key):
-    """Live series of one rule in one state key (counters: window -1)."""
+    """Live series of one rule in one state key (counters: window :data:`CUMULATIVE`)."""
 
     rule: str
     shard: int
     window: int
+
+    @property
+    def windowed(self) -> bool:
+        """Whether this count is of a gauge window (not of a counter key)."""
+        return self.window != CUMULATIVE
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +113,16 @@ class Latest(AccumulatorParam[Tally]):
     def addInPlace(self, value1: Tally, value2: Tally) -> Tally:
         value1.update(value2)
         return value1
+
+
+def without_closed_windows(tally: Tally) -> None:
+    """Drop the gauge windows' counts of 0 from a :class:`Latest` value, on the driver: a
+    closed window reports 0 once and never again, so over months its keys would pile up —
+    one per gauge rule and window — and every batch's per-account totals and every scrape
+    would read them all. (Tasks must send their 0s: the driver's value is what they fix.)"""
+    for key, number in list(tally.items()):
+        if not number and isinstance(key, SeriesCount) and key.windowed:
+            del tally[key]
 
 
 def task_sums(counts: Any) -> Tally:

@@ -62,7 +62,7 @@ from l2m.state.function import (
 )
 from l2m.state.gauges import GaugeState
 from l2m.state.processor import MetricProcessor
-from l2m.state.tally import Latest, Sums, Tally, task_sums
+from l2m.state.tally import Latest, Sums, Tally, task_sums, without_closed_windows
 from l2m.streaming.rulesets import RulesetPublisher, ruleset_version
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
@@ -308,6 +308,8 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         # The accumulators now hold this batch's state tasks: l2m's per-tenant view follows
         # it. Best effort: l2m's own metrics never fail (and so replay) a batch of samples.
         view = book.view(counts.totals(publisher.accounts))
+        if counts.tally is not None:
+            without_closed_windows(counts.tally.value)
         try:
             produce_samples(account_samples(view, int(time.time() * 1000)),
                             cfg.topics.metrics, cfg.sink, timeout_s=ACCOUNT_FLUSH_S)

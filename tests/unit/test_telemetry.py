@@ -15,7 +15,14 @@ from l2m.rules.model import Rule
 from l2m.runtime.endpoint import Endpoint
 from l2m.runtime.sparkstatus import ExecutorLoad
 from l2m.runtime.telemetry import Telemetry, expected_executors
-from l2m.state.tally import InputCount, LateCount, MatchCount, SeriesCount
+from l2m.state.tally import (
+    CUMULATIVE,
+    InputCount,
+    LateCount,
+    MatchCount,
+    SeriesCount,
+    without_closed_windows,
+)
 from tests.support.web import post
 
 RULES = [Rule(id="a", name="a_total", kind="counter", query="*", aggregation="count"),
@@ -142,6 +149,28 @@ def test_state_backed_counters_are_exact_and_accumulators_add_up_across_restarts
     assert sample(t, "l2m_input_logs_total", status="malformed") == 2
     assert sample(t, "l2m_rule_series", rule="b") == 0
     assert sample(t, "l2m_query_restarts_total", code="KAFKA_UNAVAILABLE") == 1
+
+
+def test_closed_gauge_windows_leave_the_drivers_tallies_and_restarts_forget_windows():
+    """A closed window reports 0 once and never again: kept, one key per gauge rule and
+    window would pile up for months, read by every batch and every scrape."""
+    w = 1_795_341_600_000
+    tally: dict[Any, float] = {SeriesCount("a", 0, CUMULATIVE): 0, SeriesCount("b", 0, w): 0,
+                               SeriesCount("b", 1, w): 3, InputCount("ok"): 0}
+    without_closed_windows(tally)
+    assert tally == {SeriesCount("a", 0, CUMULATIVE): 0, SeriesCount("b", 1, w): 3,
+                     InputCount("ok"): 0}
+    t = Telemetry(CFG, RULES)
+    t.started(counts(1, 1, {}, {SeriesCount("a", 0, CUMULATIVE): 4, SeriesCount("b", 1, w): 3}))
+    t.batch(PROGRESS)
+    t.stopping()
+    t.restarted("KAFKA_UNAVAILABLE")
+    # The new query reports its counter keys again on its first sweep, its open windows as
+    # they are touched: the old query's windows are not carried over (they may have closed).
+    t.started(counts(0, 0, {}, {}))
+    t.batch(PROGRESS)
+    assert sample(t, "l2m_rule_series", rule="a") == 4
+    assert sample(t, "l2m_rule_series", rule="b") == 0
 
 
 def test_readiness_and_health_follow_the_runner():
