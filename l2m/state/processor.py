@@ -173,7 +173,7 @@ class _Rules:
         self._rules: Mapping[str, Rule] = {}
         self._accounts: Mapping[str, list[str]] = {}
         self.account: dict[str, str | None] = {}  # a loaded rule's account (None: own only)
-        self.groups: dict[str, dict[str, Any] | None] = {}  # by account; None: has none
+        self.groups: dict[str, dict[str, Any]] = {}  # by account, once read (or made)
         self._groups_changed: set[str] = set()
         self._removed: set[str] = set()  # own entries that moved into their group
         # Whether every account of the key with an own entry has a group (the key's meta
@@ -207,10 +207,9 @@ class _Rules:
         for acct, raw in zip(unread, MapIO(self.state).get([(group_key(a),) for a in unread]),
                              strict=True):
             found = _load(raw)
-            self.groups[acct] = found
-            if found is None and self.complete:
-                self.groups[acct] = {"r": {}, "own": []}
-            elif found is None:  # every rule of the account may have an own entry: read them
+            if found is not None or self.complete:
+                self.groups[acct] = found or {"r": {}, "own": []}
+            else:  # every rule of the account may have an own entry: read them
                 unknown.add(acct)
                 more = [r for r in self._rules_of(acct) if r not in self.entries
                         and r not in self._raw and r not in accounts]
@@ -220,7 +219,7 @@ class _Rules:
         for rule_id in sorted(set(wanted)):
             owner = accounts.get(rule_id)
             self.account[rule_id] = owner
-            group = self.groups.get(owner) if owner is not None else None
+            group = self.groups.get(owner) if owner is not None else None  # None: unknown
             if group is None or rule_id in group["own"]:
                 own.append(rule_id)
             else:
@@ -235,10 +234,10 @@ class _Rules:
                 self._groups_changed.add(owner)
         for acct in unknown:  # now known: the group it gets lists the own entries found
             self.groups[acct] = {"r": {}, "own": []}
-        for rule_id in own:
+        for rule_id in own:  # one pass (a scan per account was quadratic: 10 s a batch)
             owner = self.account[rule_id]
             if owner in unknown and self._raw[rule_id] is not None:
-                self.groups[owner]["own"].append(rule_id)  # type: ignore[index]
+                self.groups[owner]["own"].append(rule_id)
 
     def entry(self, rule_id: str, rule: Rule | None) -> dict[str, Any]:
         """The rule's entry, a new generation if its signature is not the rule's (a removed
@@ -369,9 +368,7 @@ class _Rules:
             if account is None:
                 own[rule_id] = entry
                 continue
-            group = self.groups.get(account)
-            if group is None:
-                group = self.groups[account] = {"r": {}, "own": []}
+            group = self.groups[account]  # prefetched with the rule
             if "s" in entry and "o" not in entry:
                 group["r"][rule_id] = entry
                 if rule_id in group["own"]:  # a format 4 entry, or a new generation
@@ -391,7 +388,6 @@ class _Rules:
         groups = []
         for account in sorted(self._groups_changed):
             group = self.groups[account]
-            assert group is not None
             members = group["r"]
             total = sum(_series_in(e) for e in members.values())
             # Past the bound, the largest members go to own entries, for good ("o").
