@@ -797,7 +797,9 @@ def issue21_markdown(r: dict[str, Any]) -> list[str]:
                       "logs/s."
                       + (f" The consume + `orjson` ceiling just before and after it: "
                          f"{once['ceiling']['before']:,} and {once['ceiling']['after']:,} "
-                         "logs/s." if once.get("ceiling") else "")]
+                         "logs/s." if once.get("ceiling") else "")
+                      + (f" JVM class-data archive: {'yes' if once['jvm_archive'] else 'no'}."
+                         if "jvm_archive" in once else "")]
     return lines
 
 

@@ -156,6 +156,7 @@ class Runner:
                 self._progressed = False
             if all(not q.isActive for q in self.job.queries):
                 self._report()
+                self.job.close()
                 return 0
             if self._stop.is_set() or (deadline is not None and time.monotonic() > deadline):
                 self._shutdown()
@@ -265,6 +266,7 @@ class Runner:
         finally:
             marker.unlink(missing_ok=True)
         self._report()
+        self.job.close()
 
 
 @dataclass

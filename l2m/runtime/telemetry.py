@@ -72,7 +72,7 @@ class Telemetry:
         self._book = AccountBook(cfg.monitoring.top_accounts)
         # The state keys' last reports: the earlier queries' (without their gauge windows,
         # which the current query reports again while they are open), the current one's. The
-        # driver drops closed windows from the query's own (tally.without_closed_windows).
+        # driver drops closed windows from the query's own (tally.Latest).
         self._latest_base: dict[Any, float] = {}
         self._latest: dict[Any, float] = {}
         r = self.registry

@@ -105,24 +105,31 @@ class Sums(AccumulatorParam[Tally]):
 
 
 class Latest(AccumulatorParam[Tally]):
-    """Per key: the last value set."""
+    """Per key: the last value set. The driver's (``drops_closed_windows``) drops a gauge
+    window's count when its 0 arrives: a closed window reports 0 once and never again, so
+    over months its keys would pile up — one per gauge rule and window — and every batch's
+    per-account totals and every scrape would read them all. Tasks get a plain copy: their
+    0s must reach the driver, whose value they fix."""
+
+    def __init__(self, drops_closed_windows: bool = False) -> None:
+        self.drops_closed_windows = drops_closed_windows
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return Latest, ()
 
     def zero(self, value: Tally) -> Tally:
         return {}
 
     def addInPlace(self, value1: Tally, value2: Tally) -> Tally:
-        value1.update(value2)
+        if not self.drops_closed_windows:
+            value1.update(value2)
+            return value1
+        for key, number in value2.items():
+            if not number and isinstance(key, SeriesCount) and key.windowed:
+                value1.pop(key, None)
+            else:
+                value1[key] = number
         return value1
-
-
-def without_closed_windows(tally: Tally) -> None:
-    """Drop the gauge windows' counts of 0 from a :class:`Latest` value, on the driver: a
-    closed window reports 0 once and never again, so over months its keys would pile up —
-    one per gauge rule and window — and every batch's per-account totals and every scrape
-    would read them all. (Tasks must send their 0s: the driver's value is what they fix.)"""
-    for key, number in list(tally.items()):
-        if not number and isinstance(key, SeriesCount) and key.windowed:
-            del tally[key]
 
 
 def task_sums(counts: Any) -> Tally:

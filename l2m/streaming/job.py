@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +45,7 @@ from l2m.kafka.sink import KafkaSink, produce_samples, write_batch
 from l2m.kafka.source import KafkaSource
 from l2m.rules.model import Rule
 from l2m.rules.snapshot import snapshot
-from l2m.state.accounts import AccountBook, AccountStats, account_samples, account_totals
+from l2m.state.accounts import AccountBook
 from l2m.state.checkpoint import check_checkpoint, local_checkpoint
 from l2m.state.counters import CounterState
 from l2m.state.format import STATE_FORMAT
@@ -62,13 +61,11 @@ from l2m.state.function import (
 )
 from l2m.state.gauges import GaugeState
 from l2m.state.processor import MetricProcessor
-from l2m.state.tally import Latest, Sums, Tally, task_sums, without_closed_windows
+from l2m.state.tally import Latest, Sums, Tally, task_sums
+from l2m.streaming.accountmetrics import ACCOUNT_FLUSH_S, AccountMetrics
 from l2m.streaming.rulesets import RulesetPublisher, ruleset_version
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
-# How long a batch waits for its per-account samples (l2m.state.accounts) to be acknowledged
-# before it goes on without them.
-ACCOUNT_FLUSH_S = 5.0
 # Series keys (l2m.engine.fanout: length-prefixed) of the input statuses whose logs are routed.
 ROUTED_STATUS_SERIES = sorted({status.series for status in ROUTED})
 
@@ -138,16 +135,11 @@ class Counts:
     # Per rule: logs refused by a series cap, samples emitted (l2m.state.accounts).
     activity: Accumulator[Tally] | None = None
 
-    def totals(self, accounts: dict[str, str | None]) -> dict[str, AccountStats]:
-        """Each account's numbers as this query counted them (:mod:`l2m.state.accounts`)."""
-        return account_totals(accounts, self.tally.value if self.tally is not None else {},
-                              task_sums(self))
-
     @staticmethod
     def create(spark: SparkSession) -> Counts:
         sc = spark.sparkContext
         return Counts(Reduction(sc.accumulator(0), sc.accumulator(0), sc.accumulator({}, Sums())),
-                      sc.accumulator(0), sc.accumulator({}, Latest()),
+                      sc.accumulator(0), sc.accumulator({}, Latest(drops_closed_windows=True)),
                       sc.accumulator({}, Sums()))
 
 
@@ -278,10 +270,17 @@ class Job:
     query: StreamingQuery
     counts: Counts | None = None
     rulesets: RulesetPublisher | None = None  # where a changed rule set is published
+    accounts: AccountMetrics | None = None  # l2m's per-account samples, written off the batch
 
     @property
     def queries(self) -> list[StreamingQuery]:
         return [self.query]
+
+    def close(self) -> None:
+        """After the query: write what its last batches left to write (the per-account
+        samples), without waiting more than a few seconds."""
+        if self.accounts is not None:
+            self.accounts.close()
 
 
 def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
@@ -303,19 +302,16 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                                  live=state_format >= MAP_FORMAT)
     book = AccountBook(cfg.monitoring.top_accounts)
 
+    accounts = AccountMetrics(book, lambda samples: produce_samples(
+        samples, cfg.topics.metrics, cfg.sink, timeout_s=ACCOUNT_FLUSH_S))
+
     def kafka_sink(frame: DataFrame, batch_id: int) -> None:
         write_batch(frame, cfg.topics.metrics, cfg.sink, (cfg.topics.dead_letters, cfg.kafka))
         # The accumulators now hold this batch's state tasks: l2m's per-tenant view follows
-        # it. Best effort: l2m's own metrics never fail (and so replay) a batch of samples.
-        view = book.view(counts.totals(publisher.accounts))
-        if counts.tally is not None:
-            without_closed_windows(counts.tally.value)
-        try:
-            produce_samples(account_samples(view, int(time.time() * 1000)),
-                            cfg.topics.metrics, cfg.sink, timeout_s=ACCOUNT_FLUSH_S)
-        except Exception as exc:  # whatever l2m's own metrics hit, the batch goes on
-            print(f"l2m: the per-account metrics of batch {batch_id} were not written: {exc}",
-                  file=sys.stderr, flush=True)
+        # it, written while the next batch runs (l2m.streaming.accountmetrics).
+        accounts.batch_done(batch_id, publisher.accounts,
+                            counts.tally.value if counts.tally is not None else {},
+                            task_sums(counts))
 
     writer = (metrics_frame(spark, cfg, rules, counts, source, state_format, publisher)
               .writeStream
@@ -333,7 +329,8 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         query = writer.start()
     finally:
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    return Job(query=query, counts=counts, rulesets=publisher)
+    return Job(query=query, counts=counts, rulesets=publisher,
+               accounts=None if sink is not None else accounts)
 
 
 # Spark settings the streaming job needs regardless of the configuration file.

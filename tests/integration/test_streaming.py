@@ -38,6 +38,7 @@ def run_once(spark, cfg: JobConfig, rules) -> Job:
     job = start_job(spark, cfg, rules, once=True)
     job.query.awaitTermination(300)
     assert job.query.exception() is None, job.query.exception()
+    job.close()
     return job
 
 

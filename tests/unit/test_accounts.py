@@ -85,3 +85,59 @@ def test_at_most_twice_the_top_stay_named():
 
 def test_totals_cover_every_account():
     assert set(account_totals(ACCOUNTS, LATEST, SUMS)) == {"acme", "globex", "initech", ""}
+
+
+def test_per_account_samples_are_written_off_the_batch_in_order_the_newest_superseding():
+    """The batch hands its tallies over and goes on; a batch ending while the previous one's
+    samples are still being written replaces what waits; close() writes what is left."""
+    import threading
+
+    from l2m.streaming.accountmetrics import AccountMetrics
+
+    entered, release = threading.Event(), threading.Event()
+    written: list[dict[str, float]] = []
+
+    def produce(samples: list[dict]) -> None:
+        if not written:
+            entered.set()
+            release.wait(10)  # the first write is slow: batches 2 and 3 end meanwhile
+        written.append({s["labels"]["account"]: s["value"] for s in samples
+                        if s["name"] == "l2m_account_logs_matched_total"})
+
+    metrics = AccountMetrics(AccountBook(top=10), produce)
+    latest = dict(LATEST)
+    metrics.batch_done(1, ACCOUNTS, latest, {MatchCount("a1"): 1})
+    assert entered.wait(10)
+    latest[SeriesCount("g1", 1, -1)] = 8  # the caller's dict changes: the copy does not
+    metrics.batch_done(2, ACCOUNTS, latest, {MatchCount("a1"): 2})
+    metrics.batch_done(3, ACCOUNTS, latest, {MatchCount("a1"): 3})
+    release.set()
+    metrics.close()
+    assert written == [{"acme": 1, "globex": 0, "initech": 0, "": 0},
+                       {"acme": 3, "globex": 0, "initech": 0, "": 0}]
+    metrics.batch_done(4, ACCOUNTS, latest, {})  # after close: nothing more is written
+    assert len(written) == 2
+
+
+def test_a_failed_write_of_per_account_samples_is_a_line_and_later_batches_still_write(capsys):
+    import threading
+
+    from l2m.streaming.accountmetrics import AccountMetrics
+
+    calls: list[int] = []
+    tried = threading.Event()
+
+    def produce(samples: list[dict]) -> None:
+        calls.append(len(samples))
+        tried.set()
+        if len(calls) == 1:
+            raise RuntimeError("broker down")
+
+    metrics = AccountMetrics(AccountBook(top=10), produce)
+    metrics.batch_done(7, ACCOUNTS, LATEST, dict(SUMS))
+    assert tried.wait(10)
+    metrics.batch_done(8, ACCOUNTS, LATEST, dict(SUMS))
+    metrics.close()
+    assert calls == [16, 16]
+    assert capsys.readouterr().err == (
+        "l2m: the per-account metrics of batch 7 were not written: broker down\n")
