@@ -16,9 +16,9 @@ benchmarks/README.md)."""
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -36,7 +36,13 @@ from l2m.engine.collector import collector_paused
 from l2m.engine.labels import CUT_RULE
 from l2m.engine.partials import Partial, merge, partial_rows
 from l2m.engine.pipeline import routing_from_option
-from l2m.engine.samples import is_finite_sample, rule_samples, series_labels, series_samples
+from l2m.engine.samples import (
+    SampleLines,
+    is_finite_sample,
+    rule_samples,
+    series_labels,
+    series_value,
+)
 from l2m.engine.status import STATUS_RULE, status_label
 from l2m.rules.model import Aggregation, Rule
 
@@ -60,11 +66,24 @@ def _text_key(text: str) -> bytes:
         b"\x00"
 
 
+def labels_key(labels: Iterable[tuple[str, str]]) -> bytes:
+    """The start of :func:`sort_key`: bytes that order as a series' labels (sorted (name,
+    value) pairs) do in Python."""
+    return b"".join(_name_key(name) + _text_key(value) for name, value in labels) + b"\x00"
+
+
+@functools.cache
+def _name_key(name: str) -> bytes:
+    return _text_key(name)  # a handful of label names, each in every sample
+
+
+_TAIL = struct.Struct(">QI")
+
+
 def sort_key(labels: Iterable[tuple[str, str]], window: int | None, index: int) -> bytes:
     """Bytes that order as ``(labels, window or 0, index)`` does in Python: a series' labels
     (sorted (name, value) pairs), its window, and a sample's place in its family."""
-    flat = b"".join(_text_key(name) + _text_key(value) for name, value in labels)
-    return flat + b"\x00" + struct.pack(">QI", (window or 0) + _WINDOW_BIAS, index)
+    return labels_key(labels) + _TAIL.pack((window or 0) + _WINDOW_BIAS, index)
 
 
 def _count_collapsed(admission: Admission, rule_id: str,
@@ -94,11 +113,11 @@ class Tallies:
 
 def domain_samples(rows: Iterable[tuple[str, str, str | None, int | None, Partial]],
                    rules: Sequence[Rule], caps: Mapping[str, RuleCaps] | None,
-                   tallies: Tallies) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+                   tallies: Tallies) -> Iterator[tuple[int, bytes, bytes, str, bool]]:
     """Merged partials of whole domains, as (rule, series, le, window, partial) → (rule rank,
-    sort key, sample) in no particular order, counting the input statuses, cuts, refusals and
-    matches into ``tallies``. With ``caps``, series past a cap go to their rule's overflow
-    series."""
+    sort key, sample's JSON line, rule id, value finite) in no particular order, counting the
+    input statuses, cuts, refusals and matches into ``tallies``. With ``caps``, series past a
+    cap go to their rule's overflow series."""
     by_id = {r.id: r for r in rules}
     rank = {r.id: i for i, r in enumerate(rules)}
     domains: dict[int | None, dict[str, list[tuple[str, str, Partial]]]] = {}
@@ -111,10 +130,17 @@ def domain_samples(rows: Iterable[tuple[str, str, str | None, int | None, Partia
             continue
         # "" outside histograms, as the state stage reads partials (frame_partials)
         domains.setdefault(window, {}).setdefault(rule_id, []).append((series, le or "", part))
+    # Per rule: a series' labels, its sort key's start and its lines' start, built once per
+    # task — a gauge's series recurs in every window it has values in.
+    seen: dict[str, dict[str, tuple[list[tuple[str, str]], bytes, bytes]]] = {}
+    templates = {r.id: SampleLines(r) for r in rules if r.aggregation != Aggregation.HISTOGRAM}
     for window, by_rule in domains.items():
         admission = Admission(caps, {}) if caps else None
+        tail = _TAIL.pack((window or 0) + _WINDOW_BIAS, 0)
         for rule_id in sorted(by_rule):
             rule = by_id[rule_id]
+            known = seen.setdefault(rule_id, {})
+            at = rank[rule_id]
             rows_of = by_rule[rule_id]
             kept = redirected(rows_of, {}, admission, rule_id)
             if admission is not None:
@@ -127,21 +153,28 @@ def domain_samples(rows: Iterable[tuple[str, str, str | None, int | None, Partia
                 parts_of = families.setdefault(name, {})
                 parts_of[le] = part.merge(parts_of[le]) if le in parts_of else part
             matches = 0
-            histogram = rule.aggregation == Aggregation.HISTOGRAM
+            template = templates.get(rule_id)
             for name, parts in families.items():
-                labels = series_labels(rule, name)
-                if histogram:
+                entry = known.get(name)
+                if entry is None:
+                    labels = series_labels(rule, name)
+                    entry = known[name] = (labels, labels_key(labels),
+                                           template.prefix(labels) if template else b"")
+                labels, start, prefix = entry
+                if template is None:  # a histogram
                     parts = dict(sorted(parts.items(), key=lambda kv: _le_order(kv[0])))
                     matches += sum(p.matches for p in parts.values())
-                    produced = rule_samples(rule, labels, window, parts)
-                else:
-                    part = parts[""]
-                    matches += part.matches
-                    produced = series_samples(rule, labels,
-                                              (part.ts or 0) if window is None else window,
-                                              part)
-                for i, sample in enumerate(produced):
-                    yield rank[rule_id], sort_key(labels, window, i), sample
+                    for i, sample in enumerate(rule_samples(rule, labels, window, parts)):
+                        yield (at, start + _TAIL.pack((window or 0) + _WINDOW_BIAS, i),
+                               orjson.dumps(sample), rule_id, is_finite_sample(sample))
+                    continue
+                part = parts[""]
+                matches += part.matches
+                value = series_value(rule, part)
+                if value is not None:
+                    line, finite = template.line(
+                        prefix, value, (part.ts or 0) if window is None else window)
+                    yield at, start + tail, line, rule_id, finite
             tallies.add(MATCHES, rule_id, matches)
         for (rule_id, limit), (logs, _ts) in (admission.refused if admission else {}).items():
             tallies.add(REFUSED, f"{rule_id} ({limit})", logs)
@@ -175,13 +208,13 @@ def final_rows(option: str, capped: Mapping[str, int]
         # Hundreds of thousands of rows, samples and lines, none in a cycle: collecting
         # while they are built took half the stage (benchmarks/README.md).
         with collector_paused():
-            for rank, key, sample in domain_samples(partial_rows(merged), routing.rules,
-                                                    routing.caps, tallies):
+            for rank, key, line, rule_id, ok in domain_samples(
+                    partial_rows(merged), routing.rules, routing.caps, tallies):
                 ranks.append(rank)
                 keys.append(key)
-                lines.append(orjson.dumps(sample))
-                names.append(sample["rule"])
-                finite.append(is_finite_sample(sample))
+                lines.append(line)
+                names.append(rule_id)
+                finite.append(ok)
         counted = sorted(tallies.counts.items())
         empty = [None] * len(counted)
         yield from pa.table({

@@ -61,26 +61,58 @@ def sample(rule: Rule, name: str, labels: dict[str, str], value: float,
     }
 
 
-def series_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int,
-                   agg: Partial) -> list[dict[str, Any]]:
-    """The sample of a non-histogram series (and window, for gauges); none without values."""
+def series_value(rule: Rule, agg: Partial) -> float | None:
+    """The value of a non-histogram series (and window, for gauges); None without values."""
     if agg.n <= 0:
-        return []
+        return None
     aggregation = rule.aggregation
     # A chain, not a table of lambdas: called once per series and sample (350,000 times in a
     # high-cardinality backfill).
-    value: float
     if aggregation == "count":
-        value = float(agg.n)
-    elif aggregation == "sum":
-        value = agg.total
-    elif aggregation == "avg":
-        value = agg.total / agg.n
-    elif aggregation == "min":
-        value = agg.min if agg.min is not None else math.nan  # n > 0: never NaN
-    else:  # max (histograms are family_samples')
-        value = agg.max if agg.max is not None else math.nan
+        return float(agg.n)
+    if aggregation == "sum":
+        return agg.total
+    if aggregation == "avg":
+        return agg.total / agg.n
+    if aggregation == "min":
+        return agg.min if agg.min is not None else math.nan  # n > 0: never NaN
+    # max (histograms are family_samples')
+    return agg.max if agg.max is not None else math.nan
+
+
+def series_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int,
+                   agg: Partial) -> list[dict[str, Any]]:
+    """The sample of a non-histogram series (and window, for gauges); none without values."""
+    value = series_value(rule, agg)
+    if value is None:
+        return []
     return [sample(rule, rule.name, dict(labels), value, timestamp)]
+
+
+class SampleLines:
+    """A non-histogram rule's sample lines, byte for byte ``orjson.dumps`` of :func:`sample`,
+    built from pieces: the rule's part once, a series' labels once (:meth:`prefix`, for all
+    its windows), then per sample only its value and timestamp (:meth:`line`). Backfill writes
+    350,000 such lines for one high-cardinality gauge: a dict per sample, serialised, cost
+    three times as much."""
+
+    def __init__(self, rule: Rule) -> None:
+        # orjson writes a dict's keys in insertion order without spaces: sample()'s order.
+        self._head = orjson.dumps({"name": rule.name, "kind": rule.kind})[:-1] + b',"labels":'
+        self._tail = b',"account":' + orjson.dumps(rule.target_account) + b',"rule":' + \
+            orjson.dumps(rule.id) + b"}"
+
+    def prefix(self, labels: Iterable[tuple[str, str]]) -> bytes:
+        """What every line of a series starts with (up to its value)."""
+        return self._head + orjson.dumps(dict(labels)) + b',"value":'
+
+    def line(self, prefix: bytes, value: float, timestamp: int) -> tuple[bytes, bool]:
+        """A sample's JSON line, and whether its value is finite (:func:`is_finite_sample`)."""
+        if math.isfinite(value):
+            return b"%b%b,\"timestamp\":%d%b" % (prefix, orjson.dumps(float(value)), timestamp,
+                                                  self._tail), True
+        return b"%b\"%b\",\"timestamp\":%d%b" % (prefix, nonfinite_text(value).encode(),
+                                                   timestamp, self._tail), False
 
 
 def family_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int | None,

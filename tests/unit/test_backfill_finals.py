@@ -48,3 +48,35 @@ def test_samples_come_out_by_rule_rank_then_key_and_tallies_apart():
     assert samples.column("finite").to_pylist() == [True, False, True]
     assert tallies.to_pylist() == [{"tally": STATUS, "rule": "ok", "count": 7},
                                    {"tally": MATCHES, "rule": "r0", "count": 5}]
+
+
+SAMPLE_RULES = """\
+rules:
+  - {id: plain, name: plain_total, kind: counter, query: "*", aggregation: count,
+     group_by: [a, b]}
+  - {id: tenant, name: "tenant_max", kind: gauge, query: "*", aggregation: max,
+     field: v, group_by: [a], account: acme, labels: {team: "q\\"uote"}}
+"""
+
+
+def test_sample_lines_are_orjson_of_the_sample_byte_for_byte():
+    import math
+
+    import orjson
+
+    from l2m.engine.samples import SampleLines, sample
+    from l2m.rules.loader import load_text
+
+    values = [0.0, -0.0, 1.0, 0.1, 1e20, 1e-7, 123456789.123, 2.0 ** 60, -5.5, math.inf,
+              -math.inf, math.nan, 3]
+    label_values = ["", "x", "é", "\U0001f600", 'q"\\', "\x00\x1f\n", "a" * 300]
+    for rule in load_text(SAMPLE_RULES)[0]:
+        lines = SampleLines(rule)
+        for value in values:
+            for text in label_values:
+                labels = [("a", text), ("b", "-")]
+                for ts in (0, 1_764_000_000_000, -60_000):
+                    expected = orjson.dumps(sample(rule, rule.name, dict(labels), value, ts))
+                    line, finite = lines.line(lines.prefix(labels), value, ts)
+                    assert line == expected
+                    assert finite == math.isfinite(value)
