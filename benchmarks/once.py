@@ -48,6 +48,7 @@ def batches(output: str) -> list[tuple[int, int, int]]:
 
 def run_once(bootstrap: str, workdir: Path, records: int, partitions: int, per_batch: int,
              per_task: int) -> dict[str, Any]:
+    from l2m.dev.jvmarchive import build
     from l2m.runtime import jvm as jvmcache
 
     # As shipped: the image builds the driver JVM's class-data archive
@@ -55,7 +56,7 @@ def run_once(bootstrap: str, workdir: Path, records: int, partitions: int, per_b
     # the JVM's start and first job took about 9 s longer here (benchmarks/README.md).
     archive = jvmcache.archive()
     if archive is not None and not archive.exists():
-        jvmcache.build(archive)
+        build(archive)
     folder = workdir / "once"
     folder.mkdir(parents=True, exist_ok=True)
     topics = fresh_topics(bootstrap, "once", partitions)
