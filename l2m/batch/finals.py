@@ -80,10 +80,15 @@ def _name_key(name: str) -> bytes:
 _TAIL = struct.Struct(">QI")
 
 
+def _tail(window: int | None, index: int) -> bytes:
+    """The end of :func:`sort_key`: a window and a sample's place in its family."""
+    return _TAIL.pack((window or 0) + _WINDOW_BIAS, index)
+
+
 def sort_key(labels: Iterable[tuple[str, str]], window: int | None, index: int) -> bytes:
     """Bytes that order as ``(labels, window or 0, index)`` does in Python: a series' labels
     (sorted (name, value) pairs), its window, and a sample's place in its family."""
-    return labels_key(labels) + _TAIL.pack((window or 0) + _WINDOW_BIAS, index)
+    return labels_key(labels) + _tail(window, index)
 
 
 def _count_collapsed(admission: Admission, rule_id: str,
@@ -133,10 +138,11 @@ def domain_samples(rows: Iterable[tuple[str, str, str | None, int | None, Partia
     # Per rule: a series' labels, its sort key's start and its lines' start, built once per
     # task — a gauge's series recurs in every window it has values in.
     seen: dict[str, dict[str, tuple[list[tuple[str, str]], bytes, bytes]]] = {}
-    templates = {r.id: SampleLines(r) for r in rules if r.aggregation != Aggregation.HISTOGRAM}
+    # Per rule with samples here (not per rule loaded: a backfill may load 100,000).
+    templates: dict[str, SampleLines] = {}
     for window, by_rule in domains.items():
         admission = Admission(caps, {}) if caps else None
-        tail = _TAIL.pack((window or 0) + _WINDOW_BIAS, 0)
+        tail = _tail(window, 0)
         for rule_id in sorted(by_rule):
             rule = by_id[rule_id]
             known = seen.setdefault(rule_id, {})
@@ -154,6 +160,8 @@ def domain_samples(rows: Iterable[tuple[str, str, str | None, int | None, Partia
                 parts_of[le] = part.merge(parts_of[le]) if le in parts_of else part
             matches = 0
             template = templates.get(rule_id)
+            if template is None and rule.aggregation != Aggregation.HISTOGRAM:
+                template = templates[rule_id] = SampleLines(rule)
             for name, parts in families.items():
                 entry = known.get(name)
                 if entry is None:
@@ -165,8 +173,8 @@ def domain_samples(rows: Iterable[tuple[str, str, str | None, int | None, Partia
                     parts = dict(sorted(parts.items(), key=lambda kv: _le_order(kv[0])))
                     matches += sum(p.matches for p in parts.values())
                     for i, sample in enumerate(rule_samples(rule, labels, window, parts)):
-                        yield (at, start + _TAIL.pack((window or 0) + _WINDOW_BIAS, i),
-                               orjson.dumps(sample), rule_id, is_finite_sample(sample))
+                        yield (at, start + _tail(window, i), orjson.dumps(sample), rule_id,
+                               is_finite_sample(sample))
                     continue
                 part = parts[""]
                 matches += part.matches

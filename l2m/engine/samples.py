@@ -108,11 +108,9 @@ class SampleLines:
 
     def line(self, prefix: bytes, value: float, timestamp: int) -> tuple[bytes, bool]:
         """A sample's JSON line, and whether its value is finite (:func:`is_finite_sample`)."""
-        if math.isfinite(value):
-            return b"%b%b,\"timestamp\":%d%b" % (prefix, orjson.dumps(float(value)), timestamp,
-                                                  self._tail), True
-        return b"%b\"%b\",\"timestamp\":%d%b" % (prefix, nonfinite_text(value).encode(),
-                                                   timestamp, self._tail), False
+        shown = sample_value(value)  # as sample() shows it: a float, or "+Inf", "-Inf", "NaN"
+        return b"%b%b,\"timestamp\":%d%b" % (prefix, orjson.dumps(shown), timestamp,
+                                              self._tail), shown.__class__ is float
 
 
 def family_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int | None,

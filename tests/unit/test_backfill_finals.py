@@ -3,11 +3,15 @@ tally rows beside the samples."""
 
 from __future__ import annotations
 
+import math
 import random
 
+import orjson
 import pyarrow as pa
 
 from l2m.batch.finals import FINAL_ARROW, MATCHES, STATUS, ordered_lines, sort_key
+from l2m.engine.samples import SampleLines, sample
+from l2m.rules.loader import load_text
 
 ALPHABET = ["", "a", "b", "\x00", "\x00\x00", "\x01", "é", "\uffff", "\U0001f600", "a\x00",
             "ab", " ", "~"]
@@ -60,13 +64,6 @@ rules:
 
 
 def test_sample_lines_are_orjson_of_the_sample_byte_for_byte():
-    import math
-
-    import orjson
-
-    from l2m.engine.samples import SampleLines, sample
-    from l2m.rules.loader import load_text
-
     values = [0.0, -0.0, 1.0, 0.1, 1e20, 1e-7, 123456789.123, 2.0 ** 60, -5.5, math.inf,
               -math.inf, math.nan, 3]
     label_values = ["", "x", "é", "\U0001f600", 'q"\\', "\x00\x1f\n", "a" * 300]
