@@ -34,7 +34,7 @@ class DeadLetters:
         self.source_topic = source_topic
         self.max_bytes = max_bytes
         self.producer = cached_producer({"enable.idempotence": True, "linger.ms": 20,
-                                         "log_level": CLIENT_LOG_LEVEL, **config})
+                                         "log_level": CLIENT_LOG_LEVEL, **config}, topic)
         self.errors: list[str] = []
         self.dropped: list[str] = []  # records the topic refused for good (their reasons)
         self.sent = 0

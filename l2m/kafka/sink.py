@@ -90,7 +90,7 @@ class _Producing:
         self.dead_letter_config = kafka_config(options, "deadletters.kafka.")
 
     def _producer(self) -> Any:
-        return sink_producer(self.config, self.timeout)
+        return sink_producer(self.config, self.timeout, self.topic)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Delivered:
         """Produce every row; a message Kafka refuses for good (:func:`~l2m.kafka.producer.
@@ -251,9 +251,10 @@ def write_batch(frame: DataFrame, topic: str, kafka: dict[str, str],
     writer.save()
 
 
-def sink_producer(config: dict[str, Any], timeout_s: float) -> Any:
+def sink_producer(config: dict[str, Any], timeout_s: float, topic: str | None = None) -> Any:
     """The (cached) producer of samples for these client settings: idempotent, every replica's
-    acknowledgement, a message given up after ``timeout_s``."""
+    acknowledgement, a message given up after ``timeout_s``; a new one readies ``topic``
+    (:func:`~l2m.kafka.producer.cached_producer`)."""
     return cached_producer({
         "enable.idempotence": True,
         "acks": "all",
@@ -262,7 +263,7 @@ def sink_producer(config: dict[str, Any], timeout_s: float) -> Any:
         "message.timeout.ms": int(timeout_s * 1000),
         "log_level": CLIENT_LOG_LEVEL,
         **config,
-    })
+    }, topic)
 
 
 def produce_samples(samples: list[dict[str, Any]], topic: str, kafka: dict[str, str],
@@ -275,7 +276,7 @@ def produce_samples(samples: list[dict[str, Any]], topic: str, kafka: dict[str, 
 
     if not samples:
         return
-    producer = sink_producer(kafka, timeout_s)
+    producer = sink_producer(kafka, timeout_s, topic)
     errors: list[Any] = []
     for sample in samples:
         final = [(MARK_HEADER, FINAL.encode())] if sample.get("kind") == "gauge" else None

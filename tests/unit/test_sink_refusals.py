@@ -75,8 +75,8 @@ class FakeProducer:
 
 def writer(monkeypatch: pytest.MonkeyPatch, metrics: FakeProducer, dead: FakeProducer | None,
            dead_letters: bool = True) -> sink._Producing:
-    monkeypatch.setattr(sink, "cached_producer", lambda _config: metrics)
-    monkeypatch.setattr(deadletters, "cached_producer", lambda _config: dead)
+    monkeypatch.setattr(sink, "cached_producer", lambda _config, _topic=None: metrics)
+    monkeypatch.setattr(deadletters, "cached_producer", lambda _config, _topic=None: dead)
     options = {"topic": "metrics", "kafka.bootstrap.servers": "127.0.0.1:1"}
     if dead_letters:
         options |= {"deadletters.topic": "dead", "deadletters.kafka.bootstrap.servers": "x:1"}
