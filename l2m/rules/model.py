@@ -11,6 +11,7 @@ import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from l2m.errors import Problem
 from l2m.query.nodes import CompiledQuery
@@ -94,6 +95,23 @@ class Rule:
         """(label name, log field) per group-by field (kept: every sample's labels read it, and
         a label name is a regex substitution)."""
         return tuple((label_name(f), f) for f in self.group_by)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Rules travel to every Python worker inside the compiled routing, pickled: as their
+        # field values in order, not a dict of names and cached properties per rule (100,000
+        # rules: 24 → 19.5 MB, 0.40 → 0.27 s to unpickle in each worker; benchmarks/README.md).
+        return _restore_rule, tuple(getattr(self, name) for name in _RULE_FIELDS)
+
+
+_RULE_FIELDS = tuple(f.name for f in dataclasses.fields(Rule))
+
+
+def _restore_rule(*values: Any) -> Rule:
+    """A :class:`Rule` from its pickled field values (already checked and converted when it
+    was built)."""
+    rule = object.__new__(Rule)
+    rule.__dict__.update(zip(_RULE_FIELDS, values, strict=True))
+    return rule
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ exactly as with an account mask, and the rules' trip through a data-source optio
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import functools
 import gc
@@ -26,6 +27,7 @@ from l2m.engine.partials import PARTIAL_ARROW
 from l2m.engine.pipeline import TaskPipeline, routing_from_option, routing_option
 from l2m.engine.preaggregate import exact_values, preaggregate
 from l2m.engine.routing import plan_for
+from l2m.limits import Limits, SeriesLimits
 from l2m.query.nodes import FieldUse, KeywordEquals
 from l2m.rules.loader import load_rules, load_text
 from l2m.rules.model import Rule
@@ -141,6 +143,27 @@ def test_routing_travels_as_an_option_and_is_decoded_once_per_process() -> None:
     assert decoded == routing and decoded.by_account.keys() == routing.by_account.keys()
     assert routing_from_option(option) is decoded
     assert gc.isenabled()  # decoded with the collector paused, and it is back on
+
+
+def test_rules_and_caps_keep_every_field_through_their_compact_pickles() -> None:
+    """Rule and RuleCaps pickle as their field values in order (the routing's size and
+    decode time in every worker): every field comes back, the compiled query too, and a
+    cached property is computed again, not carried."""
+    rules = [r for r in _rules() if r.enabled]
+    _ = rules[0].group_labels
+    routing = plan_for(rules, limits=Limits(SeriesLimits(per_rule=50, per_metric=70,
+                                                        per_account=90)))
+    decoded = routing_from_option(routing_option(routing))
+    assert len(decoded.rules) == len(rules)
+    for before, after in zip(rules, decoded.rules, strict=True):
+        assert {f.name: getattr(after, f.name) for f in dataclasses.fields(Rule)} == \
+            {f.name: getattr(before, f.name) for f in dataclasses.fields(Rule)}
+        assert after.compiled == before.compiled and after.compiled is not None
+        assert "group_labels" not in vars(after)
+        assert after.group_labels == before.group_labels
+    assert decoded.caps == routing.caps
+    assert any(c.account_name for c in decoded.caps.values())
+    assert {c.rule for c in decoded.caps.values()} >= {50}
 
 
 def test_the_parse_plan_merges_every_rules_field_uses_whatever_they_share() -> None:
