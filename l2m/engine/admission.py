@@ -30,7 +30,6 @@ import enum
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +37,7 @@ import pyarrow.compute as pc
 from l2m.engine.labels import one_value_series
 from l2m.engine.partials import Partial, merge
 from l2m.limits import Limits
+from l2m.records import FieldValues
 from l2m.rules.model import Rule
 
 # A rule's overflow series key: never an encoded series key (those are empty or start with a
@@ -54,7 +54,7 @@ class Limit(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class RuleCaps:
+class RuleCaps(FieldValues):
     """One rule's caps (0: none) and the domains its series count in besides its own: the
     account (None: a rule without an account is capped per rule only) and the metric name
     within that account."""
@@ -64,12 +64,6 @@ class RuleCaps:
     account: int = 0
     account_name: str | None = None
     metric_name: str = ""
-
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        # Pickled with the routing for every Python worker: a frozen slots dataclass otherwise
-        # pickles through its generated state methods (100,000 caps: 0.19 → 0.10 s to unpickle).
-        return RuleCaps, (self.rule, self.metric, self.account, self.account_name,
-                          self.metric_name)
 
 
 def rule_caps(rules: Iterable[Rule], limits: Limits) -> dict[str, RuleCaps]:

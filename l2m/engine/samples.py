@@ -45,7 +45,12 @@ def sample_value(value: float) -> float | str:
 
 
 def is_finite_sample(s: Mapping[str, Any]) -> bool:
-    return not isinstance(s["value"], str)
+    return is_finite_shown(s["value"])
+
+
+def is_finite_shown(shown: float | str) -> bool:
+    """Whether a value as :func:`sample_value` shows it is a finite number."""
+    return not isinstance(shown, str)
 
 
 def sample(rule: Rule, name: str, labels: dict[str, str], value: float,
@@ -110,7 +115,7 @@ class SampleLines:
         """A sample's JSON line, and whether its value is finite (:func:`is_finite_sample`)."""
         shown = sample_value(value)  # as sample() shows it: a float, or "+Inf", "-Inf", "NaN"
         return b"%b%b,\"timestamp\":%d%b" % (prefix, orjson.dumps(shown), timestamp,
-                                              self._tail), shown.__class__ is float
+                                              self._tail), is_finite_shown(shown)
 
 
 def family_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int | None,

@@ -15,23 +15,13 @@ from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 
+from l2m.records import FieldValues
+
 CUMULATIVE = -1  # the window of every counter state key (l2m.state.function)
 
 
-class _Key:
-    """A tally key pickles as its class and field values: a frozen slots dataclass otherwise
-    pickles through ``dataclasses.fields`` per object, a visible share of every batch with
-    100,000 rules."""
-
-    __slots__ = ()
-
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        names: tuple[str, ...] = self.__slots__  # a dataclass's: its fields, in order
-        return type(self), tuple(getattr(self, name) for name in names)
-
-
 @dataclass(frozen=True, slots=True)
-class SeriesCount(_Key):
+class SeriesCount(FieldValues):
     """Live series of one rule in one state key (counters: window :data:`CUMULATIVE`)."""
 
     rule: str
@@ -45,33 +35,33 @@ class SeriesCount(_Key):
 
 
 @dataclass(frozen=True, slots=True)
-class InputCount(_Key):
+class InputCount(FieldValues):
     """Logs read with one input status label (exact: the input-status key's own count)."""
 
     status: str
 
 
 @dataclass(frozen=True, slots=True)
-class LateCount(_Key):
+class LateCount(FieldValues):
     """Logs that came after their gauge window had closed (exact)."""
 
 
 @dataclass(frozen=True, slots=True)
-class CutCount(_Key):
+class CutCount(FieldValues):
     """Label values of one rule's series cut to the job's limit (exact)."""
 
     rule: str
 
 
 @dataclass(frozen=True, slots=True)
-class MatchCount(_Key):
+class MatchCount(FieldValues):
     """Match rows (logs) one rule matched, as the pre-aggregation counted them."""
 
     rule: str
 
 
 @dataclass(frozen=True, slots=True)
-class RefusedCount(_Key):
+class RefusedCount(FieldValues):
     """Logs one rule counted into its overflow series because of one cap (``limit``: rule,
     metric or account; l2m.engine.admission), in one micro-batch (summed on the driver)."""
 
@@ -81,7 +71,7 @@ class RefusedCount(_Key):
 
 
 @dataclass(frozen=True, slots=True)
-class SampleCount(_Key):
+class SampleCount(FieldValues):
     """Samples one rule's series emitted in one micro-batch (summed on the driver)."""
 
     rule: str
