@@ -58,6 +58,7 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps
 from l2m.engine.collector import collector_paused
@@ -85,9 +86,11 @@ from l2m.state.tally import SeriesCount, Tally
 
 FORMAT = 5  # the state format this processor writes (l2m.state.format)
 READ_FORMATS = (4, 5)  # … and those it continues (format 4: own entries only)
-ENTRY = "value binary"  # every state variable's value: orjson bytes (l2m.state.format)
-SERIES_KEY = "rule string, series string"
-RULE_KEY = "rule string"
+# The state variables' schemas as types, not DDL strings: pyspark sends each string to the JVM
+# to be parsed, a round trip per schema in every state task's init (14 calls instead of 5).
+ENTRY = StructType([StructField("value", BinaryType())])  # orjson bytes (l2m.state.format)
+SERIES_KEY = StructType([StructField("rule", StringType()), StructField("series", StringType())])
+RULE_KEY = StructType([StructField("rule", StringType())])
 LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
 BUCKETS = 128  # last-touch buckets per counter TTL: how late an expired series stops counting
 # A rule keeps its series inside its entry (read and written whole, like a format 3 section,

@@ -102,11 +102,11 @@ class Handle:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def getMapState(self, name: str, key_schema: str, value_schema: str,
+    def getMapState(self, name: str, key_schema: Any, value_schema: Any,
                     ttl_ms: int | None = None) -> MapState:
         return MapState(self.store, name, ttl_ms)
 
-    def getValueState(self, name: str, schema: str, ttl_ms: int | None = None) -> ValueState:
+    def getValueState(self, name: str, schema: Any, ttl_ms: int | None = None) -> ValueState:
         return ValueState(self.store, name, ttl_ms)
 
     def registerTimer(self, at: int) -> None:

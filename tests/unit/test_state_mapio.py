@@ -24,10 +24,10 @@ from l2m.state import mapio
 from l2m.state.mapio import MapIO
 from l2m.state.processor import ENTRY, SERIES_KEY
 
-# The processor's schemas (its DDL strings are parsed by the JVM, which is not here).
+# The processor's schemas, written out: a change to them is a change of the stored layout.
 KEY = StructType([StructField("rule", StringType()), StructField("series", StringType())])
 VALUE = StructType([StructField("value", BinaryType())])
-assert (SERIES_KEY, ENTRY) == ("rule string, series string", "value binary")
+assert (SERIES_KEY, ENTRY) == (KEY, VALUE)
 
 
 class StateServer:
