@@ -30,10 +30,12 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from l2m.defaults import BATCH_ROWS
+from l2m.engine.columns import STREAM_PARTIAL_SCHEMA
 from l2m.engine.parse import ParsePlan
 from l2m.engine.partials import PARTIAL_SCHEMA
 from l2m.engine.readtask import ReadTask
-from l2m.engine.rulesets import STREAM_PARTIAL_SCHEMA, StreamTask, Versions, planned_version
+from l2m.engine.rulesets import Versions, planned_version
+from l2m.engine.streamtask import StreamTask
 
 NAME = "l2m-memory"
 

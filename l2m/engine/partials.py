@@ -2,8 +2,9 @@
 (rule, series, le, window), what backfill merges over all tasks, and what the streaming state
 keeps per series.
 
-* **Columns** (:data:`COLUMNS`): one list, from which the Spark DDL (:data:`PARTIAL_SCHEMA`),
-  the Arrow schema (:data:`PARTIAL_ARROW`) and the key (:data:`KEY`) are derived.
+* **Columns** (:data:`l2m.engine.columns.COLUMNS`): one list, from which the Spark DDL
+  (:data:`PARTIAL_SCHEMA`), the Arrow schema (:data:`PARTIAL_ARROW`) and the key
+  (:data:`KEY`) are derived.
 * **Merge** of many partials on Arrow (:func:`merge`): the end of every read task, and
   backfill's final merge after the shuffle — one implementation for streaming and backfill.
 * **One partial in Python** (:class:`Partial`): merge, the sum a sample shows, and the stored
@@ -35,27 +36,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+# KEY and PARTIAL_SCHEMA re-exported: the engine's users read them here.
+from l2m.engine.columns import COLUMNS
+from l2m.engine.columns import KEY as KEY
+from l2m.engine.columns import PARTIAL_SCHEMA as PARTIAL_SCHEMA
+
 EXACT = pa.decimal128(38, 18)  # what Spark's decimal(38,18) holds: |x| < 1e20
 WIDE = pa.decimal256(76, 18)  # sums of exact values: adding never rounds
 
-# (name, Spark type, Arrow type) of each column, in order.
-COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
-    ("rule", "string", pa.string()),
-    ("series", "string", pa.string()),
-    ("le", "string", pa.string()),
-    ("window", "bigint", pa.int64()),
-    ("matches", "bigint", pa.int64()),
-    ("n", "bigint", pa.int64()),
-    ("sum", "double", pa.float64()),
-    ("exact_sum", "decimal(38,18)", EXACT),
-    ("exact_n", "bigint", pa.int64()),
-    ("min", "double", pa.float64()),
-    ("max", "double", pa.float64()),
-    ("ts", "bigint", pa.int64()),
-)
-PARTIAL_SCHEMA = ", ".join(f"{name} {spark}" for name, spark, _ in COLUMNS)
-PARTIAL_ARROW = pa.schema([pa.field(name, arrow) for name, _, arrow in COLUMNS])
-KEY = ["rule", "series", "le", "window"]
+# The Arrow type of each Spark type of the columns (l2m.engine.columns).
+_ARROW = {"string": pa.string(), "bigint": pa.int64(), "double": pa.float64(),
+          "decimal(38,18)": EXACT}
+PARTIAL_ARROW = pa.schema([pa.field(name, _ARROW[spark]) for name, spark in COLUMNS])
 
 EXACT_LIMIT = 1e20
 # Exact sums in Python: wide enough that adding never rounds; past ±1e20 a sum falls back to

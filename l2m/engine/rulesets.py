@@ -5,35 +5,24 @@ planned with.
 Input: a version (:func:`l2m.rules.snapshot.version_of`) — from the batch's source offset
 (read tasks) or the ``ruleset`` column of its partials (the state stage) — and the folder where
 Spark put the files the driver shipped (``SparkFiles``' root: the caller's, since the engine
-never imports pyspark). Output: that version's :class:`~l2m.engine.routing.Routing`, decoded
-once per process (:func:`~l2m.engine.pipeline.routing_from_option`); and the two columns the
-streaming read tasks add to their partials (:data:`STREAM_PARTIAL_SCHEMA`): ``ruleset`` and
-``place``, the state shard a rule's series belong to (its account's: computed here, from the
-version's rules, so that a rule added while the job runs is placed like one it started
-with)."""
+never imports pyspark). Output: the version a source plans its next batch with, and that
+version's :class:`~l2m.engine.routing.Routing`, decoded once per process
+(:func:`~l2m.engine.pipeline.routing_from_option`). The read tasks' side (the partials tagged
+with their version and shard) is :mod:`l2m.engine.streamtask`.
+
+Light on purpose (no Arrow, no rules engine until a routing is read): the Kafka source's
+driver-side processes, started on every query start, plan batches with it."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from l2m.engine.admission import placement_shard
-from l2m.engine.partials import PARTIAL_ARROW, PARTIAL_SCHEMA
-from l2m.engine.pipeline import routing_from_option
-from l2m.engine.readtask import ReadTask
-from l2m.engine.routing import Routing
 from l2m.errors import RuleSnapshotError
 
-RULESET_COLUMN = "ruleset"
-PLACE_COLUMN = "place"
-# The streaming source's rows: the partials, the rule set they were made with, their shard.
-STREAM_PARTIAL_SCHEMA = f"{PARTIAL_SCHEMA}, {RULESET_COLUMN} string, {PLACE_COLUMN} int"
-STREAM_PARTIAL_ARROW = PARTIAL_ARROW.append(pa.field(RULESET_COLUMN, pa.string())).append(
-    pa.field(PLACE_COLUMN, pa.int32()))
+if TYPE_CHECKING:
+    from l2m.engine.routing import Routing
 
 
 def routing_file(version: str) -> str:
@@ -52,6 +41,8 @@ class Versions:
 
     def routing(self, version: str | None, files_dir: str | None) -> Routing:
         """The routing of ``version`` (None: the query's first), read from ``files_dir``."""
+        from l2m.engine.pipeline import routing_from_option
+
         if version is None or version == self.version:
             return routing_from_option(self.option)
         if files_dir is None:
@@ -103,48 +94,3 @@ def planned_version(ruleset_file: str | None, first: str) -> str:
         except FileNotFoundError:
             pass
     return first
-
-
-def tag(batch: pa.RecordBatch, version: str, places: Mapping[str, int]) -> pa.RecordBatch:
-    """A read task's partials with their ``ruleset`` and ``place`` (null for l2m's own rows:
-    input statuses and label cuts, spread by Spark)."""
-    rules = batch.column(0)
-    # Looked up per distinct rule: a value set of every rule (100,000) hashed per batch cost
-    # more than the batch's own rows.
-    distinct = pc.unique(rules)
-    shards = pa.array([places.get(r) for r in distinct.to_pylist()], pa.int32())
-    place = pc.take(shards, pc.index_in(rules, value_set=distinct))
-    return pa.RecordBatch.from_arrays(
-        [*batch.columns, pa.array([version] * batch.num_rows, pa.string()), place],
-        schema=STREAM_PARTIAL_ARROW)
-
-
-_PLACES: dict[tuple[str, int], dict[str, int]] = {}
-
-
-def places(version: str, routing: Routing, shards: int) -> dict[str, int]:
-    """Each rule of ``version`` (its ``routing``) and its state shard
-    (:func:`~l2m.engine.admission.placement_shard`), once per version and process."""
-    key = (version, shards)
-    found = _PLACES.get(key)
-    if found is None:
-        if len(_PLACES) > 4:
-            _PLACES.clear()
-        found = _PLACES[key] = {r.id: placement_shard(r, shards) for r in routing.rules}
-    return found
-
-
-class StreamTask(ReadTask):
-    """A streaming read task: the partials of the rules its batch was planned with, tagged
-    (:func:`tag`) with that version and each rule's shard."""
-
-    def __init__(self, versions: Versions, version: str | None, files_dir: str | None,
-                 shards: int) -> None:
-        self.version = version or versions.version
-        routing = versions.routing(self.version, files_dir)
-        super().__init__(routing.plan, routing)
-        self.places = places(self.version, routing, shards)
-
-    def finish(self) -> Iterator[pa.RecordBatch]:
-        for batch in super().finish():
-            yield tag(batch, self.version, self.places)

@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
-import numpy as np
-
 from l2m.defaults import BATCH_ROWS
 from l2m.errors import KafkaUnavailableError
 from l2m.kafka.offsets import OffsetRange
@@ -101,6 +99,8 @@ class PartitionReader:
         # any(): a KafkaError is true, and cannot be compared with None (it raises).
         if not messages or any(map(_ERROR, messages)):
             return None
+        import numpy as np  # here: the driver's end probe (this module) never needs it
+
         n = len(messages)
         partitions = np.fromiter(map(_PARTITION, messages), np.int64, n)
         offsets = np.fromiter(map(_OFFSET, messages), np.int64, n)

@@ -29,11 +29,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import pyarrow as pa
-from pyspark.sql import DataFrame
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -44,11 +42,18 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from l2m.engine.samples import MARK_HEADER
 from l2m.errors import ConfigError, SinkError
 from l2m.kafka.deadletters import DEAD_LETTER_MAX_BYTES, DeadLetters
 from l2m.kafka.options import CLIENT_LOG_LEVEL, kafka_config
 from l2m.kafka.producer import cached_producer, drop_producer, produce, refused
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+# The samples' module (and Arrow, pandas) only where rows are written: Spark's driver creates
+# the writer and commits each batch in Python processes of its own (the first of each on a
+# query start, on its critical path), which import this module and nothing they do not use.
 
 # librdkafka's default message.max.bytes (the largest message a producer sends).
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
@@ -99,6 +104,8 @@ class _Producing:
         (:meth:`_dead_letter`). Any other error fails the task (:class:`SinkError`): the
         micro-batch is replayed."""
         from confluent_kafka import KafkaException
+
+        from l2m.engine.samples import MARK_HEADER
 
         errors: list[str] = []
         batched: list[Refusal] = []  # refused in the delivery report: maybe for a neighbour

@@ -34,9 +34,8 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -46,18 +45,24 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from l2m.engine.partials import PARTIAL_SCHEMA
-from l2m.engine.rulesets import STREAM_PARTIAL_SCHEMA, StreamTask, Versions, planned_version
+from l2m.engine.columns import PARTIAL_SCHEMA, STREAM_PARTIAL_SCHEMA
+from l2m.engine.rulesets import Versions, planned_version
 from l2m.errors import DataLossError, KafkaUnavailableError
-from l2m.kafka.consumer import EndProbe, PartitionReader, Records
-from l2m.kafka.deadletters import DeadLetters
+from l2m.kafka.consumer import EndProbe
 from l2m.kafka.offsets import OffsetRange, plan_tasks, rate_limit
 from l2m.kafka.options import CLIENT_LOG_LEVEL, SourceOptions
 
-# The read task (l2m.engine.readtask: the parse and pipeline stages, luqum, msgspec, the
-# rules) is imported where logs are read, not here: the driver's source process, started anew for
-# every query start and restart, only plans offsets (0.15 s of imports less, and no decoding
-# of ten thousand rules it never evaluates). Executors' workers have them pre-imported.
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from l2m.kafka.consumer import Records
+
+# What reads logs (Arrow, the read task: the parse and pipeline stages, luqum, msgspec, the
+# rules) is imported in `read`, not here: Spark's driver runs this module in Python processes
+# of its own, started one after another on every query start (the source's lookup and
+# creation, its runner, the read planning), which only plan offsets — 0.1-0.15 s of imports
+# less each, on the start's critical path (benchmarks/README.md, "The whole `l2m run
+# --once`"). Executors' workers have them pre-imported (l2m.runtime.daemon).
 
 RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, "
               "timestamp bigint")
@@ -301,6 +306,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if partition.size <= 0:
             return
         from l2m.engine.readtask import ReadTask
+        from l2m.engine.streamtask import StreamTask
+        from l2m.kafka.consumer import PartitionReader
+        from l2m.kafka.deadletters import DeadLetters
 
         if self.versions is not None:
             from pyspark import SparkFiles
@@ -364,6 +372,8 @@ class KafkaSource(DataSource):
 
 def raw_batch(records: Records, topic: str) -> pa.RecordBatch:
     """Records as the source's raw rows (:data:`RAW_SCHEMA`)."""
+    import pyarrow as pa
+
     return pa.RecordBatch.from_arrays([
         pa.array(records.keys, pa.binary()), pa.array(records.values, pa.binary()),
         pa.array([topic] * len(records), pa.string()),

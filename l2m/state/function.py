@@ -28,8 +28,9 @@ from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, refused_series
+from l2m.engine.columns import RULESET_COLUMN
 from l2m.engine.partials import Partial, frame_partials
-from l2m.engine.rulesets import RULESET_COLUMN, select
+from l2m.engine.rulesets import select
 from l2m.engine.samples import samples_frame
 from l2m.engine.status import STATUS_RULE
 from l2m.errors import StateFormatError

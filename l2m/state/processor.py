@@ -22,11 +22,11 @@ State variables per key (their stored layouts: :mod:`l2m.state.format`, version 
   Spark drops a series idle that long without calling Python. The input statuses' late-log
   count is the entry (``__status__``, :data:`LATE_SERIES`).
 * ``counter_rules``: rule → its signature, generation and live series counted per bucket of
-  last-touch time (:data:`BUCKETS` buckets per TTL), same TTL. A rule's entry is written
-  whenever one of its series is, and kept two buckets longer, so it outlives them all. A
-  *small* rule (at most :data:`SMALL_RULE` series) keeps its series inside this entry
-  instead, read and written whole like a format 3 section and swept when touched: a batch
-  touching 10,000 small rules makes 10,000 state calls, not one per series.
+  last-touch time (:data:`~l2m.state.variables.BUCKETS` buckets per TTL), same TTL. A rule's
+  entry is written whenever one of its series is, and kept two buckets longer, so it outlives
+  them all. A *small* rule (at most :data:`SMALL_RULE` series) keeps its series inside this
+  entry instead, read and written whole like a format 3 section and swept when touched: a
+  batch touching 10,000 small rules makes 10,000 state calls, not one per series.
 * ``gauge_series`` / ``gauge_rules`` (window keys): the same without TTL, cleared when the
   watermark passes the window (checked on input and on a processing-time timer every
   ``recheck_ms``).
@@ -58,7 +58,6 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps
 from l2m.engine.collector import collector_paused
@@ -83,16 +82,11 @@ from l2m.state.function import (
 from l2m.state.gauges import REFUSED_GAUGE_RULE, GaugeState
 from l2m.state.mapio import MapIO
 from l2m.state.tally import SeriesCount, Tally
+from l2m.state.variables import Deferred, Variables, bucket_ms, declare
 
 FORMAT = 5  # the state format this processor writes (l2m.state.format)
 READ_FORMATS = (4, 5)  # … and those it continues (format 4: own entries only)
-# The state variables' schemas as types, not DDL strings: pyspark sends each string to the JVM
-# to be parsed, a round trip per schema in every state task's init (14 calls instead of 5).
-ENTRY = StructType([StructField("value", BinaryType())])  # orjson bytes (l2m.state.format)
-SERIES_KEY = StructType([StructField("rule", StringType()), StructField("series", StringType())])
-RULE_KEY = StructType([StructField("rule", StringType())])
 LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
-BUCKETS = 128  # last-touch buckets per counter TTL: how late an expired series stops counting
 # A rule keeps its series inside its entry (read and written whole, like a format 3 section,
 # but per rule; format 5: in its account's group) until it has more than this many; then one
 # entry per series. Most rules have a few dozen series, and a batch touching 10,000 of them
@@ -109,11 +103,6 @@ GROUP_PREFIX = "@"
 GROUP_SERIES = 2_048  # series of small rules one group entry holds at most
 
 Rows = dict[str, list[tuple[str, str, Partial]]]
-
-
-def bucket_ms(ttl_ms: int) -> int:
-    """The width of a last-touch bucket of counter series (module docstring)."""
-    return max(1, ttl_ms // BUCKETS)
 
 
 def _live(last_seen: int, since: int) -> bool:
@@ -437,16 +426,22 @@ class MetricProcessor(StatefulProcessor):
         self._accounts_of: Any = None  # the caps (or rules) they came from
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        ttl = self.counters.ttl_ms
+        self.adopt(handle, declare(handle, self.counters.ttl_ms))
+
+    def adopt(self, handle: StatefulProcessorHandle, variables: Variables) -> None:
+        """Work with state variables declared elsewhere (:class:`~l2m.state.variables.
+        Deferred`'s ``init``)."""
         self.handle = handle
-        self.counter_series = handle.getMapState("counter_series", SERIES_KEY, ENTRY, ttl)
-        # A rule's entry must outlive the buckets that count its series: the last one's end
-        # comes up to a bucket after its newest series expires.
-        self.counter_rules = handle.getMapState("counter_rules", RULE_KEY, ENTRY,
-                                                ttl + 2 * bucket_ms(ttl))
-        self.gauge_series = handle.getMapState("gauge_series", SERIES_KEY, ENTRY)
-        self.gauge_rules = handle.getMapState("gauge_rules", RULE_KEY, ENTRY)
-        self.meta = handle.getValueState("meta", ENTRY)
+        self.counter_series = variables.counter_series
+        self.counter_rules = variables.counter_rules
+        self.gauge_series = variables.gauge_series
+        self.gauge_rules = variables.gauge_rules
+        self.meta = variables.meta
+
+    def deferred(self) -> Deferred:
+        """This processor as the query is given it: Spark's driver-side runner of its ``init``
+        then imports only :mod:`l2m.state.variables`."""
+        return Deferred(self, self.counters.ttl_ms)
 
     def close(self) -> None:
         pass

@@ -37,9 +37,10 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from l2m.config.job import JobConfig
+from l2m.engine.columns import PLACE_COLUMN
 from l2m.engine.pipeline import CapsTable, RuleTable, routing_option
 from l2m.engine.routing import plan_for
-from l2m.engine.rulesets import PLACE_COLUMN, Versions
+from l2m.engine.rulesets import Versions
 from l2m.engine.status import ROUTED, STATUS_RULE
 from l2m.kafka.sink import KafkaSink, produce_samples, write_batch
 from l2m.kafka.source import KafkaSource
@@ -198,7 +199,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         processor = MetricProcessor(state.counters, state.gauges, state.reduction, state.caps,
                                     state.activity)
         return partials.groupBy(*keys).transformWithStateInPandas(
-            processor, OUTPUT_SCHEMA, "Update", "ProcessingTime")
+            processor.deferred(), OUTPUT_SCHEMA, "Update", "ProcessingTime")
     return partials.groupBy(*keys).applyInPandasWithState(
         state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)
 

@@ -172,7 +172,7 @@ def test_partials_are_placed_in_their_rule_s_placement_shard(spark, tmp_path):
     from l2m.engine.admission import placement_shard
     from l2m.engine.partials import PARTIAL_ARROW
     from l2m.engine.routing import plan_for
-    from l2m.engine.rulesets import places, tag
+    from l2m.engine.streamtask import places, tag
     from l2m.rules.loader import load_text
     from l2m.streaming.job import shard_column
 

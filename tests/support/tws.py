@@ -15,10 +15,12 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 
 class Store:
     """Every state variable of every grouping key: {(name, grouping key, user key): (value,
-    expires at or None)}; ``reads``/``writes``: state calls since the last :meth:`reset`."""
+    expires at or None)}; ``reads``/``writes``: state calls since the last :meth:`reset`;
+    ``ttls``: each variable's TTL as declared."""
 
     def __init__(self) -> None:
         self.data: dict[tuple[str, Any, Any], tuple[tuple[Any, ...], int | None]] = {}
+        self.ttls: dict[str, int | None] = {}
         self.timers: dict[Any, set[int]] = {}
         self.key: Any = None
         self.now = 0
@@ -104,9 +106,11 @@ class Handle:
 
     def getMapState(self, name: str, key_schema: Any, value_schema: Any,
                     ttl_ms: int | None = None) -> MapState:
+        self.store.ttls[name] = ttl_ms
         return MapState(self.store, name, ttl_ms)
 
     def getValueState(self, name: str, schema: Any, ttl_ms: int | None = None) -> ValueState:
+        self.store.ttls[name] = ttl_ms
         return ValueState(self.store, name, ttl_ms)
 
     def registerTimer(self, at: int) -> None:

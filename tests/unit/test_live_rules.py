@@ -16,7 +16,7 @@ import pytest
 from l2m.engine.admission import placement_shard
 from l2m.engine.partials import PARTIAL_ARROW
 from l2m.engine.routing import plan_for
-from l2m.engine.rulesets import STREAM_PARTIAL_ARROW, places, tag
+from l2m.engine.streamtask import STREAM_PARTIAL_ARROW, places, tag
 from l2m.errors import RuleSnapshotError
 from l2m.rules.loader import load_rules, load_text
 from l2m.rules.model import Rule

@@ -22,7 +22,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from l2m.state import mapio
 from l2m.state.mapio import MapIO
-from l2m.state.processor import ENTRY, SERIES_KEY
+from l2m.state.variables import ENTRY, SERIES_KEY
 
 # The processor's schemas, written out: a change to them is a change of the stored layout.
 KEY = StructType([StructField("rule", StringType()), StructField("series", StringType())])

@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
+from pyspark import cloudpickle
 
 import l2m.state.processor as processor_module
 from l2m.engine.admission import OVERFLOW_SERIES, RuleCaps
@@ -23,12 +24,12 @@ from l2m.state.counters import CounterState
 from l2m.state.function import CUMULATIVE, MetricState
 from l2m.state.gauges import GaugeState
 from l2m.state.processor import (
-    BUCKETS,
     GROUP_PREFIX,
     GROUP_SERIES,
     SMALL_RULE,
     MetricProcessor,
 )
+from l2m.state.variables import BUCKETS
 from tests.support import tws
 from tests.unit.test_counter_state import group_state, partial
 from tests.unit.test_gauge_state import group_state as gauge_group_state
@@ -542,3 +543,28 @@ def test_a_counter_series_first_sample_is_marked_new():
     again = _marked(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 2)], now=W + 1)
     assert [(m, labels) for m, _, labels, _ in again] == [
         (None, (("s", "s1"),)), ("new", (("s", "s2"),))]
+
+
+def test_the_query_is_given_a_deferred_processor_that_decides_exactly_as_the_processor():
+    """Spark's driver runs only the wrapper's init (the variables); each task unpickles the
+    wrapper, and its first call rebuilds the processor on the variables init declared."""
+    caps = {"c": RuleCaps(5, 0, 0, "a", "c"), "g": RuleCaps(3, 0, 0, "a", "g")}
+    direct, expected = processor(caps)
+    made = MetricProcessor(CounterState(COUNTERS, ttl_ms=TTL),
+                           GaugeState(GAUGES, recheck_ms=60_000), caps=caps)
+    wrapped = cloudpickle.loads(cloudpickle.dumps(made.deferred()))
+    store = tws.Store()
+    wrapped.init(tws.Handle(store))
+    assert wrapped._impl is None  # nothing rebuilt until a call needs it
+    for b in range(3):
+        counters = [row("c", i, ts=W + b) for i in range(b, b + 4)]
+        gauges = [row("g", i, float(b + i), window=W) for i in range(b, b + 3)]
+        for key, rows in (((0, CUMULATIVE), counters), ((0, W), gauges)):
+            assert tws.call(wrapped, store, key, rows, now=W + b) == \
+                tws.call(direct, expected, key, rows, now=W + b)
+    assert tws.fire(wrapped, store, now=W + 120_000, watermark=W + 60_000) == \
+        tws.fire(direct, expected, now=W + 120_000, watermark=W + 60_000)
+    assert store.data == expected.data and store.timers == expected.timers
+    assert store.ttls == expected.ttls == {
+        "counter_series": TTL, "counter_rules": TTL + 2 * (TTL // BUCKETS),
+        "gauge_series": None, "gauge_rules": None, "meta": None}

@@ -1,0 +1,110 @@
+"""The state processor's variables (formats 4 and 5), declared on Spark's handle, and the light
+wrapper the query is given (:class:`Deferred`).
+
+Light on purpose: Spark runs the processor's ``init`` on the driver too, in a Python process of
+its own started on every query start (``transform_with_state_driver_worker``), only to learn the
+variables and their schemas. There it must not import pandas, Arrow or the rules engine (0.36 s
+of imports, on the start's critical path: benchmarks/README.md, "The whole ``l2m run
+--once``").
+
+Input: Spark's ``StatefulProcessorHandle`` and the counter TTL. Output: the five state variables
+(:class:`Variables`); on executors, the wrapped processor doing the work."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import cloudpickle
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+# The state variables' schemas as types, not DDL strings: pyspark sends each string to the JVM
+# to be parsed, a round trip per schema in every state task's init (14 calls instead of 5).
+ENTRY = StructType([StructField("value", BinaryType())])  # orjson bytes (l2m.state.format)
+SERIES_KEY = StructType([StructField("rule", StringType()), StructField("series", StringType())])
+RULE_KEY = StructType([StructField("rule", StringType())])
+BUCKETS = 128  # last-touch buckets per counter TTL: how late an expired series stops counting
+
+
+def bucket_ms(ttl_ms: int) -> int:
+    """The width of a last-touch bucket of counter series (:mod:`l2m.state.processor`)."""
+    return max(1, ttl_ms // BUCKETS)
+
+
+@dataclass(frozen=True)
+class Variables:
+    """The processor's state variables (layouts: :mod:`l2m.state.format`)."""
+
+    counter_series: Any  # MapState (rule, series) -> entry, expiring after the counter TTL
+    counter_rules: Any  # MapState rule -> entry, outliving the buckets that count its series
+    gauge_series: Any  # MapState (rule, series) -> entry
+    gauge_rules: Any  # MapState rule -> entry
+    meta: Any  # ValueState: the key's format and groups
+
+
+def declare(handle: StatefulProcessorHandle, ttl_ms: int) -> Variables:
+    """Declare the variables on ``handle`` (only possible in the processor's ``init``)."""
+    return Variables(
+        counter_series=handle.getMapState("counter_series", SERIES_KEY, ENTRY, ttl_ms),
+        # A rule's entry must outlive the buckets that count its series: the last one's end
+        # comes up to a bucket after its newest series expires.
+        counter_rules=handle.getMapState("counter_rules", RULE_KEY, ENTRY,
+                                         ttl_ms + 2 * bucket_ms(ttl_ms)),
+        gauge_series=handle.getMapState("gauge_series", SERIES_KEY, ENTRY),
+        gauge_rules=handle.getMapState("gauge_rules", RULE_KEY, ENTRY),
+        meta=handle.getValueState("meta", ENTRY),
+    )
+
+
+class Deferred(StatefulProcessor):
+    """A processor as the query is given it: ``init`` declares the variables here; the
+    processor itself (``processor``, any object with ``adopt(handle, variables)`` and the
+    ``handle*`` methods) travels pickled and is rebuilt at its first call, so a process that
+    only declares the variables never imports what the work needs. Rebuilt per task (each task
+    unpickles its own ``Deferred``), as Spark would have: its accumulators register with the
+    task that reports them."""
+
+    def __init__(self, processor: Any, ttl_ms: int) -> None:
+        self.ttl_ms = ttl_ms
+        self.payload = cloudpickle.dumps(processor)
+        self._impl: Any = None
+        self._handle: StatefulProcessorHandle | None = None
+        self._variables: Variables | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"ttl_ms": self.ttl_ms, "payload": self.payload}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.ttl_ms = state["ttl_ms"]
+        self.payload = state["payload"]
+        self._impl = None
+        self._handle = None
+        self._variables = None
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self._handle = handle
+        self._variables = declare(handle, self.ttl_ms)
+
+    def _processor(self) -> Any:
+        if self._impl is None:
+            impl = cloudpickle.loads(self.payload)
+            assert self._handle is not None and self._variables is not None, "init first"
+            impl.adopt(self._handle, self._variables)
+            self._impl = impl
+        return self._impl
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any],
+                        timerValues: TimerValues) -> Iterator[Any]:
+        return self._processor().handleInputRows(key, rows, timerValues)
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Any]:
+        return self._processor().handleExpiredTimer(
+            key, timerValues, expiredTimerInfo)
+
+    def close(self) -> None:
+        if self._impl is not None:
+            self._impl.close()
