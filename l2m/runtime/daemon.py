@@ -49,8 +49,11 @@ def main() -> None:
 
         import l2m.batch.backfill
         import l2m.engine.readtask
+        import l2m.engine.streamtask
+        import l2m.kafka.sink
         import l2m.kafka.source
-        import l2m.state.function  # noqa: F401
+        import l2m.state.function
+        import l2m.state.processor  # noqa: F401  (the source and sink import lightly)
     except Exception:  # never keep the daemon from starting: workers import on demand
         pass
     # pyspark runs a full gc.collect() in a reused worker after every task: ~20 ms over the
