@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 # What reads logs (Arrow, the read task: the parse and pipeline stages, luqum, msgspec, the
 # rules) is imported in `read`, not here: Spark's driver runs this module in Python processes
 # of its own, started one after another on every query start (the source's lookup and
-# creation, its runner, the read planning), which only plan offsets — 0.1-0.15 s of imports
+# creation, its runner, the read planning), which only plan offsets — 0.06-0.15 s of imports
 # less each, on the start's critical path (benchmarks/README.md, "The whole `l2m run
 # --once`"). Executors' workers have them pre-imported (l2m.runtime.daemon).
 

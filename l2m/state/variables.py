@@ -75,14 +75,7 @@ class Deferred(StatefulProcessor):
         self._variables: Variables | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"ttl_ms": self.ttl_ms, "payload": self.payload}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.ttl_ms = state["ttl_ms"]
-        self.payload = state["payload"]
-        self._impl = None
-        self._handle = None
-        self._variables = None
+        return {**self.__dict__, "_impl": None, "_handle": None, "_variables": None}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self._handle = handle
