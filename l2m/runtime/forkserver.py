@@ -117,18 +117,23 @@ def start(python: str | None = None) -> Handle:
     meanwhile waits for the imports, which it would otherwise have paid itself. The server
     ends when this process does (or at :meth:`Handle.stop`)."""
     folder = Path(tempfile.mkdtemp(prefix="l2m-fork-"))  # 0700: only this user connects
+    # Bound here, so the socket exists when this returns: a client that finds it waits in
+    # the listen queue while the server imports, instead of starting an interpreter itself.
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(folder / SOCKET_NAME))
+    listener.listen(64)
     read, write = os.pipe()
-    os.set_inheritable(read, True)
     env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", HASH_SEED)}
     env.pop(ENV, None)
-    process = subprocess.Popen(
-        [python or sys.executable, "-m", __name__, str(folder / SOCKET_NAME), str(read)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(read,), env=env,
-        start_new_session=False)
-    os.close(read)
+    try:
+        process = subprocess.Popen(
+            [python or sys.executable, "-m", __name__, str(listener.fileno()), str(read)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            pass_fds=(listener.fileno(), read), env=env)
+    finally:
+        listener.close()
+        os.close(read)
     handle = Handle(process, write, folder)
-    # The socket exists before the server imports: a client that finds it waits in the
-    # listen queue instead of starting an interpreter of its own.
     atexit.register(handle.stop)
     os.environ[ENV] = str(handle.socket)
     return handle
@@ -193,7 +198,9 @@ class Server:
         self.children: dict[int, socket.socket] = {}  # pid → its client's connection
         self.wake_read, self.wake_write = socket.socketpair()
         self.own_env = dict(os.environ)
-        self.own_path = list(sys.path)
+        # Without its first entry: the server's own working directory, there as `-m` puts
+        # it, which a child replaces with its own.
+        self.own_path = sys.path[1:]
 
     def serve(self, drain_s: float = DRAIN_S) -> None:
         """Serve until the lifeline closes (the process that started the server ended), then
@@ -342,8 +349,9 @@ def _run(request: Request) -> int:
     os.environ.update(request.env)
     extra = [e for e in request.env.get("PYTHONPATH", "").split(os.pathsep)
              if e and e not in sys.path]
-    # What `python -m` puts first: the working directory, then PYTHONPATH's entries.
-    sys.path[:0] = [request.cwd, *extra]
+    # What `python -m` puts first: the working directory (in place of the server's), then
+    # PYTHONPATH's entries.
+    sys.path[:1] = [request.cwd, *extra]
     _fresh_stdio(bool(request.env.get("PYTHONUNBUFFERED")))
     atexit._clear()
     sys.argv = ["-m", *request.args[2:]]
@@ -384,8 +392,9 @@ def _exit_code(code: object) -> int:
 
 def _fresh_stdio(unbuffered: bool) -> None:
     """``sys.stdin``/``stdout``/``stderr`` over the new fds 0–2, buffered as a fresh
-    interpreter with this environment buffers them."""
-    def stream(fd: int, mode: str, errors: str) -> io.TextIOWrapper:
+    interpreter with this environment buffers them (stderr always by line, stdout by line on
+    a terminal), with the server's encodings and error handlers (its locale is the child's)."""
+    def stream(fd: int, mode: str, like: io.TextIOWrapper) -> io.TextIOWrapper:
         raw = io.FileIO(fd, mode, closefd=False)
         writing = mode == "w"
         buffer: io.BufferedIOBase | io.FileIO
@@ -395,12 +404,12 @@ def _fresh_stdio(unbuffered: bool) -> None:
             buffer = io.BufferedWriter(raw)
         else:
             buffer = io.BufferedReader(raw)
-        return io.TextIOWrapper(buffer, encoding=sys.getfilesystemencoding(), errors=errors,
-                                line_buffering=writing and not unbuffered and raw.isatty(),
+        return io.TextIOWrapper(buffer, encoding=like.encoding, errors=like.errors,
+                                line_buffering=writing and not unbuffered
+                                and (fd == 2 or raw.isatty()),
                                 write_through=writing and unbuffered)
-    for name, fd, mode, errors in (("stdin", 0, "r", "strict"), ("stdout", 1, "w", "strict"),
-                                   ("stderr", 2, "w", "backslashreplace")):
-        new = stream(fd, mode, errors)
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        new = stream(fd, mode, getattr(sys, f"__{name}__"))
         setattr(sys, name, new)
         setattr(sys, f"__{name}__", new)
 
@@ -436,21 +445,18 @@ def _preload() -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """Bind ``argv[0]`` (the socket), import, serve until fd ``argv[1]`` closes."""
-    path, lifeline = argv[0], int(argv[1])
+    """Import, then serve on the listening socket fd ``argv[0]`` until fd ``argv[1]``
+    closes."""
     # It ends by its lifeline only: a SIGINT or SIGTERM sent to the driver's process group
     # stops the driver gracefully, and the batch it finishes still needs its processes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    listener.bind(path)
-    listener.listen(64)
+    listener = socket.socket(fileno=int(argv[0]))
     listener.setblocking(False)
+    path = listener.getsockname()
     _preload()
     try:
-        Server(listener, lifeline).serve()
+        Server(listener, int(argv[1])).serve()
     finally:
         listener.close()
         with contextlib.suppress(OSError):

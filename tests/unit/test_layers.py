@@ -26,8 +26,9 @@ LAYERS: list[list[str]] = [
     ["l2m.streaming"],
     ["l2m.runtime"],
     ["l2m.dev"],
-    # entry points: the command line and the shims images and Spark confs name
-    ["l2m.cli", "l2m.__main__", "l2m.daemon", "l2m.jvmcache", "l2m"],
+    # entry points: the command line, the shims images and Spark confs name, and the fork
+    # client Spark's interpreter wrapper runs (l2m/bin, a script: standard library only)
+    ["l2m.cli", "l2m.__main__", "l2m.daemon", "l2m.jvmcache", "l2m.bin", "l2m"],
 ]
 # The base layer's modules are one group: they may use each other; so may the entry points.
 BASE = set(LAYERS[0])
