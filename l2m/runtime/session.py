@@ -119,16 +119,24 @@ def _worker_python() -> str:
     return sys.executable
 
 
+_fork_server: Any = None  # this process's fork server (a forkserver.Handle), once started
+
+
 def _start_fork_server(master: str) -> None:
     """Start l2m's fork server (:mod:`l2m.runtime.forkserver`) for a master whose Python
     processes all run on this machine, before the JVM starts (it must inherit the server's
-    name), unless ``L2M_FORKSERVER=off`` or a server (or an earlier session's JVM) is
-    already there. It imports pyspark, Arrow and l2m while the JVM starts, and forks each
+    name), unless ``L2M_FORKSERVER=off``, or this process's server or an earlier session's JVM
+    is already there. It imports pyspark, Arrow and l2m while the JVM starts, and forks each
     Python process Spark asks for: ≈ 2 s less on every ``l2m run`` start
     (benchmarks/README.md)."""
     from l2m.runtime import forkserver
 
-    if os.name != "posix" or not master.startswith("local") or os.environ.get(forkserver.ENV):
+    global _fork_server
+    if os.name != "posix" or not master.startswith("local") or \
+            os.environ.get(forkserver.ENV) == "off":
+        return
+    if _fork_server is not None and _fork_server.process.poll() is None:
+        os.environ[forkserver.ENV] = str(_fork_server.socket)  # this process's, still serving
         return
     from pyspark import SparkContext
 
@@ -136,7 +144,12 @@ def _start_fork_server(master: str) -> None:
         return  # the JVM runs already: it would never hear of the server
     if os.environ.get("PYSPARK_PYTHON") != str(PYTHON):
         return  # only the wrapper asks the server
-    forkserver.start(os.environ.get("L2M_PYTHON", sys.executable))
+    try:
+        # A server named by an inherited L2M_FORKSERVER (l2m started by a process that runs
+        # one) is not this one's: its own replaces it, so no two drivers share one.
+        _fork_server = forkserver.start(os.environ.get("L2M_PYTHON", sys.executable))
+    except OSError:  # no writable temp folder, no Unix sockets: Spark starts them as ever
+        return
 
 
 def _without_sigterm(launch: Callable[[], SparkSession]) -> SparkSession:

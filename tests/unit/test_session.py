@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from l2m.runtime.session import BATCH_JIT, session_settings
 
 JAVA = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
@@ -20,3 +24,66 @@ def test_streaming_jvms_stop_at_c1_and_a_batch_job_s_compile_with_c2():
 def test_a_job_s_own_spark_settings_win():
     assert session_settings({"spark.executor.extraJavaOptions": "-Dx=1"})[
         "spark.executor.extraJavaOptions"] == "-Dx=1"
+
+
+class _Started:
+    """A stand-in for forkserver.start: records the calls, serves nothing."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __call__(self, python: str) -> object:
+        from l2m.runtime import forkserver
+
+        self.calls.append(python)
+        handle = type("Handle", (), {})()
+        handle.socket = f"/nowhere/{len(self.calls)}"
+        handle.process = type("Process", (), {"poll": lambda self: None})()
+        os.environ[forkserver.ENV] = handle.socket
+        return handle
+
+
+def _fork_server_env(monkeypatch: pytest.MonkeyPatch, value: str | None) -> _Started:
+    from l2m.runtime import forkserver, session
+
+    started = _Started()
+    monkeypatch.setattr(forkserver, "start", started)
+    monkeypatch.setattr(session, "_fork_server", None)
+    monkeypatch.setenv("PYSPARK_PYTHON", str(session.PYTHON))
+    if value is None:
+        monkeypatch.delenv(forkserver.ENV, raising=False)
+    else:
+        monkeypatch.setenv(forkserver.ENV, value)
+    return started
+
+
+def test_a_local_master_gets_one_fork_server_per_process(monkeypatch):
+    from l2m.runtime import forkserver, session
+
+    # one inherited from a parent l2m is not this process's: its own replaces it
+    started = _fork_server_env(monkeypatch, "/parent/fork.sock")
+    session._start_fork_server("local[2]")
+    session._start_fork_server("local[2]")  # a second session in the same process: the same
+    assert len(started.calls) == 1
+    assert os.environ[forkserver.ENV] == "/nowhere/1"
+
+
+def test_no_fork_server_when_turned_off_or_for_executors_elsewhere(monkeypatch):
+    from l2m.runtime import session
+
+    started = _fork_server_env(monkeypatch, "off")
+    session._start_fork_server("local[2]")
+    assert started.calls == []
+    started = _fork_server_env(monkeypatch, None)
+    for master in ("k8s://https://10.0.0.1:443", "spark://host:7077", "yarn"):
+        session._start_fork_server(master)
+    assert started.calls == []
+
+
+def test_no_fork_server_when_spark_runs_a_python_of_its_own(monkeypatch):
+    from l2m.runtime import session
+
+    started = _fork_server_env(monkeypatch, None)
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")  # the user's choice: not our wrapper
+    session._start_fork_server("local[2]")
+    assert started.calls == []
