@@ -62,6 +62,8 @@ HASH_SEED = "0"
 # How long children may outlive the process that started the server (they end with their
 # JVM, which ends with that process) before they are killed.
 DRAIN_S = 10.0
+# How long a client may take to send its request once connected.
+REQUEST_S = 5.0
 # Signals whose disposition a child takes from its client (ignored there: ignored here).
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
            signal.SIGUSR1, signal.SIGUSR2)
@@ -253,9 +255,11 @@ class Server:
             if not _same_user(conn):
                 conn.close()
                 return
-            conn.setblocking(True)
+            # Bounded: one client that connects and stalls must not hold up the others.
+            conn.settimeout(REQUEST_S)
             head, fds, _, _ = socket.recv_fds(conn, _LEN.size, 3)
             body = _recv_exactly(conn, _LEN.unpack(head)[0]) if len(head) == _LEN.size else b""
+            conn.settimeout(None)
             request = Request.decode(body)
             if len(fds) != 3 or not request.fits(self.own_env, self.own_path):
                 conn.sendall(_INT.pack(0))
@@ -283,12 +287,10 @@ class Server:
         self.selector.unregister(conn)
         conn.close()
         with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+            os.kill(pid, signal.SIGKILL)  # reaped by _reap, without waiting here
 
     def _reap(self) -> None:
-        while self.children:
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -357,7 +359,6 @@ def _run(request: Request) -> int:
     sys.argv = ["-m", *request.args[2:]]
     # A fresh `python -m` has not imported its module yet; runpy warns when it has been.
     sys.modules.pop(module, None)
-    gc.collect()
     import runpy
     import threading
 
