@@ -17,11 +17,12 @@ import struct
 import sys
 
 VERSION = "1"
-# The signals a child takes as ignored when they are ignored here (the server's SIGNALS).
+# The signals a child takes as ignored when they are ignored here (the server's SIGNALS, and
+# VERSION its VERSION: tests/unit/test_forkserver.py checks both); all but SIGCHLD, which
+# is about this process's own children, are passed on to the child.
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
            signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD)
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-             signal.SIGUSR1, signal.SIGUSR2)
+FORWARDED = tuple(s for s in SIGNALS if s != signal.SIGCHLD)
 
 
 def plain(args: list[str]) -> None:

@@ -10,7 +10,9 @@ installed package is the same code; this daemon imports it with cached bytecode.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import importlib
 import importlib.util
 import os
 import sys
@@ -33,6 +35,20 @@ def _without_bundled_zips() -> None:
 
 _without_bundled_zips()
 
+# What every worker needs, imported before the workers fork (and by l2m's fork server before
+# it forks the daemon): l2m's stages with pandas, pyarrow, orjson and confluent-kafka, and
+# pyarrow.acero, which pyarrow's group_by imports on first use (30 ms).
+STAGES = ("pyarrow.acero", "l2m.batch.backfill", "l2m.engine.readtask", "l2m.engine.streamtask",
+          "l2m.kafka.sink", "l2m.kafka.source", "l2m.state.function", "l2m.state.processor")
+
+
+def preload() -> None:
+    """Import :data:`STAGES`; one that fails is imported on demand by the worker needing it."""
+    for name in STAGES:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
 def main() -> None:
     """Run Spark's worker daemon with l2m's stages pre-imported and frozen."""
     from pyspark.daemon import manager
@@ -42,20 +58,9 @@ def main() -> None:
     # The daemon still exits when its JVM does (it watches its stdin).
     os.setpgrp()
     # Workers are forked from this daemon: what it has imported, every worker has for free.
-    # l2m's stages (pandas, pyarrow, orjson, confluent-kafka) cost each new worker ~0.65 s
-    # of imports otherwise — on every restart's first batch, once per worker.
-    try:
-        import pyarrow.acero  # noqa: F401  (pyarrow's group_by imports it on first use: 30 ms)
-
-        import l2m.batch.backfill
-        import l2m.engine.readtask
-        import l2m.engine.streamtask
-        import l2m.kafka.sink
-        import l2m.kafka.source
-        import l2m.state.function
-        import l2m.state.processor  # noqa: F401  (the source and sink import lightly)
-    except Exception:  # never keep the daemon from starting: workers import on demand
-        pass
+    # l2m's stages cost each new worker ~0.65 s of imports otherwise — on every restart's
+    # first batch, once per worker.
+    preload()
     # pyspark runs a full gc.collect() in a reused worker after every task: ~20 ms over the
     # modules alone, 29% of all Python worker CPU in a drain. Frozen here, before the
     # workers fork, they are never scanned again (and their pages stay shared).

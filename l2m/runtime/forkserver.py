@@ -64,11 +64,12 @@ HASH_SEED = "0"
 DRAIN_S = 10.0
 # How long a client may take to send its request once connected.
 REQUEST_S = 5.0
-# Signals whose disposition a child takes from its client (ignored there: ignored here).
+# Signals whose disposition a child takes from its client (ignored there: ignored here);
+# l2m/bin/forkclient.py keeps the same list (a script: it cannot import this module).
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-           signal.SIGUSR1, signal.SIGUSR2)
+           signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD)
 # What Spark's processes import, imported once here: pyspark's daemon, worker and planner
-# entry points, Arrow and l2m's stages (the list of l2m/runtime/daemon.py).
+# entry points, then l2m's worker daemon, whose stages (Arrow, l2m) _preload imports.
 PRELOAD = (
     "pyspark.daemon", "pyspark.worker",
     "pyspark.sql.worker.create_data_source", "pyspark.sql.worker.plan_data_source_read",
@@ -76,9 +77,7 @@ PRELOAD = (
     "pyspark.sql.worker.lookup_data_sources",
     "pyspark.sql.streaming.python_streaming_source_runner",
     "pyspark.sql.streaming.transform_with_state_driver_worker",
-    "pyarrow.acero", "l2m.runtime.daemon", "l2m.batch.backfill", "l2m.engine.readtask",
-    "l2m.engine.streamtask", "l2m.kafka.sink", "l2m.kafka.source", "l2m.state.function",
-    "l2m.state.processor",
+    "l2m.runtime.daemon",
 )
 _INT = struct.Struct("!i")
 _LEN = struct.Struct("!I")
@@ -319,7 +318,7 @@ class Server:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
-            for number in (*SIGNALS, signal.SIGCHLD):
+            for number in SIGNALS:
                 if number in request.ignored:
                     signal.signal(number, signal.SIG_IGN)
                 elif number == signal.SIGINT:
@@ -440,6 +439,9 @@ def _preload() -> None:
     for name in PRELOAD:
         with contextlib.suppress(Exception):  # a module missing here is imported on demand
             importlib.import_module(name)
+    daemon = sys.modules.get("l2m.runtime.daemon")
+    if daemon is not None:
+        daemon.preload()
     # Frozen before forking: never scanned by a child's collections, their pages stay shared.
     gc.collect()
     gc.freeze()

@@ -434,6 +434,17 @@ def test_the_client_alone_runs_the_plain_interpreter_without_a_server() -> None:
 # The protocol, without processes
 
 
+def test_the_client_speaks_the_server_s_version_and_reports_its_signals() -> None:
+    # The client is a script and cannot import the server: its copies must match exactly.
+    spec = importlib.util.spec_from_file_location("forkclient", CLIENT)
+    assert spec is not None and spec.loader is not None
+    client = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(client)
+    assert client.VERSION == forkserver.VERSION
+    assert client.SIGNALS == forkserver.SIGNALS
+    assert set(client.SIGNALS) - set(client.FORWARDED) == {signal.SIGCHLD}
+
+
 def _body(args: Sequence[str], env: Mapping[str, str], ignored: str = "", cwd: str = "/w",
           version: str = forkserver.VERSION) -> bytes:
     """A request as l2m/bin/forkclient.py encodes it."""
