@@ -9,13 +9,16 @@ import signal
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
 from l2m.defaults import MASTER
 from l2m.errors import ConfigError
 from l2m.runtime.jvm import java_options
+
+if TYPE_CHECKING:
+    from l2m.runtime import forkserver
 
 PACKAGE = Path(__file__).resolve().parent.parent  # the installed l2m package
 # Spark's logging: quiet (l2m reports failures itself, in one line), or in full for
@@ -72,7 +75,7 @@ def build_session(master: str = MASTER, app_name: str = "l2m",
     os.environ.setdefault("PYSPARK_PYTHON", _worker_python())
     # Spark runs its lookup of installed Python data sources (a Python process, at the first
     # data source registered) with this interpreter: through the wrapper it imports the
-    # installed pyspark, not the zip, and is forked by the fork server (0.68 -> 0.05 s). The
+    # installed pyspark, not the zip, and is forked by the fork server (0.68 -> 0.15 s). The
     # driver program itself is this process, already running: nothing else reads it.
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", _worker_python())
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -119,24 +122,30 @@ def _worker_python() -> str:
     return sys.executable
 
 
-_fork_server: Any = None  # this process's fork server (a forkserver.Handle), once started
+_fork_server: forkserver.Handle | None = None  # this process's fork server, once started
 
 
 def _start_fork_server(master: str) -> None:
     """Start l2m's fork server (:mod:`l2m.runtime.forkserver`) for a master whose Python
     processes all run on this machine, before the JVM starts (it must inherit the server's
     name), unless ``L2M_FORKSERVER=off``, or this process's server or an earlier session's JVM
-    is already there. It imports pyspark, Arrow and l2m while the JVM starts, and forks each
+    is already there. A server named by an inherited ``L2M_FORKSERVER`` is forgotten either
+    way. It imports pyspark, Arrow and l2m while the JVM starts, and forks each
     Python process Spark asks for: ≈ 2 s less on every ``l2m run`` start
     (benchmarks/README.md)."""
     from l2m.runtime import forkserver
 
     global _fork_server
-    if os.name != "posix" or not master.startswith("local") or \
-            os.environ.get(forkserver.ENV) == "off":
+    if os.environ.get(forkserver.ENV) == "off":
         return
     if _fork_server is not None and _fork_server.process.poll() is None:
         os.environ[forkserver.ENV] = str(_fork_server.socket)  # this process's, still serving
+        return
+    # A server named by an inherited L2M_FORKSERVER (l2m started by a process that runs one)
+    # is not this process's: whether or not it starts its own below, its JVM must not hand
+    # its Python processes to another process's server.
+    os.environ.pop(forkserver.ENV, None)
+    if os.name != "posix" or not master.startswith("local"):
         return
     from pyspark import SparkContext
 
@@ -145,8 +154,6 @@ def _start_fork_server(master: str) -> None:
     if os.environ.get("PYSPARK_PYTHON") != str(PYTHON):
         return  # only the wrapper asks the server
     try:
-        # A server named by an inherited L2M_FORKSERVER (l2m started by a process that runs
-        # one) is not this one's: its own replaces it, so no two drivers share one.
         _fork_server = forkserver.start(os.environ.get("L2M_PYTHON", sys.executable))
     except OSError:  # no writable temp folder, no Unix sockets: Spark starts them as ever
         return

@@ -87,3 +87,18 @@ def test_no_fork_server_when_spark_runs_a_python_of_its_own(monkeypatch):
     monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")  # the user's choice: not our wrapper
     session._start_fork_server("local[2]")
     assert started.calls == []
+
+
+@pytest.mark.parametrize("master", ["local[2]", "k8s://https://10.0.0.1:443"])
+def test_a_parent_s_fork_server_is_forgotten_when_no_server_of_its_own_starts(monkeypatch,
+                                                                              master):
+    from l2m.runtime import forkserver, session
+
+    # l2m started by a process that runs a server (the test suite, a wrapper script): its JVM
+    # must not hand its Python processes to that process's server
+    started = _fork_server_env(monkeypatch, "/parent/fork.sock")
+    if master.startswith("local"):
+        monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")
+    session._start_fork_server(master)
+    assert started.calls == []
+    assert forkserver.ENV not in os.environ
