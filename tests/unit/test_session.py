@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from pyspark import SparkContext
 
 from l2m.runtime.session import BATCH_JIT, session_settings
 
@@ -49,6 +50,8 @@ def _fork_server_env(monkeypatch: pytest.MonkeyPatch, value: str | None) -> _Sta
     started = _Started()
     monkeypatch.setattr(forkserver, "start", started)
     monkeypatch.setattr(session, "_fork_server", None)
+    # the suite's shared Spark session may run in this process already: no JVM for these
+    monkeypatch.setattr(SparkContext, "_gateway", None)
     monkeypatch.setenv("PYSPARK_PYTHON", str(session.PYTHON))
     if value is None:
         monkeypatch.delenv(forkserver.ENV, raising=False)
