@@ -7,7 +7,12 @@ import os
 import pytest
 from pyspark import SparkContext
 
-from l2m.runtime.session import BATCH_JIT, session_settings
+from l2m.runtime.session import (
+    BATCH_JIT,
+    COMPILER_NICE,
+    compile_in_idle_time,
+    session_settings,
+)
 
 JAVA = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
 
@@ -16,6 +21,9 @@ def test_streaming_jvms_stop_at_c1_and_a_batch_job_s_compile_with_c2():
     streaming, batch = session_settings(), session_settings(jit=BATCH_JIT)
     for key in JAVA:
         assert "-XX:TieredStopAtLevel=1" in streaming[key].split()
+        # every compiler thread there from the start, for compile_in_idle_time to find
+        assert "-XX:-UseDynamicNumberOfCompilerThreads" in streaming[key].split()
+        assert "-XX:-UseDynamicNumberOfCompilerThreads" not in batch[key].split()
         assert "-XX:-DontCompileHugeMethods" in batch[key].split()
         assert not any(o.startswith("-XX:TieredStopAtLevel") for o in batch[key].split())
     # l2m's log4j configuration stays on the driver either way
@@ -105,3 +113,55 @@ def test_a_parent_s_fork_server_is_forgotten_when_no_server_of_its_own_starts(mo
     session._start_fork_server(master)
     assert started.calls == []
     assert forkserver.ENV not in os.environ
+
+
+# A process standing in for a JVM: threads named as HotSpot names its compilers, and one other.
+_THREADS = """
+import sys, threading
+names = sys.argv[1:]
+ready, stop = threading.Barrier(len(names) + 1), threading.Event()
+def run(name):
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+        comm.write(name)
+    print(threading.get_native_id(), name, flush=True)
+    ready.wait()
+    stop.wait()
+for name in names:
+    threading.Thread(target=run, args=(name,), daemon=True).start()
+ready.wait()
+sys.stdin.read()
+"""
+
+
+def test_a_jvm_s_compiler_threads_are_lowered_and_nothing_else():
+    import subprocess
+    import sys
+
+    names = ["C1 CompilerThre", "C2 CompilerThre", "VM Thread"]
+    child = subprocess.Popen([sys.executable, "-c", _THREADS, *names], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        tids = {line.split(" ", 1)[1].strip(): int(line.split()[0])
+                for line in (child.stdout.readline() for _ in names)}
+        before = os.getpriority(os.PRIO_PROCESS, tids["VM Thread"])
+        assert compile_in_idle_time(child.pid) == 2
+        assert os.getpriority(os.PRIO_PROCESS, tids["C1 CompilerThre"]) == COMPILER_NICE
+        assert os.getpriority(os.PRIO_PROCESS, tids["C2 CompilerThre"]) == COMPILER_NICE
+        assert os.getpriority(os.PRIO_PROCESS, tids["VM Thread"]) == before
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == before
+        assert compile_in_idle_time(child.pid) == 2  # again: already there, nothing raised
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait(timeout=10)
+
+
+def test_no_jvm_or_a_gone_one_lowers_nothing():
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert compile_in_idle_time(None) == 0
+    assert compile_in_idle_time(gone.pid) == 0
