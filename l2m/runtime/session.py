@@ -43,9 +43,10 @@ BATCH_JIT = "-XX:-DontCompileHugeMethods"
 # Where the JVM runs on the Python workers' cores (a local master), a streaming session's
 # compiler threads run at the lowest priority: the JIT compiles on a core the workers leave
 # idle (between stages, between batches) instead of taking turns with them. `l2m run --once`
-# of 1,000,000 logs, eight alternating pairs: 13.29 s against 13.92 s on average, every pair
-# faster, the first batch most (benchmarks/README.md). A niceness only ever lowered: no
-# privilege needed, nothing printed.
+# of 1,000,000 logs on 2 cores: faster in 13 of 14 alternating pairs, 0.4-0.6 s on average,
+# the first batch most (benchmarks/README.md). Executors' JVMs are left as they are: renicing
+# local-cluster's made no difference. Their priority is only ever lowered: no privilege is
+# needed, nothing is printed.
 COMPILER_NICE = 19
 COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")  # HotSpot's names, cut to 15
 
