@@ -107,10 +107,12 @@ def build_session(master: str = MASTER, app_name: str = "l2m",
 
 def compile_in_idle_time(pid: int | None) -> int:
     """Lower the JIT compiler threads of the JVM ``pid`` to :data:`COMPILER_NICE`, where the
-    system has per-thread niceness (Linux's ``/proc``); returns how many. A thread that
-    cannot be changed is left as it is: only speed depends on it."""
+    system has per-thread niceness (Linux's ``/proc``); returns how many run at it now. A
+    thread that cannot be changed is left as it is: only speed depends on it."""
+    if pid is None:
+        return 0
     tasks = Path(f"/proc/{pid}/task")
-    if pid is None or not tasks.is_dir():
+    if not tasks.is_dir():
         return 0
     lowered = 0
     for task in tasks.iterdir():
