@@ -119,16 +119,18 @@ def test_a_parent_s_fork_server_is_forgotten_when_no_server_of_its_own_starts(mo
 _THREADS = """
 import sys, threading
 names = sys.argv[1:]
-ready, stop = threading.Barrier(len(names) + 1), threading.Event()
+ready, stop, tids = threading.Barrier(len(names) + 1), threading.Event(), {}
 def run(name):
     with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
         comm.write(name)
-    print(threading.get_native_id(), name, flush=True)
+    tids[name] = threading.get_native_id()
     ready.wait()
     stop.wait()
 for name in names:
     threading.Thread(target=run, args=(name,), daemon=True).start()
 ready.wait()
+# one writer: lines printed by the threads themselves could interleave
+print("".join(f"{tid} {name}\n" for name, tid in tids.items()), end="", flush=True)
 sys.stdin.read()
 """
 
