@@ -130,7 +130,7 @@ for name in names:
     threading.Thread(target=run, args=(name,), daemon=True).start()
 ready.wait()
 # one writer: lines printed by the threads themselves could interleave
-print("".join(f"{tid} {name}\n" for name, tid in tids.items()), end="", flush=True)
+print("".join(f"{tid} {name}\\n" for name, tid in tids.items()), end="", flush=True)
 sys.stdin.read()
 """
 
