@@ -118,22 +118,34 @@ def start(python: str | None = None) -> Handle:
     meanwhile waits for the imports, which it would otherwise have paid itself. The server
     ends when this process does (or at :meth:`Handle.stop`)."""
     folder = Path(tempfile.mkdtemp(prefix="l2m-fork-"))  # 0700: only this user connects
-    # Bound here, so the socket exists when this returns: a client that finds it waits in
-    # the listen queue while the server imports, instead of starting an interpreter itself.
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(folder / SOCKET_NAME))
-    listener.listen(64)
-    read, write = os.pipe()
     env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", HASH_SEED)}
     env.pop(ENV, None)
+    listener: socket.socket | None = None
+    read = write = -1
     try:
+        # Bound here, so the socket exists when this returns: a client that finds it waits
+        # in the listen queue while the server imports, instead of starting an interpreter.
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(folder / SOCKET_NAME))
+        listener.listen(64)
+        read, write = os.pipe()
         process = subprocess.Popen(
             [python or sys.executable, "-m", __name__, str(listener.fileno()), str(read)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             pass_fds=(listener.fileno(), read), env=env)
+    except OSError:  # no server (the caller goes on without one), and nothing left behind
+        if write >= 0:
+            os.close(write)
+        with contextlib.suppress(OSError):
+            os.unlink(folder / SOCKET_NAME)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+        raise
     finally:
-        listener.close()
-        os.close(read)
+        if listener is not None:
+            listener.close()
+        if read >= 0:
+            os.close(read)
     handle = Handle(process, write, folder)
     atexit.register(handle.stop)
     os.environ[ENV] = str(handle.socket)

@@ -621,3 +621,15 @@ def _main(mode: str, args: list[str]) -> None:
 
 if __name__ == "__main__":
     _main(sys.argv[1], sys.argv[2:])
+
+
+def test_a_server_that_cannot_start_leaves_nothing_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.delenv(forkserver.ENV, raising=False)
+    before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(FileNotFoundError):
+        forkserver.start(str(tmp_path / "no-such-python"))
+    assert list(tmp_path.iterdir()) == []  # neither the folder nor its socket
+    assert forkserver.ENV not in os.environ
+    assert set(os.listdir("/proc/self/fd")) == before  # the listener and both pipe ends closed
