@@ -30,8 +30,11 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import repeat
+from operator import is_not
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -189,7 +192,8 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
         if use.number:
             columns[_field(i, Form.NUMBER)] = _numbers(col)
         if use.exists:
-            columns[_field(i, Form.EXISTS)] = pa.array([v is not None for v in col], pa.bool_())
+            columns[_field(i, Form.EXISTS)] = pa.array(
+                np.fromiter(map(is_not, col, repeat(None)), np.bool_, len(col)))
         if use.text or use.text_patterns:
             distinct, rows = _texts(col)
             if use.text:
@@ -293,6 +297,7 @@ def event_times(raw: list[Any]) -> list[int | None]:
 
 
 _NUMBERS = frozenset({int, float, type(None)})
+_STRINGS_AND_INTS = frozenset({str, int, type(None)})
 
 
 def _strings(col: list[Any]) -> pa.Array:
@@ -300,6 +305,19 @@ def _strings(col: list[Any]) -> pa.Array:
         return pa.array(col, pa.string())
     except (pa.ArrowTypeError, pa.ArrowInvalid):  # a number, bool, list or object among them
         pass
+    kinds = set(map(type, col))
+    if kinds <= _STRINGS_AND_INTS:
+        # Integers (status codes) among strings: an int64 prints as str() does in Arrow's
+        # cast too; bools (not int here), floats and integers past int64 take the loop.
+        try:
+            ints = pa.array([v if v.__class__ is int else None for v in col], pa.int64())
+        except (pa.ArrowInvalid, OverflowError):
+            ints = None
+        if ints is not None:
+            if str not in kinds:
+                return pc.cast(ints, pa.string())
+            return pc.coalesce(pa.array([v if v.__class__ is str else None for v in col],
+                                        pa.string()), pc.cast(ints, pa.string()))
     return pa.array([v if v.__class__ is str else _string_form(v) for v in col], pa.string())
 
 
@@ -319,6 +337,13 @@ def _texts(col: list[Any]) -> tuple[pa.Array, pa.Array]:
     field is missing). Messages repeat (templates, health checks): each distinct string is
     tokenised — and later matched against the text patterns — once per batch. Only strings
     are shared: 1, 1.0 and True are equal keys with different forms."""
+    try:  # strings (or missing) only, the usual case: Arrow finds the distinct ones in C
+        encoded = pa.array(col, pa.string()).dictionary_encode()
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        pass
+    else:
+        return (pa.array(list(map(padded_tokens, encoded.dictionary.to_pylist())), pa.string()),
+                encoded.indices)
     seen: dict[str, int] = {}
     forms: list[str | None] = []
     rows: list[int | None] = []

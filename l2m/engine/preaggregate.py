@@ -18,6 +18,7 @@ from __future__ import annotations
 import decimal
 from collections.abc import Collection
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -26,6 +27,10 @@ from l2m.engine.partials import EXACT, EXACT_LIMIT, KEY, PARTIAL_ARROW, WIDE, ta
 # Shortest digits of a double in [1e-20, 1e20) have at most 37 decimals and 20 integer digits.
 _PARSE = pa.decimal256(76, 40)
 _TINY = 1e-20  # rounds to 0 at 18 places
+# Values with at most this many decimal places (and 15 significant digits) are exact without
+# their digits being printed and parsed (_short_decimals).
+SHORT_PLACES = 9
+_SHORT_LIMIT = 1e15
 
 
 def exact_values(v: pa.Array) -> pa.Array:
@@ -42,6 +47,67 @@ def exact_values(v: pa.Array) -> pa.Array:
 
 
 def _exact(v: pa.Array) -> pa.Array:
+    fast, found = _short_decimals(v)
+    if fast is None:
+        return _from_digits(v)
+    if found.all():
+        return fast
+    rest = pc.if_else(pa.array(found), pa.scalar(None, pa.float64()), v)
+    return pc.if_else(pa.array(found), fast, _from_digits(rest))
+
+
+def _short_decimals(v: pa.Array) -> tuple[pa.Array | None, np.ndarray]:
+    """The exact value of every double that is ``m / 10**k`` for an integer ``|m| < 10**15``
+    and ``0 <= k <= SHORT_PLACES`` (byte counts, durations to the microsecond, amounts in
+    cents: most values a log carries), without going through their digits; ``found`` says
+    which. The result is null elsewhere (None when none is such a value).
+
+    Exact: ``m / 10**k`` is the double nearest ``m·10^-k`` (both are exact doubles, and
+    IEEE division rounds the true quotient), a decimal of at most 15 significant digits.
+    Distinct decimals of at most 15 significant digits are distinct doubles (DBL_DIG), so
+    the shortest digits of the double are that decimal, and with k <= 18 places rounding
+    leaves it as it is."""
+    values = v.to_numpy(zero_copy_only=False)  # null → NaN
+    n = len(values)
+    unscaled = np.zeros(n, np.int64)
+    places = np.full(n, -1, np.int64)
+    todo = np.flatnonzero(np.isfinite(values))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for k in range(SHORT_PLACES + 1):
+            if not len(todo):
+                break
+            scale = 10.0 ** k
+            x = values[todo]
+            m = np.round(x * scale)
+            ok = (np.abs(m) < _SHORT_LIMIT) & (m / scale == x)
+            hit = todo[ok]
+            unscaled[hit] = m[ok]
+            places[hit] = k
+            todo = todo[~ok]
+    found = places >= 0
+    if not found.any():
+        return None, found
+    # m · 10^(18-k), the decimal(38,18) of m·10^-k unscaled: m·1000 (< 10^18) times
+    # 10^(15-k), multiplied as decimals (past int64), the same 128-bit integers then read at
+    # scale 18.
+    factor = np.where(found, 10 ** (15 - places.clip(0)), 0)
+    product = pc.multiply(_decimal(unscaled * 1000, 19), _decimal(factor, 16))
+    exact = pa.Array.from_buffers(EXACT, n, [pa.array(found).buffers()[1],
+                                             product.buffers()[1]])
+    return exact, found
+
+
+def _decimal(ints: np.ndarray, precision: int) -> pa.Array:
+    """int64 values as ``decimal128(precision, 0)`` (16-byte two's complement: the value, then
+    its sign extended), where a cast would ask for 19 digits of precision."""
+    words = np.empty((len(ints), 2), np.int64)
+    words[:, 0] = ints
+    words[:, 1] = ints >> 63
+    return pa.Array.from_buffers(pa.decimal128(precision, 0), len(ints),
+                                 [None, pa.py_buffer(words)])
+
+
+def _from_digits(v: pa.Array) -> pa.Array:
     size = pc.abs(v)
     fits = pc.and_(pc.is_finite(v), pc.less(size, EXACT_LIMIT))
     tiny = pc.and_(fits, pc.less(size, _TINY))

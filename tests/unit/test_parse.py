@@ -8,6 +8,7 @@ import json
 import random
 import time
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import given, settings
@@ -200,3 +201,38 @@ def test_event_times_equal_the_full_parse(values):
     from l2m.values import parse_timestamp
 
     assert event_times(values) == [parse_timestamp(v) for v in values]
+
+
+# --- the column shapes converted whole in Arrow (integers among strings, strings only) -----
+
+_BIG = [0, -1, 200, 2**53 + 1, 2**63 - 1, -(2**63), 2**63, 2**64 - 1, 2**64, -(2**63) - 1,
+        10**30]
+
+
+def _same_as_reference(docs: list[dict]) -> None:
+    lines = [json.dumps(d).encode() for d in docs]
+    out = parse_lines(lines, PLAN).to_pydict()
+    for row, line in enumerate(lines):
+        # As orjson reads the line (the definition of a log): an integer past 64 bits is a
+        # double.
+        doc = orjson.loads(line)
+        expected = field_forms(doc, PLAN)
+        assert {name: out[name][row] for name in expected} == expected, doc
+
+
+def test_integer_columns_print_as_the_reference_prints_them():
+    """A column of integers (status codes), of integers and strings, and of integers with a
+    bool, a float or one past int64 among them: each shape the same forms as the reference
+    (an integer past 64 bits is a double, as orjson reads it)."""
+    for column in (_BIG, [*_BIG, None], ["500", *_BIG, None, "x"], [*_BIG[:3], True, "1"],
+                   [*_BIG[:3], 1.5, "1"], [None, None], [2**63, "a"], [False, 3]):
+        _same_as_reference([{"status": v} for v in column])
+        _same_as_reference([{"a": {"b": v}} for v in column])
+
+
+def test_text_forms_of_repeated_and_mixed_messages():
+    """Messages repeat: each distinct one is tokenised once and shared, whatever else is in
+    the column (numbers, missing values, an object)."""
+    messages = ["Timeout reaching db", "timeout reaching DB", None, "Timeout reaching db", ""]
+    _same_as_reference([{"message": m} for m in messages * 3])
+    _same_as_reference([{"message": m} for m in [*messages, 12, 1.0, True, {"x": 1}]])
