@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,12 +72,13 @@ def _print_problems(problems: Sequence[Problem]) -> None:
 
 
 def _rules(paths: Sequence[str], config: QueryConfig, tenancy: Tenancy | None = None,
-           limits: Limits | None = None) -> RuleSet:
+           limits: Limits | None = None, workers: int = 1) -> RuleSet:
     """The rules of every command: loaded and validated once; their problems, if any, are
-    printed by :func:`main` (every one, each on its own line)."""
+    printed by :func:`main` (every one, each on its own line). ``workers``: reading
+    processes, forked (load_rules), so only for a command with no other threads yet."""
     from l2m.rules.loader import load_rules
 
-    return load_rules(paths, config, tenancy, limits)
+    return load_rules(paths, config, tenancy, limits, workers)
 
 
 
@@ -100,7 +102,9 @@ def _rule_settings(cfg: JobConfig | None, args: argparse.Namespace
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    ruleset = _rules(args.paths, *_rule_settings(_given_config(args), args))
+    # validate starts no other thread: its files are read by a process per core.
+    ruleset = _rules(args.paths, *_rule_settings(_given_config(args), args),
+                     workers=os.cpu_count() or 1)
     _print_problems(ruleset.warnings)
     files = len({r.file for r in ruleset.rules})
     disabled = len(ruleset.rules) - len(ruleset.enabled)

@@ -4,6 +4,9 @@ not allow that account; ids are the account's own."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +114,71 @@ def test_the_job_config_selects_tenant_mode_and_targets():
     assert job.rule_tenancy == Tenancy(targets=(("acme", ("shared",)),))
     assert job.rule_tenancy.allowed_targets("acme") == ("acme", "shared")
     assert job.rule_tenancy.allowed_targets("globex") == ("globex",)
+
+
+# Run in a fresh interpreter: forking the test process, which may hold the suite's Spark
+# session and its threads, is what load_rules' callers must not do (l2m.cli: validate only).
+_COMPARE = """
+import json, sys
+from pathlib import Path
+from l2m.errors import RuleValidationError
+from l2m.rules.loader import load_rules
+from l2m.tenancy import Tenancy
+
+def load(workers):
+    try:
+        ruleset = load_rules([Path(sys.argv[1])], tenancy=Tenancy(), workers=workers)
+    except RuleValidationError as exc:
+        return [[p.code, p.file, p.line, p.column, p.rule_id, p.message]
+                for p in exc.problems]
+    return [[r.id, r.account, r.file, r.line, repr(r)] for r in ruleset.rules]
+
+print(json.dumps([load(1), load(2), load(3)]))
+"""
+
+
+def _loaded(root: Path) -> list[list[list[object]]]:
+    out = subprocess.run([sys.executable, "-c", _COMPARE, str(root)], capture_output=True,
+                         text=True, check=True, timeout=300)
+    return json.loads(out.stdout)
+
+
+def test_files_read_by_several_processes_give_what_one_process_gives(tmp_path):
+    """`l2m validate` reads files in forked processes (load_rules' ``workers``): the same
+    rules and the same problems in the same order, bad files among them — a query that does
+    not parse, a YAML error, another account named, an id twice, a file past the size limit
+    — as one process reading them in turn."""
+    from l2m.rules.loader import PARALLEL_FILES
+    from l2m.yamlsafe import MAX_FILE_BYTES
+
+    accounts = [f"a{i:04d}" for i in range(4 * PARALLEL_FILES + 3)]
+    for i, account in enumerate(accounts):
+        specs = [f"id: r{j}, name: r{j}_total, {COUNT}" for j in range(3)]
+        if i % 17 == 3:
+            specs.append("id: bad, name: bad_total, kind: counter, query: 'level:(', "
+                         "aggregation: count")
+        if i % 23 == 5:
+            specs.append(f"id: r0, name: again_total, {COUNT}")
+        if i % 29 == 7:
+            specs.append(f"id: other, name: other_total, {COUNT}, account: someone-else")
+        submit(tmp_path, account, *specs)
+        if i % 31 == 11:
+            (tmp_path / account / "broken.yaml").write_text("rules: [ {id: x\n")
+    (tmp_path / accounts[-1] / "huge.yaml").write_text("#" * (MAX_FILE_BYTES + 1))
+
+    one, two, three = _loaded(tmp_path)
+    assert {code for code, *_ in one} >= {"DUPLICATE_ID", "ACCOUNT_MISMATCH", "FILE_TOO_LARGE",
+                                          "YAML_SYNTAX"}
+    assert two == one
+    assert three == one
+
+    # Without the bad files: the same rules, in the same order, bound to their accounts.
+    for account in accounts:
+        for extra in ("broken.yaml", "huge.yaml"):
+            (tmp_path / account / extra).unlink(missing_ok=True)
+        submit(tmp_path, account, *[f"id: r{j}, name: r{j}_total, {COUNT}" for j in range(3)])
+    one, two, three = _loaded(tmp_path)
+    assert len(one) == 3 * len(accounts)
+    assert one[0][:2] == ["a0000/r0", "a0000"]
+    assert two == one
+    assert three == one
