@@ -27,13 +27,13 @@ Input: a sequence of lines (bytes, str, or ``None`` for a Kafka tombstone). Outp
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Union, cast
 
 import msgspec
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -217,9 +217,10 @@ def _suspects(lines: Sequence[str | bytes | None]) -> set[int]:
     could overflow a double."""
     data: list[bytes] = [_as_bytes(line) for line in lines] \
         if any(line.__class__ is not bytes for line in lines) else cast(list[bytes], lines)
-    offsets = pa.array(list(itertools.accumulate(map(len, data), initial=0)), pa.int64())
+    offsets = np.zeros(len(data) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, data), np.int64, len(data)), out=offsets[1:])
     array = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), len(data), [None, offsets.buffers()[1], pa.py_buffer(b"".join(data))])
+        pa.large_binary(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
     rows: set[int] = set()
     try:
         array.cast(pa.large_string())

@@ -178,3 +178,28 @@ def test_the_parse_plan_merges_every_rules_field_uses_whatever_they_share() -> N
         uses += [FieldUse("account", string=True)] if rule.account is not None else []
     assert plan_for(rules).plan == ParsePlan.merge(reversed(uses))
     assert any(u.keyword_patterns for u in plan_for(rules).plan.fields)
+
+
+def test_read_task_hands_over_exactly_the_dead_lettered_rows_in_order() -> None:
+    """Malformed and future-dated logs reach the dead-letter callback with their row and
+    reason, in row order; good, blank and undated logs do not."""
+    from l2m.engine.readtask import ReadTask
+
+    routing = plan_for(_rules())
+    now = 1_795_341_600_000
+    lines: list[bytes | None] = [
+        b'{"@timestamp": 1795341600000, "level": "error"}',
+        b'{"level": ',
+        b"",
+        b'{"level": "info"}',
+        b'{"@timestamp": 1895341600000, "level": "error"}',
+        None,
+        b"[1]",
+    ]
+    seen: list[tuple[int, str]] = []
+    task = ReadTask(routing.plan, routing)
+    list(task.add(lines, [now] * len(lines), lambda i, reason: seen.append((i, reason))))
+    assert [i for i, _ in seen] == [1, 4, 6]
+    assert seen[0][1].startswith("invalid JSON")
+    assert seen[1][1].startswith("future: event time 1895341600000")
+    assert seen[2][1] == "not a JSON object (a list)"
