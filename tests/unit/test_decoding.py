@@ -30,6 +30,7 @@ HOSTILE = [
     # numbers orjson rejects (past the double range) - referenced, and where msgspec skips
     b'{"n": 1e400}', b'{"x": 1e400}', b'{"x": 1E+400}', b'{"x": -1e400}', b'{"x": 1e0400}',
     b'{"x": [1, 2e308]}', b'{"x": {"y": 1.5e309}}', b'{"x":\t1e400}',
+    b'{"x": [3e308]}', b'{"x": [ \n-4E400]}', b'{"x": [1,\r\n 5e+0400], "n": 1}',
     b'{"x": ' + BIG.encode() + b'}', b'{"x": ' + b"9" * 250 + b'e99}',
     b'{"x": 1e308, "n": 2}', b'{"x": 1e-400, "n": 2}', b'{"x": "1e400", "n": 2}',
     b'{"x": ' + b"1" * 220 + b'.5e-300, "n": 1}',
