@@ -44,7 +44,14 @@ from l2m.engine.decoding import field_decoder, json_int
 from l2m.engine.status import Status
 from l2m.query.nodes import FieldUse
 from l2m.query.patterns import match_any_token, match_whole
-from l2m.values import number, padded_tokens, parse_timestamp, string_form
+from l2m.values import (
+    MAX_TIMESTAMP_MS,
+    MIN_TIMESTAMP_MS,
+    number,
+    padded_tokens,
+    parse_timestamp,
+    string_form,
+)
 
 # The statuses as plain ints, for the hot loops (l2m.engine.status names them).
 OK, MALFORMED, NO_TIMESTAMP, BLANK, KAFKA_TIME, FUTURE = (int(s) for s in Status)
@@ -274,19 +281,25 @@ def event_times(raw: list[Any]) -> list[int | None]:
     """:func:`~l2m.values.parse_timestamp` of every value. Logs of one batch share their
     minutes: an ISO time with milliseconds (``2026-11-22T10:00:00.060Z``, any zone) costs the
     full parse once per distinct minute and zone, the rest (seconds, milliseconds) is sliced
-    and added column-wise in Arrow; anything else takes the full parse, value by value."""
+    and added column-wise in Arrow; an integer (epoch milliseconds) in years 0001–9999 is
+    itself, also in Arrow; anything else takes the full parse, value by value."""
     strings = pa.array([v if v.__class__ is str else None for v in raw], pa.string())
     iso = pc.if_else(pc.fill_null(pc.match_substring_regex(strings, _ISO_MS), False), strings,
                      pa.scalar(None, pa.string()))
     if iso.null_count == len(iso):
-        return [parse_timestamp(v) for v in raw]
-    minutes = pc.binary_join_element_wise(pc.utf8_slice_codeunits(iso, 0, 16),
-                                          pc.utf8_slice_codeunits(iso, 23), "").dictionary_encode()
-    starts = pa.array([parse_timestamp(f"{key[:16]}:00{key[16:]}")
-                       for key in minutes.dictionary.to_pylist()], pa.int64())
-    seconds = pc.cast(pc.utf8_slice_codeunits(iso, 17, 19), pa.int64())
-    millis = pc.cast(pc.utf8_slice_codeunits(iso, 20, 23), pa.int64())
-    times = pc.add(starts.take(minutes.indices), pc.add(pc.multiply(seconds, 1000), millis))
+        times = pa.nulls(len(raw), pa.int64())
+    else:
+        minutes = pc.binary_join_element_wise(pc.utf8_slice_codeunits(iso, 0, 16),
+                                              pc.utf8_slice_codeunits(iso, 23),
+                                              "").dictionary_encode()
+        starts = pa.array([parse_timestamp(f"{key[:16]}:00{key[16:]}")
+                           for key in minutes.dictionary.to_pylist()], pa.int64())
+        seconds = pc.cast(pc.utf8_slice_codeunits(iso, 17, 19), pa.int64())
+        millis = pc.cast(pc.utf8_slice_codeunits(iso, 20, 23), pa.int64())
+        times = pc.add(starts.take(minutes.indices),
+                       pc.add(pc.multiply(seconds, 1000), millis))
+    if times.null_count:
+        times = pc.coalesce(times, _epoch_milliseconds(raw))
     out: list[int | None] = times.to_pylist()
     if times.null_count:  # not such a time, or its minute is not a usable time: the full parse
         for row in pc.indices_nonzero(times.is_null()).to_pylist():
@@ -294,6 +307,18 @@ def event_times(raw: list[Any]) -> list[int | None]:
             if value is not None:
                 out[row] = parse_timestamp(value)
     return out
+
+
+def _epoch_milliseconds(raw: list[Any]) -> pa.Array:
+    """Each integer of ``raw`` in years 0001–9999 (parse_timestamp's integers: epoch
+    milliseconds as they are); null for everything else (bools are not int here)."""
+    try:
+        ints = pa.array([v if v.__class__ is int else None for v in raw], pa.int64())
+    except (pa.ArrowInvalid, OverflowError):  # past int64: the full parse says None
+        return pa.nulls(len(raw), pa.int64())
+    usable = pc.and_(pc.greater_equal(ints, MIN_TIMESTAMP_MS),
+                     pc.less_equal(ints, MAX_TIMESTAMP_MS))
+    return pc.if_else(usable, ints, pa.scalar(None, pa.int64()))
 
 
 _NUMBERS = frozenset({int, float, type(None)})

@@ -236,3 +236,16 @@ def test_text_forms_of_repeated_and_mixed_messages():
     messages = ["Timeout reaching db", "timeout reaching DB", None, "Timeout reaching db", ""]
     _same_as_reference([{"message": m} for m in messages * 3])
     _same_as_reference([{"message": m} for m in [*messages, 12, 1.0, True, {"x": 1}]])
+
+
+def test_epoch_millisecond_event_times_at_the_bounds():
+    """Integers are epoch milliseconds in years 0001-9999, converted in Arrow: the bounds,
+    one past them, bools (not integers here), past int64, beside ISO times."""
+    from l2m.engine.parse import event_times
+    from l2m.values import MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, parse_timestamp
+
+    values = [MIN_TIMESTAMP_MS - 1, MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS, MAX_TIMESTAMP_MS + 1,
+              True, False, 0, -1, 1.5, "2026-11-22T10:00:00.060Z", None]
+    assert event_times(values) == [parse_timestamp(v) for v in values]
+    assert event_times([*values, 2**63]) == [parse_timestamp(v) for v in [*values, 2**63]]
+    assert event_times([1_795_341_600_000] * 3) == [1_795_341_600_000] * 3
