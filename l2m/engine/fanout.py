@@ -9,7 +9,9 @@ window start), ``ts`` (event time of logs that count), ``v`` (the value; null wh
 has none: it counts as a match only). Group-by values longer than the routing's
 ``max_label_value_length`` are cut (:mod:`l2m.engine.labels`); each cut label value adds a cut
 row (rule ``__cut__``, series: the rule's id encoded as a one-value series, ``v`` 1), given
-with the status rows.
+with the status rows. The read task takes them dictionary-encoded
+(:data:`CODED_MATCH_SCHEMA`, ``fan_out(..., coded=True)``): a shape's series are codes into
+its group-by fields' distinct keys, so no string is built per match row.
 
 Rules see only what can match them: the routed logs of accounts with scoped rules are sorted
 by account once, and a rule scoped to an account reads its query's mask only over that
@@ -44,6 +46,32 @@ MATCH_SCHEMA = pa.schema([
     pa.field("ts", pa.int64()),
     pa.field("v", pa.float64()),
 ])
+# The same rows as the read task builds them: rule, series and le dictionary-encoded, each
+# part with its own dictionary — a shape's series are its group-by fields' distinct keys taken
+# by code, not a string per match row — so that the pre-aggregation groups integers
+# (:func:`l2m.engine.preaggregate.preaggregate`; benchmarks/README.md, session 14).
+_CODED = pa.dictionary(pa.int32(), pa.string())
+CODED_MATCH_SCHEMA = pa.schema([
+    pa.field("rule", _CODED),
+    pa.field("series", _CODED),
+    pa.field("le", _CODED),
+    pa.field("window", pa.int64()),
+    pa.field("ts", pa.int64()),
+    pa.field("v", pa.float64()),
+])
+
+
+def _coded(indices: pa.Array | np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), dictionary)
+
+
+def _one(value: str, n: int) -> pa.DictionaryArray:
+    """``value`` in each of ``n`` rows."""
+    return _coded(np.zeros(n, np.int32), pa.array([value], pa.string()))
+
+
+def _none(n: int) -> pa.DictionaryArray:
+    return _coded(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
 
 
 @functools.cache
@@ -73,6 +101,7 @@ class FanOut:
         self.routing = routing
         self.matcher = Matcher(batch, routing.plan)
         self._series: dict[tuple[str, ...], pa.Array] = {}
+        self._codes: dict[tuple[str, ...], tuple[pa.Array, pa.Array]] = {}
         # Per group-by field: its encoded series part and which rows were cut (None: none).
         self._fields: dict[str, tuple[pa.Array, np.ndarray | None]] = {}
         # Per group-by fields: how many of each row's values were cut (None: none was).
@@ -103,7 +132,7 @@ class FanOut:
                 parts += scoped._cut_parts
         parts = [p for p in parts if p.num_rows]
         if not parts:
-            return MATCH_SCHEMA.empty_table()
+            return CODED_MATCH_SCHEMA.empty_table()
         return pa.concat_tables(parts)
 
     def scoped(self) -> _Scoped | None:
@@ -152,33 +181,42 @@ class FanOut:
         n = len(rows)
         ids = pa.array([r.id for r, _hit in group], pa.string())
         counts = np.fromiter((len(hit) for _rule, hit in group), np.int64, len(group))
-        rule_ids = ids.take(pa.array(np.repeat(np.arange(len(group)), counts), pa.int64()))
+        rule_ids = _coded(np.repeat(np.arange(len(group), dtype=np.int32), counts), ids)
         ts = self.ts.take(rows)
         if rule.aggregation == Aggregation.COUNT:
             v: pa.Array = pa.repeat(pa.scalar(1.0), n)
         else:
             assert rule.field is not None
             v = _plain(self.batch.column(self.plan.column(rule.field, Form.NUMBER))).take(rows)
-        le: pa.Array = pa.nulls(n, pa.string())
+        le: pa.Array = _none(n)
         if rule.aggregation == Aggregation.HISTOGRAM:
             le = _buckets(rule, v)
         window: pa.Array = pa.nulls(n, pa.int64())
         if rule.kind == Kind.GAUGE:
             window = _minute(ts)
         fields = tuple(f for _label, f in rule.group_labels)
-        series = self.series(fields)
+        codes, keys = self._series_codes(fields)
         cuts = self._cuts.get(fields)
         if cuts is not None:
             self._cut_rows(cuts[np.asarray(rows)], rule_ids, ts)
         return pa.table({
             "rule": rule_ids,
-            "series": series.take(rows),
+            "series": _coded(codes.take(rows), keys),
             "le": le,
             "window": window,
             # Event time only of logs that count into the series: the sample's timestamp.
             "ts": pc.if_else(pc.is_valid(v), ts, pa.scalar(None, pa.int64())),
             "v": v,
-        }, schema=MATCH_SCHEMA)
+        }, schema=CODED_MATCH_SCHEMA)
+
+    def _series_codes(self, fields: tuple[str, ...]) -> tuple[pa.Array, pa.Array]:
+        """Each log's series key for these fields as a code into the distinct keys (both
+        once per batch): a shape's rows take codes."""
+        found = self._codes.get(fields)
+        if found is None:
+            encoded_keys = pc.dictionary_encode(self.series(fields))
+            found = self._codes[fields] = (encoded_keys.indices, encoded_keys.dictionary)
+        return found
 
     def series(self, fields: tuple[str, ...]) -> pa.Array:
         """The series key of every log for these group-by fields (all rows; rules take theirs):
@@ -207,7 +245,7 @@ class FanOut:
             found = self._fields[name] = encoded(column, self.routing.max_label_value_length)
         return found
 
-    def _cut_rows(self, cuts: np.ndarray, rule_ids: pa.Array, ts: pa.Array) -> None:
+    def _cut_rows(self, cuts: np.ndarray, rule_ids: pa.DictionaryArray, ts: pa.Array) -> None:
         """One cut row per cut label value of these match rows (``cuts``: how many of each
         row's values were cut): rule ``__cut__``, the matching rule's id as the series, the
         log's event time."""
@@ -215,15 +253,15 @@ class FanOut:
             return
         index = pa.array(np.repeat(np.arange(len(cuts)), cuts), pa.int64())
         n = len(index)
-        rules = one_value_series_column(rule_ids).take(index)
         self._cut_parts.append(pa.table({
-            "rule": pa.repeat(pa.scalar(CUT_RULE), n),
-            "series": rules,
-            "le": pa.nulls(n, pa.string()),
+            "rule": _one(CUT_RULE, n),
+            "series": _coded(rule_ids.indices.take(index),
+                             one_value_series_column(rule_ids.dictionary)),
+            "le": _none(n),
             "window": pa.nulls(n, pa.int64()),
             "ts": ts.take(index),
             "v": pa.repeat(pa.scalar(1.0), n),
-        }, schema=MATCH_SCHEMA))
+        }, schema=CODED_MATCH_SCHEMA))
 
     def status_rows(self) -> pa.Table:
         """One row per log: its input status as the series, its one-minute window in ``le``
@@ -233,13 +271,13 @@ class FanOut:
         minute = pc.if_else(self._routed, pc.cast(_minute(self.ts), pa.string()),
                             pa.scalar(None, pa.string()))
         return pa.table({
-            "rule": pa.repeat(pa.scalar(STATUS_RULE), n),
-            "series": _status_series().take(pc.cast(status, pa.int32())),
-            "le": minute,
+            "rule": _one(STATUS_RULE, n),
+            "series": _coded(pc.cast(status, pa.int32()), _status_series()),
+            "le": pc.dictionary_encode(minute),
             "window": pa.nulls(n, pa.int64()),
             "ts": self.ts,
             "v": pa.repeat(pa.scalar(1.0), n),
-        }, schema=MATCH_SCHEMA)
+        }, schema=CODED_MATCH_SCHEMA)
 
 
 class _Scoped(FanOut):
@@ -264,9 +302,12 @@ class _Scoped(FanOut):
 
 
 def fan_out(batch: pa.RecordBatch | pa.Table, routing: Routing,
-            with_status: bool = True) -> pa.Table:
-    """Match rows (and status rows) of one parsed batch; see the module docstring."""
-    return FanOut(batch, routing).table(with_status)
+            with_status: bool = True, coded: bool = False) -> pa.Table:
+    """Match rows (and status rows) of one parsed batch; see the module docstring. ``coded``:
+    as the read task takes them (:data:`CODED_MATCH_SCHEMA`), else plain strings
+    (:data:`MATCH_SCHEMA`)."""
+    table = FanOut(batch, routing).table(with_status)
+    return table if coded else table.cast(MATCH_SCHEMA)
 
 
 def _plain(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -290,4 +331,4 @@ def _buckets(rule: Rule, v: pa.Array) -> pa.Array:
     values = v.to_numpy(zero_copy_only=False)
     index = np.searchsorted(np.asarray(rule.buckets, np.float64), values, side="left")
     index[np.isnan(values)] = len(rule.buckets)  # null (NaN here) → +Inf
-    return labels.take(pa.array(index, pa.int32()))
+    return _coded(index.astype(np.int32), labels)

@@ -67,7 +67,7 @@ class TaskPipeline:
         chunk = pa.Table.from_batches(self._pending)
         self._pending, self._pending_rows = [], 0
         self.logs += chunk.num_rows
-        rows = fan_out(chunk, self.routing, with_status=True)
+        rows = fan_out(chunk, self.routing, with_status=True, coded=True)
         self.match_rows += rows.num_rows
         self._partials.append(preaggregate(rows, self.exact))
         if len(self._partials) > 8:  # keep memory bounded on long tasks

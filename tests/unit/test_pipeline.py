@@ -30,7 +30,7 @@ from l2m.engine.routing import plan_for
 from l2m.limits import Limits, SeriesLimits
 from l2m.query.nodes import FieldUse, KeywordEquals
 from l2m.rules.loader import load_rules, load_text
-from l2m.rules.model import Rule
+from l2m.rules.model import Aggregation, Kind, Rule
 from tests.support.rulesets import SCOPED_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,7 +97,8 @@ def rule_rows(fanout: FanOut, rule: Rule) -> pa.Table:
         masks.append(fanout.matcher.mask(KeywordEquals("account", rule.account)))
     condition = functools.reduce(pc.and_, masks)
     hit = np.flatnonzero(np.asarray(condition.to_numpy(zero_copy_only=False), bool))
-    return fanout._shape_rows([(rule, hit)]) if len(hit) else MATCH_SCHEMA.empty_table()
+    return fanout._shape_rows([(rule, hit)]).cast(MATCH_SCHEMA) if len(hit) \
+        else MATCH_SCHEMA.empty_table()
 
 
 def test_account_slices_match_exactly_what_an_account_mask_matches() -> None:
@@ -203,3 +204,28 @@ def test_read_task_hands_over_exactly_the_dead_lettered_rows_in_order() -> None:
     assert seen[0][1].startswith("invalid JSON")
     assert seen[1][1].startswith("future: event time 1895341600000")
     assert seen[2][1] == "not a JSON object (a list)"
+
+
+def test_coded_match_rows_pre_aggregate_exactly_as_strings_do() -> None:
+    """The read task's match rows (rule, series and le dictionary-encoded, a dictionary per
+    part) are the plain rows, and pre-aggregate to the same partials (in an order of Arrow's,
+    which nothing downstream reads: the state and backfill's finals key their rows):
+    histograms, gauges, scoped rules, status rows and cut label values among them."""
+    from l2m.engine.fanout import CODED_MATCH_SCHEMA
+    from l2m.engine.labels import CUT_RULE
+    from l2m.engine.status import STATUS_RULE
+
+    routing = plan_for(_rules(), max_label_value_length=6)
+    batch = parse_lines(_lines(3000, seed=8), routing.plan, now_ms=1_700_000_000_000)
+    coded = fan_out(batch, routing, coded=True)
+    plain = fan_out(batch, routing)
+    assert coded.schema == CODED_MATCH_SCHEMA and plain.schema == MATCH_SCHEMA
+    assert coded.cast(MATCH_SCHEMA).equals(plain)
+    rules = set(plain.column("rule").to_pylist())
+    kinds = {r.aggregation for r in routing.rules if r.id in rules}
+    assert {CUT_RULE, STATUS_RULE, "acct-web"} <= rules and Aggregation.HISTOGRAM in kinds
+    assert any(r.kind == Kind.GAUGE for r in routing.rules if r.id in rules)
+    got = preaggregate(coded, routing.exact_rules)
+    key = [(k, "ascending") for k in ("rule", "series", "le", "window")]
+    assert got.sort_by(key).equals(preaggregate(plain, routing.exact_rules).sort_by(key))
+    assert got.schema == PARTIAL_ARROW and got.num_rows > 700
