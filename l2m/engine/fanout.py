@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from l2m.engine.labels import CUT_RULE, encoded, one_value_series_column
+from l2m.engine.labels import CUT_RULE, encoded_codes, one_value_series_column
 from l2m.engine.match import Matcher
 from l2m.engine.parse import STATUS, TIMESTAMP, Form, ParsePlan
 from l2m.engine.routing import Routing
@@ -100,10 +100,10 @@ class FanOut:
         self.plan: ParsePlan = routing.plan
         self.routing = routing
         self.matcher = Matcher(batch, routing.plan)
-        self._series: dict[tuple[str, ...], pa.Array] = {}
         self._codes: dict[tuple[str, ...], tuple[pa.Array, pa.Array]] = {}
-        # Per group-by field: its encoded series part and which rows were cut (None: none).
-        self._fields: dict[str, tuple[pa.Array, np.ndarray | None]] = {}
+        # Per group-by field: each row's code into its encoded series parts, the parts ("-"
+        # last, for absent) and which rows were cut (None: none).
+        self._fields: dict[str, tuple[np.ndarray, pa.Array, np.ndarray | None]] = {}
         # Per group-by fields: how many of each row's values were cut (None: none was).
         self._cuts: dict[tuple[str, ...], np.ndarray | None] = {}
         self._cut_parts: list[pa.Table] = []
@@ -196,7 +196,7 @@ class FanOut:
             window = _minute(ts)
         fields = tuple(f for _label, f in rule.group_labels)
         codes, keys = self._series_codes(fields)
-        cuts = self._cuts.get(fields)
+        cuts = self._cuts[fields]
         if cuts is not None:
             self._cut_rows(cuts[np.asarray(rows)], rule_ids, ts)
         return pa.table({
@@ -211,38 +211,42 @@ class FanOut:
 
     def _series_codes(self, fields: tuple[str, ...]) -> tuple[pa.Array, pa.Array]:
         """Each log's series key for these fields as a code into the distinct keys (both
-        once per batch): a shape's rows take codes."""
+        once per batch): a shape's rows take codes. The fields' codes are combined as
+        integers, and a key is built only for each distinct combination."""
         found = self._codes.get(fields)
         if found is None:
-            encoded_keys = pc.dictionary_encode(self.series(fields))
-            found = self._codes[fields] = (encoded_keys.indices, encoded_keys.dictionary)
+            n = self.batch.num_rows
+            cuts: np.ndarray | None = None
+            if not fields:
+                found = (pa.array(np.zeros(n, np.int32)), pa.array([""], pa.string()))
+            else:
+                parts = [self._field(f) for f in fields]
+                if len(parts) == 1:  # one field: its own codes and keys
+                    codes, keys, cut = parts[0]
+                    found = (pa.array(codes, pa.int32()), keys)
+                    cuts = None if cut is None else cut.astype(np.int64)
+                else:
+                    found = _combined(parts, n)
+                    for _codes, _keys, cut in parts:
+                        if cut is not None:
+                            cuts = cut.astype(np.int64) if cuts is None else cuts + cut
+            self._codes[fields] = found
+            self._cuts[fields] = cuts
         return found
 
     def series(self, fields: tuple[str, ...]) -> pa.Array:
         """The series key of every log for these group-by fields (all rows; rules take theirs):
         each value as ``<length>:<value>``, ``-`` when absent, cut past the routing's
         ``max_label_value_length`` (:mod:`l2m.engine.labels`)."""
-        found = self._series.get(fields)
-        if found is None:
-            cuts: np.ndarray | None = None
-            if not fields:
-                found = pa.repeat(pa.scalar(""), self.batch.num_rows)
-            else:
-                parts = [self._field(f) for f in fields]
-                keys = [key for key, _cut in parts]
-                found = keys[0] if len(keys) == 1 else pc.binary_join_element_wise(*keys, "")
-                for _key, cut in parts:
-                    if cut is not None:
-                        cuts = cut.astype(np.int64) if cuts is None else cuts + cut
-            self._series[fields] = found
-            self._cuts[fields] = cuts
-        return found
+        codes, keys = self._series_codes(fields)
+        return keys.take(codes)
 
-    def _field(self, name: str) -> tuple[pa.Array, np.ndarray | None]:
+    def _field(self, name: str) -> tuple[np.ndarray, pa.Array, np.ndarray | None]:
         found = self._fields.get(name)
         if found is None:
             column = _plain(self.batch.column(self.plan.column(name, Form.STRING)))
-            found = self._fields[name] = encoded(column, self.routing.max_label_value_length)
+            found = self._fields[name] = encoded_codes(column,
+                                                       self.routing.max_label_value_length)
         return found
 
     def _cut_rows(self, cuts: np.ndarray, rule_ids: pa.DictionaryArray, ts: pa.Array) -> None:
@@ -308,6 +312,24 @@ def fan_out(batch: pa.RecordBatch | pa.Table, routing: Routing,
     (:data:`MATCH_SCHEMA`)."""
     table = FanOut(batch, routing).table(with_status)
     return table if coded else table.cast(MATCH_SCHEMA)
+
+
+def _combined(parts: list[tuple[np.ndarray, pa.Array, np.ndarray | None]], n: int
+              ) -> tuple[pa.Array, pa.Array]:
+    """Several fields' codes (each row's code into its field's keys) → one code per row into
+    the distinct combinations' series keys, each key built once."""
+    combined, span = parts[0][0], len(parts[0][1])
+    for codes, keys, _cut in parts[1:]:
+        if span * len(keys) >= 2**62:  # renumbered densely first: the radix cannot overflow
+            dense = pc.dictionary_encode(pa.array(combined))
+            combined, span = np.asarray(dense.indices, np.int64), len(dense.dictionary)
+        combined = combined * len(keys) + codes
+        span *= len(keys)
+    dense = pc.dictionary_encode(pa.array(combined))
+    first = np.empty(len(dense.dictionary), np.int64)
+    first[np.asarray(dense.indices, np.int64)] = np.arange(n)  # a row of each combination
+    keys_of = [keys.take(pa.array(codes[first])) for codes, keys, _cut in parts]
+    return dense.indices, pc.binary_join_element_wise(*keys_of, "")
 
 
 def _plain(column: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -29,7 +29,8 @@ CUT_MARKER = "…(cut)"
 CUT_RULE = "__cut__"
 
 __all__ = ["CUT_MARKER", "CUT_RULE", "MAX_LABEL_VALUE_LENGTH", "MIN_LABEL_VALUE_LENGTH",
-           "cut_value", "encoded", "one_value_series", "one_value_series_column"]
+           "cut_value", "encoded", "encoded_codes", "one_value_series",
+           "one_value_series_column"]
 
 
 def cut_value(value: str, limit: int = MAX_LABEL_VALUE_LENGTH) -> str:
@@ -46,6 +47,14 @@ def encoded(values: pa.Array, limit: int = MAX_LABEL_VALUE_LENGTH
     """``<length in characters>:<value>`` per row, ``-`` for null (unambiguous whatever the
     values), values over ``limit`` cut (:func:`cut_value`); and which rows were cut (a bool
     array), None when none was."""
+    codes, keys, cut = encoded_codes(values, limit)
+    return keys.take(pa.array(codes)), cut
+
+
+def encoded_codes(values: pa.Array, limit: int = MAX_LABEL_VALUE_LENGTH
+                  ) -> tuple[np.ndarray, pa.Array, np.ndarray | None]:
+    """:func:`encoded` as a code per row into the distinct keys (``-`` last, for null): the
+    fan-out combines several fields' codes without building a string per row."""
     # Group-by values repeat (services, levels, status codes): each distinct value is encoded
     # once, then taken for every row.
     codes = values.dictionary_encode()
@@ -60,8 +69,15 @@ def encoded(values: pa.Array, limit: int = MAX_LABEL_VALUE_LENGTH
         length = pc.utf8_length(distinct)
         cut = np.asarray(pc.fill_null(over.take(codes.indices), False)
                          .to_numpy(zero_copy_only=False), bool)
-    keys = _prefixed(length, distinct)
-    return pc.fill_null(keys.take(codes.indices), "-"), cut
+    keys = pa.concat_arrays([_prefixed(length, distinct).cast(pa.string()),
+                             pa.array(["-"], pa.string())])
+    rows = np.asarray(pc.fill_null(codes.indices, len(distinct)).to_numpy(zero_copy_only=False),
+                      np.int64)
+    if cut is not None:  # long values sharing their kept prefix: one key, one code
+        unique = keys.dictionary_encode()
+        rows = np.asarray(unique.indices, np.int64)[rows]
+        keys = unique.dictionary
+    return rows, keys, cut
 
 
 def one_value_series_column(values: pa.Array) -> pa.Array:

@@ -148,3 +148,22 @@ def test_the_driver_shows_the_cut_count_per_rule():
     t.batch(PROGRESS)
     assert sample(t, "l2m_label_values_cut_total", rule="by-service") == 3
     assert sample(t, "l2m_label_values_cut_total", rule="two") == 0
+
+
+def test_long_values_sharing_their_kept_prefix_are_one_series_of_a_task():
+    """Cut to the same key, two long values are one series: one partial per key in a read
+    task's output (its match rows carry codes, one per distinct key), counting both logs,
+    one or two group-by fields alike."""
+    from l2m.engine.pipeline import TaskPipeline
+
+    routing = plan_for(RULES, max_label_value_length=12)
+    lines = [log("a" * 20 + "1"), log("a" * 20 + "2"), log("a" * 20 + "2", level="error"),
+             log("short")]
+    pipeline = TaskPipeline(routing)
+    pipeline.add(parse_lines(lines, routing.plan))
+    partials = pa.Table.from_batches(list(pipeline.finish())).to_pylist()
+    keys = [(p["rule"], p["series"], p["le"], p["window"]) for p in partials]
+    assert len(keys) == len(set(keys))
+    cut = "a" * (12 - len(CUT_MARKER)) + CUT_MARKER
+    series = {p["series"]: p["matches"] for p in partials if p["rule"] == "by-service"}
+    assert series == {f"12:{cut}": 3, "5:short": 1}
