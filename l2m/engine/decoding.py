@@ -217,11 +217,14 @@ def _as_bytes(line: str | bytes | None) -> bytes:
     return line.encode("utf-8", "surrogatepass") if line else b""
 
 
+_BYTES = frozenset({bytes})
+
+
 def _suspects(lines: Sequence[str | bytes | None]) -> set[int]:
     """Rows msgspec may accept where orjson would not: invalid UTF-8, or a number token that
     could overflow a double."""
-    data: list[bytes] = [_as_bytes(line) for line in lines] \
-        if any(line.__class__ is not bytes for line in lines) else cast(list[bytes], lines)
+    data: list[bytes] = cast(list[bytes], lines) if set(map(type, lines)) <= _BYTES \
+        else [_as_bytes(line) for line in lines]
     offsets = np.zeros(len(data) + 1, np.int64)
     np.cumsum(np.fromiter(map(len, data), np.int64, len(data)), out=offsets[1:])
     array = pa.LargeBinaryArray.from_buffers(

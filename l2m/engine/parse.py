@@ -323,6 +323,7 @@ def _epoch_milliseconds(raw: list[Any]) -> pa.Array:
 
 _NUMBERS = frozenset({int, float, type(None)})
 _STRINGS_AND_INTS = frozenset({str, int, type(None)})
+_NUMBERS_AND_STRINGS = frozenset({int, float, str, type(None)})
 
 
 def _strings(col: list[Any]) -> pa.Array:
@@ -348,13 +349,41 @@ def _strings(col: list[Any]) -> pa.Array:
 
 def _numbers(col: list[Any]) -> pa.Array:
     # Arrow would take True for 1.0: only a column of numbers (or missing) is converted whole.
-    if set(map(type, col)) <= _NUMBERS:
+    kinds = set(map(type, col))
+    if kinds <= _NUMBERS:
         try:
             return pa.array(col, pa.float64())
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
             pass  # an integer a double cannot hold exactly: float() rounds it, as below
+    elif kinds <= _NUMBERS_AND_STRINGS:
+        try:
+            return _numbers_and_strings(col)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass
     return pa.array([float(v) if (t := v.__class__) is int or t is float else number(v)
                      for v in col], pa.float64())
+
+
+# Strings Arrow turns into the double number() gives: integers of at most 15 digits are exact.
+_SHORT_INTEGER = r"^-?[0-9]{1,15}$"
+
+
+def _numbers_and_strings(col: list[Any]) -> pa.Array:
+    """Numbers with numeric strings among them (an HTTP status written either way): numbers
+    and short integer strings in Arrow, any other string by :func:`~l2m.values.number`."""
+    values = pa.array([v if (t := v.__class__) is int or t is float else None for v in col],
+                      pa.float64())
+    strings = pa.array([v if v.__class__ is str else None for v in col], pa.string())
+    short = pc.fill_null(pc.match_substring_regex(strings, _SHORT_INTEGER), False)
+    values = pc.coalesce(values, pc.cast(pc.if_else(short, strings,
+                                                    pa.scalar(None, pa.string())), pa.float64()))
+    others = pc.and_not(pc.is_valid(strings), short)
+    if not others.true_count:
+        return values
+    out = values.to_pylist()
+    for row in pc.indices_nonzero(others).to_pylist():
+        out[row] = number(col[row])
+    return pa.array(out, pa.float64())
 
 
 def _texts(col: list[Any]) -> tuple[pa.Array, pa.Array]:

@@ -249,3 +249,13 @@ def test_epoch_millisecond_event_times_at_the_bounds():
     assert event_times(values) == [parse_timestamp(v) for v in values]
     assert event_times([*values, 2**63]) == [parse_timestamp(v) for v in [*values, 2**63]]
     assert event_times([1_795_341_600_000] * 3) == [1_795_341_600_000] * 3
+
+
+def test_numbers_among_numeric_strings_as_the_reference_reads_them():
+    """A field written as a number in some logs and a string in others (an HTTP status):
+    short integer strings are converted in Arrow, the rest as the reference does — signs,
+    leading zeros, 15 and 16 digits, exponents, padding, integers past 2^53 among them."""
+    column = [404, "404", "-0", "007", "999999999999999", "9999999999999999", "1.5", " 2",
+              "1e3", "+5", "", "abc", "nan", "1e999", 2.5, 2**53 + 1, None, -12, "-12"]
+    for values in (column, column[:10], [v for v in column if not isinstance(v, int)]):
+        _same_as_reference([{"status": v} for v in values])
