@@ -209,10 +209,8 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
                 # Matched once per distinct text; a missing field (null row) never matches.
                 columns[f"f{i}_tm{j}"] = pc.fill_null(
                     match_any_token(distinct, regex).take(rows), False)
-    ts, status, errors = _times(values[ts_path], decoded.failed, plan, fallback_ts, now_ms)
-    columns[TIMESTAMP] = pa.array(ts, pa.int64())
-    columns[STATUS] = pa.array(status, pa.int8())
-    columns[ERROR] = pa.array(errors, pa.string())
+    columns[TIMESTAMP], columns[STATUS], columns[ERROR] = _times(
+        values[ts_path], decoded.failed, plan, fallback_ts, now_ms)
     schema = plan.schema()
     # A form only patterns needed (a string form no rule reads as such) is not emitted.
     return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
@@ -220,11 +218,33 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
 
 def _times(raw: list[Any], failed: dict[int, str | None], plan: ParsePlan,
            fallback_ts: Sequence[int | None] | None, now_ms: int | None
-           ) -> tuple[list[int | None], list[int], list[str | None]]:
-    """Event time, status and reason of every line. Only the exceptions (no usable time,
-    dated too far ahead, not a log) are visited one by one."""
+           ) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Event time, status and reason of every line (int64, int8 and string columns). Only
+    the exceptions (no usable time, dated too far ahead, not a log) are visited one by one;
+    a slice without any stays in Arrow."""
     n = len(raw)
-    ts = event_times(raw)
+    times = event_time_column(raw)
+    if not failed and not times.null_count and (
+            fallback_ts is None or not _ahead(times, fallback_ts, plan.max_future_ms).true_count):
+        return (times, pa.array(np.full(n, OK, np.int8)), pa.nulls(n, pa.string()))
+    ts, status, errors = _times_one_by_one(raw, times.to_pylist(), failed, plan, fallback_ts,
+                                           now_ms)
+    return pa.array(ts, pa.int64()), pa.array(status, pa.int8()), pa.array(errors, pa.string())
+
+
+def _ahead(times: pa.Array, fallback_ts: Sequence[int | None], skew: int) -> pa.Array:
+    """Whether each event time is more than ``skew`` ahead of its record's time."""
+    # Clamped so that adding the skew cannot overflow: a record time past ±2^62 is as far
+    # from any event time (years 1-9999) as the unclamped one.
+    records = pc.max_element_wise(pc.min_element_wise(pa.array(fallback_ts, pa.int64()),
+                                                      2**62), -(2**62))
+    return pc.greater(times, pc.add(records, skew))
+
+
+def _times_one_by_one(raw: list[Any], ts: list[int | None], failed: dict[int, str | None],
+                      plan: ParsePlan, fallback_ts: Sequence[int | None] | None,
+                      now_ms: int | None) -> tuple[list[int | None], list[int], list[str | None]]:
+    n = len(raw)
     status = [OK] * n
     errors: list[str | None] = [None] * n
     for row, reason in failed.items():
@@ -252,11 +272,7 @@ def _times(raw: list[Any], failed: dict[int, str | None], plan: ParsePlan,
             errors[row] = (f"future: the record's Kafka time {record_ts} is "
                            f"{(record_ts - now_ms) / 1000:.0f} s ahead of the clock "
                            f"(limit {skew / 1000:.0f} s)")
-    # Clamped so that adding the skew cannot overflow: a record time past ±2^62 is as far
-    # from any event time (years 1-9999) as the unclamped one.
-    records = pc.max_element_wise(pc.min_element_wise(pa.array(fallback_ts, pa.int64()),
-                                                      2**62), -(2**62))
-    ahead = pc.greater(times, pc.add(records, skew))
+    ahead = _ahead(times, fallback_ts, skew)
     if ahead.true_count:
         for row in pc.indices_nonzero(ahead).to_pylist():
             if row in failed:
@@ -278,6 +294,11 @@ _ISO_MS = (r"^[[:ascii:]]{4}-[[:ascii:]]{2}-[[:ascii:]]{5}:[[:ascii:]]{2}:[0-5][
 
 
 def event_times(raw: list[Any]) -> list[int | None]:
+    """:func:`event_time_column` as a list."""
+    return event_time_column(raw).to_pylist()
+
+
+def event_time_column(raw: list[Any]) -> pa.Array:
     """:func:`~l2m.values.parse_timestamp` of every value. Logs of one batch share their
     minutes: an ISO time with milliseconds (``2026-11-22T10:00:00.060Z``, any zone) costs the
     full parse once per distinct minute and zone, the rest (seconds, milliseconds) is sliced
@@ -300,13 +321,15 @@ def event_times(raw: list[Any]) -> list[int | None]:
                        pc.add(pc.multiply(seconds, 1000), millis))
     if times.null_count:
         times = pc.coalesce(times, _epoch_milliseconds(raw))
+    if not times.null_count:
+        return times
     out: list[int | None] = times.to_pylist()
-    if times.null_count:  # not such a time, or its minute is not a usable time: the full parse
-        for row in pc.indices_nonzero(times.is_null()).to_pylist():
-            value = raw[row]
-            if value is not None:
-                out[row] = parse_timestamp(value)
-    return out
+    # not such a time, or its minute is not a usable time: the full parse
+    for row in pc.indices_nonzero(times.is_null()).to_pylist():
+        value = raw[row]
+        if value is not None:
+            out[row] = parse_timestamp(value)
+    return pa.array(out, pa.int64())
 
 
 def _epoch_milliseconds(raw: list[Any]) -> pa.Array:
