@@ -71,6 +71,10 @@ def _print_problems(problems: Sequence[Problem]) -> None:
         print(problem, file=sys.stderr)
 
 
+# `l2m validate`'s rule-reading processes at most (l2m.rules.loader.load_rules' workers).
+READ_WORKERS = 8
+
+
 def _rules(paths: Sequence[str], config: QueryConfig, tenancy: Tenancy | None = None,
            limits: Limits | None = None, workers: int = 1) -> RuleSet:
     """The rules of every command: loaded and validated once; their problems, if any, are
@@ -102,9 +106,13 @@ def _rule_settings(cfg: JobConfig | None, args: argparse.Namespace
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    # validate starts no other thread: its files are read by a process per core.
+    # validate starts no other thread: its files are read by a process per core it may run
+    # on (the affinity mask, not the machine's count: a container's cpuset), at most
+    # READ_WORKERS (each reading process holds its share of the rules).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count() or 1
     ruleset = _rules(args.paths, *_rule_settings(_given_config(args), args),
-                     workers=os.cpu_count() or 1)
+                     workers=min(cores, READ_WORKERS))
     _print_problems(ruleset.warnings)
     files = len({r.file for r in ruleset.rules})
     disabled = len(ruleset.rules) - len(ruleset.enabled)

@@ -335,6 +335,8 @@ def _read_in_processes(sources: list[Source], config: QueryConfig, tenancy: Tena
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
+    # No more processes than runs of PARALLEL_FILES files: a process each costs more.
+    workers = min(workers, len(sources) // PARALLEL_FILES)
     size = max(PARALLEL_FILES, -(-len(sources) // (4 * workers)))
     chunks = [sources[i:i + size] for i in range(0, len(sources), size)]
     done = 0
