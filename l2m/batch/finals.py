@@ -24,6 +24,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from l2m.collector import collector_paused
 from l2m.engine.admission import (
     OVERFLOW_SERIES,
     Admission,
@@ -32,7 +33,6 @@ from l2m.engine.admission import (
     beyond_rule_caps,
     redirected,
 )
-from l2m.engine.collector import collector_paused
 from l2m.engine.labels import CUT_RULE
 from l2m.engine.partials import Partial, merge, partial_rows
 from l2m.engine.pipeline import routing_from_option

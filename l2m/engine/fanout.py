@@ -226,7 +226,7 @@ class FanOut:
                     found = (pa.array(codes, pa.int32()), keys)
                     cuts = None if cut is None else cut.astype(np.int64)
                 else:
-                    found = _combined(parts, n)
+                    found = _combined(parts)
                     for _codes, _keys, cut in parts:
                         if cut is not None:
                             cuts = cut.astype(np.int64) if cuts is None else cuts + cut
@@ -314,7 +314,7 @@ def fan_out(batch: pa.RecordBatch | pa.Table, routing: Routing,
     return table if coded else table.cast(MATCH_SCHEMA)
 
 
-def _combined(parts: list[tuple[np.ndarray, pa.Array, np.ndarray | None]], n: int
+def _combined(parts: list[tuple[np.ndarray, pa.Array, np.ndarray | None]]
               ) -> tuple[pa.Array, pa.Array]:
     """Several fields' codes (each row's code into its field's keys) → one code per row into
     the distinct combinations' series keys, each key built once."""
@@ -327,7 +327,7 @@ def _combined(parts: list[tuple[np.ndarray, pa.Array, np.ndarray | None]], n: in
         span *= len(keys)
     dense = pc.dictionary_encode(pa.array(combined))
     first = np.empty(len(dense.dictionary), np.int64)
-    first[np.asarray(dense.indices, np.int64)] = np.arange(n)  # a row of each combination
+    first[np.asarray(dense.indices, np.int64)] = np.arange(len(combined))  # a row of each
     keys_of = [keys.take(pa.array(codes[first])) for codes, keys, _cut in parts]
     return dense.indices, pc.binary_join_element_wise(*keys_of, "")
 

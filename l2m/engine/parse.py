@@ -38,8 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from l2m.collector import collector_paused
 from l2m.defaults import MAX_FUTURE_MS, TIMESTAMP_FIELD
-from l2m.engine.collector import collector_paused
 from l2m.engine.decoding import field_decoder, json_int
 from l2m.engine.status import Status
 from l2m.query.nodes import FieldUse

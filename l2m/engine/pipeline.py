@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from l2m.collector import collector_paused
 from l2m.engine.admission import RuleCaps
-from l2m.engine.collector import collector_paused
 from l2m.engine.fanout import fan_out
 from l2m.engine.partials import PARTIAL_ARROW, merge
 from l2m.engine.preaggregate import preaggregate

@@ -12,9 +12,9 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from l2m.collector import collector_paused
 from l2m.defaults import MAX_FUTURE_MS, MAX_LABEL_VALUE_LENGTH, TIMESTAMP_FIELD
 from l2m.engine.admission import RuleCaps, rule_caps
-from l2m.engine.collector import collector_paused
 from l2m.engine.parse import ParsePlan
 from l2m.limits import Limits
 from l2m.query.nodes import FieldUse

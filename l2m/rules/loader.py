@@ -12,7 +12,6 @@ warnings), or :class:`~l2m.errors.RuleValidationError` carrying every problem fo
 from __future__ import annotations
 
 import dataclasses
-import gc
 import itertools
 import math
 import os
@@ -26,6 +25,7 @@ from typing import Any
 import yaml
 
 from l2m import yamlsafe
+from l2m.collector import collector_paused
 from l2m.errors import Problem, QueryError, RuleValidationError, render
 from l2m.limits import OVERFLOW_LABEL, Limits
 from l2m.query.compiler import parse_query
@@ -317,47 +317,41 @@ def _read_files(sources: list[Source], config: QueryConfig, tenancy: Tenancy | N
     breaks (a process killed) leaves the files it did not give back to this process: the
     result is the same either way. 100,000 tenant rules in 10,000 files on 2 cores:
     benchmarks/README.md, session 14."""
-    if workers > 1 and len(sources) >= 2 * PARALLEL_FILES:
-        # Here, not at the top: only `l2m validate` reads files in processes, and everything
-        # else that loads rules (Spark's driver-side processes among them) would import it.
-        import multiprocessing
-
-        if "fork" in multiprocessing.get_all_start_methods():
-            yield from _read_in_processes(sources, config, tenancy, workers)
-            return
-    for source in sources:
+    # No more processes than runs of PARALLEL_FILES files: a process each costs more.
+    workers = min(workers, len(sources) // PARALLEL_FILES)
+    done = 0
+    if workers > 1:
+        for read in _read_in_processes(sources, config, tenancy, workers):
+            yield read
+            done += 1
+    for source in sources[done:]:
         yield _read_file(source, config, tenancy)
 
 
 def _read_in_processes(sources: list[Source], config: QueryConfig, tenancy: Tenancy | None,
                        workers: int) -> Iterator[tuple[Problem | None, _FileRead | None]]:
+    """What :func:`_read_files` reads in ``workers`` forked processes, in order, until the
+    pool breaks (or at once where processes cannot be forked): the caller reads the rest."""
+    # Here, not at the top: only `l2m validate` reads files in processes, and everything else
+    # that loads rules (Spark's driver-side processes among them) would import these.
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    # No more processes than runs of PARALLEL_FILES files: a process each costs more.
-    workers = min(workers, len(sources) // PARALLEL_FILES)
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return
     size = max(PARALLEL_FILES, -(-len(sources) // (4 * workers)))
     chunks = [sources[i:i + size] for i in range(0, len(sources), size)]
-    done = 0
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) \
                 as pool:
             for blob in pool.map(_read_chunk, chunks, itertools.repeat(config),
                                  itertools.repeat(tenancy)):
-                enabled = gc.isenabled()
-                gc.disable()  # millions of new objects, no cycles among them
-                try:
+                with collector_paused():  # millions of new objects, no cycles among them
                     results = pickle.loads(blob)
-                finally:
-                    if enabled:
-                        gc.enable()
                 yield from results
-                done += len(results)
     except BrokenProcessPool:
         pass
-    for source in sources[done:]:
-        yield _read_file(source, config, tenancy)
 
 
 def _tenant_files(roots: Iterable[str | Path]

@@ -59,8 +59,8 @@ from pyspark import Accumulator
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
+from l2m.collector import collector_paused
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps
-from l2m.engine.collector import collector_paused
 from l2m.engine.partials import Partial
 from l2m.engine.samples import CORRECTION, FINAL
 from l2m.engine.status import STATUS_RULE

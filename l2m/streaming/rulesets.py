@@ -30,8 +30,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from l2m.collector import collector_paused
 from l2m.config.job import JobConfig
-from l2m.engine.collector import collector_paused
 from l2m.engine.pipeline import routing_option
 from l2m.engine.routing import plan_for
 from l2m.engine.rulesets import Versions, routing_file

@@ -18,7 +18,7 @@ PACKAGE = ROOT / "l2m"
 # layer (e.g. rules and config) may not import each other.
 LAYERS: list[list[str]] = [
     ["l2m.errors", "l2m.values", "l2m.windows", "l2m.defaults", "l2m.yamlsafe", "l2m.text",
-     "l2m.version", "l2m.tenancy", "l2m.limits", "l2m.records"],
+     "l2m.version", "l2m.tenancy", "l2m.limits", "l2m.records", "l2m.collector"],
     ["l2m.query"],
     ["l2m.rules", "l2m.config"],
     ["l2m.engine"],
