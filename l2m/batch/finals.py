@@ -19,29 +19,23 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from l2m.collector import collector_paused
-from l2m.engine.admission import (
-    OVERFLOW_SERIES,
-    Admission,
-    Limit,
-    RuleCaps,
-    beyond_rule_caps,
-    redirected,
-)
+from l2m.engine.admission import RuleCaps, admitted_table, beyond_rule_caps
 from l2m.engine.labels import CUT_RULE
-from l2m.engine.partials import Partial, merge, partial_rows
+from l2m.engine.partials import Partial, merge, nonfinite_text, partial_rows
 from l2m.engine.pipeline import routing_from_option
 from l2m.engine.samples import (
     SampleLines,
     is_finite_sample,
     rule_samples,
     series_labels,
-    series_value,
 )
 from l2m.engine.status import STATUS_RULE, status_label
 from l2m.rules.model import Aggregation, Rule
@@ -91,21 +85,6 @@ def sort_key(labels: Iterable[tuple[str, str]], window: int | None, index: int) 
     return labels_key(labels) + _tail(window, index)
 
 
-def _count_collapsed(admission: Admission, rule_id: str,
-                     rows: list[tuple[str, str, Partial]]) -> None:
-    """Count the logs of the series :func:`~l2m.engine.admission.beyond_rule_caps` merged into
-    the overflow series before admission: refused for the reason of the rule's own first
-    refusal (after it every later series is refused alike), or its per-rule cap when its
-    candidates all got in."""
-    logs = [part for name, _, part in rows if name == OVERFLOW_SERIES]
-    if not logs:
-        return
-    reasons = [limit for rule, limit in admission.refused if rule == rule_id]
-    reason = reasons[0] if reasons else Limit.RULE
-    for part in logs:
-        admission.count(rule_id, reason, part.matches, part.ts)
-
-
 class Tallies:
     """The tally rows of one task, summed by (tally, name)."""
 
@@ -116,76 +95,176 @@ class Tallies:
         self.counts[(tally, name)] = self.counts.get((tally, name), 0) + count
 
 
-def domain_samples(rows: Iterable[tuple[str, str, str | None, int | None, Partial]],
-                   rules: Sequence[Rule], caps: Mapping[str, RuleCaps] | None,
-                   tallies: Tallies) -> Iterator[tuple[int, bytes, bytes, str, bool]]:
-    """Merged partials of whole domains, as (rule, series, le, window, partial) → (rule rank,
-    sort key, sample's JSON line, rule id, value finite) in no particular order, counting the
-    input statuses, cuts, refusals and matches into ``tallies``. With ``caps``, series past a
-    cap go to their rule's overflow series."""
+_INTERNAL = pa.array([STATUS_RULE, CUT_RULE], pa.string())
+# What a sample shows per aggregation (l2m.engine.samples.series_value), as codes per row.
+_AGGREGATIONS = {a: i for i, a in enumerate(Aggregation)}
+
+
+def domain_samples(table: pa.Table, rules: Sequence[Rule], caps: Mapping[str, RuleCaps] | None,
+                   tallies: Tallies) -> pa.Table:
+    """Merged partials of whole domains (one row per rule, series, le, window) → the sample
+    rows of :data:`FINAL_ARROW` (rule rank, sort key, sample's JSON line, rule id, value
+    finite; no tally columns) in no particular order, counting the input statuses, cuts,
+    refusals and matches into ``tallies``. With ``caps``, series past a cap go to their
+    rule's overflow series (:func:`~l2m.engine.admission.admitted_table`).
+
+    Built on Arrow: a sample's line is pieces joined per row — its rule's and its series'
+    parts (the labels built once per series, whatever its windows), its value as
+    ``orjson`` writes it, its timestamp — so 350,000 samples of a high-cardinality rule
+    cost no Python per sample (benchmarks/README.md, session 15). A histogram's family is
+    built in Python (:func:`~l2m.engine.samples.rule_samples`)."""
+    internal = pc.is_in(table.column("rule"), _INTERNAL)
+    for rule_id, series, logs in zip(*(table.filter(internal).column(c).to_pylist()
+                                       for c in ("rule", "series", "matches")), strict=True):
+        tallies.add(STATUS if rule_id == STATUS_RULE else CUT, status_label(series), logs)
+    table = table.filter(pc.invert(internal))
+    if caps:
+        table, refused = admitted_table(table, caps)
+        for (rule_id, limit), logs in refused.items():
+            tallies.add(REFUSED, f"{rule_id} ({limit})", logs)
+    per_rule = table.group_by("rule", use_threads=False).aggregate([("matches", "sum")])
+    for rule_id, logs in zip(per_rule.column("rule").to_pylist(),
+                             per_rule.column("matches_sum").to_pylist(), strict=True):
+        tallies.add(MATCHES, rule_id, logs)
+    ids = pa.array([r.id for r in rules], pa.string())
+    families = pc.is_in(table.column("rule"), pa.array(
+        [r.id for r in rules if r.aggregation == Aggregation.HISTOGRAM], pa.string()))
+    return pa.concat_tables([_series_samples(table.filter(pc.invert(families)), rules, ids),
+                             _family_samples(table.filter(families), rules)])
+
+
+def _series_samples(table: pa.Table, rules: Sequence[Rule], ids: pa.Array) -> pa.Table:
+    """The samples of non-histogram rules' rows, on Arrow (:func:`domain_samples`)."""
+    n = table.column("n")
+    table = table.filter(pc.greater(n, 0))  # a series without values has no sample
+    rows = table.num_rows
+    if not rows:
+        return FINAL_ARROW.empty_table()
+    ranks = pc.index_in(table.column("rule"), value_set=ids).to_numpy()
+    aggregation = np.array([_AGGREGATIONS[r.aggregation] for r in rules], np.int8)[ranks]
+    values = _values(table, aggregation)
+    finite = np.isfinite(values)
+    shown: list[Any] = values.tolist()
+    for i in np.flatnonzero(~finite).tolist():
+        shown[i] = nonfinite_text(shown[i])
+    # One orjson call for every value: its texts, split at the commas between them (no
+    # number or non-finite text holds one), are byte for byte what it writes of each.
+    texts = pa.array(orjson.dumps(shown)[1:-1].split(b","), pa.binary())
+    window = table.column("window")
+    gauge = pc.is_valid(window)
+    timestamps = pc.if_else(gauge, window, pc.fill_null(table.column("ts"), 0))
+    prefixes, starts = _series_parts(table, rules, ranks)
+    templates = [SampleLines(r) if r.aggregation != Aggregation.HISTOGRAM else None
+                 for r in rules]
+    suffixes = pa.array([t.suffix if t is not None else b"" for t in templates], pa.binary())
+    lines = pc.binary_join_element_wise(
+        prefixes, texts, pa.scalar(b',"timestamp":'), pc.cast(pc.cast(timestamps, pa.string()),
+                                                              pa.binary()),
+        suffixes.take(pa.array(ranks)), pa.scalar(b""))
+    return pa.table({
+        "rank": pa.array(ranks, pa.int32()),
+        "sort": pc.binary_join_element_wise(starts, _window_tails(window), pa.scalar(b"")),
+        "line": lines, "rule": table.column("rule"), "finite": pa.array(finite),
+        "tally": pa.nulls(rows, pa.string()), "count": pa.nulls(rows, pa.int64()),
+    }, schema=FINAL_ARROW)
+
+
+def _values(table: pa.Table, aggregation: np.ndarray) -> np.ndarray:
+    """Each row's sample value (:func:`~l2m.engine.samples.series_value`; every row has
+    values): the count, the sum (exact when known, converted as Python converts a
+    ``Decimal``, which Arrow's cast does not: it rounds some the other way), the average,
+    the minimum or the maximum (NaN when unknown)."""
+    n = table.column("n").to_numpy().astype(np.float64)
+    values = n.copy()  # count
+    for code, column in ((_AGGREGATIONS[Aggregation.MIN], "min"),
+                         (_AGGREGATIONS[Aggregation.MAX], "max")):
+        at = aggregation == code
+        if at.any():
+            values[at] = table.column(column).to_numpy(zero_copy_only=False)[at]
+    summed = (aggregation == _AGGREGATIONS[Aggregation.SUM]) | \
+        (aggregation == _AGGREGATIONS[Aggregation.AVG])
+    if summed.any():
+        sums = table.filter(pa.array(summed))
+        exact = sums.column("exact_sum")
+        known = pc.fill_null(pc.and_(pc.is_valid(exact),
+                                     pc.equal(sums.column("exact_n"), sums.column("n"))),
+                             False).to_numpy(zero_copy_only=False)
+        # A double sum that is NaN reads as 0 (l2m.engine.partials._read).
+        totals = np.nan_to_num(sums.column("sum").to_numpy(zero_copy_only=False), nan=0.0,
+                               posinf=np.inf, neginf=-np.inf)
+        if known.any():
+            digits = pc.cast(exact.filter(pa.array(known)), pa.string()).to_pylist()
+            totals[known] = np.array(digits, np.float64)
+        average = aggregation[summed] == _AGGREGATIONS[Aggregation.AVG]
+        totals[average] /= n[summed][average]
+        values[summed] = totals
+    return values
+
+
+def _series_parts(table: pa.Table, rules: Sequence[Rule], ranks: np.ndarray
+                  ) -> tuple[pa.Array, pa.Array]:
+    """Each row's line start (up to its value) and sort key start, built once per series
+    (rule and key) in Python, taken per row on Arrow."""
+    # A rule id never holds NUL (l2m.rules.model.ID_RE): rule NUL series is one to one.
+    keys = pc.dictionary_encode(pc.binary_join_element_wise(
+        table.column("rule"), table.column("series"), "\x00").combine_chunks())
+    templates: dict[str, SampleLines] = {}
+    by_id = {r.id: r for r in rules}
+    prefixes: list[bytes] = []
+    starts: list[bytes] = []
+    for key in keys.dictionary.to_pylist():
+        rule_id, _, name = key.partition("\x00")
+        rule = by_id[rule_id]
+        template = templates.get(rule_id)
+        if template is None:
+            template = templates[rule_id] = SampleLines(rule)
+        labels = series_labels(rule, name)
+        prefixes.append(template.prefix(labels))
+        starts.append(labels_key(labels))
+    return pa.array(prefixes, pa.binary()).take(keys.indices), \
+        pa.array(starts, pa.binary()).take(keys.indices)
+
+
+def _window_tails(window: pa.ChunkedArray) -> pa.Array:
+    """:func:`_tail` of each row's window, index 0, on numpy."""
+    biased = pc.fill_null(window, 0).to_numpy().astype(np.int64).view(np.uint64) ^ \
+        np.uint64(_WINDOW_BIAS)
+    packed = np.zeros((len(biased), _TAIL.size), np.uint8)
+    packed[:, :8] = biased.astype(">u8").view(np.uint8).reshape(-1, 8)
+    return pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(_TAIL.size), len(biased), [None, pa.py_buffer(packed.tobytes())]
+    ).cast(pa.binary())
+
+
+def _family_samples(table: pa.Table, rules: Sequence[Rule]) -> pa.Table:
+    """The samples of histogram rules' rows (:func:`domain_samples`), family by family."""
+    if not table.num_rows:
+        return FINAL_ARROW.empty_table()
     by_id = {r.id: r for r in rules}
     rank = {r.id: i for i, r in enumerate(rules)}
-    domains: dict[int | None, dict[str, list[tuple[str, str, Partial]]]] = {}
-    for rule_id, series, le, window, part in rows:
-        if rule_id == STATUS_RULE:
-            tallies.add(STATUS, status_label(series), part.matches)
-            continue
-        if rule_id == CUT_RULE:
-            tallies.add(CUT, status_label(series), part.matches)
-            continue
-        # "" outside histograms, as the state stage reads partials (frame_partials)
-        domains.setdefault(window, {}).setdefault(rule_id, []).append((series, le or "", part))
-    # Per rule: a series' labels, its sort key's start and its lines' start, built once per
-    # task — a gauge's series recurs in every window it has values in.
-    seen: dict[str, dict[str, tuple[list[tuple[str, str]], bytes, bytes]]] = {}
-    # Per rule with samples here (not per rule loaded: a backfill may load 100,000).
-    templates: dict[str, SampleLines] = {}
-    for window, by_rule in domains.items():
-        admission = Admission(caps, {}) if caps else None
-        tail = _tail(window, 0)
-        for rule_id in sorted(by_rule):
-            rule = by_id[rule_id]
-            known = seen.setdefault(rule_id, {})
-            at = rank[rule_id]
-            rows_of = by_rule[rule_id]
-            kept = redirected(rows_of, {}, admission, rule_id)
-            if admission is not None:
-                _count_collapsed(admission, rule_id, rows_of)
-            # A series key and its labels are one to one (series_labels), so a family is
-            # keyed by the key; the rows of one (a histogram's buckets, or the series an
-            # overflow series took in) are merged in key order.
-            families: dict[str, dict[str, Partial]] = {}
-            for name, le, part in kept:
-                parts_of = families.setdefault(name, {})
-                parts_of[le] = part.merge(parts_of[le]) if le in parts_of else part
-            matches = 0
-            template = templates.get(rule_id)
-            if template is None and rule.aggregation != Aggregation.HISTOGRAM:
-                template = templates[rule_id] = SampleLines(rule)
-            for name, parts in families.items():
-                entry = known.get(name)
-                if entry is None:
-                    labels = series_labels(rule, name)
-                    entry = known[name] = (labels, labels_key(labels),
-                                           template.prefix(labels) if template else b"")
-                labels, start, prefix = entry
-                if template is None:  # a histogram
-                    parts = dict(sorted(parts.items(), key=lambda kv: _le_order(kv[0])))
-                    matches += sum(p.matches for p in parts.values())
-                    for i, sample in enumerate(rule_samples(rule, labels, window, parts)):
-                        yield (at, start + _tail(window, i), orjson.dumps(sample), rule_id,
-                               is_finite_sample(sample))
-                    continue
-                part = parts[""]
-                matches += part.matches
-                value = series_value(rule, part)
-                if value is not None:
-                    line, finite = template.line(
-                        prefix, value, (part.ts or 0) if window is None else window)
-                    yield at, start + tail, line, rule_id, finite
-            tallies.add(MATCHES, rule_id, matches)
-        for (rule_id, limit), (logs, _ts) in (admission.refused if admission else {}).items():
-            tallies.add(REFUSED, f"{rule_id} ({limit})", logs)
+    families: dict[tuple[str, str, int | None], dict[str, Partial]] = {}
+    for rule_id, name, le, window, part in partial_rows(table):
+        families.setdefault((rule_id, name, window), {})[le or ""] = part
+    out: list[tuple[int, bytes, bytes, str, bool]] = []
+    labelled: dict[tuple[str, str], tuple[list[tuple[str, str]], bytes]] = {}
+    for (rule_id, name, window), parts in families.items():
+        rule = by_id[rule_id]
+        entry = labelled.get((rule_id, name))
+        if entry is None:
+            labels = series_labels(rule, name)
+            entry = labelled[(rule_id, name)] = (labels, labels_key(labels))
+        labels, start = entry
+        parts = dict(sorted(parts.items(), key=lambda kv: _le_order(kv[0])))
+        for i, sample in enumerate(rule_samples(rule, labels, window, parts)):
+            out.append((rank[rule_id], start + _tail(window, i), orjson.dumps(sample), rule_id,
+                        is_finite_sample(sample)))
+    columns: list[Sequence[Any]] = list(zip(*out, strict=True)) if out else [[]] * 5
+    return pa.table({
+        "rank": pa.array(columns[0], pa.int32()), "sort": pa.array(columns[1], pa.binary()),
+        "line": pa.array(columns[2], pa.binary()), "rule": pa.array(columns[3], pa.string()),
+        "finite": pa.array(columns[4], pa.bool_()),
+        "tally": pa.nulls(len(out), pa.string()), "count": pa.nulls(len(out), pa.int64()),
+    }, schema=FINAL_ARROW)
 
 
 def _le_order(le: str) -> float:
@@ -208,32 +287,19 @@ def final_rows(option: str, capped: Mapping[str, int]
         if capped:
             merged = cut(merged, capped)
         tallies = Tallies()
-        ranks: list[int] = []
-        keys: list[bytes] = []
-        lines: list[bytes] = []
-        names: list[str] = []
-        finite: list[bool] = []
-        # Hundreds of thousands of rows, samples and lines, none in a cycle: collecting
-        # while they are built took half the stage (benchmarks/README.md).
+        # Hundreds of thousands of series' labels and sample lines, none in a cycle:
+        # collecting while they are built took half the stage (benchmarks/README.md).
         with collector_paused():
-            for rank, key, line, rule_id, ok in domain_samples(
-                    partial_rows(merged), routing.rules, routing.caps, tallies):
-                ranks.append(rank)
-                keys.append(key)
-                lines.append(line)
-                names.append(rule_id)
-                finite.append(ok)
+            samples = domain_samples(merged, routing.rules, routing.caps, tallies)
         counted = sorted(tallies.counts.items())
-        empty = [None] * len(counted)
-        yield from pa.table({
-            "rank": pa.array(ranks + empty, pa.int32()),
-            "sort": pa.array(keys + empty, pa.binary()),
-            "line": pa.array(lines + empty, pa.binary()),
-            "rule": pa.array(names + [name for (_, name), _ in counted], pa.string()),
-            "finite": pa.array(finite + empty, pa.bool_()),
-            "tally": pa.array([None] * len(lines) + [t for (t, _), _ in counted], pa.string()),
-            "count": pa.array([None] * len(lines) + [c for _, c in counted], pa.int64()),
-        }, schema=FINAL_ARROW).to_batches(max_chunksize=10_000)
+        yield from samples.to_batches(max_chunksize=10_000)
+        if counted:
+            empty = pa.nulls(len(counted))
+            yield pa.RecordBatch.from_arrays([
+                empty.cast(pa.int32()), empty.cast(pa.binary()), empty.cast(pa.binary()),
+                pa.array([name for (_, name), _ in counted], pa.string()),
+                empty.cast(pa.bool_()), pa.array([t for (t, _), _ in counted], pa.string()),
+                pa.array([c for _, c in counted], pa.int64())], schema=FINAL_ARROW)
 
     return run
 

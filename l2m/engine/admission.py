@@ -31,6 +31,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -231,6 +232,139 @@ def beyond_rule_caps(table: pa.Table, caps: Mapping[str, int]) -> pa.Table:
     moved = moved.set_column(index, "series",
                              pa.repeat(pa.scalar(OVERFLOW_SERIES, pa.string()), moved.num_rows))
     return pa.concat_tables([table.filter(pc.invert(joined)), merge([moved], unique=False)])
+
+
+def admitted_table(table: pa.Table, caps: Mapping[str, RuleCaps]
+                   ) -> tuple[pa.Table, dict[tuple[str, Limit], int]]:
+    """Backfill's admission, on Arrow: merged partials (one row per rule, series, le, window)
+    of whole domains → the same rows with every refused series merged into its rule's
+    :data:`OVERFLOW_SERIES`, and the logs refused per (rule, limit).
+
+    Decides exactly as one :class:`Admission` per window with no live series, fed by
+    :func:`redirected` rule by rule in id order, each rule's new series in key order — the
+    streaming state stage's decision for a batch holding every log. Without a call per
+    series: a refusal leaves the counts as they were, so every later series of the rule is
+    refused for the same cap, and the series a rule admits are the first ``k`` of its key
+    order, ``k`` the least of its candidates and what its rule, metric and account caps have
+    left. So one step per (window, rule) decides, and the rows follow by their rank.
+
+    The logs of a rule's overflow series that came in (cut before admission,
+    :func:`beyond_rule_caps`) are refused for the cap that refused the rule's own series
+    here, or its per-rule cap when it refused none."""
+    refused: dict[tuple[str, Limit], int] = {}
+    if not caps or not table.num_rows:
+        return table, refused
+    series = table.column("series")
+    overflow = pc.equal(series, OVERFLOW_SERIES)
+    capped = pc.is_in(table.column("rule"), pa.array(sorted(caps), pa.string()))
+    candidate = pc.and_(capped, pc.invert(overflow))
+    rows = pc.indices_nonzero(candidate)
+    cand = table.take(rows)
+    rule_codes = pc.dictionary_encode(cand.column("rule").combine_chunks())
+    window = cand.column("window")
+    ordered = pa.table({"null": pc.is_null(window), "window": pc.fill_null(window, 0),
+                        "rule": rule_codes.indices, "series": cand.column("series")})
+    order = pc.sort_indices(ordered, [("null", "ascending"), ("window", "ascending"),
+                                      ("rule", "ascending"), ("series", "ascending")])
+    ordered = ordered.take(order)
+    count = ordered.num_rows
+    domain = np.zeros(count, np.bool_)  # a new (window, rule) starts here
+    named = np.zeros(count, np.bool_)  # a new series starts here
+    if count:
+        domain[0] = named[0] = True
+        for column in ("null", "window", "rule"):
+            values = ordered.column(column).to_numpy()
+            domain[1:] |= values[1:] != values[:-1]
+        names = ordered.column("series").combine_chunks()
+        named[1:] = pc.not_equal(names.slice(1), names.slice(0, count - 1)).to_numpy(
+            zero_copy_only=False)
+        named |= domain
+    group = np.cumsum(domain) - 1
+    starts = np.flatnonzero(domain)
+    distinct = np.cumsum(named)
+    rank = distinct - distinct[starts][group]  # the series' place in its rule's key order
+    sizes = np.add.reduceat(named.astype(np.int64), starts) if count else np.zeros(0, np.int64)
+    ids = rule_codes.dictionary.to_pylist()
+    nulls = ordered.column("null").to_numpy(zero_copy_only=False)[starts]
+    windows = ordered.column("window").to_numpy()[starts]
+    codes = ordered.column("rule").to_numpy()[starts]
+    allowed = sizes.copy()
+    reasons: list[Limit | None] = [None] * len(starts)
+    by_domain: dict[tuple[bool, int], list[int]] = {}
+    for g in range(len(starts)):
+        by_domain.setdefault((bool(nulls[g]), int(windows[g])), []).append(g)
+    for groups in by_domain.values():
+        metrics: dict[tuple[str, str], int] = {}
+        accounts: dict[str, int] = {}
+        for g in sorted(groups, key=lambda g: ids[codes[g]]):
+            rule_caps = caps[ids[codes[g]]]
+            admits, reasons[g] = _admits(rule_caps, int(sizes[g]), metrics, accounts)
+            allowed[g] = admits
+    beyond = rank >= allowed[group]
+    logs = cand.column("matches").to_numpy().astype(np.int64, copy=False)[order.to_numpy()]
+    refused_logs = np.zeros(len(starts), np.int64)
+    np.add.at(refused_logs, group[beyond], logs[beyond])
+    for g in np.flatnonzero(allowed < sizes).tolist():
+        limit = reasons[g]
+        assert limit is not None
+        key = (ids[codes[g]], limit)
+        refused[key] = refused.get(key, 0) + int(refused_logs[g])
+    _count_overflow(table.filter(overflow), ids, codes, nulls, windows, reasons, refused)
+    if not beyond.any():
+        return table, refused
+    moved = np.zeros(table.num_rows, np.bool_)
+    moved[rows.to_numpy()[order.to_numpy()[beyond]]] = True
+    joined = pc.or_(pa.array(moved), pc.and_(capped, overflow))
+    index = table.schema.get_field_index("series")
+    merged = table.filter(joined)
+    merged = merged.set_column(index, "series",
+                               pa.repeat(pa.scalar(OVERFLOW_SERIES, pa.string()),
+                                         merged.num_rows))
+    return pa.concat_tables([table.filter(pc.invert(joined)), merge([merged], unique=False)]), \
+        refused
+
+
+def _admits(caps: RuleCaps, size: int, metrics: dict[tuple[str, str], int],
+            accounts: dict[str, int]) -> tuple[int, Limit | None]:
+    """How many of a rule's ``size`` new series one domain admits, first in key order, and
+    the cap that refuses the rest (None: none refused); the domain's counts of the rule's
+    metric and account grow by them (:meth:`Admission.admit`, one series at a time)."""
+    admits = min(size, caps.rule) if caps.rule else size
+    account = caps.account_name
+    metric = (account or "", caps.metric_name)
+    if account is not None:
+        if caps.metric:
+            admits = min(admits, max(0, caps.metric - metrics.get(metric, 0)))
+        if caps.account:
+            admits = min(admits, max(0, caps.account - accounts.get(account, 0)))
+    reason = None
+    if admits < size:
+        if caps.rule and admits >= caps.rule:
+            reason = Limit.RULE
+        elif caps.metric and metrics.get(metric, 0) + admits >= caps.metric:
+            reason = Limit.METRIC
+        else:
+            reason = Limit.ACCOUNT
+    if account is not None:
+        metrics[metric] = metrics.get(metric, 0) + admits
+        accounts[account] = accounts.get(account, 0) + admits
+    return admits, reason
+
+
+def _count_overflow(rows: pa.Table, ids: list[str], codes: np.ndarray, nulls: np.ndarray,
+                    windows: np.ndarray, reasons: list[Limit | None],
+                    refused: dict[tuple[str, Limit], int]) -> None:
+    """The logs of overflow series that came in, refused as :func:`admitted_table` says."""
+    if not rows.num_rows:
+        return
+    reason_of = {(ids[c], bool(n), int(w)): r
+                 for c, n, w, r in zip(codes, nulls, windows, reasons, strict=True)}
+    for rule_id, window, logs in zip(rows.column("rule").to_pylist(),
+                                     rows.column("window").to_pylist(),
+                                     rows.column("matches").to_pylist(), strict=True):
+        key = (rule_id, window is None, window or 0)
+        limit = reason_of.get(key) or Limit.RULE
+        refused[(rule_id, limit)] = refused.get((rule_id, limit), 0) + int(logs)
 
 
 def _group(table: pa.Table, rule: str, window: int | None) -> pa.ChunkedArray:
