@@ -27,7 +27,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from l2m.collector import collector_paused
-from l2m.engine.admission import RuleCaps, admitted_table, beyond_rule_caps
+from l2m.engine.admission import (
+    OVERFLOW_SERIES,
+    RuleCaps,
+    admitted_table,
+    beyond_rule_caps,
+)
 from l2m.engine.labels import CUT_RULE
 from l2m.engine.partials import Partial, merge, nonfinite_text, partial_rows
 from l2m.engine.pipeline import routing_from_option
@@ -204,25 +209,89 @@ def _values(table: pa.Table, aggregation: np.ndarray) -> np.ndarray:
 def _series_parts(table: pa.Table, rules: Sequence[Rule], ranks: np.ndarray
                   ) -> tuple[pa.Array, pa.Array]:
     """Each row's line start (up to its value) and sort key start, built once per series
-    (rule and key) in Python, taken per row on Arrow."""
+    (rule and key) and taken per row: on Arrow for the series of a rule grouping by one
+    field (:func:`_one_label_parts`), in Python for the others."""
     # A rule id never holds NUL (l2m.rules.model.ID_RE): rule NUL series is one to one.
     keys = pc.dictionary_encode(pc.binary_join_element_wise(
         table.column("rule"), table.column("series"), "\x00").combine_chunks())
-    templates: dict[str, SampleLines] = {}
+    parts = pc.split_pattern(keys.dictionary, "\x00", max_splits=1)
+    rule_ids = pc.list_element(parts, 0)
+    names = pc.list_element(parts, 1)
+    by_rule = pc.dictionary_encode(rule_ids)
+    order = np.argsort(by_rule.indices.to_numpy(), kind="stable")
+    bounds = np.flatnonzero(np.diff(by_rule.indices.to_numpy()[order])) + 1
     by_id = {r.id: r for r in rules}
-    prefixes: list[bytes] = []
-    starts: list[bytes] = []
-    for key in keys.dictionary.to_pylist():
-        rule_id, _, name = key.partition("\x00")
-        rule = by_id[rule_id]
-        template = templates.get(rule_id)
-        if template is None:
-            template = templates[rule_id] = SampleLines(rule)
-        labels = series_labels(rule, name)
-        prefixes.append(template.prefix(labels))
-        starts.append(labels_key(labels))
-    return pa.array(prefixes, pa.binary()).take(keys.indices), \
-        pa.array(starts, pa.binary()).take(keys.indices)
+    placed: list[np.ndarray] = []
+    prefixes: list[pa.Array] = []
+    starts: list[pa.Array] = []
+    for at in np.split(order, bounds) if len(order) else []:
+        rule = by_id[by_rule.dictionary[by_rule.indices[at[0]].as_py()].as_py()]
+        template = SampleLines(rule)
+        taken = names.take(pa.array(at))
+        fast = None
+        if len(at) >= _ARROW_SERIES and len(rule.group_labels) == 1:
+            fast = _one_label_parts(rule, template, taken)
+        if fast is not None:
+            (prefix, start), slow = fast
+        else:
+            prefix = start = pa.array([], pa.binary())
+            slow = np.arange(len(at))
+        if len(slow):
+            labelled = [series_labels(rule, name) for name in taken.take(pa.array(slow))
+                        .to_pylist()]
+            placed.append(at[slow])
+            prefixes.append(pa.array([template.prefix(labels) for labels in labelled],
+                                     pa.binary()))
+            starts.append(pa.array([labels_key(labels) for labels in labelled], pa.binary()))
+        if fast is not None:
+            kept = np.ones(len(at), np.bool_)
+            kept[slow] = False
+            placed.append(at[kept])
+            prefixes.append(prefix)
+            starts.append(start)
+    if not placed:
+        return pa.array([], pa.binary()), pa.array([], pa.binary())
+    where = np.empty(len(order), np.int64)
+    where[np.concatenate(placed)] = np.arange(len(order))
+    rows = pa.array(where[keys.indices.to_numpy()])
+    return pa.concat_arrays(prefixes).take(rows), pa.concat_arrays(starts).take(rows)
+
+
+# A rule with fewer series than this has its series' parts built in Python.
+_ARROW_SERIES = 64
+# What orjson escapes in a string (RFC 8259); a value holding one is built in Python.
+_ESCAPED = r'[\x00-\x1f"\\]'
+
+
+def _one_label_parts(rule: Rule, template: SampleLines, names: pa.Array
+                     ) -> tuple[tuple[pa.Array, pa.Array], np.ndarray]:
+    """The line and sort key starts of the series ``names`` of a rule grouping by one field
+    whose value is present and needs no escaping, joined from the rule's pieces on Arrow —
+    byte for byte :meth:`SampleLines.prefix` and :func:`labels_key` of
+    :func:`~l2m.engine.samples.series_labels`; and the positions of the other series (an
+    absent value, the overflow series, a value orjson escapes), for Python."""
+    (label, _field), = rule.group_labels
+    before = [(n, v) for n, v in sorted(rule.labels) if n < label]
+    after = [(n, v) for n, v in sorted(rule.labels) if n > label]
+
+    def members(labels: list[tuple[str, str]]) -> bytes:
+        return b",".join(orjson.dumps(n) + b":" + orjson.dumps(v) for n, v in labels)
+
+    head = template.prefix(before)[:-len(b'},"value":')] + (b"," if before else b"") + \
+        orjson.dumps(label) + b':"'
+    tail = b'"' + (b"," + members(after) if after else b"") + b'},"value":'
+    key_head = labels_key(before)[:-1] + _name_key(label) + b"\x01"
+    key_tail = b"\x00" + labels_key(after)
+    slow = pc.or_(pc.or_(pc.equal(names, OVERFLOW_SERIES), pc.equal(names, "-")),
+                  pc.match_substring_regex(names, _ESCAPED))
+    fast = pc.invert(slow)
+    values = pc.replace_substring_regex(names.filter(fast), "^[0-9]+:", "",
+                                        max_replacements=1).cast(pa.binary())
+    prefix = pc.binary_join_element_wise(pa.scalar(head), values, pa.scalar(tail),
+                                         pa.scalar(b""))
+    start = pc.binary_join_element_wise(pa.scalar(key_head), values, pa.scalar(key_tail),
+                                        pa.scalar(b""))
+    return (prefix, start), np.flatnonzero(slow.to_numpy(zero_copy_only=False))
 
 
 def _window_tails(window: pa.ChunkedArray) -> pa.Array:
