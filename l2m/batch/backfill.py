@@ -332,7 +332,7 @@ def final_samples(spark: SparkSession, files: Sequence[Path], routing: Routing) 
     # tasks than cores: a few big windows (10,000 series each) then run one after another.
     tasks = 2 * spark.sparkContext.defaultParallelism
     return partials.repartition(tasks, "window").mapInArrow(
-        final_rows(option, per_rule_caps(routing)), FINAL_SCHEMA)
+        final_rows(option), FINAL_SCHEMA)
 
 
 def write_lines(out: BinaryIO, lines: list[bytes]) -> None:
