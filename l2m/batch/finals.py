@@ -154,7 +154,7 @@ def _series_samples(table: pa.Table, rules: Sequence[Rule], ids: pa.Array) -> pa
     window = table.column("window")
     gauge = pc.is_valid(window)
     timestamps = pc.if_else(gauge, window, pc.fill_null(table.column("ts"), 0))
-    prefixes, starts = _series_parts(table, rules, ranks)
+    prefixes, starts = _series_parts(table, rules)
     templates = [SampleLines(r) if r.aggregation != Aggregation.HISTOGRAM else None
                  for r in rules]
     suffixes = pa.array([t.suffix if t is not None else b"" for t in templates], pa.binary())
@@ -202,53 +202,54 @@ def _values(table: pa.Table, aggregation: np.ndarray) -> np.ndarray:
     return values
 
 
-def _series_parts(table: pa.Table, rules: Sequence[Rule], ranks: np.ndarray
-                  ) -> tuple[pa.Array, pa.Array]:
+def _series_parts(table: pa.Table, rules: Sequence[Rule]) -> tuple[pa.Array, pa.Array]:
     """Each row's line start (up to its value) and sort key start, built once per series
     (rule and key) and taken per row: on Arrow for the series of a rule grouping by one
-    field (:func:`_one_label_parts`), in Python for the others."""
+    field (:func:`_one_label_parts`), in one Python pass for the others (100,000 rules with
+    a few series each: no Arrow call per rule)."""
     # A rule id never holds NUL (l2m.rules.model.ID_RE): rule NUL series is one to one.
     keys = pc.dictionary_encode(pc.binary_join_element_wise(
         table.column("rule"), table.column("series"), "\x00").combine_chunks())
     parts = pc.split_pattern(keys.dictionary, "\x00", max_splits=1)
-    rule_ids = pc.list_element(parts, 0)
     names = pc.list_element(parts, 1)
-    by_rule = pc.dictionary_encode(rule_ids)
-    order = np.argsort(by_rule.indices.to_numpy(), kind="stable")
-    bounds = np.flatnonzero(np.diff(by_rule.indices.to_numpy()[order])) + 1
+    by_rule = pc.dictionary_encode(pc.list_element(parts, 0))
+    codes = by_rule.indices.to_numpy()
     by_id = {r.id: r for r in rules}
+    owners = [by_id[rule_id] for rule_id in by_rule.dictionary.to_pylist()]
+    templates = [SampleLines(rule) for rule in owners]
+    counts = np.bincount(codes, minlength=len(owners))
     placed: list[np.ndarray] = []
     prefixes: list[pa.Array] = []
     starts: list[pa.Array] = []
-    for at in np.split(order, bounds) if len(order) else []:
-        rule = by_id[by_rule.dictionary[by_rule.indices[at[0]].as_py()].as_py()]
-        template = SampleLines(rule)
-        taken = names.take(pa.array(at))
-        fast = None
-        if len(at) >= _ARROW_SERIES and len(rule.group_labels) == 1:
-            fast = _one_label_parts(rule, template, taken)
-        if fast is not None:
-            (prefix, start), slow = fast
-        else:
-            prefix = start = pa.array([], pa.binary())
-            slow = np.arange(len(at))
-        if len(slow):
-            labelled = [series_labels(rule, name) for name in taken.take(pa.array(slow))
-                        .to_pylist()]
-            placed.append(at[slow])
-            prefixes.append(pa.array([template.prefix(labels) for labels in labelled],
-                                     pa.binary()))
-            starts.append(pa.array([labels_key(labels) for labels in labelled], pa.binary()))
-        if fast is not None:
-            kept = np.ones(len(at), np.bool_)
-            kept[slow] = False
-            placed.append(at[kept])
+    in_python = np.ones(len(codes), np.bool_)
+    big = [c for c in np.flatnonzero(counts >= _ARROW_SERIES).tolist()
+           if len(owners[c].group_labels) == 1]
+    if big:
+        order = np.argsort(codes, kind="stable")
+        first = np.searchsorted(codes[order], big)
+        for c, at in zip(big, first.tolist(), strict=True):
+            series = order[at:at + counts[c]]
+            (prefix, start), slow = _one_label_parts(owners[c], templates[c],
+                                                     names.take(pa.array(series)))
+            arrow = np.ones(len(series), np.bool_)
+            arrow[slow] = False
+            in_python[series[arrow]] = False
+            placed.append(series[arrow])
             prefixes.append(prefix)
             starts.append(start)
-    if not placed:
-        return pa.array([], pa.binary()), pa.array([], pa.binary())
-    where = np.empty(len(order), np.int64)
-    where[np.concatenate(placed)] = np.arange(len(order))
+    rest = np.flatnonzero(in_python)
+    rest_prefixes: list[bytes] = []
+    rest_starts: list[bytes] = []
+    for c, name in zip(codes[rest].tolist(), names.take(pa.array(rest)).to_pylist(),
+                       strict=True):
+        labels = series_labels(owners[c], name)
+        rest_prefixes.append(templates[c].prefix(labels))
+        rest_starts.append(labels_key(labels))
+    placed.append(rest)
+    prefixes.append(pa.array(rest_prefixes, pa.binary()))
+    starts.append(pa.array(rest_starts, pa.binary()))
+    where = np.empty(len(codes), np.int64)
+    where[np.concatenate(placed)] = np.arange(len(codes))
     rows = pa.array(where[keys.indices.to_numpy()])
     return pa.concat_arrays(prefixes).take(rows), pa.concat_arrays(starts).take(rows)
 
