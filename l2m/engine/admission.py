@@ -7,8 +7,10 @@ series each rule holds there and the series a micro-batch brings (:class:`Admiss
 Output: per new series, admitted or the :class:`Limit` that refused it; a refused series'
 partials are merged into its rule's overflow series (:data:`OVERFLOW_SERIES`, labels: the
 rule's static labels and :data:`~l2m.limits.OVERFLOW_LABEL` in place of every group-by
-label), and the logs refused are counted per (rule, account, limit). Pure Python, shared
-by the state stage (:mod:`l2m.state.function`) and backfill.
+label), and the logs refused are counted per (rule, account, limit). :class:`Admission`
+decides series by series (the state stage, :mod:`l2m.state`); backfill decides whole
+domains at once on Arrow, the same way (:func:`admitted_table`), after each read task has
+collapsed what a per-rule cap refuses for certain (:func:`beyond_rule_caps`).
 
 **Domains are whole.** A cap is exact only where every series it counts is in one place.
 The state is keyed by (shard, window); under state format 3 the shard of a rule's series is
@@ -186,7 +188,8 @@ def redirected(rows: list[tuple[str, str, Partial]], known: Mapping[str, object]
 def beyond_rule_caps(table: pa.Table, caps: Mapping[str, int]) -> pa.Table:
     """Merged partials (one row per rule, series, le, window; every (rule, window) whole) with
     the series a rule's cap refuses for certain merged into its :data:`OVERFLOW_SERIES`, so
-    that only candidates go on to :class:`Admission` (backfill, on its executors).
+    that only candidates go on through backfill's shuffle (each read task, on its own
+    partials) to :func:`admitted_table`.
 
     Admission takes a rule's new series in key order, and a refusal is final for the rest of
     the call — counts only grow — so the series it admits are a prefix of the key order no
