@@ -190,9 +190,7 @@ def _values(table: pa.Table, aggregation: np.ndarray) -> np.ndarray:
         known = pc.fill_null(pc.and_(pc.is_valid(exact),
                                      pc.equal(sums.column("exact_n"), sums.column("n"))),
                              False).to_numpy(zero_copy_only=False)
-        # A double sum that is NaN reads as 0 (l2m.engine.partials._read).
-        totals = np.nan_to_num(sums.column("sum").to_numpy(zero_copy_only=False), nan=0.0,
-                               posinf=np.inf, neginf=-np.inf)
+        totals = sums.column("sum").to_numpy(zero_copy_only=False).copy()
         if known.any():
             digits = pc.cast(exact.filter(pa.array(known)), pa.string()).to_pylist()
             totals[known] = np.array(digits, np.float64)

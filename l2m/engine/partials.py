@@ -230,8 +230,11 @@ def _read(matches: Any, n: Any, total: Any, exact: Any, exact_n: Any, lo: Any, h
         known: Decimal | None = Decimal(0)  # no values sum to an exact 0 (SQL's sum is null)
     else:
         known = exact if isinstance(exact, Decimal) and int(exact_n) == n else None
-    return Partial(int(matches), n, _float(total) or 0.0, known, _float(lo), _float(hi),
-                   None if ts is None or ts != ts else int(ts))
+    # The sum is never null (table_of fills it): a NaN there is a real one — a +inf and a
+    # -inf sum merged — and shows as "NaN", as the state's own merge keeps it. (min and max
+    # may be null: pandas' NaN stands for null there.)
+    return Partial(int(matches), n, 0.0 if total is None else float(total), known,
+                   _float(lo), _float(hi), None if ts is None or ts != ts else int(ts))
 
 
 def _float(value: Any) -> float | None:

@@ -156,3 +156,24 @@ def test_sample_lines_are_orjson_of_the_sample_byte_for_byte(seed, arrow_series,
                                                           "finite")), strict=True)) == \
         _reference_lines(table, rules)
     assert got.num_rows == len(_reference_lines(table, rules))
+
+
+def test_a_sum_that_left_the_double_range_both_ways_shows_nan_in_backfill_and_state():
+    """A +inf and a -inf double sum merged on Arrow (a read task, backfill's merge) make a
+    NaN sum: it reads as NaN, not 0 — the sample shows "NaN" (docs/failure-modes.md), as
+    the state's own merge of the two (Partial.merge) does."""
+    rule = next(r for r in load_text(SAMPLE_RULES)[0] if r.id == "plain")
+    series = _series_key(rule, "x")
+    rows = [{"rule": "plain", "series": series, "le": None, "window": None, "matches": 2,
+             "n": 2, "sum": total, "exact_sum": None, "exact_n": 0, "min": total / 2,
+             "max": total / 2, "ts": 7} for total in (math.inf, -math.inf)]
+    table = merge([pa.Table.from_pylist(rows, PARTIAL_ARROW)], unique=False)
+    (_, _, _, _, part), = partial_rows(table)
+    assert math.isnan(part.sum) and part.exact is None
+    lines = domain_samples(table, [rule], None, Tallies())
+    sample = orjson.loads(lines.column("line")[0].as_py())
+    assert sample["value"] == "NaN" and lines.column("finite").to_pylist() == [False]
+    up, down = (next(partial_rows(pa.Table.from_pylist([row], PARTIAL_ARROW)))[4]
+                for row in rows)
+    assert (up.sum, down.sum) == (math.inf, -math.inf)
+    assert math.isnan(up.merge(down).total)
