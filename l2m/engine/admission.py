@@ -227,12 +227,17 @@ def beyond_rule_caps(table: pa.Table, caps: Mapping[str, int]) -> pa.Table:
         beyond = group if beyond is None else pc.or_(beyond, group)
     if beyond is None:
         return table
-    # Only the refused rows and the overflow series they join are merged (few keys); every
-    # other row is already one per key and passes as it is.
-    joined = pc.or_(beyond, pc.and_(capped, pc.equal(series, OVERFLOW_SERIES)))
-    index = table.schema.get_field_index("series")
+    return _into_overflow(table, beyond, pc.and_(capped, pc.equal(series, OVERFLOW_SERIES)))
+
+
+def _into_overflow(table: pa.Table, refused: pa.Array | pa.ChunkedArray,
+                   overflow: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """``table`` with its ``refused`` rows renamed to :data:`OVERFLOW_SERIES` and merged with
+    its ``overflow`` rows (the overflow series they join). Only those are merged (few keys):
+    every other row is already one per key and passes as it is."""
+    joined = pc.or_(refused, overflow)
     moved = table.filter(joined)
-    moved = moved.set_column(index, "series",
+    moved = moved.set_column(table.schema.get_field_index("series"), "series",
                              pa.repeat(pa.scalar(OVERFLOW_SERIES, pa.string()), moved.num_rows))
     return pa.concat_tables([table.filter(pc.invert(joined)), merge([moved], unique=False)])
 
@@ -304,7 +309,8 @@ def admitted_table(table: pa.Table, caps: Mapping[str, RuleCaps]
             admits, reasons[g] = _admits(rule_caps, int(sizes[g]), metrics, accounts)
             allowed[g] = admits
     beyond = rank >= allowed[group]
-    logs = cand.column("matches").to_numpy().astype(np.int64, copy=False)[order.to_numpy()]
+    at = order.to_numpy()  # each sorted candidate's row in cand
+    logs = cand.column("matches").to_numpy().astype(np.int64, copy=False)[at]
     refused_logs = np.zeros(len(starts), np.int64)
     np.add.at(refused_logs, group[beyond], logs[beyond])
     for g in np.flatnonzero(allowed < sizes).tolist():
@@ -316,15 +322,8 @@ def admitted_table(table: pa.Table, caps: Mapping[str, RuleCaps]
     if not beyond.any():
         return table, refused
     moved = np.zeros(table.num_rows, np.bool_)
-    moved[rows.to_numpy()[order.to_numpy()[beyond]]] = True
-    joined = pc.or_(pa.array(moved), pc.and_(capped, overflow))
-    index = table.schema.get_field_index("series")
-    merged = table.filter(joined)
-    merged = merged.set_column(index, "series",
-                               pa.repeat(pa.scalar(OVERFLOW_SERIES, pa.string()),
-                                         merged.num_rows))
-    return pa.concat_tables([table.filter(pc.invert(joined)), merge([merged], unique=False)]), \
-        refused
+    moved[rows.to_numpy()[at[beyond]]] = True
+    return _into_overflow(table, pa.array(moved), pc.and_(capped, overflow)), refused
 
 
 def _admits(caps: RuleCaps, size: int, metrics: dict[tuple[str, str], int],
