@@ -20,8 +20,16 @@ the orjson path:
 * anything msgspec itself refuses (bad syntax, not an object, deeper than its limit) goes to
   orjson, which either gives the reason or accepts the line (then read from orjson's dict).
 
+The usual slice — every line a log whose referenced values are plain — is read by one pass in
+C instead (:mod:`l2m.engine._scan`): it checks each line as orjson would accept it and writes
+the referenced values straight into Arrow buffers, no Python object per value. It only ever
+accepts what the exact path would give the same values for, and hands back the whole slice
+(None) at the first line it is not sure of — blank, malformed, a big integer, a referenced
+key written twice, nesting past its depth.
+
 Input: a sequence of lines (bytes, str, or ``None`` for a Kafka tombstone). Output:
-:class:`Decoded` — for each path its values, one per line, and the lines that are not logs.
+:class:`Decoded` — for each path a :class:`Column` of its values, one per line, and the lines
+that are not logs.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from l2m.engine import _scan  # type: ignore[attr-defined]
 
 # A JSON number token (after ``:``, ``,`` or ``[``) that could overflow a double: an exponent
 # of three or more significant digits, or 210 or more integer digits (with an exponent of at
@@ -71,13 +81,109 @@ def json_int(value: int) -> int | float:
     return value if _INT_MIN <= value < _INT_END else float(value)
 
 
+# The kind of each scanned value (l2m/engine/_scan.c): missing or null, a string, an integer
+# within int64, any other number, true, false, an object or array.
+MISSING, STR, INT, FLOAT, TRUE, FALSE, OTHER = (
+    _scan.MISSING, _scan.STR, _scan.INT, _scan.FLOAT, _scan.TRUE, _scan.FALSE, _scan.OTHER)
+_PYTHON_KIND = {TRUE: True, FALSE: False}
+
+
+class Composite:
+    """An object or array the scanner met where a rule reads a value: present, with no string
+    form, number or time (:mod:`l2m.values`), which is all a rule can ask of it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Composite()"
+
+
+COMPOSITE = Composite()
+
+
+class Column:
+    """One path's values over a slice of lines.
+
+    Scanned in C: ``kinds`` (uint8, one of MISSING … OTHER per row), ``strings`` (Arrow, the
+    string values, null elsewhere), ``ints`` (int64, the INT values) and ``doubles`` (the INT
+    and FLOAT values as doubles), each row's slot meaningful only for its kind. Decoded the
+    exact way: only the values (``kinds`` is None). :meth:`to_list` gives the values as
+    Python objects either way, for what has no column-wise path."""
+
+    __slots__ = ("_present", "_values", "doubles", "ints", "kinds", "n", "strings")
+
+    def __init__(self, n: int, values: list[Any] | None = None,
+                 kinds: np.ndarray | None = None, strings: pa.Array | None = None,
+                 ints: np.ndarray | None = None, doubles: np.ndarray | None = None) -> None:
+        self.n = n
+        self._values = values
+        self.kinds = kinds
+        self.strings = strings
+        self.ints = ints
+        self.doubles = doubles
+        self._present: frozenset[int] | None = None
+
+    @staticmethod
+    def scanned(n: int, parts: tuple[bytes, bytes, bytes, bytes, bytes, bytes]) -> Column:
+        kinds, offsets, valid, text, ints, doubles = parts
+        strings = pa.StringArray.from_buffers(
+            n, pa.py_buffer(offsets), pa.py_buffer(text), pa.py_buffer(valid))
+        return Column(n, None, np.frombuffer(kinds, np.uint8), strings,
+                      np.frombuffer(ints, np.int64), np.frombuffer(doubles, np.float64))
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def present(self) -> frozenset[int] | None:
+        """The kinds among the rows (scanned columns only)."""
+        if self._present is None and self.kinds is not None:
+            counts = np.bincount(self.kinds, minlength=OTHER + 1)
+            self._present = frozenset(np.flatnonzero(counts).tolist())
+        return self._present
+
+    def within(self, *kinds: int) -> bool:
+        """Scanned, and every row of one of ``kinds``."""
+        present = self.present
+        return present is not None and present <= frozenset(kinds)
+
+    def has(self, kind: int) -> bool:
+        """Scanned, and some row of ``kind``."""
+        present = self.present
+        return present is not None and kind in present
+
+    def mask(self, *kinds: int) -> np.ndarray:
+        """Rows not of ``kinds`` (an Arrow mask: True is null)."""
+        assert self.kinds is not None
+        return ~np.isin(self.kinds, kinds)
+
+    def to_list(self) -> list[Any]:
+        """The values as the exact decoder gives them (an object or array: :data:`COMPOSITE`)."""
+        if self._values is None:
+            assert self.kinds is not None and self.strings is not None
+            out: list[Any] = self.strings.to_pylist()
+            present = self.present or frozenset()
+            for kind in present - {MISSING, STR}:
+                rows = np.flatnonzero(self.kinds == kind)
+                if kind == INT:
+                    values: list[Any] = self.ints[rows].tolist()  # type: ignore[index]
+                elif kind == FLOAT:
+                    values = self.doubles[rows].tolist()  # type: ignore[index]
+                else:
+                    values = [_PYTHON_KIND.get(kind, COMPOSITE)] * len(rows)
+                for row, value in zip(rows.tolist(), values, strict=True):
+                    out[row] = value
+            self._values = out
+        return self._values
+
+
 @dataclass
 class Decoded:
-    """One batch, decoded: ``values[path]`` has one value per line (``None`` where the line
+    """One batch, decoded: ``values[path]`` has one value per line (missing where the line
     is blank or malformed); ``failed`` maps the row of every line that is not a log to
     ``None`` (blank) or the reason it is malformed."""
 
-    values: dict[str, list[Any]]
+    values: dict[str, Column]
     failed: dict[int, str | None]
 
 
@@ -149,8 +255,19 @@ class FieldDecoder:
                 root.add(parts)
         self.root = _Level(root, "Log")
         self.decoder = msgspec.json.Decoder(self.root.struct)
+        self.tree = _scan_tree(self.paths)
 
     def read(self, lines: Sequence[str | bytes | None]) -> Decoded:
+        scanned = _scan.scan(lines if isinstance(lines, list) else list(lines), self.tree,
+                             len(self.paths))
+        if scanned is not None:
+            n = len(lines)
+            return Decoded({path: Column.scanned(n, parts)
+                            for path, parts in zip(self.paths, scanned, strict=True)}, {})
+        return self.read_exactly(lines)
+
+    def read_exactly(self, lines: Sequence[str | bytes | None]) -> Decoded:
+        """:meth:`read` without the scanner: msgspec, and orjson for what it refuses."""
         suspect = _suspects(lines)
         decode_struct = self.decoder.decode
         items: list[Any] = []
@@ -165,7 +282,9 @@ class FieldDecoder:
             items = self._one_by_one(lines, suspect, failed)
         columns: dict[tuple[str, ...], list[Any]] = {}
         self.root.columns(items, (), columns)
-        return Decoded({path: self._lookup(columns, path) for path in self.paths}, failed)
+        n = len(lines)
+        return Decoded({path: Column(n, self._lookup(columns, path)) for path in self.paths},
+                       failed)
 
     def _one_by_one(self, lines: Sequence[str | bytes | None], suspect: set[int],
                     failed: dict[int, str | None]) -> list[Any]:
@@ -204,6 +323,32 @@ class FieldDecoder:
         if flat.count(None) == len(flat):  # the usual case: no log has the dotted key
             return nested
         return [f if f is not None else v for f, v in zip(flat, nested, strict=True)]
+
+
+def _scan_tree(paths: Sequence[str]) -> list[list[tuple[bytes, int, int, int]]]:
+    """The field tree as the scanner reads it: levels (the root first) of (key, slot, priority,
+    child level). A path's slot is filled by its top-level key (priority 2) or, when that is
+    missing or null, by the end of its nested path (priority 1): SPEC's lookup."""
+    levels: list[dict[bytes, list[int]]] = [{}]
+
+    def entry(level: int, key: str) -> list[int]:
+        raw = key.encode("utf-8", "surrogatepass")
+        return levels[level].setdefault(raw, [-1, 0, -1])
+
+    for slot, path in enumerate(paths):
+        entry(0, path)[:2] = [slot, 2]
+        parts = path.split(".")
+        if len(parts) < 2:
+            continue
+        level = 0
+        for part in parts[:-1]:
+            node = entry(level, part)
+            if node[2] < 0:
+                node[2] = len(levels)
+                levels.append({})
+            level = node[2]
+        entry(level, parts[-1])[:2] = [slot, 1]
+    return [[(key, *node) for key, node in level.items()] for level in levels]  # type: ignore[misc]
 
 
 @functools.lru_cache(maxsize=32)

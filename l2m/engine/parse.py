@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from l2m.collector import collector_paused
 from l2m.defaults import MAX_FUTURE_MS, TIMESTAMP_FIELD
-from l2m.engine.decoding import field_decoder, json_int
+from l2m.engine.decoding import FLOAT, INT, MISSING, STR, Column, field_decoder, json_int
 from l2m.engine.status import Status
 from l2m.query.nodes import FieldUse
 from l2m.query.patterns import match_any_token, match_whole
@@ -199,8 +199,7 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
         if use.number:
             columns[_field(i, Form.NUMBER)] = _numbers(col)
         if use.exists:
-            columns[_field(i, Form.EXISTS)] = pa.array(
-                np.fromiter(map(is_not, col, repeat(None)), np.bool_, len(col)))
+            columns[_field(i, Form.EXISTS)] = _exists(col)
         if use.text or use.text_patterns:
             distinct, rows = _texts(col)
             if use.text:
@@ -216,7 +215,14 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
     return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
 
 
-def _times(raw: list[Any], failed: dict[int, str | None], plan: ParsePlan,
+def _exists(col: Column) -> pa.Array:
+    if col.kinds is not None:
+        return pa.array(col.kinds != MISSING)
+    values = col.to_list()
+    return pa.array(np.fromiter(map(is_not, values, repeat(None)), np.bool_, len(values)))
+
+
+def _times(raw: Column, failed: dict[int, str | None], plan: ParsePlan,
            fallback_ts: Sequence[int | None] | None, now_ms: int | None
            ) -> tuple[pa.Array, pa.Array, pa.Array]:
     """Event time, status and reason of every line (int64, int8 and string columns). Only
@@ -227,7 +233,7 @@ def _times(raw: list[Any], failed: dict[int, str | None], plan: ParsePlan,
     if not failed and not times.null_count and (
             fallback_ts is None or not _ahead(times, fallback_ts, plan.max_future_ms).true_count):
         return (times, pa.array(np.full(n, OK, np.int8)), pa.nulls(n, pa.string()))
-    ts, status, errors = _times_one_by_one(raw, times.to_pylist(), failed, plan, fallback_ts,
+    ts, status, errors = _times_one_by_one(n, times.to_pylist(), failed, plan, fallback_ts,
                                            now_ms)
     return pa.array(ts, pa.int64()), pa.array(status, pa.int8()), pa.array(errors, pa.string())
 
@@ -241,10 +247,9 @@ def _ahead(times: pa.Array, fallback_ts: Sequence[int | None], skew: int) -> pa.
     return pc.greater(times, pc.add(records, skew))
 
 
-def _times_one_by_one(raw: list[Any], ts: list[int | None], failed: dict[int, str | None],
+def _times_one_by_one(n: int, ts: list[int | None], failed: dict[int, str | None],
                       plan: ParsePlan, fallback_ts: Sequence[int | None] | None,
                       now_ms: int | None) -> tuple[list[int | None], list[int], list[str | None]]:
-    n = len(raw)
     status = [OK] * n
     errors: list[str | None] = [None] * n
     for row, reason in failed.items():
@@ -295,16 +300,20 @@ _ISO_MS = (r"^[[:ascii:]]{4}-[[:ascii:]]{2}-[[:ascii:]]{5}:[[:ascii:]]{2}:[0-5][
 
 def event_times(raw: list[Any]) -> list[int | None]:
     """:func:`event_time_column` as a list."""
-    return event_time_column(raw).to_pylist()
+    return event_time_column(Column(len(raw), raw)).to_pylist()
 
 
-def event_time_column(raw: list[Any]) -> pa.Array:
+def event_time_column(raw: Column) -> pa.Array:
     """:func:`~l2m.values.parse_timestamp` of every value. Logs of one batch share their
     minutes: an ISO time with milliseconds (``2026-11-22T10:00:00.060Z``, any zone) costs the
     full parse once per distinct minute and zone, the rest (seconds, milliseconds) is sliced
     and added column-wise in Arrow; an integer (epoch milliseconds) in years 0001–9999 is
     itself, also in Arrow; anything else takes the full parse, value by value."""
-    strings = pa.array([v if v.__class__ is str else None for v in raw], pa.string())
+    if raw.strings is not None:
+        strings = raw.strings
+    else:
+        strings = pa.array([v if v.__class__ is str else None for v in raw.to_list()],
+                           pa.string())
     iso = pc.if_else(pc.fill_null(pc.match_substring_regex(strings, _ISO_MS), False), strings,
                      pa.scalar(None, pa.string()))
     if iso.null_count == len(iso):
@@ -324,21 +333,26 @@ def event_time_column(raw: list[Any]) -> pa.Array:
     if not times.null_count:
         return times
     out: list[int | None] = times.to_pylist()
+    values = raw.to_list()
     # not such a time, or its minute is not a usable time: the full parse
     for row in pc.indices_nonzero(times.is_null()).to_pylist():
-        value = raw[row]
+        value = values[row]
         if value is not None:
             out[row] = parse_timestamp(value)
     return pa.array(out, pa.int64())
 
 
-def _epoch_milliseconds(raw: list[Any]) -> pa.Array:
+def _epoch_milliseconds(raw: Column) -> pa.Array:
     """Each integer of ``raw`` in years 0001–9999 (parse_timestamp's integers: epoch
     milliseconds as they are); null for everything else (bools are not int here)."""
-    try:
-        ints = pa.array([v if v.__class__ is int else None for v in raw], pa.int64())
-    except (pa.ArrowInvalid, OverflowError):  # past int64: the full parse says None
-        return pa.nulls(len(raw), pa.int64())
+    if raw.kinds is not None:
+        ints = pa.array(raw.ints, mask=raw.mask(INT))
+    else:
+        try:
+            ints = pa.array([v if v.__class__ is int else None for v in raw.to_list()],
+                            pa.int64())
+        except (pa.ArrowInvalid, OverflowError):  # past int64: the full parse says None
+            return pa.nulls(len(raw), pa.int64())
     usable = pc.and_(pc.greater_equal(ints, MIN_TIMESTAMP_MS),
                      pc.less_equal(ints, MAX_TIMESTAMP_MS))
     return pc.if_else(usable, ints, pa.scalar(None, pa.int64()))
@@ -349,7 +363,13 @@ _STRINGS_AND_INTS = frozenset({str, int, type(None)})
 _NUMBERS_AND_STRINGS = frozenset({int, float, str, type(None)})
 
 
-def _strings(col: list[Any]) -> pa.Array:
+def _strings(column: Column) -> pa.Array:
+    if column.within(MISSING, STR):
+        return column.strings
+    if column.within(MISSING, STR, INT):
+        ints = pc.cast(pa.array(column.ints, mask=column.mask(INT)), pa.string())
+        return pc.coalesce(column.strings, ints) if column.has(STR) else ints
+    col = column.to_list()
     try:  # all strings (or missing), the usual case: Arrow copies them in C
         return pa.array(col, pa.string())
     except (pa.ArrowTypeError, pa.ArrowInvalid):  # a number, bool, list or object among them
@@ -370,8 +390,14 @@ def _strings(col: list[Any]) -> pa.Array:
     return pa.array([v if v.__class__ is str else _string_form(v) for v in col], pa.string())
 
 
-def _numbers(col: list[Any]) -> pa.Array:
+def _numbers(column: Column) -> pa.Array:
+    if column.within(MISSING, INT, FLOAT, STR):
+        # INT and FLOAT values are finite doubles already (number() of each is itself).
+        values = pa.array(column.doubles, mask=column.mask(INT, FLOAT))
+        return values if not column.has(STR) else _numbers_and_strings(
+            values, column.strings)
     # Arrow would take True for 1.0: only a column of numbers (or missing) is converted whole.
+    col = column.to_list()
     kinds = set(map(type, col))
     if kinds <= _NUMBERS:
         try:
@@ -380,7 +406,10 @@ def _numbers(col: list[Any]) -> pa.Array:
             pass  # an integer a double cannot hold exactly: float() rounds it, as below
     elif kinds <= _NUMBERS_AND_STRINGS:
         try:
-            return _numbers_and_strings(col)
+            return _numbers_and_strings(
+                pa.array([v if (t := v.__class__) is int or t is float else None for v in col],
+                         pa.float64()),
+                pa.array([v if v.__class__ is str else None for v in col], pa.string()))
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
             pass
     return pa.array([float(v) if (t := v.__class__) is int or t is float else number(v)
@@ -391,12 +420,10 @@ def _numbers(col: list[Any]) -> pa.Array:
 _SHORT_INTEGER = r"^-?[0-9]{1,15}$"
 
 
-def _numbers_and_strings(col: list[Any]) -> pa.Array:
-    """Numbers with numeric strings among them (an HTTP status written either way): numbers
-    and short integer strings in Arrow, any other string by :func:`~l2m.values.number`."""
-    values = pa.array([v if (t := v.__class__) is int or t is float else None for v in col],
-                      pa.float64())
-    strings = pa.array([v if v.__class__ is str else None for v in col], pa.string())
+def _numbers_and_strings(values: pa.Array, strings: pa.Array) -> pa.Array:
+    """Numbers (``values``, doubles) with numeric strings among them (``strings``: an HTTP
+    status written either way): short integer strings in Arrow, any other string by
+    :func:`~l2m.values.number`."""
     short = pc.fill_null(pc.match_substring_regex(strings, _SHORT_INTEGER), False)
     values = pc.coalesce(values, pc.cast(pc.if_else(short, strings,
                                                     pa.scalar(None, pa.string())), pa.float64()))
@@ -405,22 +432,25 @@ def _numbers_and_strings(col: list[Any]) -> pa.Array:
         return values
     out = values.to_pylist()
     for row in pc.indices_nonzero(others).to_pylist():
-        out[row] = number(col[row])
+        out[row] = number(strings[row].as_py())
     return pa.array(out, pa.float64())
 
 
-def _texts(col: list[Any]) -> tuple[pa.Array, pa.Array]:
+def _texts(column: Column) -> tuple[pa.Array, pa.Array]:
     """The distinct text forms of ``col`` and, per row, the index of its form (null where the
     field is missing). Messages repeat (templates, health checks): each distinct string is
     tokenised — and later matched against the text patterns — once per batch. Only strings
     are shared: 1, 1.0 and True are equal keys with different forms."""
-    try:  # strings (or missing) only, the usual case: Arrow finds the distinct ones in C
+    if column.within(MISSING, STR) and column.strings is not None:
+        # the usual case: Arrow finds the distinct strings in C
+        return _tokenised(column.strings.dictionary_encode())
+    col = column.to_list()
+    try:  # strings (or missing) only, decoded the exact way
         encoded = pa.array(col, pa.string()).dictionary_encode()
     except (pa.ArrowTypeError, pa.ArrowInvalid):
         pass
     else:
-        return (pa.array(list(map(padded_tokens, encoded.dictionary.to_pylist())), pa.string()),
-                encoded.indices)
+        return _tokenised(encoded)
     seen: dict[str, int] = {}
     forms: list[str | None] = []
     rows: list[int | None] = []
@@ -437,6 +467,11 @@ def _texts(col: list[Any]) -> tuple[pa.Array, pa.Array]:
             rows.append(len(forms))
             forms.append(_text(v))
     return pa.array(forms, pa.string()), pa.array(rows, pa.int32())
+
+
+def _tokenised(encoded: pa.DictionaryArray) -> tuple[pa.Array, pa.Array]:
+    return (pa.array(list(map(padded_tokens, encoded.dictionary.to_pylist())), pa.string()),
+            encoded.indices)
 
 
 def _string_form(value: Any) -> str | None:

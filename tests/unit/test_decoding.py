@@ -127,8 +127,9 @@ def test_paths_with_odd_keys_decode():
     decoder = field_decoder(paths)
     doc = {"": 1, ".": 2, "a": {"": {"b": 3}, "b": 4}, "é": {"ß": 5}, "k0": 6, "__x": 7,
            "a b": {"c d": 8}, "a.": 9}
-    out = decoder.read([json.dumps(doc).encode()]).values
-    assert {p: out[p][0] for p in paths} == {p: lookup(doc, p) for p in paths}
+    line = json.dumps(doc).encode()
+    for out in (decoder.read([line]).values, decoder.read_exactly([line]).values):
+        assert {p: out[p].to_list()[0] for p in paths} == {p: lookup(doc, p) for p in paths}
 
 
 scalar = st.one_of(

@@ -1,0 +1,706 @@
+/* l2m.engine._scan: one pass in C from JSON log lines to the referenced fields' columns.
+ *
+ * Input: a list of lines (bytes), the field tree (levels of keys, each key naming the output
+ * slot it fills, the slot's priority and the level below it) and the number of slots.
+ * Output: for each slot, the buffers of its columns (see scan()), or None when any line is
+ * one this scanner is not sure of, and the caller decodes the slice the exact, slower way.
+ *
+ * Why a line is only ever accepted when orjson would accept it with the same values: the
+ * grammar is RFC 8259's, strictly (the only whitespace space, tab, CR and LF; no NaN, no
+ * leading zeros, no trailing commas); every string is checked as strict UTF-8 (no overlong
+ * forms, no surrogates, nothing past U+10FFFF) and its escapes (a \u surrogate only as a
+ * pair). Everything else is "not sure" rather than an error of its own: control characters
+ * in strings, numbers that could leave the double range or need more than 64 bits, a
+ * referenced key written twice (escaped or not), an escaped key past MAX_ESCAPED_KEY bytes,
+ * nesting past MAX_DEPTH, a line that is not an object, blank or not bytes. The caller's
+ * exact path (msgspec, then orjson for the reason) decides those, so this file never has to agree with orjson's error messages.
+ *
+ * Floats are read by CPython's own correctly rounded, locale-independent
+ * PyOS_string_to_double: the value Python's float() (and msgspec, and orjson) gives.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Kinds of value, one byte per row and slot (l2m.engine.decoding names them). */
+enum { K_MISSING = 0, K_STR = 1, K_INT = 2, K_FLOAT = 3, K_TRUE = 4, K_FALSE = 5, K_OTHER = 6 };
+
+/* Deeper lines go the exact way (msgspec's and orjson's own limits are higher). */
+#define MAX_DEPTH 64
+/* Digits of a number this scanner reads itself; an exponent's magnitude likewise. With at
+ * most 100 digits and an exponent under 100, a number is within 1e-200 .. 1e200: never past
+ * the double range, never rounded to zero. */
+#define MAX_DIGITS 100
+#define MAX_EXPONENT 100
+/* Integers of at most 18 digits fit int64 exactly; longer ones go the exact way. */
+#define MAX_INT_DIGITS 18
+#define MAX_FLOAT_TEXT 64
+/* A key with escapes is unescaped to be looked up if it is at most this long. */
+#define MAX_ESCAPED_KEY 256
+
+typedef struct {
+    const char *key;
+    Py_ssize_t len;
+    int slot;   /* the output slot this key fills, or -1 */
+    int prio;   /* 2: a top-level (flat) key, 1: the end of a nested path */
+    int child;  /* the level of this key's object value, or -1 */
+} Entry;
+
+typedef struct {
+    int first, count; /* entries[first .. first + count) */
+} Level;
+
+/* What one line says of one slot, until the line is done. */
+typedef struct {
+    int kind, prio;
+    const unsigned char *start, *end; /* a string's raw text, between its quotes */
+    int escaped;
+    int64_t ival;
+    double dval;
+} Value;
+
+typedef struct {
+    const unsigned char *p, *end;
+    int depth;
+    Entry *entries;
+    Level *levels;
+    char *seen; /* per entry: met in this line (a second time is a duplicate key) */
+    Value *values;
+} Scanner;
+
+#define UNSURE (-1)
+
+static inline void skip_ws(Scanner *s) {
+    while (s->p < s->end) {
+        unsigned char c = *s->p;
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+            s->p++;
+        else
+            break;
+    }
+}
+
+static inline int hex4(const unsigned char *p, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= c - '0';
+        else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+        else return UNSURE;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A string from its opening quote: checked; start and end its raw text, escaped whether it
+ * has escapes. Leaves p after the closing quote. */
+static int scan_string(Scanner *s, const unsigned char **start, const unsigned char **end,
+                       int *escaped) {
+    const unsigned char *p = s->p + 1, *e = s->end;
+    int esc = 0;
+    *start = p;
+    for (;;) {
+        /* The common case: a run of plain ASCII. */
+        while (p < e && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+            p++;
+        if (p >= e)
+            return UNSURE;
+        unsigned char c = *p;
+        if (c == '"')
+            break;
+        if (c == '\\') {
+            esc = 1;
+            if (p + 1 >= e)
+                return UNSURE;
+            unsigned char n = p[1];
+            if (n == '"' || n == '\\' || n == '/' || n == 'b' || n == 'f' || n == 'n' ||
+                n == 'r' || n == 't') {
+                p += 2;
+                continue;
+            }
+            if (n != 'u' || p + 6 > e)
+                return UNSURE;
+            unsigned cp;
+            if (hex4(p + 2, &cp))
+                return UNSURE;
+            p += 6;
+            if (cp >= 0xDC00 && cp <= 0xDFFF)
+                return UNSURE; /* a lone low surrogate */
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                unsigned lo;
+                if (p + 6 > e || p[0] != '\\' || p[1] != 'u' || hex4(p + 2, &lo) ||
+                    lo < 0xDC00 || lo > 0xDFFF)
+                    return UNSURE; /* a high surrogate without its pair */
+                p += 6;
+            }
+            continue;
+        }
+        if (c < 0x20)
+            return UNSURE; /* a raw control character: not JSON */
+        /* Strict UTF-8 (RFC 3629). */
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (p + 2 > e || (p[1] & 0xC0) != 0x80) return UNSURE;
+            p += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (p + 3 > e || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return UNSURE;
+            if (c == 0xE0 && p[1] < 0xA0) return UNSURE; /* overlong */
+            if (c == 0xED && p[1] > 0x9F) return UNSURE; /* a surrogate */
+            p += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (p + 4 > e || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 ||
+                (p[3] & 0xC0) != 0x80)
+                return UNSURE;
+            if (c == 0xF0 && p[1] < 0x90) return UNSURE; /* overlong */
+            if (c == 0xF4 && p[1] > 0x8F) return UNSURE; /* past U+10FFFF */
+            p += 4;
+        } else {
+            return UNSURE;
+        }
+    }
+    *end = p;
+    *escaped = esc;
+    s->p = p + 1;
+    return 0;
+}
+
+/* A number: checked against the grammar and the bounds above; when ``v`` is given, read. */
+static int scan_number(Scanner *s, Value *v) {
+    const unsigned char *p = s->p, *e = s->end, *start = p;
+    int negative = 0, digits = 0, integral = 1;
+    uint64_t mag = 0;
+    if (*p == '-') {
+        negative = 1;
+        p++;
+    }
+    if (p >= e)
+        return UNSURE;
+    if (*p == '0') {
+        p++;
+        digits = 1;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < e && *p >= '0' && *p <= '9') {
+            if (digits < MAX_INT_DIGITS)
+                mag = mag * 10 + (uint64_t)(*p - '0');
+            digits++;
+            p++;
+        }
+    } else {
+        return UNSURE;
+    }
+    if (p < e && *p == '.') {
+        integral = 0;
+        p++;
+        const unsigned char *f = p;
+        while (p < e && *p >= '0' && *p <= '9')
+            p++;
+        if (p == f)
+            return UNSURE;
+        digits += (int)(p - f);
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        integral = 0;
+        p++;
+        if (p < e && (*p == '+' || *p == '-'))
+            p++;
+        const unsigned char *x = p;
+        int exponent = 0;
+        while (p < e && *p >= '0' && *p <= '9') {
+            if (exponent < 10 * MAX_EXPONENT)
+                exponent = exponent * 10 + (*p - '0');
+            p++;
+        }
+        if (p == x || exponent >= MAX_EXPONENT)
+            return UNSURE;
+    }
+    if (digits > MAX_DIGITS)
+        return UNSURE;
+    s->p = p;
+    if (v == NULL)
+        return 0;
+    if (integral) {
+        if (digits > MAX_INT_DIGITS)
+            return UNSURE; /* orjson's big-integer rules: the exact path */
+        v->kind = K_INT;
+        v->ival = negative ? -(int64_t)mag : (int64_t)mag;
+        v->dval = (double)v->ival;
+        return 0;
+    }
+    Py_ssize_t n = p - start;
+    if (n >= MAX_FLOAT_TEXT)
+        return UNSURE;
+    char text[MAX_FLOAT_TEXT];
+    memcpy(text, start, (size_t)n);
+    text[n] = '\0';
+    char *stop = NULL;
+    double d = PyOS_string_to_double(text, &stop, NULL);
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return UNSURE;
+    }
+    if (stop != text + n)
+        return UNSURE;
+    v->kind = K_FLOAT;
+    v->dval = d;
+    return 0;
+}
+
+static int scan_value(Scanner *s, int entry);
+
+static inline int literal(Scanner *s, const char *word, size_t n) {
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0)
+        return UNSURE;
+    s->p += n;
+    return 0;
+}
+
+/* Writes a checked string's text (start .. end, between its quotes), escapes resolved, as
+ * UTF-8 to ``out``; returns the bytes written. An escape's UTF-8 is never longer than its
+ * text (\uXXXX: 6 bytes for at most 3, a pair's 12 for 4): end - start bytes are enough. */
+static Py_ssize_t unescape(const unsigned char *p, const unsigned char *end, unsigned char *out) {
+    unsigned char *o = out;
+    while (p < end) {
+        if (*p != '\\') {
+            *o++ = *p++;
+            continue;
+        }
+        unsigned char c = p[1];
+        p += 2;
+        switch (c) {
+        case 'b': *o++ = '\b'; continue;
+        case 'f': *o++ = '\f'; continue;
+        case 'n': *o++ = '\n'; continue;
+        case 'r': *o++ = '\r'; continue;
+        case 't': *o++ = '\t'; continue;
+        case 'u': break;
+        default: *o++ = c; continue; /* " \ / */
+        }
+        unsigned cp, lo;
+        hex4(p, &cp);
+        p += 4;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            hex4(p + 2, &lo);
+            p += 6;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        }
+        if (cp < 0x80) {
+            *o++ = (unsigned char)cp;
+        } else if (cp < 0x800) {
+            *o++ = (unsigned char)(0xC0 | (cp >> 6));
+            *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            *o++ = (unsigned char)(0xE0 | (cp >> 12));
+            *o++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+            *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+        } else {
+            *o++ = (unsigned char)(0xF0 | (cp >> 18));
+            *o++ = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+            *o++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+            *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+        }
+    }
+    return o - out;
+}
+
+/* Sets a slot's value unless a higher-priority key (the flat one) gave it already. */
+static inline void put(Scanner *s, int entry, Value *v) {
+    Entry *en = &s->entries[entry];
+    Value *slot = &s->values[en->slot];
+    if (slot->kind != K_MISSING && slot->prio > en->prio)
+        return;
+    *slot = *v;
+    slot->prio = en->prio;
+}
+
+/* An object from its opening brace; ``level`` is the tree level its keys are looked up in,
+ * or -1 when no referenced field is below it. */
+static int scan_object(Scanner *s, int level) {
+    if (++s->depth > MAX_DEPTH)
+        return UNSURE;
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+        s->depth--;
+        return 0;
+    }
+    for (;;) {
+        if (s->p >= s->end || *s->p != '"')
+            return UNSURE;
+        const unsigned char *ks, *ke;
+        int escaped, entry = -1;
+        if (scan_string(s, &ks, &ke, &escaped))
+            return UNSURE;
+        if (level >= 0) {
+            unsigned char key[MAX_ESCAPED_KEY];
+            if (escaped) { /* matched as the exact decoders match it: unescaped */
+                if (ke - ks > MAX_ESCAPED_KEY)
+                    return UNSURE;
+                Py_ssize_t n = unescape(ks, ke, key);
+                ks = key;
+                ke = key + n;
+            }
+            Level *lv = &s->levels[level];
+            Py_ssize_t klen = ke - ks;
+            for (int i = lv->first; i < lv->first + lv->count; i++) {
+                Entry *en = &s->entries[i];
+                if (en->len == klen && memcmp(en->key, ks, (size_t)klen) == 0) {
+                    if (s->seen[i])
+                        return UNSURE; /* a duplicate key: orjson keeps the last */
+                    s->seen[i] = 1;
+                    entry = i;
+                    break;
+                }
+            }
+        }
+        skip_ws(s);
+        if (s->p >= s->end || *s->p != ':')
+            return UNSURE;
+        s->p++;
+        skip_ws(s);
+        if (scan_value(s, entry))
+            return UNSURE;
+        skip_ws(s);
+        if (s->p >= s->end)
+            return UNSURE;
+        if (*s->p == ',') {
+            s->p++;
+            skip_ws(s);
+            continue;
+        }
+        if (*s->p == '}') {
+            s->p++;
+            s->depth--;
+            return 0;
+        }
+        return UNSURE;
+    }
+}
+
+static int scan_array(Scanner *s) {
+    if (++s->depth > MAX_DEPTH)
+        return UNSURE;
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        s->depth--;
+        return 0;
+    }
+    for (;;) {
+        if (scan_value(s, -1))
+            return UNSURE;
+        skip_ws(s);
+        if (s->p >= s->end)
+            return UNSURE;
+        if (*s->p == ',') {
+            s->p++;
+            skip_ws(s);
+            continue;
+        }
+        if (*s->p == ']') {
+            s->p++;
+            s->depth--;
+            return 0;
+        }
+        return UNSURE;
+    }
+}
+
+/* One value; ``entry`` is the tree entry whose key it belongs to, or -1. */
+static int scan_value(Scanner *s, int entry) {
+    if (s->p >= s->end)
+        return UNSURE;
+    Entry *en = entry >= 0 ? &s->entries[entry] : NULL;
+    int wanted = en != NULL && en->slot >= 0;
+    Value v = {0};
+    switch (*s->p) {
+    case '{':
+        if (scan_object(s, en != NULL ? en->child : -1))
+            return UNSURE;
+        v.kind = K_OTHER;
+        break;
+    case '[':
+        if (scan_array(s))
+            return UNSURE;
+        v.kind = K_OTHER;
+        break;
+    case '"':
+        if (scan_string(s, &v.start, &v.end, &v.escaped))
+            return UNSURE;
+        v.kind = K_STR;
+        break;
+    case 't':
+        if (literal(s, "true", 4))
+            return UNSURE;
+        v.kind = K_TRUE;
+        break;
+    case 'f':
+        if (literal(s, "false", 5))
+            return UNSURE;
+        v.kind = K_FALSE;
+        break;
+    case 'n':
+        return literal(s, "null", 4); /* null is missing: the slot keeps what it has */
+    default:
+        if (scan_number(s, wanted ? &v : NULL))
+            return UNSURE;
+        break;
+    }
+    if (wanted)
+        put(s, entry, &v);
+    return 0;
+}
+
+/* A growing byte buffer. */
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buffer;
+
+static int reserve(Buffer *b, Py_ssize_t more) {
+    if (b->len + more <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more)
+        cap *= 2;
+    char *data = PyMem_Realloc(b->data, (size_t)cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+/* Appends a checked string's text, escapes resolved, as UTF-8. */
+static int append_text(Buffer *b, const Value *v) {
+    Py_ssize_t n = v->end - v->start;
+    if (reserve(b, n))
+        return -1;
+    if (!v->escaped) {
+        memcpy(b->data + b->len, v->start, (size_t)n);
+        b->len += n;
+    } else {
+        b->len += unescape(v->start, v->end, (unsigned char *)b->data + b->len);
+    }
+    return 0;
+}
+
+/* The columns of one slot, written row by row. */
+typedef struct {
+    PyObject *kinds, *offsets, *valid, *ints, *doubles; /* bytes, preallocated */
+    Buffer text;
+} Out;
+
+static void out_free(Out *o) {
+    Py_XDECREF(o->kinds);
+    Py_XDECREF(o->offsets);
+    Py_XDECREF(o->valid);
+    Py_XDECREF(o->ints);
+    Py_XDECREF(o->doubles);
+    PyMem_Free(o->text.data);
+}
+
+/* The tree from Python: a list of levels, each a list of (key: bytes, slot, prio, child). */
+static int read_tree(PyObject *levels_obj, Level **levels, Entry **entries, int *nentries) {
+    if (!PyList_Check(levels_obj)) {
+        PyErr_SetString(PyExc_TypeError, "levels must be a list");
+        return -1;
+    }
+    Py_ssize_t nlevels = PyList_GET_SIZE(levels_obj), total = 0;
+    for (Py_ssize_t i = 0; i < nlevels; i++) {
+        PyObject *lv = PyList_GET_ITEM(levels_obj, i);
+        if (!PyList_Check(lv)) {
+            PyErr_SetString(PyExc_TypeError, "a level must be a list");
+            return -1;
+        }
+        total += PyList_GET_SIZE(lv);
+    }
+    *levels = PyMem_Calloc((size_t)(nlevels ? nlevels : 1), sizeof(Level));
+    *entries = PyMem_Calloc((size_t)(total ? total : 1), sizeof(Entry));
+    if (*levels == NULL || *entries == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int k = 0;
+    for (Py_ssize_t i = 0; i < nlevels; i++) {
+        PyObject *lv = PyList_GET_ITEM(levels_obj, i);
+        (*levels)[i].first = k;
+        (*levels)[i].count = (int)PyList_GET_SIZE(lv);
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(lv); j++, k++) {
+            Entry *en = &(*entries)[k];
+            char *key;
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(lv, j), "y#iii", &key, &en->len, &en->slot,
+                                  &en->prio, &en->child))
+                return -1;
+            en->key = key; /* owned by the tuple, alive for the call */
+            if (en->child >= nlevels) {
+                PyErr_SetString(PyExc_ValueError, "a child level out of range");
+                return -1;
+            }
+        }
+    }
+    *nentries = k;
+    return 0;
+}
+
+/* scan(lines, levels, slots) -> None | list of (kinds, offsets, valid, text, ints, doubles)
+ *
+ * Per slot, n rows: kinds (uint8, K_*), offsets (int32, n + 1) and text (UTF-8) of the string
+ * values, valid (a bitmap, LSB first: the rows holding a string), ints (int64: the K_INT
+ * values) and doubles (float64: the K_INT and K_FLOAT values as doubles). None when any line
+ * is one to decode the exact way. */
+static PyObject *scan(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *lines, *levels_obj;
+    int nslots;
+    if (!PyArg_ParseTuple(args, "O!O!i", &PyList_Type, &lines, &PyList_Type, &levels_obj,
+                          &nslots))
+        return NULL;
+    if (nslots < 0) {
+        PyErr_SetString(PyExc_ValueError, "slots must be >= 0");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(lines);
+    Level *levels = NULL;
+    Entry *entries = NULL;
+    int nentries = 0;
+    char *seen = NULL;
+    Value *values = NULL;
+    Out *outs = NULL;
+    PyObject *result = NULL;
+    int sure = 1;
+
+    if (read_tree(levels_obj, &levels, &entries, &nentries))
+        goto done;
+    seen = PyMem_Calloc((size_t)(nentries ? nentries : 1), 1);
+    values = PyMem_Calloc((size_t)(nslots ? nslots : 1), sizeof(Value));
+    outs = PyMem_Calloc((size_t)(nslots ? nslots : 1), sizeof(Out));
+    if (seen == NULL || values == NULL || outs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int k = 0; k < nslots; k++) {
+        Out *o = &outs[k];
+        o->kinds = PyBytes_FromStringAndSize(NULL, n);
+        o->offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+        o->valid = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        o->ints = PyBytes_FromStringAndSize(NULL, n * 8);
+        o->doubles = PyBytes_FromStringAndSize(NULL, n * 8);
+        if (!o->kinds || !o->offsets || !o->valid || !o->ints || !o->doubles)
+            goto done;
+        memset(PyBytes_AS_STRING(o->valid), 0, (size_t)((n + 7) / 8));
+        ((int32_t *)PyBytes_AS_STRING(o->offsets))[0] = 0;
+    }
+
+    Scanner s = {.entries = entries, .levels = levels, .seen = seen, .values = values};
+    for (Py_ssize_t row = 0; row < n && sure; row++) {
+        PyObject *line = PyList_GET_ITEM(lines, row);
+        if (!PyBytes_CheckExact(line)) {
+            sure = 0; /* a str or a tombstone: the exact path */
+            break;
+        }
+        s.p = (const unsigned char *)PyBytes_AS_STRING(line);
+        s.end = s.p + PyBytes_GET_SIZE(line);
+        s.depth = 0;
+        memset(seen, 0, (size_t)nentries);
+        memset(values, 0, sizeof(Value) * (size_t)nslots);
+        skip_ws(&s);
+        if (s.p >= s.end || *s.p != '{' || scan_object(&s, nslots || nentries ? 0 : -1)) {
+            sure = 0;
+            break;
+        }
+        skip_ws(&s);
+        if (s.p != s.end) {
+            sure = 0;
+            break;
+        }
+        for (int k = 0; k < nslots; k++) {
+            Out *o = &outs[k];
+            Value *v = &values[k];
+            ((uint8_t *)PyBytes_AS_STRING(o->kinds))[row] = (uint8_t)v->kind;
+            ((int64_t *)PyBytes_AS_STRING(o->ints))[row] = v->kind == K_INT ? v->ival : 0;
+            ((double *)PyBytes_AS_STRING(o->doubles))[row] =
+                (v->kind == K_INT || v->kind == K_FLOAT) ? v->dval : 0.0;
+            if (v->kind == K_STR) {
+                if (append_text(&o->text, v))
+                    goto done;
+                if (o->text.len > INT32_MAX) {
+                    sure = 0;
+                    break;
+                }
+                PyBytes_AS_STRING(o->valid)[row >> 3] |= (char)(1 << (row & 7));
+            }
+            ((int32_t *)PyBytes_AS_STRING(o->offsets))[row + 1] = (int32_t)o->text.len;
+        }
+    }
+    if (!sure) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    result = PyList_New(nslots);
+    if (result == NULL)
+        goto done;
+    for (int k = 0; k < nslots; k++) {
+        Out *o = &outs[k];
+        PyObject *text = PyBytes_FromStringAndSize(o->text.data ? o->text.data : "",
+                                                   o->text.len);
+        if (text == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyObject *item = Py_BuildValue("(OOONOO)", o->kinds, o->offsets, o->valid, text,
+                                       o->ints, o->doubles);
+        if (item == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, k, item);
+    }
+
+done:
+    if (outs != NULL)
+        for (int k = 0; k < nslots; k++)
+            out_free(&outs[k]);
+    PyMem_Free(outs);
+    PyMem_Free(values);
+    PyMem_Free(seen);
+    PyMem_Free(entries);
+    PyMem_Free(levels);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(lines, levels, slots) -> None or, per slot, (kinds, offsets, valid, text, ints, "
+     "doubles): the referenced fields of JSON log lines, or None when a line needs the exact "
+     "decoder."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "l2m.engine._scan",
+    "The referenced fields of JSON log lines, scanned in C (l2m.engine.decoding).", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) ||
+        PyModule_AddIntConstant(m, "MISSING", K_MISSING) ||
+        PyModule_AddIntConstant(m, "STR", K_STR) || PyModule_AddIntConstant(m, "INT", K_INT) ||
+        PyModule_AddIntConstant(m, "FLOAT", K_FLOAT) ||
+        PyModule_AddIntConstant(m, "TRUE", K_TRUE) ||
+        PyModule_AddIntConstant(m, "FALSE", K_FALSE) ||
+        PyModule_AddIntConstant(m, "OTHER", K_OTHER)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,148 @@
+"""The C scanner (l2m/engine/_scan.c) may refuse any line, but a line it accepts must be a log
+orjson accepts, with every referenced value exactly what orjson + the SPEC's lookup give:
+the same type, the same value (``-0.0`` is not ``0.0``), objects and arrays only present."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import orjson
+import pytest
+
+from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.engine import _scan  # type: ignore[attr-defined]
+from l2m.engine.decoding import COMPOSITE, field_decoder
+from l2m.values import lookup
+from tests.unit.test_decoding import HOSTILE
+
+PATHS = ("a", "a.b", "a.b.c", "n", "s", "@timestamp", "x.y")
+DECODER = field_decoder(PATHS)
+
+
+def _scan_one(line: Any) -> Any:
+    return _scan.scan([line], DECODER.tree, len(PATHS))
+
+
+def _form(value: Any) -> Any:
+    """What a rule can tell of a value: its type and exact text; objects and arrays alike."""
+    if isinstance(value, dict | list) or value is COMPOSITE or hasattr(value, "__struct_fields__"):
+        return "composite"
+    return None if value is None else (type(value).__name__, repr(value))
+
+
+def _reference(line: bytes) -> dict[str, Any]:
+    doc = orjson.loads(line)
+    assert isinstance(doc, dict)
+    return {p: _form(lookup(doc, p)) for p in PATHS}
+
+
+def _scanned(line: bytes) -> dict[str, Any]:
+    values = DECODER.read([line]).values
+    return {p: _form(values[p].to_list()[0]) for p in PATHS}
+
+
+def test_the_generators_logs_are_all_scanned():
+    gen = LogGenerator(GeneratorConfig(seed=5))
+    lines = [gen.next_line() for _ in range(2_000)]
+    decoder = field_decoder(("http.status", "message", "@timestamp", "kubernetes.namespace"))
+    assert _scan.scan(lines, decoder.tree, len(decoder.paths)) is not None
+
+
+@pytest.mark.parametrize("line", [
+    None, "{}", b"", b"  ", b"[]", b"1", b'{"n": 1} x', b'\xef\xbb\xbf{}',
+    b'{"n": 1, "n": 2}', b'{"n": 1, "n": null}', b'{"a": {"b": 1}, "a": 5}',  # duplicates
+    b'{"n": 1, "\\u006e": 2}',  # the same key, once escaped
+    b'{"n": 12345678901234567890}', b'{"n": 1234567890123456789}',  # past 18 digits
+    b'{"x": 1e400}', b'{"x": 1e100}', b'{"x": 1e-100}', b'{"x": ' + b"1" * 101 + b'}',
+    b'{"x": "\xff"}', b'{"x": "\xed\xa0\x80"}', b'{"x": "\xc0\xaf"}', b'{"x": "\xf4\x90\x80\x80"}',
+    b'{"x": "\\ud800"}', b'{"x": "\\udc00\\ud800"}', b'{"x": "a\tb"}', b'{"x": "\\x"}',
+    b'{"x": ' + b"[" * 64 + b"]" * 64 + b'}', b'{"n": 01}', b'{"n": 1.}', b'{"n": -}',
+    b'{"n": NaN}', b'{"n": tru}', b'{"n": 1,}', b'{"n" 1}', b'{n: 1}', b'{"n": 1',
+])
+def test_what_the_scanner_is_not_sure_of_goes_the_exact_way(line):
+    assert _scan_one(line) is None
+
+
+@pytest.mark.parametrize("line", [
+    b'{}', b' {"n": 4} \r\n', b'{"x": 12345678901234567890}', b'{"x": {"n": 1, "n": 2}}',
+    b'{"s": "caf\\u00e9 \\ud83d\\ude00 \\"q\\" \\\\ \\/ \\b\\f\\n\\r\\t"}',
+    b'{"s": "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf"}', b'{"n": -0}',
+    b'{"n": -0.0, "s": 1E+2, "a": [1, {"b": 2}], "x.y": true, "x": {"y": false}}',
+    b'{"n": 123456789012345678, "s": 1e99, "@timestamp": 5e-99}',
+    b'{"a.b": null, "a": {"b": "nested"}}', b'{"a.b": 0, "a": {"b": 1}}',
+    b'{"a": {"b": {"c": {"d": 1}}}, "a.b.c": null}', b'{"x": ' + b"[" * 63 + b"]" * 63 + b'}',
+    b'{"s": "a\\u0000b"}', b'{"\\u006e": 7, "\\u0061": {"b": 1}}', b'{"\\u00e9": 1}',
+])
+def test_what_the_scanner_reads_is_what_orjson_reads(line):
+    assert _scan_one(line) is not None
+    assert _scanned(line) == _reference(line)
+
+
+def test_hostile_lines_scanned_or_not_read_as_orjson_reads_them():
+    for line in HOSTILE:
+        if isinstance(line, bytes) and _scan_one(line) is not None:
+            assert _scanned(line) == _reference(line), line
+
+
+SEEDS = [
+    b'{"a": {"b": {"c": 1.25}}, "n": -17, "s": "caf\\u00e9", "@timestamp": "2026-11-22T10:00:00Z"}',
+    b'{"a.b": "flat", "a": {"b": [1, 2.5e3, {"c": null}]}, "x": {"y": true}, "n": 0.1}',
+    b'{"s": "\xc3\xa9\\ud83d\\ude00", "n": 18446744073709551615, "x.y": false, "q": [[], {}]}',
+    b' {"a": {"b": "2"}, "a.b.c": 3, "n": 1e-7, "s": null, "m": "\\"\\\\\\/"} ',
+]
+# Bytes a mutation puts in: the grammar's own, and the ones that break UTF-8 and escapes.
+ALPHABET = b'{}[]:,"\\/ \t\r\n0123456789-+.eEtrufalsn\x00\x1f\x7f\x80\xbf\xc0\xc3\xed\xf0\xf4\xffu'
+
+
+def _mutate(rng: random.Random, line: bytes) -> bytes:
+    data = bytearray(line)
+    for _ in range(rng.randint(1, 3)):
+        op, at = rng.random(), rng.randrange(len(data) + 1)
+        byte = ALPHABET[rng.randrange(len(ALPHABET))]
+        if op < 0.4 and at < len(data):
+            data[at] = byte
+        elif op < 0.7:
+            data.insert(at, byte)
+        elif at < len(data):
+            del data[at]
+    return bytes(data)
+
+
+def test_mutated_lines_the_scanner_accepts_are_logs_orjson_reads_the_same():
+    seed = random.randrange(2**32)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    accepted = 0
+    for _ in range(20_000):
+        line = _mutate(rng, rng.choice(SEEDS))
+        if _scan_one(line) is None:
+            continue
+        accepted += 1
+        try:
+            reference = _reference(line)
+        except (orjson.JSONDecodeError, AssertionError):
+            pytest.fail(f"seed {seed}: scanned a line orjson refuses: {line!r}")
+        assert _scanned(line) == reference, (seed, line)
+    assert accepted > 1_000  # the mutations leave many lines valid: the property is exercised
+
+
+def test_random_documents_scan_as_orjson_reads_them():
+    rng = random.Random(7)
+    keys = ["a", "a.b", "b", "c", "n", "s", "x", "y", "x.y", "@timestamp", "é"]
+
+    def value(depth: int) -> Any:
+        roll = rng.random()
+        if depth < 3 and roll < 0.25:
+            return {rng.choice(keys): value(depth + 1) for _ in range(rng.randint(0, 3))}
+        if depth < 3 and roll < 0.35:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        return rng.choice([None, True, False, rng.randint(-10**18, 10**18), rng.random() * 1e6,
+                           -0.0, rng.choice(["", "é", "\u2028", "a\"b", "\\", "\U0001F600"])])
+
+    for _ in range(3_000):
+        doc = {rng.choice(keys): value(0) for _ in range(rng.randint(0, 6))}
+        line = json.dumps(doc, ensure_ascii=rng.random() < 0.5).encode()
+        assert _scan_one(line) is not None, line
+        assert _scanned(line) == _reference(line), line
