@@ -454,6 +454,82 @@ static int scan_value(Scanner *s, int entry) {
     return 0;
 }
 
+/* Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's days_from_civil). */
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static inline int digits(const unsigned char *p, int n, int *out) {
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* Epoch milliseconds of the usual ISO time, YYYY-MM-DDTHH:MM:SS, then .fff or .ffffff or
+ * nothing, then Z or +HH:MM or -HH:MM, exactly as datetime.fromisoformat and
+ * l2m.values.parse_timestamp read it (an aware time, floored to the millisecond, years
+ * 0001-9999 in UTC). 0 when read; -1 for anything else, which Python then parses (a
+ * valid time in another shape, or nothing). */
+static int iso_time(const unsigned char *p, Py_ssize_t n, int64_t *out) {
+    int year, month, day, hour, minute, second, micros = 0, offset = 0;
+    if (n < 20 || p[4] != '-' || p[7] != '-' || p[10] != 'T' || p[13] != ':' || p[16] != ':')
+        return -1;
+    if (digits(p, 4, &year) || digits(p + 5, 2, &month) || digits(p + 8, 2, &day) ||
+        digits(p + 11, 2, &hour) || digits(p + 14, 2, &minute) || digits(p + 17, 2, &second))
+        return -1;
+    Py_ssize_t i = 19;
+    if (p[i] == '.') {
+        int frac;
+        if (n >= i + 4 && digits(p + i + 1, 3, &frac) == 0 &&
+            (i + 4 == n || p[i + 4] < '0' || p[i + 4] > '9')) {
+            micros = frac * 1000;
+            i += 4;
+        } else if (n >= i + 7 && digits(p + i + 1, 6, &frac) == 0 &&
+                   (i + 7 == n || p[i + 7] < '0' || p[i + 7] > '9')) {
+            micros = frac;
+            i += 7;
+        } else {
+            return -1;
+        }
+    }
+    if (i + 1 == n && p[i] == 'Z') {
+        offset = 0;
+    } else if (i + 6 == n && (p[i] == '+' || p[i] == '-') && p[i + 3] == ':') {
+        int oh, om;
+        if (digits(p + i + 1, 2, &oh) || digits(p + i + 4, 2, &om) || oh > 23 || om > 59)
+            return -1;
+        offset = (oh * 60 + om) * (p[i] == '-' ? -1 : 1);
+    } else {
+        return -1;
+    }
+    static const int month_days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (year < 1 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 ||
+        second > 59)
+        return -1;
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    if (day > month_days[month - 1] + (month == 2 && leap))
+        return -1;
+    int64_t seconds = days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 +
+                      second - (int64_t)offset * 60;
+    int64_t ms = seconds * 1000 + micros / 1000;
+    int64_t lowest = days_from_civil(1, 1, 1) * 86400000;
+    int64_t highest = days_from_civil(9999, 12, 31) * 86400000 + 86399999;
+    if (ms < lowest || ms > highest)
+        return -1;
+    *out = ms;
+    return 0;
+}
+
 /* A growing byte buffer. */
 typedef struct {
     char *data;
@@ -548,21 +624,23 @@ static int read_tree(PyObject *levels_obj, Level **levels, Entry **entries, int 
     return 0;
 }
 
-/* scan(lines, levels, slots) -> None | list of (kinds, offsets, valid, text, ints, doubles)
+/* scan(lines, levels, slots, time_slot) -> None | (columns, times, timed)
  *
- * Per slot, n rows: kinds (uint8, K_*), offsets (int32, n + 1) and text (UTF-8) of the string
- * values, valid (a bitmap, LSB first: the rows holding a string), ints (int64: the K_INT
- * values) and doubles (float64: the K_INT and K_FLOAT values as doubles). None when any line
- * is one to decode the exact way. */
+ * columns: per slot, n rows: kinds (uint8, K_*), offsets (int32, n + 1) and text (UTF-8) of
+ * the string values, valid (a bitmap, LSB first: the rows holding a string), ints (int64: the
+ * K_INT values) and doubles (float64: the K_INT and K_FLOAT values as doubles). times (int64)
+ * and timed (uint8, 1 where read): the event time of time_slot's value where iso_time reads
+ * it or it is an integer of years 0001-9999 (epoch milliseconds); both None when time_slot is
+ * -1. None when any line is one to decode the exact way. */
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *lines, *levels_obj;
-    int nslots;
-    if (!PyArg_ParseTuple(args, "O!O!i", &PyList_Type, &lines, &PyList_Type, &levels_obj,
-                          &nslots))
+    int nslots, time_slot;
+    if (!PyArg_ParseTuple(args, "O!O!ii", &PyList_Type, &lines, &PyList_Type, &levels_obj,
+                          &nslots, &time_slot))
         return NULL;
-    if (nslots < 0) {
-        PyErr_SetString(PyExc_ValueError, "slots must be >= 0");
+    if (nslots < 0 || time_slot < -1 || time_slot >= nslots) {
+        PyErr_SetString(PyExc_ValueError, "slots must be >= 0, time_slot one of them or -1");
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(lines);
@@ -572,8 +650,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     char *seen = NULL;
     Value *values = NULL;
     Out *outs = NULL;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *columns = NULL, *times = NULL, *timed = NULL;
     int sure = 1;
+    int64_t lowest = days_from_civil(1, 1, 1) * 86400000;
+    int64_t highest = days_from_civil(9999, 12, 31) * 86400000 + 86399999;
 
     if (read_tree(levels_obj, &levels, &entries, &nentries))
         goto done;
@@ -595,6 +675,13 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             goto done;
         memset(PyBytes_AS_STRING(o->valid), 0, (size_t)((n + 7) / 8));
         ((int32_t *)PyBytes_AS_STRING(o->offsets))[0] = 0;
+    }
+
+    if (time_slot >= 0) {
+        times = PyBytes_FromStringAndSize(NULL, n * 8);
+        timed = PyBytes_FromStringAndSize(NULL, n);
+        if (times == NULL || timed == NULL)
+            goto done;
     }
 
     Scanner s = {.entries = entries, .levels = levels, .seen = seen, .values = values};
@@ -637,32 +724,43 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             }
             ((int32_t *)PyBytes_AS_STRING(o->offsets))[row + 1] = (int32_t)o->text.len;
         }
+        if (time_slot >= 0 && sure) {
+            Value *v = &values[time_slot];
+            int64_t ms = 0;
+            int ok = 0;
+            if (v->kind == K_STR && !v->escaped)
+                ok = iso_time(v->start, v->end - v->start, &ms) == 0;
+            else if (v->kind == K_INT && v->ival >= lowest && v->ival <= highest)
+                ms = v->ival, ok = 1;
+            ((int64_t *)PyBytes_AS_STRING(times))[row] = ok ? ms : 0;
+            ((uint8_t *)PyBytes_AS_STRING(timed))[row] = (uint8_t)ok;
+        }
     }
     if (!sure) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    result = PyList_New(nslots);
-    if (result == NULL)
+    columns = PyList_New(nslots);
+    if (columns == NULL)
         goto done;
     for (int k = 0; k < nslots; k++) {
         Out *o = &outs[k];
         PyObject *text = PyBytes_FromStringAndSize(o->text.data ? o->text.data : "",
                                                    o->text.len);
-        if (text == NULL) {
-            Py_CLEAR(result);
+        if (text == NULL)
             goto done;
-        }
         PyObject *item = Py_BuildValue("(OOONOO)", o->kinds, o->offsets, o->valid, text,
                                        o->ints, o->doubles);
-        if (item == NULL) {
-            Py_CLEAR(result);
+        if (item == NULL)
             goto done;
-        }
-        PyList_SET_ITEM(result, k, item);
+        PyList_SET_ITEM(columns, k, item);
     }
+    result = Py_BuildValue("(OOO)", columns, times ? times : Py_None, timed ? timed : Py_None);
 
 done:
+    Py_XDECREF(columns);
+    Py_XDECREF(times);
+    Py_XDECREF(timed);
     if (outs != NULL)
         for (int k = 0; k < nslots; k++)
             out_free(&outs[k]);
@@ -676,9 +774,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(lines, levels, slots) -> None or, per slot, (kinds, offsets, valid, text, ints, "
-     "doubles): the referenced fields of JSON log lines, or None when a line needs the exact "
-     "decoder."},
+     "scan(lines, levels, slots, time_slot) -> None or (columns, times, timed): the "
+     "referenced fields of JSON log lines and the event times, or None when a line needs the "
+     "exact decoder."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -110,7 +110,8 @@ class Column:
     exact way: only the values (``kinds`` is None). :meth:`to_list` gives the values as
     Python objects either way, for what has no column-wise path."""
 
-    __slots__ = ("_present", "_values", "doubles", "ints", "kinds", "n", "strings")
+    __slots__ = ("_present", "_values", "doubles", "ints", "kinds", "n", "strings", "timed",
+                 "times")
 
     def __init__(self, n: int, values: list[Any] | None = None,
                  kinds: np.ndarray | None = None, strings: pa.Array | None = None,
@@ -122,6 +123,10 @@ class Column:
         self.ints = ints
         self.doubles = doubles
         self._present: frozenset[int] | None = None
+        # The event time path's column, scanned: each row's time where the scanner read it
+        # (``timed``); the other rows' values are for parse_timestamp.
+        self.times: np.ndarray | None = None
+        self.timed: np.ndarray | None = None
 
     @staticmethod
     def scanned(n: int, parts: tuple[bytes, bytes, bytes, bytes, bytes, bytes]) -> Column:
@@ -243,10 +248,13 @@ class _Level:
 
 class FieldDecoder:
     """Decodes lines into the values of ``paths`` (SPEC field lookup: the top-level key
-    ``a.b`` if present and not null, else the nested path)."""
+    ``a.b`` if present and not null, else the nested path); the scanner reads the event
+    times of ``time_path`` (one of them) too."""
 
-    def __init__(self, paths: Sequence[str]) -> None:
+    def __init__(self, paths: Sequence[str], time_path: str | None = None) -> None:
         self.paths = tuple(dict.fromkeys(paths))
+        self.time_path = time_path
+        self.time_slot = -1 if time_path is None else self.paths.index(time_path)
         root = _Node()
         for path in self.paths:
             root.add((path,))  # the flat key, even when dotted
@@ -259,12 +267,18 @@ class FieldDecoder:
 
     def read(self, lines: Sequence[str | bytes | None]) -> Decoded:
         scanned = _scan.scan(lines if isinstance(lines, list) else list(lines), self.tree,
-                             len(self.paths))
-        if scanned is not None:
-            n = len(lines)
-            return Decoded({path: Column.scanned(n, parts)
-                            for path, parts in zip(self.paths, scanned, strict=True)}, {})
-        return self.read_exactly(lines)
+                             len(self.paths), self.time_slot)
+        if scanned is None:
+            return self.read_exactly(lines)
+        parts, times, timed = scanned
+        n = len(lines)
+        columns = {path: Column.scanned(n, part)
+                   for path, part in zip(self.paths, parts, strict=True)}
+        if self.time_path is not None:
+            column = columns[self.time_path]
+            column.times = np.frombuffer(times, np.int64)
+            column.timed = np.frombuffer(timed, np.bool_)
+        return Decoded(columns, {})
 
     def read_exactly(self, lines: Sequence[str | bytes | None]) -> Decoded:
         """:meth:`read` without the scanner: msgspec, and orjson for what it refuses."""
@@ -352,9 +366,10 @@ def _scan_tree(paths: Sequence[str]) -> list[list[tuple[bytes, int, int, int]]]:
 
 
 @functools.lru_cache(maxsize=32)
-def field_decoder(paths: tuple[str, ...]) -> FieldDecoder:
-    """The decoder for ``paths``, built once per process."""
-    return FieldDecoder(paths)
+def field_decoder(paths: tuple[str, ...], time_path: str | None = None) -> FieldDecoder:
+    """The decoder for ``paths`` (and the event times of ``time_path``), built once per
+    process."""
+    return FieldDecoder(paths, time_path)
 
 
 def _as_bytes(line: str | bytes | None) -> bytes:

@@ -187,7 +187,7 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
                  fallback_ts: Sequence[int | None] | None,
                  now_ms: int | None) -> pa.RecordBatch:
     ts_path = plan.timestamp_field
-    decoded = field_decoder((*(use.path for use in plan.fields), ts_path)).read(lines)
+    decoded = field_decoder((*(use.path for use in plan.fields), ts_path), ts_path).read(lines)
     values = decoded.values
     columns: dict[str, pa.Array] = {}
     for i, use in enumerate(plan.fields):
@@ -304,7 +304,10 @@ def event_times(raw: list[Any]) -> list[int | None]:
 
 
 def event_time_column(raw: Column) -> pa.Array:
-    """:func:`~l2m.values.parse_timestamp` of every value. Logs of one batch share their
+    """:func:`~l2m.values.parse_timestamp` of every value. Scanned in C, the usual times are
+    read there (:mod:`l2m.engine._scan`: the ISO shape with milliseconds or microseconds and
+    a zone, and epoch milliseconds); any other value is parsed here. Decoded the exact way,
+    logs of one batch share their
     minutes: an ISO time with milliseconds (``2026-11-22T10:00:00.060Z``, any zone) costs the
     full parse once per distinct minute and zone, the rest (seconds, milliseconds) is sliced
     and added column-wise in Arrow; an integer (epoch milliseconds) in years 0001–9999 is
@@ -332,7 +335,7 @@ def event_time_column(raw: Column) -> pa.Array:
         times = pc.coalesce(times, _epoch_milliseconds(raw))
     if not times.null_count:
         return times
-    out: list[int | None] = times.to_pylist()
+    out = times.to_pylist()
     values = raw.to_list()
     # not such a time, or its minute is not a usable time: the full parse
     for row in pc.indices_nonzero(times.is_null()).to_pylist():

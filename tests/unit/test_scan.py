@@ -22,7 +22,7 @@ DECODER = field_decoder(PATHS)
 
 
 def _scan_one(line: Any) -> Any:
-    return _scan.scan([line], DECODER.tree, len(PATHS))
+    return _scan.scan([line], DECODER.tree, len(PATHS), -1)
 
 
 def _form(value: Any) -> Any:
@@ -47,7 +47,7 @@ def test_the_generators_logs_are_all_scanned():
     gen = LogGenerator(GeneratorConfig(seed=5))
     lines = [gen.next_line() for _ in range(2_000)]
     decoder = field_decoder(("http.status", "message", "@timestamp", "kubernetes.namespace"))
-    assert _scan.scan(lines, decoder.tree, len(decoder.paths)) is not None
+    assert _scan.scan(lines, decoder.tree, len(decoder.paths), -1) is not None
 
 
 @pytest.mark.parametrize("line", [
@@ -146,3 +146,48 @@ def test_random_documents_scan_as_orjson_reads_them():
         line = json.dumps(doc, ensure_ascii=rng.random() < 0.5).encode()
         assert _scan_one(line) is not None, line
         assert _scanned(line) == _reference(line), line
+
+
+def _time_string(rng: random.Random) -> str:
+    """An ISO-like time: mostly the scanner's shape, with every field at and past its
+    bounds, other fraction lengths and zones the scanner leaves to Python."""
+    year = rng.choice([0, 1, 2, 1969, 1970, 2024, 2026, 2100, 9999, rng.randint(0, 9999)])
+    parts = [f"{year:04d}-{rng.randint(0, 13):02d}-{rng.randint(0, 32):02d}",
+             rng.choice(["T", "T", "T", " ", "t"]),
+             f"{rng.randint(0, 24):02d}:{rng.randint(0, 60):02d}:{rng.randint(0, 60):02d}"]
+    digits = rng.choice([0, 0, 3, 3, 6, 1, 2, 4, 7, 9])
+    if digits:
+        parts.append(rng.choice([".", ".", ","]) + "".join(rng.choice("0123456789")
+                                                           for _ in range(digits)))
+    zone = rng.choice(["Z", "Z", "+HH:MM", "-HH:MM", "+HHMM", "+HH", "", "z", "+HH:MM:SS"])
+    zone = (zone.replace("HH", f"{rng.randint(0, 24):02d}", 1)
+            .replace("MM", f"{rng.randint(0, 60):02d}").replace("SS", "30"))
+    return "".join(parts) + zone
+
+
+def test_event_times_read_in_c_are_what_parse_timestamp_reads():
+    from l2m.engine.parse import event_time_column
+    from l2m.values import MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, parse_timestamp
+
+    seed = random.randrange(2**32)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    values: list[Any] = [_time_string(rng) for _ in range(20_000)]
+    values += ["0001-01-01T00:00:00.000Z", "0001-01-01T00:30:00+01:00",
+               "9999-12-31T23:59:59.999999Z", "9999-12-31T23:00:00-01:00",
+               "2024-02-29T00:00:00Z", "2023-02-29T00:00:00Z", "2000-02-29T12:00:00.5Z",
+               "1900-02-29T00:00:00Z", "1969-12-31T23:59:59.999999-00:30",
+               "2026-11-22T10:00:00.060Z", "2026-11-22T10:00:00.060\\u005a"]
+    values += [MIN_TIMESTAMP_MS - 1, MIN_TIMESTAMP_MS, 0, -1, MAX_TIMESTAMP_MS,
+               MAX_TIMESTAMP_MS + 1, 1_795_341_600_000, 1.5, True, None, [1], {"t": 1}]
+    decoder = field_decoder(("@timestamp", "n"), "@timestamp")
+    lines = [orjson.dumps({"@timestamp": v, "n": 1}) for v in values]
+    lines[values.index("2026-11-22T10:00:00.060\\u005a")] = \
+        b'{"@timestamp": "2026-11-22T10:00:00.060\\u005a"}'
+    column = decoder.read(lines).values["@timestamp"]
+    assert column.times is not None, "scanned"
+    got = event_time_column(column).to_pylist()
+    expected = [parse_timestamp(orjson.loads(line)["@timestamp"]) for line in lines]
+    for value, g, e in zip(values, got, expected, strict=True):
+        assert g == e, (seed, value)
+    assert column.timed is not None and column.timed.sum() > 1_000  # many read in C
