@@ -304,14 +304,25 @@ def event_times(raw: list[Any]) -> list[int | None]:
 
 
 def event_time_column(raw: Column) -> pa.Array:
-    """:func:`~l2m.values.parse_timestamp` of every value. Scanned in C, the usual times are
-    read there (:mod:`l2m.engine._scan`: the ISO shape with milliseconds or microseconds and
-    a zone, and epoch milliseconds); any other value is parsed here. Decoded the exact way,
-    logs of one batch share their
-    minutes: an ISO time with milliseconds (``2026-11-22T10:00:00.060Z``, any zone) costs the
-    full parse once per distinct minute and zone, the rest (seconds, milliseconds) is sliced
-    and added column-wise in Arrow; an integer (epoch milliseconds) in years 0001–9999 is
-    itself, also in Arrow; anything else takes the full parse, value by value."""
+    """:func:`~l2m.values.parse_timestamp` of every value.
+
+    Scanned in C, the usual times were read there (:mod:`l2m.engine._scan`: the ISO shape
+    with milliseconds or microseconds and a zone, and epoch milliseconds); any other value is
+    parsed here. Decoded the exact way, logs of one batch share their minutes: an ISO time
+    with milliseconds (``2026-11-22T10:00:00.060Z``, any zone) costs the full parse once per
+    distinct minute and zone, the rest (seconds, milliseconds) is sliced and added
+    column-wise in Arrow; an integer (epoch milliseconds) in years 0001–9999 is itself, also
+    in Arrow; anything else takes the full parse, value by value."""
+    if raw.times is not None and raw.timed is not None and raw.kinds is not None:
+        times = pa.array(raw.times, mask=~raw.timed)
+        others = np.flatnonzero(~raw.timed & (raw.kinds != MISSING))
+        if not len(others):
+            return times
+        out: list[int | None] = times.to_pylist()
+        values = raw.to_list()
+        for row in others.tolist():
+            out[row] = parse_timestamp(values[row])
+        return pa.array(out, pa.int64())
     if raw.strings is not None:
         strings = raw.strings
     else:

@@ -8,6 +8,7 @@ import json
 import random
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
@@ -191,3 +192,7 @@ def test_event_times_read_in_c_are_what_parse_timestamp_reads():
     for value, g, e in zip(values, got, expected, strict=True):
         assert g == e, (seed, value)
     assert column.timed is not None and column.timed.sum() > 1_000  # many read in C
+    # and event_time_column takes the scanner's times where it read them
+    column.times = np.full(len(lines), 7, np.int64)
+    read = event_time_column(column).to_pylist()
+    assert {t for t, ok in zip(read, column.timed.tolist(), strict=True) if ok} == {7}
