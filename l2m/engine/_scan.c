@@ -36,6 +36,8 @@ enum { K_MISSING = 0, K_STR = 1, K_INT = 2, K_FLOAT = 3, K_TRUE = 4, K_FALSE = 5
 /* Integers of at most 18 digits fit int64 exactly; longer ones go the exact way. */
 #define MAX_INT_DIGITS 18
 #define MAX_FLOAT_TEXT 64
+/* How many lines ahead the scan asks for a line's memory. */
+#define PREFETCH 6
 /* A key with escapes is unescaped to be looked up if it is at most this long. */
 #define MAX_ESCAPED_KEY 256
 
@@ -95,6 +97,14 @@ static inline int hex4(const unsigned char *p, unsigned *out) {
     return 0;
 }
 
+/* Bytes a string's fast loop passes over: printable ASCII but the quote and the backslash. */
+static unsigned char plain[256];
+
+static void init_plain(void) {
+    for (int c = 0x20; c < 0x80; c++)
+        plain[c] = c != '"' && c != '\\';
+}
+
 /* A string from its opening quote: checked; start and end its raw text, escaped whether it
  * has escapes. Leaves p after the closing quote. */
 static int scan_string(Scanner *s, const unsigned char **start, const unsigned char **end,
@@ -104,7 +114,9 @@ static int scan_string(Scanner *s, const unsigned char **start, const unsigned c
     *start = p;
     for (;;) {
         /* The common case: a run of plain ASCII. */
-        while (p < e && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+        while (p + 4 <= e && plain[p[0]] && plain[p[1]] && plain[p[2]] && plain[p[3]])
+            p += 4;
+        while (p < e && plain[*p])
             p++;
         if (p >= e)
             return UNSURE;
@@ -164,6 +176,53 @@ static int scan_string(Scanner *s, const unsigned char **start, const unsigned c
     *escaped = esc;
     s->p = p + 1;
     return 0;
+}
+
+/* Powers of ten a double holds exactly. */
+static const double exact_tens[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                    1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                    1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* A checked number token read without strtod when that is exact (Clinger's fast path): at
+ * most 15 significant digits make an integer m < 2^53, exact as a double, and for |e| <= 22
+ * 10^|e| is exact too, so m * 10^e or m / 10^-e is one correctly rounded operation: the
+ * double nearest the decimal, which is what strtod gives. 0 when not so (strtod decides). */
+static int fast_float(const unsigned char *p, const unsigned char *end, double *out) {
+    int negative = *p == '-', digits = 0, e = 0;
+    uint64_t m = 0;
+    if (negative)
+        p++;
+    while (p < end && *p >= '0' && *p <= '9') {
+        m = m * 10 + (uint64_t)(*p++ - '0');
+        if (m) digits++;
+        if (digits > 15) return 0;
+    }
+    if (p < end && *p == '.') {
+        p++;
+        while (p < end && *p >= '0' && *p <= '9') {
+            m = m * 10 + (uint64_t)(*p++ - '0');
+            if (m) digits++;
+            if (digits > 15) return 0;
+            e--;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        int sign = 1, x = 0;
+        if (*p == '+' || *p == '-')
+            sign = *p++ == '-' ? -1 : 1;
+        while (p < end && *p >= '0' && *p <= '9') {
+            x = x * 10 + (*p++ - '0');
+            if (x > 1000) return 0;
+        }
+        e += sign * x;
+    }
+    if (e < -22 || e > 22)
+        return 0;
+    double d = (double)m;
+    d = e < 0 ? d / exact_tens[-e] : d * exact_tens[e];
+    *out = negative ? -d : d;
+    return 1;
 }
 
 /* A number: checked against the grammar and the bounds above; when ``v`` is given, read. */
@@ -226,6 +285,10 @@ static int scan_number(Scanner *s, Value *v) {
         v->kind = K_INT;
         v->ival = negative ? -(int64_t)mag : (int64_t)mag;
         v->dval = (double)v->ival;
+        return 0;
+    }
+    if (fast_float(start, p, &v->dval)) {
+        v->kind = K_FLOAT;
         return 0;
     }
     Py_ssize_t n = p - start;
@@ -346,7 +409,8 @@ static int scan_object(Scanner *s, int level) {
             Py_ssize_t klen = ke - ks;
             for (int i = lv->first; i < lv->first + lv->count; i++) {
                 Entry *en = &s->entries[i];
-                if (en->len == klen && memcmp(en->key, ks, (size_t)klen) == 0) {
+                if (en->len == klen && (klen == 0 || (en->key[0] == (char)ks[0] &&
+                    memcmp(en->key, ks, (size_t)klen) == 0))) {
                     if (s->seen[i])
                         return UNSURE; /* a duplicate key: orjson keeps the last */
                     s->seen[i] = 1;
@@ -674,6 +738,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (!o->kinds || !o->offsets || !o->valid || !o->ints || !o->doubles)
             goto done;
         memset(PyBytes_AS_STRING(o->valid), 0, (size_t)((n + 7) / 8));
+        memset(PyBytes_AS_STRING(o->ints), 0, (size_t)(n * 8));
+        memset(PyBytes_AS_STRING(o->doubles), 0, (size_t)(n * 8));
         ((int32_t *)PyBytes_AS_STRING(o->offsets))[0] = 0;
     }
 
@@ -687,6 +753,14 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Scanner s = {.entries = entries, .levels = levels, .seen = seen, .values = values};
     for (Py_ssize_t row = 0; row < n && sure; row++) {
         PyObject *line = PyList_GET_ITEM(lines, row);
+        /* Lines are objects all over the heap: ask for a later one's first bytes (and its
+         * header, in the same cache line) while this one is scanned. */
+        if (row + PREFETCH < n) {
+            const char *ahead = (const char *)PyList_GET_ITEM(lines, row + PREFETCH);
+            __builtin_prefetch(ahead);
+            __builtin_prefetch(ahead + 64);
+            __builtin_prefetch(ahead + 128);
+        }
         if (!PyBytes_CheckExact(line)) {
             sure = 0; /* a str or a tombstone: the exact path */
             break;
@@ -710,9 +784,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             Out *o = &outs[k];
             Value *v = &values[k];
             ((uint8_t *)PyBytes_AS_STRING(o->kinds))[row] = (uint8_t)v->kind;
-            ((int64_t *)PyBytes_AS_STRING(o->ints))[row] = v->kind == K_INT ? v->ival : 0;
-            ((double *)PyBytes_AS_STRING(o->doubles))[row] =
-                (v->kind == K_INT || v->kind == K_FLOAT) ? v->dval : 0.0;
+            if (v->kind == K_INT)
+                ((int64_t *)PyBytes_AS_STRING(o->ints))[row] = v->ival;
+            if (v->kind == K_INT || v->kind == K_FLOAT)
+                ((double *)PyBytes_AS_STRING(o->doubles))[row] = v->dval;
             if (v->kind == K_STR) {
                 if (append_text(&o->text, v))
                     goto done;
@@ -787,6 +862,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__scan(void) {
+    init_plain();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
