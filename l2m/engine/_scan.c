@@ -632,8 +632,11 @@ static int append_text(Buffer *b, const Value *v) {
 
 /* The columns of one slot, written row by row. */
 typedef struct {
-    PyObject *kinds, *offsets, *valid, *ints, *doubles; /* bytes, preallocated */
+    /* bytes, preallocated; valid, int_valid and num_valid are Arrow validity bitmaps of the
+     * rows holding a string, an integer, a number */
+    PyObject *kinds, *offsets, *valid, *ints, *doubles, *int_valid, *num_valid;
     Buffer text;
+    unsigned present; /* bit k: some row of kind k */
 } Out;
 
 static void out_free(Out *o) {
@@ -642,6 +645,8 @@ static void out_free(Out *o) {
     Py_XDECREF(o->valid);
     Py_XDECREF(o->ints);
     Py_XDECREF(o->doubles);
+    Py_XDECREF(o->int_valid);
+    Py_XDECREF(o->num_valid);
     PyMem_Free(o->text.data);
 }
 
@@ -692,7 +697,9 @@ static int read_tree(PyObject *levels_obj, Level **levels, Entry **entries, int 
  *
  * columns: per slot, n rows: kinds (uint8, K_*), offsets (int32, n + 1) and text (UTF-8) of
  * the string values, valid (a bitmap, LSB first: the rows holding a string), ints (int64: the
- * K_INT values) and doubles (float64: the K_INT and K_FLOAT values as doubles). times (int64)
+ * K_INT values) and doubles (float64: the K_INT and K_FLOAT values as doubles), int_valid
+ * and num_valid (bitmaps of the K_INT rows, of the K_INT and K_FLOAT rows), and present
+ * (an int: bit k set when some row is of kind k). times (int64)
  * and timed (uint8, 1 where read): the event time of time_slot's value where iso_time reads
  * it or it is an integer of years 0001-9999 (epoch milliseconds); both None when time_slot is
  * -1. None when any line is one to decode the exact way. */
@@ -735,9 +742,14 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         o->valid = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
         o->ints = PyBytes_FromStringAndSize(NULL, n * 8);
         o->doubles = PyBytes_FromStringAndSize(NULL, n * 8);
-        if (!o->kinds || !o->offsets || !o->valid || !o->ints || !o->doubles)
+        o->int_valid = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        o->num_valid = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        if (!o->kinds || !o->offsets || !o->valid || !o->ints || !o->doubles ||
+            !o->int_valid || !o->num_valid)
             goto done;
         memset(PyBytes_AS_STRING(o->valid), 0, (size_t)((n + 7) / 8));
+        memset(PyBytes_AS_STRING(o->int_valid), 0, (size_t)((n + 7) / 8));
+        memset(PyBytes_AS_STRING(o->num_valid), 0, (size_t)((n + 7) / 8));
         memset(PyBytes_AS_STRING(o->ints), 0, (size_t)(n * 8));
         memset(PyBytes_AS_STRING(o->doubles), 0, (size_t)(n * 8));
         ((int32_t *)PyBytes_AS_STRING(o->offsets))[0] = 0;
@@ -784,10 +796,16 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             Out *o = &outs[k];
             Value *v = &values[k];
             ((uint8_t *)PyBytes_AS_STRING(o->kinds))[row] = (uint8_t)v->kind;
-            if (v->kind == K_INT)
+            o->present |= 1u << v->kind;
+            char bit = (char)(1 << (row & 7));
+            if (v->kind == K_INT) {
                 ((int64_t *)PyBytes_AS_STRING(o->ints))[row] = v->ival;
-            if (v->kind == K_INT || v->kind == K_FLOAT)
+                PyBytes_AS_STRING(o->int_valid)[row >> 3] |= bit;
+            }
+            if (v->kind == K_INT || v->kind == K_FLOAT) {
                 ((double *)PyBytes_AS_STRING(o->doubles))[row] = v->dval;
+                PyBytes_AS_STRING(o->num_valid)[row >> 3] |= bit;
+            }
             if (v->kind == K_STR) {
                 if (append_text(&o->text, v))
                     goto done;
@@ -824,8 +842,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                                                    o->text.len);
         if (text == NULL)
             goto done;
-        PyObject *item = Py_BuildValue("(OOONOO)", o->kinds, o->offsets, o->valid, text,
-                                       o->ints, o->doubles);
+        PyObject *item = Py_BuildValue("(OOONOOOOI)", o->kinds, o->offsets, o->valid, text,
+                                       o->ints, o->doubles, o->int_valid, o->num_valid,
+                                       o->present);
         if (item == NULL)
             goto done;
         PyList_SET_ITEM(columns, k, item);

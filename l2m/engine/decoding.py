@@ -104,37 +104,43 @@ COMPOSITE = Composite()
 class Column:
     """One path's values over a slice of lines.
 
-    Scanned in C: ``kinds`` (uint8, one of MISSING … OTHER per row), ``strings`` (Arrow, the
-    string values, null elsewhere), ``ints`` (int64, the INT values) and ``doubles`` (the INT
-    and FLOAT values as doubles), each row's slot meaningful only for its kind. Decoded the
+    Scanned in C: ``kinds`` (uint8, one of MISSING … OTHER per row), and Arrow arrays of the
+    values of some kinds, null elsewhere: ``strings`` (STR), ``ints`` (int64: INT) and
+    ``numbers`` (doubles: INT and FLOAT). Decoded the
     exact way: only the values (``kinds`` is None). :meth:`to_list` gives the values as
     Python objects either way, for what has no column-wise path."""
 
-    __slots__ = ("_present", "_values", "doubles", "ints", "kinds", "n", "strings", "timed",
-                 "times")
+    __slots__ = ("_present", "_values", "ints", "kinds", "n", "numbers",
+                 "strings", "timed", "times")
 
     def __init__(self, n: int, values: list[Any] | None = None,
                  kinds: np.ndarray | None = None, strings: pa.Array | None = None,
-                 ints: np.ndarray | None = None, doubles: np.ndarray | None = None) -> None:
+                 ints: pa.Array | None = None, numbers: pa.Array | None = None,
+                 present: frozenset[int] | None = None) -> None:
         self.n = n
         self._values = values
         self.kinds = kinds
         self.strings = strings
         self.ints = ints
-        self.doubles = doubles
-        self._present: frozenset[int] | None = None
+        self.numbers = numbers
+        self._present = present
         # The event time path's column, scanned: each row's time where the scanner read it
         # (``timed``); the other rows' values are for parse_timestamp.
         self.times: np.ndarray | None = None
         self.timed: np.ndarray | None = None
 
     @staticmethod
-    def scanned(n: int, parts: tuple[bytes, bytes, bytes, bytes, bytes, bytes]) -> Column:
-        kinds, offsets, valid, text, ints, doubles = parts
+    def scanned(n: int, parts: tuple[Any, ...]) -> Column:
+        kinds, offsets, valid, text, ints, doubles, int_valid, num_valid, present = parts
+        present_kinds = frozenset(k for k in range(OTHER + 1) if present >> k & 1)
         strings = pa.StringArray.from_buffers(
             n, pa.py_buffer(offsets), pa.py_buffer(text), pa.py_buffer(valid))
-        return Column(n, None, np.frombuffer(kinds, np.uint8), strings,
-                      np.frombuffer(ints, np.int64), np.frombuffer(doubles, np.float64))
+        return Column(
+            n, None, np.frombuffer(kinds, np.uint8), strings,
+            pa.Array.from_buffers(pa.int64(), n, [pa.py_buffer(int_valid), pa.py_buffer(ints)]),
+            pa.Array.from_buffers(pa.float64(), n,
+                                  [pa.py_buffer(num_valid), pa.py_buffer(doubles)]),
+            present_kinds)
 
     def __len__(self) -> int:
         return self.n
@@ -142,9 +148,6 @@ class Column:
     @property
     def present(self) -> frozenset[int] | None:
         """The kinds among the rows (scanned columns only)."""
-        if self._present is None and self.kinds is not None:
-            counts = np.bincount(self.kinds, minlength=OTHER + 1)
-            self._present = frozenset(np.flatnonzero(counts).tolist())
         return self._present
 
     def within(self, *kinds: int) -> bool:
@@ -157,23 +160,19 @@ class Column:
         present = self.present
         return present is not None and kind in present
 
-    def mask(self, *kinds: int) -> np.ndarray:
-        """Rows not of ``kinds`` (an Arrow mask: True is null)."""
-        assert self.kinds is not None
-        return ~np.isin(self.kinds, kinds)
-
     def to_list(self) -> list[Any]:
         """The values as the exact decoder gives them (an object or array: :data:`COMPOSITE`)."""
         if self._values is None:
             assert self.kinds is not None and self.strings is not None
+            assert self.ints is not None and self.numbers is not None
             out: list[Any] = self.strings.to_pylist()
             present = self.present or frozenset()
             for kind in present - {MISSING, STR}:
                 rows = np.flatnonzero(self.kinds == kind)
                 if kind == INT:
-                    values: list[Any] = self.ints[rows].tolist()  # type: ignore[index]
+                    values: list[Any] = self.ints.take(rows).to_pylist()
                 elif kind == FLOAT:
-                    values = self.doubles[rows].tolist()  # type: ignore[index]
+                    values = self.numbers.take(rows).to_pylist()
                 else:
                     values = [_PYTHON_KIND.get(kind, COMPOSITE)] * len(rows)
                 for row, value in zip(rows.tolist(), values, strict=True):

@@ -359,8 +359,8 @@ def event_time_column(raw: Column) -> pa.Array:
 def _epoch_milliseconds(raw: Column) -> pa.Array:
     """Each integer of ``raw`` in years 0001–9999 (parse_timestamp's integers: epoch
     milliseconds as they are); null for everything else (bools are not int here)."""
-    if raw.kinds is not None:
-        ints = pa.array(raw.ints, mask=raw.mask(INT))
+    if raw.ints is not None:
+        ints = raw.ints
     else:
         try:
             ints = pa.array([v if v.__class__ is int else None for v in raw.to_list()],
@@ -381,7 +381,7 @@ def _strings(column: Column) -> pa.Array:
     if column.within(MISSING, STR):
         return column.strings
     if column.within(MISSING, STR, INT):
-        ints = pc.cast(pa.array(column.ints, mask=column.mask(INT)), pa.string())
+        ints = pc.cast(column.ints, pa.string())
         return pc.coalesce(column.strings, ints) if column.has(STR) else ints
     col = column.to_list()
     try:  # all strings (or missing), the usual case: Arrow copies them in C
@@ -407,7 +407,7 @@ def _strings(column: Column) -> pa.Array:
 def _numbers(column: Column) -> pa.Array:
     if column.within(MISSING, INT, FLOAT, STR):
         # INT and FLOAT values are finite doubles already (number() of each is itself).
-        values = pa.array(column.doubles, mask=column.mask(INT, FLOAT))
+        values = column.numbers
         return values if not column.has(STR) else _numbers_and_strings(
             values, column.strings)
     # Arrow would take True for 1.0: only a column of numbers (or missing) is converted whole.
