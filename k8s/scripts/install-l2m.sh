@@ -2,6 +2,9 @@
 # Builds l2m as a wheel and installs it into a virtual environment: the two Python steps of
 # k8s/Dockerfile, runnable outside Docker as well.
 #
+#   install-l2m.sh [--print] compiler
+#       a C compiler for the build (Debian's gcc and libc6-dev), unless one is on PATH: the
+#       wheel has a C extension, l2m.engine._scan (Python's headers come with the python image)
 #   install-l2m.sh [--print] build SRC WHEEL_DIR
 #       the wheel of the project at SRC (pyproject.toml, README.md, l2m/) into WHEEL_DIR; built
 #       from a copy, so SRC gets no build/ or *.egg-info
@@ -23,7 +26,7 @@ while [ $# -gt 0 ]; do
     --print) print=true; shift ;;
     --no-deps) no_deps=true; shift ;;
     --spark-home) spark_home=${2:?--spark-home needs a path}; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) break ;;
   esac
 done
@@ -39,8 +42,17 @@ run() {
 }
 
 usage() {
-  echo "usage: $0 [--print] build SRC WHEEL_DIR | [--print] [--no-deps] [--spark-home LINK] install WHEEL_DIR VENV" >&2
+  echo "usage: $0 [--print] compiler | [--print] build SRC WHEEL_DIR | [--print] [--no-deps] [--spark-home LINK] install WHEEL_DIR VENV" >&2
   exit 2
+}
+
+compiler() {
+  if ! $print && command -v cc >/dev/null; then
+    return 0
+  fi
+  run apt-get update
+  run apt-get install -y --no-install-recommends gcc libc6-dev
+  run find /var/lib/apt/lists -mindepth 1 -delete
 }
 
 build() {
@@ -54,6 +66,8 @@ build() {
   trap "rm -rf '$work'" EXIT
   run cp -R "$src/pyproject.toml" "$src/README.md" "$src/l2m" "$work/"
   run find "$work" -name __pycache__ -prune -exec rm -rf {} +
+  # An extension built in SRC for its own Python is rebuilt for the wheel's.
+  run find "$work" -name '*.so' -delete
   run "$python" -m pip wheel --no-deps --no-cache-dir --wheel-dir "$out" "$work"
 }
 
@@ -94,6 +108,7 @@ install() {
 command=$1
 shift
 case "$command" in
+  compiler) [ $# -eq 0 ] || usage; compiler ;;
   build) [ $# -eq 2 ] || usage; build "$1" "$2" ;;
   install) [ $# -eq 2 ] || usage; install "$1" "$2" ;;
   *) usage ;;

@@ -767,11 +767,15 @@ def test_install_l2m_builds_a_wheel_with_the_executor_files(tmp_path: Path) -> N
         mode = z.getinfo("l2m/bin/python").external_attr >> 16
         assert mode & stat.S_IXUSR
     assert {"l2m/runtime/daemon.py", "l2m/log4j2.properties", "l2m/cli.py"} <= names
+    assert any(n.startswith("l2m/engine/_scan.") and n.endswith(".so") for n in names), \
+        "the log scanner, compiled for the wheel"
     assert (ROOT / "build").exists() == had_build, "built from a copy: no build/ left behind"
     plan = run(str(SCRIPTS / "install-l2m.sh"), "--print", "--spark-home", "/opt/spark",
                "install", "/wheels", "/opt/l2m/venv").stdout
     assert "-m venv /opt/l2m/venv" in plan and "pip install" in plan
     assert "ln -sfn" in plan and "/opt/spark" in plan
+    compiler = run(str(SCRIPTS / "install-l2m.sh"), "--print", "compiler").stdout
+    assert "apt-get install -y --no-install-recommends gcc libc6-dev" in compiler
 
 
 def pyspark_jars() -> Path:
