@@ -36,6 +36,8 @@ enum { K_MISSING = 0, K_STR = 1, K_INT = 2, K_FLOAT = 3, K_TRUE = 4, K_FALSE = 5
 /* Integers of at most 18 digits fit int64 exactly; longer ones go the exact way. */
 #define MAX_INT_DIGITS 18
 #define MAX_FLOAT_TEXT 64
+/* Levels of at most this many keys are searched one by one, larger ones by hash. */
+#define LINEAR_LEVEL 24
 /* How many lines ahead the scan asks for a line's memory. */
 #define PREFETCH 6
 /* A key with escapes is unescaped to be looked up if it is at most this long. */
@@ -51,7 +53,17 @@ typedef struct {
 
 typedef struct {
     int first, count; /* entries[first .. first + count) */
+    int *table;       /* open addressing by key hash: entry indices, -1 empty */
+    uint64_t mask;    /* table size - 1 (a power of two, at least twice count) */
 } Level;
+
+/* FNV-1a: the hash of a key, for its level's table. */
+static inline uint64_t key_hash(const unsigned char *p, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
 
 /* What one line says of one slot, until the line is done. */
 typedef struct {
@@ -69,6 +81,9 @@ typedef struct {
     Level *levels;
     char *seen; /* per entry: met in this line (a second time is a duplicate key) */
     Value *values;
+    /* The entries met and the slots given a value in this line: a line's cost follows the
+     * fields it has, not every field the rules read. */
+    int *met, nmet, *given, ngiven;
 } Scanner;
 
 #define UNSURE (-1)
@@ -243,7 +258,8 @@ static int scan_number(Scanner *s, Value *v) {
         while (p < e && *p >= '0' && *p <= '9') {
             if (digits < MAX_INT_DIGITS)
                 mag = mag * 10 + (uint64_t)(*p - '0');
-            digits++;
+            if (++digits > MAX_DIGITS)
+                return UNSURE; /* also keeps the count far from overflowing */
             p++;
         }
     } else {
@@ -255,7 +271,7 @@ static int scan_number(Scanner *s, Value *v) {
         const unsigned char *f = p;
         while (p < e && *p >= '0' && *p <= '9')
             p++;
-        if (p == f)
+        if (p == f || p - f > MAX_DIGITS)
             return UNSURE;
         digits += (int)(p - f);
     }
@@ -373,8 +389,33 @@ static inline void put(Scanner *s, int entry, Value *v) {
     Value *slot = &s->values[en->slot];
     if (slot->kind != K_MISSING && slot->prio > en->prio)
         return;
+    if (slot->kind == K_MISSING)
+        s->given[s->ngiven++] = en->slot;
     *slot = *v;
     slot->prio = en->prio;
+}
+
+/* A level's entry for a key, or -1: compared one by one (a small level), or through the
+ * level's hash table. */
+static inline int find_linear(Scanner *s, Level *lv, const unsigned char *k, Py_ssize_t n) {
+    for (int i = lv->first; i < lv->first + lv->count; i++) {
+        Entry *en = &s->entries[i];
+        if (en->len == n && (n == 0 || (en->key[0] == (char)k[0] &&
+                                        memcmp(en->key, k, (size_t)n) == 0)))
+            return i;
+    }
+    return -1;
+}
+
+static inline int find_hashed(Scanner *s, Level *lv, const unsigned char *k, Py_ssize_t n) {
+    for (uint64_t h = key_hash(k, n) & lv->mask;; h = (h + 1) & lv->mask) {
+        int i = lv->table[h];
+        if (i < 0)
+            return -1;
+        Entry *en = &s->entries[i];
+        if (en->len == n && memcmp(en->key, k, (size_t)n) == 0)
+            return i;
+    }
 }
 
 /* An object from its opening brace; ``level`` is the tree level its keys are looked up in,
@@ -407,16 +448,13 @@ static int scan_object(Scanner *s, int level) {
             }
             Level *lv = &s->levels[level];
             Py_ssize_t klen = ke - ks;
-            for (int i = lv->first; i < lv->first + lv->count; i++) {
-                Entry *en = &s->entries[i];
-                if (en->len == klen && (klen == 0 || (en->key[0] == (char)ks[0] &&
-                    memcmp(en->key, ks, (size_t)klen) == 0))) {
-                    if (s->seen[i])
-                        return UNSURE; /* a duplicate key: orjson keeps the last */
-                    s->seen[i] = 1;
-                    entry = i;
-                    break;
-                }
+            entry = lv->count <= LINEAR_LEVEL ? find_linear(s, lv, ks, klen)
+                                              : find_hashed(s, lv, ks, klen);
+            if (entry >= 0) {
+                if (s->seen[entry])
+                    return UNSURE; /* a duplicate key: orjson keeps the last */
+                s->seen[entry] = 1;
+                s->met[s->nmet++] = entry;
             }
         }
         skip_ws(s);
@@ -651,7 +689,8 @@ static void out_free(Out *o) {
 }
 
 /* The tree from Python: a list of levels, each a list of (key: bytes, slot, prio, child). */
-static int read_tree(PyObject *levels_obj, Level **levels, Entry **entries, int *nentries) {
+static int read_tree(PyObject *levels_obj, int nslots, Level **levels, Entry **entries,
+                     int *nentries) {
     if (!PyList_Check(levels_obj)) {
         PyErr_SetString(PyExc_TypeError, "levels must be a list");
         return -1;
@@ -683,13 +722,34 @@ static int read_tree(PyObject *levels_obj, Level **levels, Entry **entries, int 
                                   &en->prio, &en->child))
                 return -1;
             en->key = key; /* owned by the tuple, alive for the call */
-            if (en->child >= nlevels) {
-                PyErr_SetString(PyExc_ValueError, "a child level out of range");
+            if (en->child < -1 || en->child >= nlevels || en->slot < -1 || en->slot >= nslots) {
+                PyErr_SetString(PyExc_ValueError, "a slot or child level out of range");
                 return -1;
             }
         }
     }
     *nentries = k;
+    for (Py_ssize_t i = 0; i < nlevels; i++) {
+        Level *lv = &(*levels)[i];
+        uint64_t size = 8;
+        while (size < 2 * (uint64_t)lv->count)
+            size *= 2;
+        lv->table = PyMem_Malloc(size * sizeof(int));
+        if (lv->table == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        lv->mask = size - 1;
+        for (uint64_t j = 0; j < size; j++)
+            lv->table[j] = -1;
+        for (int e = lv->first; e < lv->first + lv->count; e++) {
+            Entry *en = &(*entries)[e];
+            uint64_t h = key_hash((const unsigned char *)en->key, en->len) & lv->mask;
+            while (lv->table[h] >= 0)
+                h = (h + 1) & lv->mask;
+            lv->table[h] = e;
+        }
+    }
     return 0;
 }
 
@@ -716,22 +776,26 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     }
     Py_ssize_t n = PyList_GET_SIZE(lines);
     Level *levels = NULL;
+    Py_ssize_t nlevels = PyList_GET_SIZE(levels_obj);
     Entry *entries = NULL;
     int nentries = 0;
     char *seen = NULL;
     Value *values = NULL;
     Out *outs = NULL;
+    int *met = NULL, *given = NULL;
     PyObject *result = NULL, *columns = NULL, *times = NULL, *timed = NULL;
     int sure = 1;
     int64_t lowest = days_from_civil(1, 1, 1) * 86400000;
     int64_t highest = days_from_civil(9999, 12, 31) * 86400000 + 86399999;
 
-    if (read_tree(levels_obj, &levels, &entries, &nentries))
+    if (read_tree(levels_obj, nslots, &levels, &entries, &nentries))
         goto done;
     seen = PyMem_Calloc((size_t)(nentries ? nentries : 1), 1);
     values = PyMem_Calloc((size_t)(nslots ? nslots : 1), sizeof(Value));
     outs = PyMem_Calloc((size_t)(nslots ? nslots : 1), sizeof(Out));
-    if (seen == NULL || values == NULL || outs == NULL) {
+    met = PyMem_Calloc((size_t)(nentries ? nentries : 1), sizeof(int));
+    given = PyMem_Calloc((size_t)(nslots ? nslots : 1), sizeof(int));
+    if (seen == NULL || values == NULL || outs == NULL || met == NULL || given == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -747,6 +811,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (!o->kinds || !o->offsets || !o->valid || !o->ints || !o->doubles ||
             !o->int_valid || !o->num_valid)
             goto done;
+        memset(PyBytes_AS_STRING(o->kinds), K_MISSING, (size_t)n);
         memset(PyBytes_AS_STRING(o->valid), 0, (size_t)((n + 7) / 8));
         memset(PyBytes_AS_STRING(o->int_valid), 0, (size_t)((n + 7) / 8));
         memset(PyBytes_AS_STRING(o->num_valid), 0, (size_t)((n + 7) / 8));
@@ -762,7 +827,17 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             goto done;
     }
 
-    Scanner s = {.entries = entries, .levels = levels, .seen = seen, .values = values};
+    Scanner s = {.entries = entries, .levels = levels, .seen = seen, .values = values,
+                 .met = met, .given = given};
+    int root = PyList_GET_SIZE(levels_obj) > 0 ? 0 : -1;
+    Py_ssize_t *filled = PyMem_Calloc((size_t)(nslots ? nslots : 1), sizeof(Py_ssize_t));
+    Py_ssize_t *count = PyMem_Calloc((size_t)(nslots ? nslots : 1), sizeof(Py_ssize_t));
+    if (filled == NULL || count == NULL) {
+        PyMem_Free(filled);
+        PyMem_Free(count);
+        PyErr_NoMemory();
+        goto done;
+    }
     for (Py_ssize_t row = 0; row < n && sure; row++) {
         PyObject *line = PyList_GET_ITEM(lines, row);
         /* Lines are objects all over the heap: ask for a later one's first bytes (and its
@@ -780,10 +855,13 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         s.p = (const unsigned char *)PyBytes_AS_STRING(line);
         s.end = s.p + PyBytes_GET_SIZE(line);
         s.depth = 0;
-        memset(seen, 0, (size_t)nentries);
-        memset(values, 0, sizeof(Value) * (size_t)nslots);
+        for (int i = 0; i < s.nmet; i++)
+            seen[met[i]] = 0;
+        for (int i = 0; i < s.ngiven; i++)
+            values[given[i]].kind = K_MISSING;
+        s.nmet = s.ngiven = 0;
         skip_ws(&s);
-        if (s.p >= s.end || *s.p != '{' || scan_object(&s, nslots || nentries ? 0 : -1)) {
+        if (s.p >= s.end || *s.p != '{' || scan_object(&s, root)) {
             sure = 0;
             break;
         }
@@ -792,9 +870,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             sure = 0;
             break;
         }
-        for (int k = 0; k < nslots; k++) {
+        for (int i = 0; i < s.ngiven; i++) {
+            int k = given[i];
             Out *o = &outs[k];
             Value *v = &values[k];
+            count[k]++;
             ((uint8_t *)PyBytes_AS_STRING(o->kinds))[row] = (uint8_t)v->kind;
             o->present |= 1u << v->kind;
             char bit = (char)(1 << (row & 7));
@@ -807,15 +887,23 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                 PyBytes_AS_STRING(o->num_valid)[row >> 3] |= bit;
             }
             if (v->kind == K_STR) {
-                if (append_text(&o->text, v))
+                /* The rows since this slot's last string end where its text ends now. */
+                int32_t *offsets = (int32_t *)PyBytes_AS_STRING(o->offsets);
+                for (Py_ssize_t r = filled[k]; r < row; r++)
+                    offsets[r + 1] = (int32_t)o->text.len;
+                if (append_text(&o->text, v)) {
+                    PyMem_Free(filled);
+                    PyMem_Free(count);
                     goto done;
+                }
                 if (o->text.len > INT32_MAX) {
                     sure = 0;
                     break;
                 }
-                PyBytes_AS_STRING(o->valid)[row >> 3] |= (char)(1 << (row & 7));
+                offsets[row + 1] = (int32_t)o->text.len;
+                filled[k] = row + 1;
+                PyBytes_AS_STRING(o->valid)[row >> 3] |= bit;
             }
-            ((int32_t *)PyBytes_AS_STRING(o->offsets))[row + 1] = (int32_t)o->text.len;
         }
         if (time_slot >= 0 && sure) {
             Value *v = &values[time_slot];
@@ -829,6 +917,15 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             ((uint8_t *)PyBytes_AS_STRING(timed))[row] = (uint8_t)ok;
         }
     }
+    for (int k = 0; k < nslots && sure; k++) {
+        int32_t *offsets = (int32_t *)PyBytes_AS_STRING(outs[k].offsets);
+        for (Py_ssize_t r = filled[k]; r < n; r++)
+            offsets[r + 1] = (int32_t)outs[k].text.len;
+        if (count[k] < n)
+            outs[k].present |= 1u << K_MISSING;
+    }
+    PyMem_Free(filled);
+    PyMem_Free(count);
     if (!sure) {
         result = Py_NewRef(Py_None);
         goto done;
@@ -859,9 +956,14 @@ done:
         for (int k = 0; k < nslots; k++)
             out_free(&outs[k]);
     PyMem_Free(outs);
+    PyMem_Free(met);
+    PyMem_Free(given);
     PyMem_Free(values);
     PyMem_Free(seen);
     PyMem_Free(entries);
+    if (levels != NULL)
+        for (Py_ssize_t i = 0; i < nlevels; i++)
+            PyMem_Free(levels[i].table);
     PyMem_Free(levels);
     return result;
 }

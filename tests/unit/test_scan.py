@@ -196,3 +196,10 @@ def test_event_times_read_in_c_are_what_parse_timestamp_reads():
     column.times = np.full(len(lines), 7, np.int64)
     read = event_time_column(column).to_pylist()
     assert {t for t, ok in zip(read, column.timed.tolist(), strict=True) if ok} == {7}
+
+
+def test_a_tree_naming_a_slot_or_level_that_does_not_exist_is_refused():
+    for tree in ([[(b"a", 1, 2, -1)]], [[(b"a", 0, 2, 1)]], [[(b"a", 0, 2, -2)]],
+                 [[(b"a", -2, 2, -1)]]):
+        with pytest.raises(ValueError, match="out of range"):
+            _scan.scan([b'{"a": {"b": 1}}'], tree, 1, -1)
