@@ -202,15 +202,24 @@ def beyond_rule_caps(table: pa.Table, caps: Mapping[str, int]) -> pa.Table:
     their UTF-8 bytes, which is Python's code point order)."""
     if not caps or not table.num_rows:
         return table
+    # One chunk: a task's partials come in many batches, and every step below goes over them
+    # all (0.18 -> 0.12 s for a task of 125,000 logs with a unique id each).
+    table = table.combine_chunks()
     series = table.column("series")
     # An overflow series (a read task's own cut, l2m.batch.backfill) is not a candidate.
     capped = pc.is_in(table.column("rule"), pa.array(sorted(caps), pa.string()))
     candidate = pc.and_(capped, pc.not_equal(series, OVERFLOW_SERIES))
     candidates = table.filter(candidate).select(["rule", "window", "series", "le"])
-    if pc.any(pc.is_valid(candidates.column("le"))).as_py():
-        # A histogram's series has a row per bucket: its names counted once.
-        candidates = candidates.group_by(["rule", "window", "series"],
-                                         use_threads=False).aggregate([])
+    bucketed = pc.is_valid(candidates.column("le"))
+    names = ["rule", "window", "series"]
+    if pc.any(bucketed).as_py():
+        # A histogram's series has a row per bucket: its names counted once. Only the
+        # histograms' rows are grouped; any other series is one row already (a rule grouping
+        # by a unique id has a task's every log among them).
+        candidates = pa.concat_tables([
+            candidates.filter(pc.invert(bucketed)).select(names),
+            candidates.filter(bucketed).group_by(names, use_threads=False).aggregate([])
+            .select(names)])
     counts = candidates.group_by(["rule", "window"], use_threads=False).aggregate(
         [("series", "count")])
     beyond = None
