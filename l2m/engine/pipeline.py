@@ -35,7 +35,12 @@ from l2m.engine.routing import Routing
 from l2m.rules.model import Rule
 
 V = TypeVar("V")
-CHUNK_ROWS = 100_000
+# Logs pre-aggregated at a time. A task's chunks are merged at its end, a grouping over all
+# their partials — with a rule grouping by a unique id, one per log — so a task of up to this
+# many logs is one chunk: a streaming task (at most 100,000 by default) and backfill's splits
+# of up to 70 MB. A 125,000-log task of the unique-id rules: 0.94-0.97 -> 0.73-0.80 CPU-s
+# (two chunks of 100,000 before), the same peak memory (+330 MB over its lines either way).
+CHUNK_ROWS = 160_000
 OUT_ROWS = 10_000  # rows per Arrow batch handed to Spark
 
 
