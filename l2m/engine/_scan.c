@@ -2,8 +2,8 @@
  *
  * Input: a list of lines (bytes), the field tree (levels of keys, each key naming the output
  * slot it fills, the slot's priority and the level below it) and the number of slots.
- * Output: for each slot, the buffers of its columns (see scan()), or None when any line is
- * one this scanner is not sure of, and the caller decodes the slice the exact, slower way.
+ * Output: for each slot, the buffers of its columns (see scan()), or the row of the first line
+ * this scanner is not sure of, which the caller decodes the exact, slower way.
  *
  * Why a line is only ever accepted when orjson would accept it with the same values: the
  * grammar is RFC 8259's, strictly (the only whitespace space, tab, CR and LF; no NaN, no
@@ -753,7 +753,7 @@ static int read_tree(PyObject *levels_obj, int nslots, Level **levels, Entry **e
     return 0;
 }
 
-/* scan(lines, levels, slots, time_slot) -> None | (columns, times, timed)
+/* scan(lines, levels, slots, time_slot) -> int | (columns, times, timed)
  *
  * columns: per slot, n rows: kinds (uint8, K_*), offsets (int32, n + 1) and text (UTF-8) of
  * the string values, valid (a bitmap, LSB first: the rows holding a string), ints (int64: the
@@ -762,7 +762,8 @@ static int read_tree(PyObject *levels_obj, int nslots, Level **levels, Entry **e
  * (an int: bit k set when some row is of kind k). times (int64)
  * and timed (uint8, 1 where read): the event time of time_slot's value where iso_time reads
  * it or it is an integer of years 0001-9999 (epoch milliseconds); both None when time_slot is
- * -1. None when any line is one to decode the exact way. */
+ * -1. An int instead when a line is one to decode the exact way: the first such row (the
+ * lines before it can be scanned alone). */
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *lines, *levels_obj;
@@ -838,6 +839,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    Py_ssize_t bad = -1; /* the first line the scanner is not sure of */
     for (Py_ssize_t row = 0; row < n && sure; row++) {
         PyObject *line = PyList_GET_ITEM(lines, row);
         /* Lines are objects all over the heap: ask for a later one's first bytes (and its
@@ -849,7 +851,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             __builtin_prefetch(ahead + 128);
         }
         if (!PyBytes_CheckExact(line)) {
-            sure = 0; /* a str or a tombstone: the exact path */
+            sure = 0, bad = row; /* a str or a tombstone: the exact path */
             break;
         }
         s.p = (const unsigned char *)PyBytes_AS_STRING(line);
@@ -862,12 +864,12 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         s.nmet = s.ngiven = 0;
         skip_ws(&s);
         if (s.p >= s.end || *s.p != '{' || scan_object(&s, root)) {
-            sure = 0;
+            sure = 0, bad = row;
             break;
         }
         skip_ws(&s);
         if (s.p != s.end) {
-            sure = 0;
+            sure = 0, bad = row;
             break;
         }
         for (int i = 0; i < s.ngiven; i++) {
@@ -897,7 +899,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                     goto done;
                 }
                 if (o->text.len > INT32_MAX) {
-                    sure = 0;
+                    sure = 0, bad = row;
                     break;
                 }
                 offsets[row + 1] = (int32_t)o->text.len;
@@ -927,7 +929,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     PyMem_Free(filled);
     PyMem_Free(count);
     if (!sure) {
-        result = Py_NewRef(Py_None);
+        result = PyLong_FromSsize_t(bad);
         goto done;
     }
     columns = PyList_New(nslots);
@@ -970,9 +972,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(lines, levels, slots, time_slot) -> None or (columns, times, timed): the "
-     "referenced fields of JSON log lines and the event times, or None when a line needs the "
-     "exact decoder."},
+     "scan(lines, levels, slots, time_slot) -> (columns, times, timed) or int: the "
+     "referenced fields of JSON log lines and the event times, or the first row that needs "
+     "the exact decoder."},
     {NULL, NULL, 0, NULL},
 };
 

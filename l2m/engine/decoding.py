@@ -23,9 +23,9 @@ the orjson path:
 The usual slice — every line a log whose referenced values are plain — is read by one pass in
 C instead (:mod:`l2m.engine._scan`): it checks each line as orjson would accept it and writes
 the referenced values straight into Arrow buffers, no Python object per value. It only ever
-accepts what the exact path would give the same values for, and hands back the whole slice
-(None) at the first line it is not sure of — blank, malformed, a big integer, a referenced
-key written twice, nesting past its depth.
+accepts what the exact path would give the same values for, and stops at the first line it
+is not sure of — blank, malformed, a big integer, a referenced key written twice, nesting
+past its depth — which the caller decodes the exact way (:meth:`FieldDecoder.scan`).
 
 Input: a sequence of lines (bytes, str, or ``None`` for a Kafka tombstone). Output:
 :class:`Decoded` — for each path a :class:`Column` of its values, one per line, and the lines
@@ -265,10 +265,17 @@ class FieldDecoder:
         self.tree = _scan_tree(self.paths)
 
     def read(self, lines: Sequence[str | bytes | None]) -> Decoded:
+        """The lines' values: scanned, or the exact way when the scanner refuses a line."""
+        scanned = self.scan(lines)
+        return scanned if isinstance(scanned, Decoded) else self.read_exactly(lines)
+
+    def scan(self, lines: Sequence[str | bytes | None]) -> Decoded | int:
+        """The lines' values as the scanner reads them, or the row of the first line it is
+        not sure of (the lines before it scan alone)."""
         scanned = _scan.scan(lines if isinstance(lines, list) else list(lines), self.tree,
                              len(self.paths), self.time_slot)
-        if scanned is None:
-            return self.read_exactly(lines)
+        if isinstance(scanned, int):
+            return scanned
         parts, times, timed = scanned
         n = len(lines)
         columns = {path: Column.scanned(n, part)
