@@ -204,6 +204,8 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
     — and, past :data:`EXACT_PIECES` of them, the rest of the slice with them."""
     ts_path = plan.timestamp_field
     decoder = field_decoder((*(use.path for use in plan.fields), ts_path), ts_path)
+    if not lines:
+        return _typed(decoder.read(lines), plan, fallback_ts, now_ms)
     pieces: list[pa.RecordBatch] = []
     start, n = 0, len(lines)
 
