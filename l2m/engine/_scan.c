@@ -418,18 +418,45 @@ static inline int find_hashed(Scanner *s, Level *lv, const unsigned char *k, Py_
     }
 }
 
-/* An object from its opening brace; ``level`` is the tree level its keys are looked up in,
- * or -1 when no referenced field is below it. */
-static int scan_object(Scanner *s, int level) {
+/* After a container's opening bracket: 1 when it closes at once (empty), 0 when a member
+ * follows. */
+static inline int open_container(Scanner *s, unsigned char close) {
     if (++s->depth > MAX_DEPTH)
         return UNSURE;
     s->p++;
     skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
+    if (s->p < s->end && *s->p == close) {
         s->p++;
         s->depth--;
+        return 1;
+    }
+    return 0;
+}
+
+/* After a member: 0 when another follows (past its comma), 1 when the container closes. */
+static inline int next_member(Scanner *s, unsigned char close) {
+    skip_ws(s);
+    if (s->p >= s->end)
+        return UNSURE;
+    if (*s->p == ',') {
+        s->p++;
+        skip_ws(s);
         return 0;
     }
+    if (*s->p == close) {
+        s->p++;
+        s->depth--;
+        return 1;
+    }
+    return UNSURE;
+}
+
+/* An object from its opening brace; ``level`` is the tree level its keys are looked up in,
+ * or -1 when no referenced field is below it. */
+static int scan_object(Scanner *s, int level) {
+    int state = open_container(s, '}');
+    if (state)
+        return state == 1 ? 0 : UNSURE;
     for (;;) {
         if (s->p >= s->end || *s->p != '"')
             return UNSURE;
@@ -464,50 +491,22 @@ static int scan_object(Scanner *s, int level) {
         skip_ws(s);
         if (scan_value(s, entry))
             return UNSURE;
-        skip_ws(s);
-        if (s->p >= s->end)
-            return UNSURE;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == '}') {
-            s->p++;
-            s->depth--;
-            return 0;
-        }
-        return UNSURE;
+        state = next_member(s, '}');
+        if (state)
+            return state == 1 ? 0 : UNSURE;
     }
 }
 
 static int scan_array(Scanner *s) {
-    if (++s->depth > MAX_DEPTH)
-        return UNSURE;
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == ']') {
-        s->p++;
-        s->depth--;
-        return 0;
-    }
+    int state = open_container(s, ']');
+    if (state)
+        return state == 1 ? 0 : UNSURE;
     for (;;) {
         if (scan_value(s, -1))
             return UNSURE;
-        skip_ws(s);
-        if (s->p >= s->end)
-            return UNSURE;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == ']') {
-            s->p++;
-            s->depth--;
-            return 0;
-        }
-        return UNSURE;
+        state = next_member(s, ']');
+        if (state)
+            return state == 1 ? 0 : UNSURE;
     }
 }
 
