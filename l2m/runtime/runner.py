@@ -61,6 +61,7 @@ class Runner:
     watcher: RuleWatcher | None = None  # live rules: changed rule files applied while running
     _tasks: BatchTasks | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
+    _now: threading.Event = field(default_factory=threading.Event)  # a second signal
     _seen: dict[str, int] = field(default_factory=dict)
     _counted: tuple[int, int, int] = (0, 0, 0)
     _progressed: bool = False
@@ -96,6 +97,7 @@ class Runner:
     def install_signals(self) -> None:
         def handler(signum: int, _frame: Any) -> None:
             if self._stop.is_set():  # a second Ctrl-C: stop now
+                self._now.set()
                 raise KeyboardInterrupt
             print(f"\nl2m: {signal.Signals(signum).name} received, finishing the current "
                   "batch…", file=self.out, flush=True)
@@ -111,6 +113,14 @@ class Runner:
     def stop(self) -> None:
         self._stop.set()
 
+    def _interrupted(self) -> None:
+        """Raise the second signal's KeyboardInterrupt again: where the handler raised it, a
+        finalizer may have been talking to the JVM (py4j's JavaObject.__del__), and Python
+        prints an exception raised in a finalizer and goes on — l2m then waited out the
+        graceful stop it was asked to cut short."""
+        if self._now.is_set():
+            raise KeyboardInterrupt
+
     def wait(self, duration: float | None = None, poll: float = 1.0,
              on_tick: Callable[[], None] | None = None) -> int:
         """Watch until stopped, ``duration`` passes, the query fails, or (``once``) it ends.
@@ -118,6 +128,7 @@ class Runner:
         deadline = time.monotonic() + duration if duration else None
         backoff = 1.0
         while True:
+            self._interrupted()
             if self.job is None:  # stopped while (re)starting
                 return 0
             self._report()
@@ -260,6 +271,7 @@ class Runner:
             for query in self.job.queries:
                 idle = 0
                 while idle < 3 and time.monotonic() < deadline:
+                    self._interrupted()
                     idle = idle + 1 if not _busy(query) else 0
                     time.sleep(0.1)
                 query.stop()
