@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from l2m import defaults
-from l2m.errors import ConfigError, L2mError, Problem, RuleValidationError
+from l2m.errors import INTERRUPTED, ConfigError, L2mError, Problem, RuleValidationError
 from l2m.limits import Limits
 from l2m.query.nodes import QueryConfig
 from l2m.tenancy import Tenancy
@@ -266,6 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if runner.spark is not None:
             stop_at_exit(runner.spark)
+        runner.closed()
         if endpoint is not None:
             endpoint.close()
 
@@ -496,7 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("l2m: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`l2m validate --list | head`): nothing more to say, and the
         # interpreter's own flush at exit must not fail on the closed pipe either.

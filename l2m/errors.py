@@ -15,6 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# The exit code of a command stopped by Ctrl-C, or by a second SIGTERM while stopping
+# gracefully: a shell's 128 + SIGINT.
+INTERRUPTED = 130
+
 ERROR_CLASSES: dict[str, str] = {
     # files
     "FILE_NOT_FOUND": "no such file or directory",

@@ -274,6 +274,7 @@ def run_demo(rules: Sequence[Rule], duration: float | None = None, rate: float =
                     v.close()
                 if runner.spark is not None:
                     runner.spark.stop()
+                runner.closed()
             print(f"l2m demo: stopped; {producer.sent} logs produced, {view.received} samples "
                   f"received, {dead.received} dead letters", file=out, flush=True)
             return code

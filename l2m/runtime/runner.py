@@ -10,6 +10,7 @@ lasts; the batch it was running is replayed."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -23,7 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from l2m.config.job import JobConfig
-from l2m.errors import L2mError
+from l2m.errors import INTERRUPTED, L2mError
 from l2m.rules.model import Rule
 from l2m.runtime.failures import failure, retriable
 from l2m.runtime.progress import describe
@@ -34,6 +35,12 @@ from l2m.runtime.telemetry import Telemetry
 from l2m.state.checkpoint import check_checkpoint
 from l2m.state.tally import RefusedCount
 from l2m.streaming.job import QUERY, Job, start_job, stop_file, streaming_conf
+
+# After a second signal: how long the ordinary way out (the KeyboardInterrupt unwinding, then
+# Spark's stop) may take before l2m stops Spark's context itself, and how long that may take
+# before the process exits anyway. Both within the 30 s a kubelet gives by default.
+HARD_STOP_S = 12.0
+CONTEXT_STOP_S = 8.0
 
 
 def session_for(cfg: JobConfig) -> SparkSession:
@@ -67,6 +74,9 @@ class Runner:
     _progressed: bool = False
     _signals: bool = False  # install_signals was called: keep them installed
     _refusals: RefusalLog = field(default_factory=lambda: RefusalLog())
+    _closed: threading.Event = field(default_factory=threading.Event)  # Spark stopped
+    _hard_stop: threading.Thread | None = None
+    _exit: Callable[[int], None] = os._exit  # the hard stop's way out (tests: a recorder)
 
     def start(self) -> Job | None:
         """Start the query (after the session, when there is none yet). None when a stop was
@@ -98,6 +108,7 @@ class Runner:
         def handler(signum: int, _frame: Any) -> None:
             if self._stop.is_set():  # a second Ctrl-C: stop now
                 self._now.set()
+                self._arm_hard_stop()
                 raise KeyboardInterrupt
             print(f"\nl2m: {signal.Signals(signum).name} received, finishing the current "
                   "batch…", file=self.out, flush=True)
@@ -112,6 +123,39 @@ class Runner:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def closed(self) -> None:
+        """Spark is stopped (the command's last step): the hard stop is not needed."""
+        self._closed.set()
+
+    def _arm_hard_stop(self) -> None:
+        """Make sure a second signal ends the process, wherever the main thread is. Its
+        KeyboardInterrupt unwinds the main thread to the command's stop of Spark, unless the
+        thread sits in a JVM call that does not return (a query's stop waiting for a batch
+        whose executors never come: the flaky k8s test) or a finalizer swallows it. Then,
+        after :data:`HARD_STOP_S`, this thread stops Spark's context itself — jobs
+        cancelled, executors released (on Kubernetes their pods deleted) — waits for that at
+        most :data:`CONTEXT_STOP_S`, and exits with :data:`INTERRUPTED`."""
+        if self._hard_stop is not None:
+            return
+        self._hard_stop = threading.Thread(target=self._stop_hard, name="l2m-hard-stop",
+                                           daemon=True)
+        self._hard_stop.start()
+
+    def _stop_hard(self) -> None:
+        if self._closed.wait(HARD_STOP_S):
+            return
+        print(f"l2m: interrupted; Spark did not stop within {HARD_STOP_S:.0f} s of the second "
+              "signal: stopping its context and exiting", file=sys.stderr, flush=True)
+        spark = self.spark
+        if spark is not None:
+            stopper = threading.Thread(target=_stop_context, args=(spark,),
+                                       name="l2m-context-stop", daemon=True)
+            stopper.start()
+            stopper.join(CONTEXT_STOP_S)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        self._exit(INTERRUPTED)
 
     def _interrupted(self) -> None:
         """Raise the second signal's KeyboardInterrupt again: where the handler raised it, a
@@ -312,6 +356,14 @@ class RefusalLog:
                        f"(l2m_overflow=\"true\"); counted in l2m_series_refused_total, next "
                        f"line for this rule in an hour at the earliest")
         return out
+
+
+def _stop_context(spark: SparkSession) -> None:
+    """Stop the JVM's SparkContext directly (its own once-only guard makes a stop already
+    under way in another thread a no-op), not through pyspark's ``stop``, whose Python-side
+    bookkeeping may be what the main thread is in the middle of."""
+    with contextlib.suppress(Exception):  # the process exits next whatever happens here
+        spark.sparkContext._jsc.stop()
 
 
 def _busy(query: StreamingQuery) -> bool:

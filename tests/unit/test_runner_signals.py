@@ -1,6 +1,7 @@
 """A second SIGTERM (or Ctrl-C) stops l2m now, even when its KeyboardInterrupt is swallowed
-where the handler raised it: Python prints an exception raised in a finalizer (py4j's
-JavaObject.__del__ talks to the JVM) and goes on, and l2m then waited out the graceful stop."""
+where the handler raised it (Python prints an exception raised in a finalizer — py4j's
+JavaObject.__del__ talks to the JVM — and goes on, and l2m then waited out the graceful stop),
+and even when the main thread sits in a JVM call that does not return (the hard stop)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import gc
 import io
 import os
 import signal
+import threading
 import time
 from types import SimpleNamespace
 
 import pytest
 
 from l2m.config.job import JobConfig
+from l2m.errors import INTERRUPTED
+from l2m.runtime import runner as runner_module
 from l2m.runtime.runner import Runner
 
 
@@ -52,6 +56,63 @@ def test_a_second_signal_swallowed_by_a_finalizer_still_cuts_the_graceful_stop_s
         with pytest.raises(KeyboardInterrupt):
             runner._shutdown()
         assert time.monotonic() - started < 1
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
+def _signalled_twice(runner: Runner) -> None:
+    """The first SIGTERM (finish the batch), then the second (stop now)."""
+    runner.install_signals()
+    os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _hard_stop_runner(tmp_path, exits: list[int], stopped: threading.Event) -> Runner:
+    cfg = dataclasses.replace(JobConfig(), checkpoint=str(tmp_path / "checkpoint"))
+    runner = Runner(cfg, [], out=io.StringIO())
+    context = SimpleNamespace(_jsc=SimpleNamespace(stop=stopped.set))
+    runner.spark = SimpleNamespace(sparkContext=context)  # type: ignore[assignment]
+    runner._exit = exits.append
+    return runner
+
+
+def test_a_second_signal_stops_the_context_and_exits_when_spark_does_not_stop(
+        tmp_path, monkeypatch, capsys) -> None:
+    # The main thread never gets to stop Spark (a JVM call that does not return): after
+    # HARD_STOP_S the hard stop stops the context itself and exits with 130.
+    monkeypatch.setattr(runner_module, "HARD_STOP_S", 0.05)
+    exits: list[int] = []
+    stopped = threading.Event()
+    runner = _hard_stop_runner(tmp_path, exits, stopped)
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _signalled_twice(runner)
+        assert runner._hard_stop is not None
+        runner._hard_stop.join(5)
+        assert not runner._hard_stop.is_alive()
+        assert stopped.is_set()
+        assert exits == [INTERRUPTED]
+        assert "l2m: interrupted" in capsys.readouterr().err
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
+def test_the_hard_stop_stands_down_once_spark_is_stopped(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(runner_module, "HARD_STOP_S", 0.5)
+    exits: list[int] = []
+    stopped = threading.Event()
+    runner = _hard_stop_runner(tmp_path, exits, stopped)
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _signalled_twice(runner)
+        runner.closed()  # the command stopped Spark in time
+        assert runner._hard_stop is not None
+        runner._hard_stop.join(5)
+        assert not stopped.is_set()
+        assert exits == []
     finally:
         for number, handler in before.items():
             signal.signal(number, handler)
