@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -38,7 +39,7 @@ from pyspark.sql import functions as F
 
 from l2m.batch.finals import (
     CUT,
-    FINAL_SCHEMA,
+    FINAL_ARROW,
     MATCHES,
     REFUSED,
     STATUS,
@@ -54,6 +55,7 @@ from l2m.batch.lines import (
     read_split,
     split_size,
 )
+from l2m.batch.packs import PACKED_SCHEMA, pack, partition_keys, unpack
 from l2m.batch.progress import JobProgress
 from l2m.defaults import (
     BATCH_ROWS,
@@ -64,13 +66,14 @@ from l2m.defaults import (
 from l2m.engine.admission import (
     beyond_rule_caps,
 )
-from l2m.engine.partials import PARTIAL_SCHEMA
-from l2m.engine.pipeline import OUT_ROWS, routing_from_option, routing_option
+from l2m.engine.partials import PARTIAL_ARROW
+from l2m.engine.pipeline import routing_from_option, routing_option
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing, plan_for
 from l2m.errors import ConfigError, InputError
 from l2m.limits import Limits
 from l2m.rules.model import Rule
+from l2m.windows import MINUTE_MS
 
 DEFAULT_LIMITS = Limits()
 
@@ -236,11 +239,11 @@ def read_lines(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
     return raw
 
 
-def _partials(routing: str, lines_of: Callable[[pa.RecordBatch], Iterable[list[bytes]]]
-              ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _partials(routing: str, lines_of: Callable[[pa.RecordBatch], Iterable[list[bytes]]],
+              tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of one task: the lines ``lines_of`` gives for each input
-    batch → the task's partials (``PARTIAL_SCHEMA``), given the routing option
-    (:func:`l2m.engine.pipeline.routing_option`)."""
+    batch → the task's partials, packed (:mod:`l2m.batch.packs`) for the last stage's
+    ``tasks`` tasks, given the routing option (:func:`l2m.engine.pipeline.routing_option`)."""
 
     cut = beyond_rule_caps  # taken here, on the driver: the function the tasks run
 
@@ -255,9 +258,23 @@ def _partials(routing: str, lines_of: Callable[[pa.RecordBatch], Iterable[list[b
                     # Routed: the task keeps its partials until finish().
                     for _ in task.add(lines[i:i + BATCH_ROWS]):
                         pass
-        yield from _within_caps(list(task.finish()), capped, cut)
+        yield from packed_domains(_within_caps(list(task.finish()), capped, cut), tasks)
 
     return run
+
+
+def packed_domains(table: pa.Table, tasks: int) -> Iterator[pa.RecordBatch]:
+    """A read task's partials packed per last-stage task: a window (an admission domain)
+    goes whole to one task, consecutive minutes to consecutive tasks, the counters (window
+    null, one domain) to the first."""
+    if not table.num_rows:
+        return
+    keys = partition_keys(tasks)
+    windows = table.column("window").fill_null(0).to_numpy()
+    destination = (windows // MINUTE_MS) % tasks
+    for task in np.unique(destination).tolist():
+        rows = table.filter(pa.array(destination == task)) if tasks > 1 else table
+        yield pack(rows, keys[task])
 
 
 def per_rule_caps(routing: Routing) -> dict[str, int]:
@@ -267,8 +284,7 @@ def per_rule_caps(routing: Routing) -> dict[str, int]:
 
 
 def _within_caps(batches: list[pa.RecordBatch], capped: Mapping[str, int],
-                 cut: Callable[[pa.Table, Mapping[str, int]], pa.Table]
-                 ) -> Iterator[pa.RecordBatch]:
+                 cut: Callable[[pa.Table, Mapping[str, int]], pa.Table]) -> pa.Table:
     """A read task's partials (all of them: the ranking is over the task's series) with the
     series a rule's cap refuses for certain merged into its overflow series before they leave
     the task: a series ranked past the cap among the task's own series of its (rule, window)
@@ -276,11 +292,10 @@ def _within_caps(batches: list[pa.RecordBatch], capped: Mapping[str, int],
     hold (:func:`~l2m.engine.admission.beyond_rule_caps`). A rule grouping by a unique id
     then sends its cap's worth of series per task through the shuffle instead of one per
     log."""
-    rows = sum(b.num_rows for b in batches)
-    if not capped or rows <= min(capped.values()):
-        yield from batches
-        return
-    yield from cut(pa.Table.from_batches(batches), capped).to_batches(max_chunksize=OUT_ROWS)
+    table = pa.Table.from_batches(batches, schema=PARTIAL_ARROW)
+    if not capped or table.num_rows <= min(capped.values()):
+        return table
+    return cut(table, capped)
 
 
 def _text_lines(batch: pa.RecordBatch) -> Iterable[list[bytes]]:
@@ -292,24 +307,25 @@ def _split_lines(batch: pa.RecordBatch) -> Iterable[list[bytes]]:
         yield from read_split(Split(**row))
 
 
-def task_partials(routing: str) -> Callable[[Iterator[pa.RecordBatch]],
-                                            Iterator[pa.RecordBatch]]:
+def task_partials(routing: str, tasks: int) -> Callable[[Iterator[pa.RecordBatch]],
+                                                        Iterator[pa.RecordBatch]]:
     """Over lines Spark's text source read (:func:`read_lines`)."""
-    return _partials(routing, _text_lines)
+    return _partials(routing, _text_lines, tasks)
 
 
-def split_partials(routing: str) -> Callable[[Iterator[pa.RecordBatch]],
-                                             Iterator[pa.RecordBatch]]:
+def split_partials(routing: str, tasks: int) -> Callable[[Iterator[pa.RecordBatch]],
+                                                         Iterator[pa.RecordBatch]]:
     """Over split descriptors (:data:`SPLIT_SCHEMA`): the task reads its splits' lines
     itself, so no log passes through the JVM."""
-    return _partials(routing, _split_lines)
+    return _partials(routing, _split_lines, tasks)
 
 
 SPLIT_SCHEMA = "path string, start bigint, end bigint, stripe int, stripes int"
 
 
 def final_samples(spark: SparkSession, files: Sequence[Path], routing: Routing) -> DataFrame:
-    """The samples of all the files and the run's tallies (:data:`l2m.batch.finals.FINAL_SCHEMA`):
+    """The samples of all the files and the run's tallies (:data:`l2m.batch.finals.FINAL_ARROW`
+    rows, packed: :mod:`l2m.batch.packs`):
     the read tasks' partials shuffled so that each window — an admission domain; counters,
     window null, are one — is whole in one task, merged there
     (:func:`l2m.engine.partials.merge`: an exact sum is known only where every task's was)
@@ -317,22 +333,24 @@ def final_samples(spark: SparkSession, files: Sequence[Path], routing: Routing) 
     option = routing_option(routing)
     ours = [f for f in files if f.suffix not in SPARK_CODECS]
     theirs = [f for f in files if f.suffix in SPARK_CODECS]
+    # As many last-stage tasks as twice the cores: a few big windows (10,000 series each)
+    # would otherwise run one after another.
+    tasks = 2 * spark.sparkContext.defaultParallelism
     parts: list[DataFrame] = []
     if ours:
         splits = plan_splits(ours, spark.sparkContext.defaultParallelism)
         rows = [dataclasses.astuple(s) for s in splits]
         descriptors = spark.createDataFrame(
             spark.sparkContext.parallelize(rows, len(rows)), SPLIT_SCHEMA)
-        parts.append(descriptors.mapInArrow(split_partials(option), PARTIAL_SCHEMA))
+        parts.append(descriptors.mapInArrow(split_partials(option, tasks), PACKED_SCHEMA))
     if theirs:
-        parts.append(read_lines(spark, theirs).mapInArrow(task_partials(option),
-                                                          PARTIAL_SCHEMA))
+        parts.append(read_lines(spark, theirs).mapInArrow(task_partials(option, tasks),
+                                                          PACKED_SCHEMA))
     partials = functools.reduce(DataFrame.unionByName, parts)
     # A number of partitions, or adaptive execution coalesces a small shuffle into fewer
-    # tasks than cores: a few big windows (10,000 series each) then run one after another.
-    tasks = 2 * spark.sparkContext.defaultParallelism
-    return partials.repartition(tasks, "window").mapInArrow(
-        final_rows(option), FINAL_SCHEMA)
+    # tasks than cores. Each read task's rows for a last-stage task are one pack, keyed for
+    # that task's partition (l2m.batch.packs.partition_keys).
+    return partials.repartition(tasks, "key").mapInArrow(final_rows(option), PACKED_SCHEMA)
 
 
 def write_lines(out: BinaryIO, lines: list[bytes]) -> None:
@@ -401,7 +419,8 @@ def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[st
         with JobProgress(spark.sparkContext, "backfill", enabled=progress), \
                 partial.open("wb") as out:
             if files:
-                samples, tallies = ordered_lines(final_samples(spark, files, routing).toArrow())
+                samples, tallies = ordered_lines(unpack(
+                    final_samples(spark, files, routing).toArrow().to_batches(), FINAL_ARROW))
                 for batch in samples.to_batches(max_chunksize=BATCH_ROWS):
                     write_lines(out, batch.column("line").to_pylist())
                 tally(summary, samples, tallies)

@@ -4,9 +4,10 @@ lines, each with the key that puts it in the output's order, and the run's talli
 Input: every read task's partials (:data:`~l2m.engine.partials.PARTIAL_SCHEMA`) of some
 windows, all of each window (a window is one admission domain; counters, window null, are
 one), and the routing option (:func:`l2m.engine.pipeline.routing_option`). Output:
-:data:`FINAL_SCHEMA` rows — a sample's JSON line with its rule's rank and its sort key, or
+:data:`FINAL_ARROW` rows — a sample's JSON line with its rule's rank and its sort key, or
 (``line`` null) a tally: the input statuses, cut label values, refused logs and matches per
-rule. :func:`ordered_lines` puts the samples in the output's order on the driver.
+rule. Both ways packed (:mod:`l2m.batch.packs`).
+:func:`ordered_lines` puts the samples in the output's order on the driver.
 
 Semantics are streaming's (:mod:`l2m.engine.admission`) as if every log came in one
 micro-batch: per domain, rules in id order, a rule's new series in key order. The output's
@@ -27,10 +28,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from l2m.batch.packs import pack, unpack
 from l2m.collector import collector_paused
 from l2m.engine.admission import OVERFLOW_SERIES, RuleCaps, admitted_table
 from l2m.engine.labels import CUT_RULE
-from l2m.engine.partials import Partial, merge, nonfinite_text, partial_rows
+from l2m.engine.partials import PARTIAL_ARROW, Partial, merge, nonfinite_text, partial_rows
 from l2m.engine.pipeline import routing_from_option
 from l2m.engine.samples import (
     SampleLines,
@@ -41,8 +43,6 @@ from l2m.engine.samples import (
 from l2m.engine.status import STATUS_RULE, status_label
 from l2m.rules.model import Aggregation, Rule
 
-FINAL_SCHEMA = "rank int, sort binary, line binary, rule string, finite boolean, " \
-               "tally string, count bigint"
 FINAL_ARROW = pa.schema([("rank", pa.int32()), ("sort", pa.binary()), ("line", pa.binary()),
                          ("rule", pa.string()), ("finite", pa.bool_()),
                          ("tally", pa.string()), ("count", pa.int64())])
@@ -351,30 +351,30 @@ def final_rows(option: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         routing = routing_from_option(option)
-        tables = [pa.Table.from_batches([b]) for b in batches]
-        if not tables:
+        partials = unpack(batches, PARTIAL_ARROW)
+        if not partials.num_rows:
             return
-        merged = merge(tables, unique=False)
+        merged = merge([partials], unique=False)
         tallies = Tallies()
         # Hundreds of thousands of series' labels and sample lines, none in a cycle:
         # collecting while they are built took half the stage (benchmarks/README.md).
         with collector_paused():
             samples = domain_samples(merged, routing.rules, routing.caps, tallies)
         counted = sorted(tallies.counts.items())
-        yield from samples.to_batches(max_chunksize=10_000)
+        yield pack(samples)
         if counted:
             empty = pa.nulls(len(counted))
-            yield pa.RecordBatch.from_arrays([
+            yield pack(pa.Table.from_batches([pa.RecordBatch.from_arrays([
                 empty.cast(pa.int32()), empty.cast(pa.binary()), empty.cast(pa.binary()),
                 pa.array([name for (_, name), _ in counted], pa.string()),
                 empty.cast(pa.bool_()), pa.array([t for (t, _), _ in counted], pa.string()),
-                pa.array([c for _, c in counted], pa.int64())], schema=FINAL_ARROW)
+                pa.array([c for _, c in counted], pa.int64())], schema=FINAL_ARROW)]))
 
     return run
 
 
 def ordered_lines(table: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """The tasks' rows (:data:`FINAL_SCHEMA`) → the samples in the output's order (``line``,
+    """The tasks' rows (:data:`FINAL_ARROW`) → the samples in the output's order (``line``,
     ``rule``, ``finite``) and the tally rows (``tally``, ``rule``, ``count``)."""
     is_sample = pc.is_valid(table.column("line"))
     samples = table.filter(is_sample)

@@ -316,3 +316,19 @@ def test_cli_backfill_and_validate_take_the_job_s_caps(tmp_path):
     assert res.returncode == 1
     assert "max_series 200000 is above account 'acme''s cap of 100000 series" in res.stderr
     assert "[MAX_SERIES_ABOVE_ACCOUNT]" in res.stderr
+
+
+def test_the_packs_partition_keys_are_where_spark_s_hash_partitioning_sends_them(spark):
+    # l2m.batch.packs computes Spark's Murmur3 of an int itself: checked against Spark's
+    # hash() and against where repartition(n, key) really puts each key.
+    from pyspark.sql import functions as F
+
+    from l2m.batch.packs import _hash_int, partition_keys
+
+    hashed = spark.range(-2000, 2000).selectExpr("cast(id as int) k", "hash(cast(id as int)) h")
+    assert all(_hash_int(r.k) == r.h for r in hashed.collect())
+    for n in (2, 3, 4, 8):
+        keys = partition_keys(n)
+        placed = spark.createDataFrame([(k,) for k in keys], "key int").repartition(n, "key") \
+            .select("key", F.spark_partition_id().alias("p")).collect()
+        assert sorted((r.p, r.key) for r in placed) == list(enumerate(keys))

@@ -1,0 +1,45 @@
+"""Arrow tables through Spark as packed binary values (l2m.batch.packs): the rows come back
+as they went, in order, however many packs they take."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from l2m.batch import packs
+from l2m.batch.packs import PACKED_ARROW, pack, partition_keys, unpack
+
+SCHEMA = pa.schema([("n", pa.int64()), ("line", pa.binary()), ("label", pa.string())])
+
+
+def _table(rows: int) -> pa.Table:
+    return pa.table({"n": list(range(rows)),
+                     "line": [f'{{"v":{i}}}'.encode() if i % 7 else None for i in range(rows)],
+                     "label": [f"é{i}" for i in range(rows)]}, schema=SCHEMA)
+
+
+@pytest.mark.parametrize("rows", [1, 9, 10, 11, 35])
+def test_rows_come_back_as_they_went_in_one_pack_or_several(monkeypatch, rows):
+    monkeypatch.setattr(packs, "PACK_ROWS", 10)
+    table = _table(rows)
+    batch = pack(table, key=17)
+    assert batch.schema == PACKED_ARROW
+    assert batch.num_rows == -(-rows // 10)
+    assert batch.column("key").to_pylist() == [17] * batch.num_rows
+    assert unpack([batch], SCHEMA).equals(table)
+
+
+def test_an_empty_table_makes_no_pack_and_nothing_unpacks_to_an_empty_table():
+    assert pack(SCHEMA.empty_table()).num_rows == 0
+    assert unpack([], SCHEMA).equals(SCHEMA.empty_table())
+
+
+def test_each_partition_gets_one_key_spark_sends_there():
+    # Murmur3 (seed 42) of an int, pmod n: values checked against Spark's hash() in
+    # tests/spark/test_backfill.py; here, that the keys are distinct and the least.
+    for n in (1, 2, 3, 4, 8, 16, 64):
+        keys = partition_keys(n)
+        assert len(set(keys)) == n
+        assert [packs._hash_int(k) % n for k in keys] == list(range(n))
+        assert all(packs._hash_int(v) % n != i for i, k in enumerate(keys) for v in range(k))
+    assert packs._hash_int(0) == 933211791  # Spark: SELECT hash(0)
