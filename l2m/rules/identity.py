@@ -14,24 +14,37 @@ account collide when
 
 Input: the loaded rules (disabled rules don't count). Output: one :class:`~l2m.errors.Problem`
 per colliding pair, located at the later rule (in load order) and naming the earlier one's
-position."""
+position — at most :data:`MAX_PER_RULE` per later rule, its earliest.
+
+Cost: many rules may share a name, kept apart by a static label's values (docs/rules.md); a
+check of every pair was quadratic (10,000 such rules: 50 million pairs, minutes). Here a rule
+looks up the earlier rules it could coincide with: the earlier rules of a name are indexed by
+the label names they write (static, group-by) and, per set of static names two rules share,
+by those static values, so a family of one label layout costs a lookup per rule."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Iterator, Sequence
+from itertools import islice
 
 from l2m.errors import Problem, render
 from l2m.rules.model import Aggregation, Rule
 from l2m.values import label_name
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+# Problems reported per later rule: its first collisions in load order. A rule colliding with
+# thousands of others is one mistake, and its first few name it.
+MAX_PER_RULE = 10
+
+Member = tuple[Rule, "str | None"]  # a rule and the histogram suffix it writes the name with
 
 
 def collisions(rules: Sequence[Rule]) -> list[Problem]:
     """Every pair of enabled rules that could write the same series (module docstring)."""
     order = {id(rule): i for i, rule in enumerate(rules)}
     # (target account, a metric name a rule writes) → (rule, histogram suffix or None)
-    families: dict[tuple[str | None, str], list[tuple[Rule, str | None]]] = {}
+    families: dict[tuple[str | None, str], list[Member]] = {}
     for rule in rules:
         if not rule.enabled:
             continue
@@ -42,17 +55,106 @@ def collisions(rules: Sequence[Rule]) -> list[Problem]:
                     (rule, suffix))
     problems: list[Problem] = []
     for members in families.values():
-        for i, (later, later_suffix) in enumerate(members):
-            for earlier, earlier_suffix in members[:i]:
-                if earlier.id == later.id:
-                    continue  # one rule loaded twice: DUPLICATE_ID says so
-                if order[id(earlier)] > order[id(later)]:
-                    earlier, later = later, earlier
-                    earlier_suffix, later_suffix = later_suffix, earlier_suffix
-                problem = _pair(earlier, earlier_suffix, later, later_suffix)
-                if problem is not None:
-                    problems.append(problem)
+        if len(members) > 1:
+            problems.extend(_family(sorted(members, key=lambda m: order[id(m[0])]), order))
     return sorted(problems, key=lambda p: (p.file, p.line))
+
+
+def _family(members: list[Member], order: dict[int, int]) -> Iterator[Problem]:
+    """The problems of one family (its members in load order): each member against the
+    earlier ones it collides with, found without visiting the others."""
+    suffixed: list[Member] = []  # earlier histograms writing this name with a suffix
+    plain: list[Member] = []  # earlier rules writing this name as it is
+    by_type: dict[tuple[str, bool], _Layouts] = {}  # earlier plain rules by metric type
+    for rule, suffix in members:
+        if suffix is not None:
+            # Only a plain rule of the name collides with a histogram's suffixed series.
+            found: list[Iterator[Member]] = [iter(plain)]
+        else:
+            kind = _kind(rule)
+            found = [iter(suffixed)]
+            found += [iter(layouts.members) for other, layouts in by_type.items()
+                      if other != kind]  # METRIC_TYPE_CONFLICT
+            if kind in by_type:
+                found += by_type[kind].coinciding(rule)  # SERIES_COLLISION
+        earlier = heapq.merge(*found, key=lambda m: order[id(m[0])])
+        # One rule loaded twice (DUPLICATE_ID says so) is not a collision with itself.
+        others = (m for m in earlier if m[0].id != rule.id)
+        for other, other_suffix in islice(others, MAX_PER_RULE):
+            problem = _pair(other, other_suffix, rule, suffix)
+            if problem is not None:
+                yield problem
+        if suffix is not None:
+            suffixed.append((rule, suffix))
+        else:
+            plain.append((rule, None))
+            by_type.setdefault(_kind(rule), _Layouts()).add(rule)
+
+
+def _kind(rule: Rule) -> tuple[str, bool]:
+    return rule.kind, rule.aggregation == Aggregation.HISTOGRAM
+
+
+class _Layouts:
+    """The earlier plain rules of one family and metric type, by the label names they can
+    write (static names, group-by names): two rules coincide when each one's static names are
+    among the other's names and their static values agree on the static names they share
+    (:func:`can_coincide`). Rules of one layout are indexed by those shared values."""
+
+    def __init__(self) -> None:
+        self.members: list[Member] = []
+        self.layouts: dict[tuple[frozenset[str], frozenset[str]], _Layout] = {}
+
+    def add(self, rule: Rule) -> None:
+        self.members.append((rule, None))
+        static, groups = _names(rule)
+        layout = self.layouts.get((static, groups))
+        if layout is None:
+            layout = self.layouts[static, groups] = _Layout(static, groups)
+        layout.add(rule)
+
+    def coinciding(self, rule: Rule) -> list[Iterator[Member]]:
+        """The earlier rules ``rule`` can coincide with, in load order per layout."""
+        static, groups = _names(rule)
+        values = dict(rule.labels)
+        found: list[Iterator[Member]] = []
+        for layout in self.layouts.values():
+            if static <= layout.static | layout.groups and layout.static <= static | groups:
+                shared = tuple(sorted(static & layout.static))
+                rules = layout.index(shared).get(tuple(values[n] for n in shared), [])
+                found.append((r, None) for r in rules)
+        return found
+
+
+class _Layout:
+    """Rules with one set of static label names and one of group-by label names; ``index``:
+    the rules by their values of some of those static names, built when first asked for."""
+
+    def __init__(self, static: frozenset[str], groups: frozenset[str]) -> None:
+        self.static = static
+        self.groups = groups
+        self.rules: list[Rule] = []
+        self.indexes: dict[tuple[str, ...], dict[tuple[str, ...], list[Rule]]] = {}
+
+    def add(self, rule: Rule) -> None:
+        self.rules.append(rule)
+        values = dict(rule.labels)
+        for names, index in self.indexes.items():
+            index.setdefault(tuple(values[n] for n in names), []).append(rule)
+
+    def index(self, names: tuple[str, ...]) -> dict[tuple[str, ...], list[Rule]]:
+        found = self.indexes.get(names)
+        if found is None:
+            found = self.indexes[names] = {}
+            for rule in self.rules:
+                values = dict(rule.labels)
+                found.setdefault(tuple(values[n] for n in names), []).append(rule)
+        return found
+
+
+def _names(rule: Rule) -> tuple[frozenset[str], frozenset[str]]:
+    return (frozenset(name for name, _ in rule.labels),
+            frozenset(label_name(f) for f in rule.group_by))
 
 
 def _pair(earlier: Rule, earlier_suffix: str | None, later: Rule, later_suffix: str | None

@@ -114,3 +114,78 @@ def test_can_coincide_is_symmetric():
     c = Rule(id="c", name="m", kind="counter", query="*", aggregation="count",
              group_by=("level",))
     assert can_coincide(a, c) is can_coincide(c, a) is False  # c never writes `team`
+
+
+def _brute_force(rules_: list[Rule]) -> list[tuple[str, str, str]]:
+    """Every colliding pair by checking every pair (the definition), as (code, later, earlier)."""
+    from l2m.rules.identity import HISTOGRAM_SUFFIXES, _pair
+
+    out = []
+    entries = []
+    for rule in rules_:
+        entries.append((rule, rule.name, None))
+        if rule.aggregation == "histogram":
+            entries += [(rule, rule.name + s, s) for s in HISTOGRAM_SUFFIXES]
+    for i, (later, name, later_suffix) in enumerate(entries):
+        for earlier, other, earlier_suffix in entries[:i]:
+            if other != name or earlier.id == later.id:
+                continue
+            problem = _pair(earlier, earlier_suffix, later, later_suffix)
+            if problem is not None:
+                out.append((problem.code, later.id, earlier.id))
+    return sorted(out)
+
+
+def test_the_indexed_search_finds_exactly_the_pairs_every_pair_check_finds():
+    # Random families over a few names, label names and values, kinds and histograms: the
+    # lookup by label layout and static values agrees with checking every pair.
+    import random
+
+    from l2m.rules.identity import collisions
+
+    seed = 2026_11_28
+    print("seed", seed)
+    rng = random.Random(seed)
+    for _ in range(200):
+        made = []
+        for i in range(rng.randrange(2, 14)):
+            hist = rng.random() < 0.15
+            static = {n: rng.choice("ab") for n in rng.sample(["team", "env", "tier"],
+                                                                rng.randrange(0, 3))}
+            groups = tuple(rng.sample(["team", "env", "service", "level"], rng.randrange(0, 3)))
+            made.append(Rule(
+                id=f"r{i}", name=rng.choice(["m", "m_bucket", "m_count", "n"]),
+                kind="gauge" if (not hist and rng.random() < 0.3) else "counter",
+                query="*", aggregation="histogram" if hist else "count",
+                field="v" if hist else None, buckets=(1.0, 2.0) if hist else (),
+                group_by=groups, labels=tuple(sorted(static.items()))))
+        got = sorted((p.code, p.rule_id, p.message.split("rule '")[1].split("'")[0])
+                     for p in collisions(made))
+        assert got == _brute_force(made)
+
+
+def test_ten_thousand_rules_of_one_name_apart_by_a_static_label_compare_no_pair(monkeypatch):
+    # Every pair was checked before (50 million pairs, minutes); indexed by the static
+    # label's values, no rule meets another.
+    from l2m.rules import identity
+
+    pairs = []
+    monkeypatch.setattr(identity, "_pair", lambda *args: pairs.append(args))
+    many = [Rule(id=f"r{i}", name="requests_total", kind="counter", query="*",
+                 aggregation="count", group_by=("service",), labels=(("route", f"/{i}"),))
+            for i in range(10_000)]
+    assert identity.collisions(many) == []
+    assert pairs == []
+
+
+def test_a_rule_colliding_with_many_reports_its_first_few():
+    from l2m.rules.identity import MAX_PER_RULE, collisions
+
+    same = [Rule(id=f"r{i}", name="m_total", kind="counter", query="*", aggregation="count")
+            for i in range(50)]
+    found = collisions(same)
+    last = [p for p in found if p.rule_id == "r49"]
+    assert len(last) == MAX_PER_RULE
+    assert [p.message.split("rule '")[1].split("'")[0] for p in last] == \
+        [f"r{i}" for i in range(MAX_PER_RULE)]
+    assert len(found) == sum(min(i, MAX_PER_RULE) for i in range(50))
