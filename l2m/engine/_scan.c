@@ -752,7 +752,26 @@ static int read_tree(PyObject *levels_obj, int nslots, Level **levels, Entry **e
     return 0;
 }
 
-/* scan(lines, levels, slots, time_slot) -> int | (columns, times, timed)
+/* A line the scanner is not sure of, with ``skip``: its row stays missing in every slot,
+ * without an event time, and is listed in ``refused`` for the exact decoder. Returns -1
+ * when there is no list (no ``skip``: the scan stops there) or it cannot grow. */
+static int refuse(PyObject *refused, Py_ssize_t row, PyObject *times, PyObject *timed) {
+    if (refused == NULL)
+        return -1;
+    PyObject *r = PyLong_FromSsize_t(row);
+    if (r == NULL || PyList_Append(refused, r)) {
+        Py_XDECREF(r);
+        return -1;
+    }
+    Py_DECREF(r);
+    if (times != NULL) {
+        ((int64_t *)PyBytes_AS_STRING(times))[row] = 0;
+        ((uint8_t *)PyBytes_AS_STRING(timed))[row] = 0;
+    }
+    return 0;
+}
+
+/* scan(lines, levels, slots, time_slot, skip=False) -> int | (columns, times, timed[, refused])
  *
  * columns: per slot, n rows: kinds (uint8, K_*), offsets (int32, n + 1) and text (UTF-8) of
  * the string values, valid (a bitmap, LSB first: the rows holding a string), ints (int64: the
@@ -762,13 +781,15 @@ static int read_tree(PyObject *levels_obj, int nslots, Level **levels, Entry **e
  * and timed (uint8, 1 where read): the event time of time_slot's value where iso_time reads
  * it or it is an integer of years 0001-9999 (epoch milliseconds); both None when time_slot is
  * -1. An int instead when a line is one to decode the exact way: the first such row (the
- * lines before it can be scanned alone). */
+ * lines before it can be scanned alone). With skip, such a line is left missing instead and
+ * its row listed in refused (the fourth item), and the scan goes on; an int then only when
+ * the list cannot grow or a slot's text passes 2 GiB. */
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *lines, *levels_obj;
-    int nslots, time_slot;
-    if (!PyArg_ParseTuple(args, "O!O!ii", &PyList_Type, &lines, &PyList_Type, &levels_obj,
-                          &nslots, &time_slot))
+    int nslots, time_slot, skip = 0;
+    if (!PyArg_ParseTuple(args, "O!O!ii|p", &PyList_Type, &lines, &PyList_Type, &levels_obj,
+                          &nslots, &time_slot, &skip))
         return NULL;
     if (nslots < 0 || time_slot < -1 || time_slot >= nslots) {
         PyErr_SetString(PyExc_ValueError, "slots must be >= 0, time_slot one of them or -1");
@@ -783,7 +804,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Value *values = NULL;
     Out *outs = NULL;
     int *met = NULL, *given = NULL;
-    PyObject *result = NULL, *columns = NULL, *times = NULL, *timed = NULL;
+    PyObject *result = NULL, *columns = NULL, *times = NULL, *timed = NULL, *refused = NULL;
     int sure = 1;
     int64_t lowest = days_from_civil(1, 1, 1) * 86400000;
     int64_t highest = days_from_civil(9999, 12, 31) * 86400000 + 86399999;
@@ -820,6 +841,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         ((int32_t *)PyBytes_AS_STRING(o->offsets))[0] = 0;
     }
 
+    if (skip && (refused = PyList_New(0)) == NULL)
+        goto done;
     if (time_slot >= 0) {
         times = PyBytes_FromStringAndSize(NULL, n * 8);
         timed = PyBytes_FromStringAndSize(NULL, n);
@@ -849,9 +872,12 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             __builtin_prefetch(ahead + 64);
             __builtin_prefetch(ahead + 128);
         }
-        if (!PyBytes_CheckExact(line)) {
-            sure = 0, bad = row; /* a str or a tombstone: the exact path */
-            break;
+        if (!PyBytes_CheckExact(line)) { /* a str or a tombstone: the exact path */
+            if (refuse(refused, row, times, timed)) {
+                sure = 0, bad = row;
+                break;
+            }
+            continue;
         }
         s.p = (const unsigned char *)PyBytes_AS_STRING(line);
         s.end = s.p + PyBytes_GET_SIZE(line);
@@ -862,14 +888,17 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             values[given[i]].kind = K_MISSING;
         s.nmet = s.ngiven = 0;
         skip_ws(&s);
-        if (s.p >= s.end || *s.p != '{' || scan_object(&s, root)) {
-            sure = 0, bad = row;
-            break;
+        int accepted = s.p < s.end && *s.p == '{' && !scan_object(&s, root);
+        if (accepted) {
+            skip_ws(&s);
+            accepted = s.p == s.end;
         }
-        skip_ws(&s);
-        if (s.p != s.end) {
-            sure = 0, bad = row;
-            break;
+        if (!accepted) {
+            if (refuse(refused, row, times, timed)) {
+                sure = 0, bad = row;
+                break;
+            }
+            continue;
         }
         for (int i = 0; i < s.ngiven; i++) {
             int k = given[i];
@@ -928,7 +957,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     PyMem_Free(filled);
     PyMem_Free(count);
     if (!sure) {
-        result = PyLong_FromSsize_t(bad);
+        if (!PyErr_Occurred()) /* else the refused list could not grow */
+            result = PyLong_FromSsize_t(bad);
         goto done;
     }
     columns = PyList_New(nslots);
@@ -947,9 +977,15 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             goto done;
         PyList_SET_ITEM(columns, k, item);
     }
-    result = Py_BuildValue("(OOO)", columns, times ? times : Py_None, timed ? timed : Py_None);
+    if (refused != NULL)
+        result = Py_BuildValue("(OOOO)", columns, times ? times : Py_None,
+                               timed ? timed : Py_None, refused);
+    else
+        result = Py_BuildValue("(OOO)", columns, times ? times : Py_None,
+                               timed ? timed : Py_None);
 
 done:
+    Py_XDECREF(refused);
     Py_XDECREF(columns);
     Py_XDECREF(times);
     Py_XDECREF(timed);
@@ -971,9 +1007,10 @@ done:
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(lines, levels, slots, time_slot) -> (columns, times, timed) or int: the "
-     "referenced fields of JSON log lines and the event times, or the first row that needs "
-     "the exact decoder."},
+     "scan(lines, levels, slots, time_slot, skip=False) -> (columns, times, timed) or int: "
+     "the referenced fields of JSON log lines and the event times, or the first row that "
+     "needs the exact decoder; with skip, such rows are left missing and listed as a fourth "
+     "item."},
     {NULL, NULL, 0, NULL},
 };
 

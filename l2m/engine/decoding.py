@@ -276,11 +276,26 @@ class FieldDecoder:
                              len(self.paths), self.time_slot)
         if isinstance(scanned, int):
             return scanned
-        parts, times, timed = scanned
-        n = len(lines)
+        return self._decoded(len(lines), *scanned)
+
+    def scan_around(self, lines: Sequence[str | bytes | None]
+                    ) -> tuple[Decoded, list[int]] | int:
+        """The lines' values as the scanner reads them, the lines it is not sure of left
+        missing, and those lines' rows (for the exact decoder); an int (a row) only where
+        :meth:`scan` would stop for good (a slot's text past 2 GiB)."""
+        scanned = _scan.scan(lines if isinstance(lines, list) else list(lines), self.tree,
+                             len(self.paths), self.time_slot, True)
+        if isinstance(scanned, int):
+            return scanned
+        parts, times, timed, refused = scanned
+        return self._decoded(len(lines), parts, times, timed), refused
+
+    def _decoded(self, n: int, parts: list[tuple[Any, ...]], times: bytes | None,
+                 timed: bytes | None) -> Decoded:
         columns = {path: Column.scanned(n, part)
                    for path, part in zip(self.paths, parts, strict=True)}
         if self.time_path is not None:
+            assert times is not None and timed is not None  # a time slot: the scanner's times
             column = columns[self.time_path]
             column.times = np.frombuffer(times, np.int64)
             column.timed = np.frombuffer(timed, np.bool_)

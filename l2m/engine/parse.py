@@ -68,9 +68,8 @@ OK, MALFORMED, NO_TIMESTAMP, BLANK, KAFKA_TIME, FUTURE = (int(s) for s in Status
 # values (~2 MB of Python objects) stay in a core's cache between the steps, where ten
 # thousand lines' did not: parse 10.2 -> 8.4 µs/log (2 cores, EPYC, 2 MB L2 per core).
 SLICE_LINES = 2_500
-# Lines the scanner refuses in a slice that are decoded one by one (each a small batch of its
-# own); past them the rest of the slice is decoded the exact way at once (a slice of malformed
-# lines costs what it cost before the scanner).
+# Logs the scanner leaves to the exact decoder in a slice that are typed one by one (each a
+# small batch of its own); past them the rest of the slice is decoded the exact way at once.
 EXACT_PIECES = 8
 
 class Form(StrEnum):
@@ -200,12 +199,25 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
                  fallback_ts: Sequence[int | None] | None,
                  now_ms: int | None) -> pa.RecordBatch:
     """One slice: scanned, but for the lines the scanner is not sure of (malformed, blank,
-    odd), each decoded the exact way on its own — a poison log costs its neighbours nothing
-    — and, past :data:`EXACT_PIECES` of them, the rest of the slice with them."""
+    odd), each decoded the exact way on its own — a poison log costs its neighbours nothing.
+    Lines that are not logs stay missing in the scanned columns, one pass; when one of them
+    is a log after all (a number past what the scanner reads exactly, a key written twice),
+    the slice is typed in pieces: the scanned lines between them, each such line decoded the
+    exact way alone and, past :data:`EXACT_PIECES` of them, the rest of the slice at once."""
     ts_path = plan.timestamp_field
     decoder = field_decoder((*(use.path for use in plan.fields), ts_path), ts_path)
     if not lines:
         return _typed(decoder.read(lines), plan, fallback_ts, now_ms)
+    around = decoder.scan_around(lines)
+    if not isinstance(around, int):
+        decoded, refused = around
+        exact = decoder.read_exactly([lines[r] for r in refused]) if refused else None
+        # Lines that are not logs (malformed, blank) are missing in every field either way;
+        # a log the scanner leaves to the exact path is typed in pieces below.
+        if exact is None or len(exact.failed) == len(refused):
+            if exact is not None:
+                decoded.failed.update((refused[i], why) for i, why in exact.failed.items())
+            return _typed(decoded, plan, fallback_ts, now_ms)
     pieces: list[pa.RecordBatch] = []
     start, n = 0, len(lines)
 

@@ -14,7 +14,7 @@ import pytest
 
 from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.engine import _scan  # type: ignore[attr-defined]
-from l2m.engine.decoding import COMPOSITE, field_decoder
+from l2m.engine.decoding import COMPOSITE, decode, field_decoder
 from l2m.values import lookup
 from tests.unit.test_decoding import HOSTILE
 
@@ -216,8 +216,23 @@ def test_the_scanner_names_the_first_line_it_is_not_sure_of():
     assert _scan.scan([None], DECODER.tree, len(PATHS), -1) == 0
 
 
+def test_skipping_leaves_the_lines_it_is_not_sure_of_missing_and_lists_them():
+    good = b'{"n": 1, "@timestamp": 1795000000000}'
+    decoder = field_decoder(("n", "@timestamp"), "@timestamp")
+    lines = [good, b"{", good, None, b'{"n": 1, "n": 2}', good]
+    (n, _ts), times, timed, refused = _scan.scan(lines, decoder.tree, 2, 1, True)
+    assert refused == [1, 3, 4]
+    assert list(n[0]) == [_scan.INT, _scan.MISSING, _scan.INT, _scan.MISSING, _scan.MISSING,
+                          _scan.INT]
+    assert np.frombuffer(timed, np.bool_).tolist() == [True, False, True, False, False, True]
+    assert np.frombuffer(times, np.int64).tolist() == [1795000000000, 0, 1795000000000, 0, 0,
+                                                       1795000000000]
+    assert _scan.scan([good], decoder.tree, 2, 1, True)[3] == []
+
+
 def test_a_slice_with_lines_the_scanner_refuses_parses_as_the_exact_path(monkeypatch):
-    """Each refused line is decoded on its own and its neighbours still scanned; past
+    """Lines that are not logs stay missing in the scanned slice; logs the scanner leaves to
+    the exact path are decoded each on its own, their neighbours still scanned, and past
     EXACT_PIECES of them the rest of the slice goes the exact way. Either way the batch — and
     the record times that go with its rows — is the exact path's."""
     from l2m.engine import decoding, parse
@@ -230,15 +245,19 @@ def test_a_slice_with_lines_the_scanner_refuses_parses_as_the_exact_path(monkeyp
     clean = [orjson.dumps({"n": i, "s": f"v{i % 7}", "a": {"b": i / 4},
                            "@timestamp": 1_795_000_000_000 + i}) for i in range(60)]
     bad = [line for line in HOSTILE if _scan_one(line) is None]
+    not_logs = [line for line in bad if decode(line)[0] is None]
+    assert 0 < len(not_logs) < len(bad)
     now = 1_795_000_000_000
-    for refused in (1, 2, 7, 8, 9, 25):
+    for refused, among in [(n, bad) for n in (1, 2, 7, 8, 9, 25)] + \
+            [(n, not_logs) for n in (1, 3, 30)]:
         lines: list[Any] = list(clean)
-        for line in rng.sample(bad, min(refused, len(bad))):
+        for line in rng.sample(among, min(refused, len(among))):
             lines.insert(rng.randrange(len(lines) + 1), line)
         record_ts = [now + 13 * row for row in range(len(lines))]
         scanned = parse_lines(lines, plan, fallback_ts=record_ts, now_ms=now).to_pydict()
         with monkeypatch.context() as m:
             m.setattr(decoding.FieldDecoder, "scan", lambda self, lines: 0)
+            m.setattr(decoding.FieldDecoder, "scan_around", lambda self, lines: 0)
             m.setattr(parse, "EXACT_PIECES", 0)
             exact = parse_lines(lines, plan, fallback_ts=record_ts, now_ms=now).to_pydict()
         assert scanned == exact, refused
