@@ -179,6 +179,9 @@ def test_run_with_port_zero_prints_the_port_it_serves(tmp_path, monkeypatch, cap
         def start(self) -> None:
             pass
 
+        def closed(self) -> None:
+            pass
+
         def wait(self, duration=None) -> int:
             first = capsys.readouterr().err
             port = int(re.search(r"metrics on :(\d+)/metrics", first).group(1))
