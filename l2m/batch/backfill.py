@@ -274,7 +274,7 @@ def packed_domains(table: pa.Table, tasks: int) -> Iterator[pa.RecordBatch]:
     destination = (windows // MINUTE_MS) % tasks
     for task in np.unique(destination).tolist():
         rows = table.filter(pa.array(destination == task)) if tasks > 1 else table
-        yield pack(rows, keys[task])
+        yield from pack(rows, keys[task])
 
 
 def per_rule_caps(routing: Routing) -> dict[str, int]:

@@ -361,10 +361,10 @@ def final_rows(option: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
         with collector_paused():
             samples = domain_samples(merged, routing.rules, routing.caps, tallies)
         counted = sorted(tallies.counts.items())
-        yield pack(samples)
+        yield from pack(samples)
         if counted:
             empty = pa.nulls(len(counted))
-            yield pack(pa.Table.from_batches([pa.RecordBatch.from_arrays([
+            yield from pack(pa.Table.from_batches([pa.RecordBatch.from_arrays([
                 empty.cast(pa.int32()), empty.cast(pa.binary()), empty.cast(pa.binary()),
                 pa.array([name for (_, name), _ in counted], pa.string()),
                 empty.cast(pa.bool_()), pa.array([t for (t, _), _ in counted], pa.string()),

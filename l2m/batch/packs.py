@@ -17,7 +17,7 @@ partition key, ``pack`` the rows), and the tables back from them."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -25,26 +25,41 @@ import pyarrow as pa
 PACKED_SCHEMA = "key int, pack binary"
 PACKED_ARROW = pa.schema([("key", pa.int32()), ("pack", pa.binary())])
 PACK_ROWS = 50_000  # rows per pack at most: a pack is one value, and a value is < 2 GiB
+BATCH_BYTES = 1 << 30  # packs per batch: their bytes together (32-bit offsets) at most this
 _OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 _SEED = 42  # Spark's HashPartitioning: Murmur3Hash(children, 42)
 _MASK = 0xFFFFFFFF
 
 
-def pack(table: pa.Table, key: int = 0) -> pa.RecordBatch:
+def pack(table: pa.Table, key: int = 0) -> Iterator[pa.RecordBatch]:
     """``table``'s rows as :data:`PACKED_SCHEMA` rows for the destination ``key``, one per
-    :data:`PACK_ROWS` rows (none for an empty table)."""
-    buffers = []
+    :data:`PACK_ROWS` rows (none for an empty table), in batches of less than 2 GiB (a
+    binary column's offsets are 32-bit)."""
+    buffers: list[pa.Buffer] = []
+    size = 0
     for start in range(0, table.num_rows, PACK_ROWS):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema, options=_OPTIONS) as writer:
             writer.write_table(table.slice(start, PACK_ROWS))
-        buffers.append(sink.getvalue())
-    offsets = np.zeros(len(buffers) + 1, np.int32)
+        value = sink.getvalue()
+        if buffers and size + value.size > BATCH_BYTES:
+            yield _batch(buffers, key)
+            buffers, size = [], 0
+        buffers.append(value)
+        size += value.size
+    if buffers:
+        yield _batch(buffers, key)
+
+
+def _batch(buffers: list[pa.Buffer], key: int) -> pa.RecordBatch:
+    offsets = np.zeros(len(buffers) + 1, np.int64)
     offsets[1:] = np.cumsum([b.size for b in buffers])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise ValueError(f"a pack of {offsets[-1]:,} bytes: over a binary value's 2 GiB")
     data = pa.py_buffer(b"".join(memoryview(b) for b in buffers)) if len(buffers) > 1 else \
-        buffers[0] if buffers else pa.py_buffer(b"")
+        buffers[0]
     packs = pa.Array.from_buffers(pa.binary(), len(buffers),
-                                  [None, pa.py_buffer(offsets.tobytes()), data])
+                                  [None, pa.py_buffer(offsets.astype(np.int32).tobytes()), data])
     return pa.RecordBatch.from_arrays(
         [pa.array(np.full(len(buffers), key, np.int32)), packs], schema=PACKED_ARROW)
 

@@ -54,15 +54,20 @@ def collisions(rules: Sequence[Rule]) -> list[Problem]:
                 families.setdefault((rule.target_account, rule.name + suffix), []).append(
                     (rule, suffix))
     problems: list[Problem] = []
+    reported: dict[int, int] = {}  # problems so far per later rule (a histogram is in four
+    # families: its name and its three suffixed names)
     for members in families.values():
         if len(members) > 1:
-            problems.extend(_family(sorted(members, key=lambda m: order[id(m[0])]), order))
+            problems.extend(_family(sorted(members, key=lambda m: order[id(m[0])]), order,
+                                    reported))
     return sorted(problems, key=lambda p: (p.file, p.line))
 
 
-def _family(members: list[Member], order: dict[int, int]) -> Iterator[Problem]:
+def _family(members: list[Member], order: dict[int, int],
+            reported: dict[int, int]) -> Iterator[Problem]:
     """The problems of one family (its members in load order): each member against the
-    earlier ones it collides with, found without visiting the others."""
+    earlier ones it collides with, found without visiting the others, while the member has
+    fewer than :data:`MAX_PER_RULE` problems (``reported``, across families)."""
     suffixed: list[Member] = []  # earlier histograms writing this name with a suffix
     plain: list[Member] = []  # earlier rules writing this name as it is
     by_type: dict[tuple[str, bool], _Layouts] = {}  # earlier plain rules by metric type
@@ -80,9 +85,11 @@ def _family(members: list[Member], order: dict[int, int]) -> Iterator[Problem]:
         earlier = heapq.merge(*found, key=lambda m: order[id(m[0])])
         # One rule loaded twice (DUPLICATE_ID says so) is not a collision with itself.
         others = (m for m in earlier if m[0].id != rule.id)
-        for other, other_suffix in islice(others, MAX_PER_RULE):
+        left = MAX_PER_RULE - reported.get(id(rule), 0)
+        for other, other_suffix in islice(others, max(0, left)):
             problem = _pair(other, other_suffix, rule, suffix)
             if problem is not None:
+                reported[id(rule)] = reported.get(id(rule), 0) + 1
                 yield problem
         if suffix is not None:
             suffixed.append((rule, suffix))

@@ -148,11 +148,17 @@ class Runner:
         print(f"l2m: interrupted; Spark did not stop within {HARD_STOP_S:.0f} s of the second "
               "signal: stopping its context and exiting", file=sys.stderr, flush=True)
         spark = self.spark
+        deadline = time.monotonic() + CONTEXT_STOP_S
         if spark is not None:
             stopper = threading.Thread(target=_stop_context, args=(spark,),
                                        name="l2m-context-stop", daemon=True)
             stopper.start()
             stopper.join(CONTEXT_STOP_S)
+            # A stop already under way in the main thread makes the JVM's stop return at
+            # once: that one is given the rest of the time to finish (executors deleted),
+            # and when it does, the command exits its own way.
+            if self._closed.wait(max(0.0, deadline - time.monotonic())):
+                return
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         self._exit(INTERRUPTED)

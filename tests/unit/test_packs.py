@@ -22,15 +22,27 @@ def _table(rows: int) -> pa.Table:
 def test_rows_come_back_as_they_went_in_one_pack_or_several(monkeypatch, rows):
     monkeypatch.setattr(packs, "PACK_ROWS", 10)
     table = _table(rows)
-    batch = pack(table, key=17)
+    (batch,) = pack(table, key=17)
     assert batch.schema == PACKED_ARROW
     assert batch.num_rows == -(-rows // 10)
     assert batch.column("key").to_pylist() == [17] * batch.num_rows
     assert unpack([batch], SCHEMA).equals(table)
 
 
+def test_packs_past_a_batch_s_bytes_go_in_further_batches(monkeypatch):
+    # A binary column's offsets are 32-bit: its values together stay under 2 GiB.
+    monkeypatch.setattr(packs, "PACK_ROWS", 10)
+    monkeypatch.setattr(packs, "BATCH_BYTES", 1500)
+    table = _table(95)
+    batches = list(pack(table, key=3))
+    assert len(batches) > 1
+    assert all(sum(len(v.as_py()) for v in b.column("pack")) <= 1500 or b.num_rows == 1
+               for b in batches)
+    assert unpack(batches, SCHEMA).equals(table)
+
+
 def test_an_empty_table_makes_no_pack_and_nothing_unpacks_to_an_empty_table():
-    assert pack(SCHEMA.empty_table()).num_rows == 0
+    assert list(pack(SCHEMA.empty_table())) == []
     assert unpack([], SCHEMA).equals(SCHEMA.empty_table())
 
 

@@ -189,3 +189,16 @@ def test_a_rule_colliding_with_many_reports_its_first_few():
     assert [p.message.split("rule '")[1].split("'")[0] for p in last] == \
         [f"r{i}" for i in range(MAX_PER_RULE)]
     assert len(found) == sum(min(i, MAX_PER_RULE) for i in range(50))
+
+
+def test_a_histogram_in_four_families_still_reports_its_first_few():
+    # A histogram writes its name and three suffixed ones: the cap is the rule's, not a
+    # family's.
+    from l2m.rules.identity import MAX_PER_RULE, collisions
+
+    plain = [Rule(id=f"p{suffix}{i}", name="m" + suffix, kind="counter", query="*",
+                  aggregation="count") for suffix in ("", "_bucket", "_sum", "_count")
+             for i in range(12)]
+    hist = Rule(id="h", name="m", kind="counter", query="*", aggregation="histogram",
+                field="v", buckets=(1.0,))
+    assert sum(p.rule_id == "h" for p in collisions([*plain, hist])) == MAX_PER_RULE

@@ -83,6 +83,7 @@ def test_a_second_signal_stops_the_context_and_exits_when_spark_does_not_stop(
     # The main thread never gets to stop Spark (a JVM call that does not return): after
     # HARD_STOP_S the hard stop stops the context itself and exits with 130.
     monkeypatch.setattr(runner_module, "HARD_STOP_S", 0.05)
+    monkeypatch.setattr(runner_module, "CONTEXT_STOP_S", 0.2)
     exits: list[int] = []
     stopped = threading.Event()
     runner = _hard_stop_runner(tmp_path, exits, stopped)
@@ -112,6 +113,30 @@ def test_the_hard_stop_stands_down_once_spark_is_stopped(tmp_path, monkeypatch) 
         assert runner._hard_stop is not None
         runner._hard_stop.join(5)
         assert not stopped.is_set()
+        assert exits == []
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
+def test_the_hard_stop_gives_a_stop_under_way_its_time(tmp_path, monkeypatch) -> None:
+    # The main thread is inside Spark's stop when the hard stop starts: the JVM's stop
+    # returns at once (a stop is under way), and the hard stop waits for that one to finish
+    # rather than exiting in the middle of it (executors being deleted).
+    monkeypatch.setattr(runner_module, "HARD_STOP_S", 0.05)
+    monkeypatch.setattr(runner_module, "CONTEXT_STOP_S", 5.0)
+    exits: list[int] = []
+    stopped = threading.Event()
+    runner = _hard_stop_runner(tmp_path, exits, stopped)
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _signalled_twice(runner)
+        assert stopped.wait(2)
+        time.sleep(0.2)
+        runner.closed()  # the main thread's stop ends within CONTEXT_STOP_S
+        assert runner._hard_stop is not None
+        runner._hard_stop.join(5)
+        assert not runner._hard_stop.is_alive()
         assert exits == []
     finally:
         for number, handler in before.items():
