@@ -25,7 +25,7 @@ import pyarrow as pa
 PACKED_SCHEMA = "key int, pack binary"
 PACKED_ARROW = pa.schema([("key", pa.int32()), ("pack", pa.binary())])
 PACK_ROWS = 50_000  # rows per pack at most: a pack is one value, and a value is < 2 GiB
-BATCH_BYTES = 1 << 30  # packs per batch: their bytes together (32-bit offsets) at most this
+BATCH_BYTES = 1 << 30  # a batch's packs together at most (its binary column's offsets: 32-bit)
 _OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 _SEED = 42  # Spark's HashPartitioning: Murmur3Hash(children, 42)
 _MASK = 0xFFFFFFFF
@@ -33,29 +33,39 @@ _MASK = 0xFFFFFFFF
 
 def pack(table: pa.Table, key: int = 0) -> Iterator[pa.RecordBatch]:
     """``table``'s rows as :data:`PACKED_SCHEMA` rows for the destination ``key``, one per
-    :data:`PACK_ROWS` rows (none for an empty table), in batches of less than 2 GiB (a
-    binary column's offsets are 32-bit)."""
+    :data:`PACK_ROWS` rows (none for an empty table), in batches of at most
+    :data:`BATCH_BYTES` of packs (a binary column's offsets are 32-bit)."""
     buffers: list[pa.Buffer] = []
     size = 0
     for start in range(0, table.num_rows, PACK_ROWS):
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema, options=_OPTIONS) as writer:
-            writer.write_table(table.slice(start, PACK_ROWS))
-        value = sink.getvalue()
-        if buffers and size + value.size > BATCH_BYTES:
-            yield _batch(buffers, key)
-            buffers, size = [], 0
-        buffers.append(value)
-        size += value.size
+        for value in _streams(table.slice(start, PACK_ROWS)):
+            if buffers and size + value.size > BATCH_BYTES:
+                yield _batch(buffers, key)
+                buffers, size = [], 0
+            buffers.append(value)
+            size += value.size
     if buffers:
         yield _batch(buffers, key)
+
+
+def _streams(rows: pa.Table) -> Iterator[pa.Buffer]:
+    """``rows`` as Arrow IPC streams of at most :data:`BATCH_BYTES` each: halved until they
+    fit (rows are bounded — label values are cut — so one row always fits)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema, options=_OPTIONS) as writer:
+        writer.write_table(rows)
+    value = sink.getvalue()
+    if value.size <= BATCH_BYTES or rows.num_rows <= 1:
+        yield value
+        return
+    half = rows.num_rows // 2
+    yield from _streams(rows.slice(0, half))
+    yield from _streams(rows.slice(half))
 
 
 def _batch(buffers: list[pa.Buffer], key: int) -> pa.RecordBatch:
     offsets = np.zeros(len(buffers) + 1, np.int64)
     offsets[1:] = np.cumsum([b.size for b in buffers])
-    if offsets[-1] > np.iinfo(np.int32).max:
-        raise ValueError(f"a pack of {offsets[-1]:,} bytes: over a binary value's 2 GiB")
     data = pa.py_buffer(b"".join(memoryview(b) for b in buffers)) if len(buffers) > 1 else \
         buffers[0]
     packs = pa.Array.from_buffers(pa.binary(), len(buffers),

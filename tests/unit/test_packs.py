@@ -41,6 +41,15 @@ def test_packs_past_a_batch_s_bytes_go_in_further_batches(monkeypatch):
     assert unpack(batches, SCHEMA).equals(table)
 
 
+def test_a_pack_past_a_batch_s_bytes_is_halved_until_it_fits(monkeypatch):
+    monkeypatch.setattr(packs, "BATCH_BYTES", 1500)
+    table = _table(95)  # one pack of PACK_ROWS would be one stream of more than 1500 bytes
+    batches = list(pack(table, key=3))
+    assert sum(b.num_rows for b in batches) > 1
+    assert all(len(v.as_py()) <= 1500 for b in batches for v in b.column("pack"))
+    assert unpack(batches, SCHEMA).equals(table)
+
+
 def test_an_empty_table_makes_no_pack_and_nothing_unpacks_to_an_empty_table():
     assert list(pack(SCHEMA.empty_table())) == []
     assert unpack([], SCHEMA).equals(SCHEMA.empty_table())
