@@ -47,6 +47,7 @@ from l2m.engine.decoding import (
     STR,
     Column,
     Decoded,
+    FieldDecoder,
     field_decoder,
     json_int,
 )
@@ -199,25 +200,18 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
                  fallback_ts: Sequence[int | None] | None,
                  now_ms: int | None) -> pa.RecordBatch:
     """One slice: scanned, but for the lines the scanner is not sure of (malformed, blank,
-    odd), each decoded the exact way on its own — a poison log costs its neighbours nothing.
-    Lines that are not logs stay missing in the scanned columns, one pass; when one of them
-    is a log after all (a number past what the scanner reads exactly, a key written twice),
-    the slice is typed in pieces: the scanned lines between them, each such line decoded the
-    exact way alone and, past :data:`EXACT_PIECES` of them, the rest of the slice at once."""
+    odd), each decoded the exact way — a poison log costs its neighbours nothing. Lines that
+    are not logs stay missing in the scanned columns, one pass; when one of them is a log
+    after all (a number past what the scanner reads exactly, a key written twice), the slice
+    is typed in pieces: the scanned lines between such logs, each of them decoded the exact
+    way alone and, past :data:`EXACT_PIECES` of them, the rest of the slice at once."""
     ts_path = plan.timestamp_field
     decoder = field_decoder((*(use.path for use in plan.fields), ts_path), ts_path)
     if not lines:
         return _typed(decoder.read(lines), plan, fallback_ts, now_ms)
-    around = decoder.scan_around(lines)
-    if not isinstance(around, int):
-        decoded, refused = around
-        exact = decoder.read_exactly([lines[r] for r in refused]) if refused else None
-        # Lines that are not logs (malformed, blank) are missing in every field either way;
-        # a log the scanner leaves to the exact path is typed in pieces below.
-        if exact is None or len(exact.failed) == len(refused):
-            if exact is not None:
-                decoded.failed.update((refused[i], why) for i, why in exact.failed.items())
-            return _typed(decoded, plan, fallback_ts, now_ms)
+    decoded, logs = _scanned(decoder, lines)
+    if decoded is not None:
+        return _typed(decoded, plan, fallback_ts, now_ms)
     pieces: list[pa.RecordBatch] = []
     start, n = 0, len(lines)
 
@@ -225,25 +219,38 @@ def _parse_lines(lines: Sequence[str | bytes | None], plan: ParsePlan,
         pieces.append(_typed(decoded, plan, None if fallback_ts is None else
                              fallback_ts[start:end], now_ms))
 
-    for _ in range(EXACT_PIECES):
-        if start >= n:
-            break
-        rest = lines[start:]
-        scanned = decoder.scan(rest)
-        if isinstance(scanned, Decoded):
-            typed(scanned, n)
-            start = n
-            break
-        if scanned:
-            before = decoder.scan(rest[:scanned])
-            assert isinstance(before, Decoded)  # each line is scanned on its own
-            typed(before, start + scanned)
-            start += scanned
-        typed(decoder.read_exactly(lines[start:start + 1]), start + 1)
-        start += 1
+    for row in logs[:EXACT_PIECES]:
+        if row > start:  # no log the scanner leaves to the exact path in there
+            typed(_scanned(decoder, lines[start:row])[0] or
+                  decoder.read_exactly(lines[start:row]), row)
+        start = row
+        typed(decoder.read_exactly(lines[row:row + 1]), row + 1)
+        start = row + 1
     if start < n:
-        typed(decoder.read_exactly(lines[start:]), n)
+        rest = lines[start:]
+        typed((None if len(logs) > EXACT_PIECES else _scanned(decoder, rest)[0]) or
+              decoder.read_exactly(rest), n)
     return pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+
+
+def _scanned(decoder: FieldDecoder, lines: Sequence[str | bytes | None]
+             ) -> tuple[Decoded | None, list[int]]:
+    """The lines as the scanner reads them, those it is not sure of decoded the exact way
+    together: when none of these is a log (malformed, blank: missing in every field either
+    way), the decoded lines with them failed; else None and the rows of those that are logs
+    (none: the scanner gave up, a slot's text past 2 GiB)."""
+    around = decoder.scan_around(lines)
+    if isinstance(around, int):
+        return None, []
+    decoded, refused = around
+    if not refused:
+        return decoded, []
+    exact = decoder.read_exactly([lines[r] for r in refused])
+    logs = [row for i, row in enumerate(refused) if i not in exact.failed]
+    if logs:
+        return None, logs
+    decoded.failed.update((refused[i], why) for i, why in exact.failed.items())
+    return decoded, []
 
 
 def _typed(decoded: Decoded, plan: ParsePlan, fallback_ts: Sequence[int | None] | None,
