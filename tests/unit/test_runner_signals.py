@@ -22,6 +22,15 @@ from l2m.runtime import runner as runner_module
 from l2m.runtime.runner import Runner
 
 
+@pytest.fixture(autouse=True)
+def restored_signals():
+    """Every test here installs the runner's handlers: SIGINT and SIGTERM's put back after."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for number, handler in before.items():
+        signal.signal(number, handler)
+
+
 class BusyQuery:
     """A query whose batch never ends (its executors never come)."""
 
@@ -43,22 +52,17 @@ def test_a_second_signal_swallowed_by_a_finalizer_still_cuts_the_graceful_stop_s
     cfg = dataclasses.replace(JobConfig(), checkpoint=str(tmp_path / "checkpoint"))
     runner = Runner(cfg, [], out=io.StringIO())
     runner.job = SimpleNamespace(queries=[BusyQuery()], close=lambda: None)  # type: ignore[assignment]
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        runner.install_signals()
-        os.kill(os.getpid(), signal.SIGTERM)  # the first: finish the batch in flight
-        assert runner._stop.is_set()
-        thing = SignalsWhenCollected()
-        del thing  # the second, raised inside a finalizer: reported and swallowed
-        gc.collect()
-        assert runner._now.is_set()
-        started = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            runner._shutdown()
-        assert time.monotonic() - started < 1
-    finally:
-        for number, handler in before.items():
-            signal.signal(number, handler)
+    runner.install_signals()
+    os.kill(os.getpid(), signal.SIGTERM)  # the first: finish the batch in flight
+    assert runner._stop.is_set()
+    thing = SignalsWhenCollected()
+    del thing  # the second, raised inside a finalizer: reported and swallowed
+    gc.collect()
+    assert runner._now.is_set()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        runner._shutdown()
+    assert time.monotonic() - started < 1
 
 
 def _signalled_twice(runner: Runner) -> None:
@@ -87,18 +91,13 @@ def test_a_second_signal_stops_the_context_and_exits_when_spark_does_not_stop(
     exits: list[int] = []
     stopped = threading.Event()
     runner = _hard_stop_runner(tmp_path, exits, stopped)
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        _signalled_twice(runner)
-        assert runner._hard_stop is not None
-        runner._hard_stop.join(5)
-        assert not runner._hard_stop.is_alive()
-        assert stopped.is_set()
-        assert exits == [INTERRUPTED]
-        assert "l2m: interrupted" in capsys.readouterr().err
-    finally:
-        for number, handler in before.items():
-            signal.signal(number, handler)
+    _signalled_twice(runner)
+    assert runner._hard_stop is not None
+    runner._hard_stop.join(5)
+    assert not runner._hard_stop.is_alive()
+    assert stopped.is_set()
+    assert exits == [INTERRUPTED]
+    assert "l2m: interrupted" in capsys.readouterr().err
 
 
 def test_the_hard_stop_stands_down_once_spark_is_stopped(tmp_path, monkeypatch) -> None:
@@ -106,17 +105,12 @@ def test_the_hard_stop_stands_down_once_spark_is_stopped(tmp_path, monkeypatch) 
     exits: list[int] = []
     stopped = threading.Event()
     runner = _hard_stop_runner(tmp_path, exits, stopped)
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        _signalled_twice(runner)
-        runner.closed()  # the command stopped Spark in time
-        assert runner._hard_stop is not None
-        runner._hard_stop.join(5)
-        assert not stopped.is_set()
-        assert exits == []
-    finally:
-        for number, handler in before.items():
-            signal.signal(number, handler)
+    _signalled_twice(runner)
+    runner.closed()  # the command stopped Spark in time
+    assert runner._hard_stop is not None
+    runner._hard_stop.join(5)
+    assert not stopped.is_set()
+    assert exits == []
 
 
 def test_the_hard_stop_gives_a_stop_under_way_its_time(tmp_path, monkeypatch) -> None:
@@ -128,16 +122,11 @@ def test_the_hard_stop_gives_a_stop_under_way_its_time(tmp_path, monkeypatch) ->
     exits: list[int] = []
     stopped = threading.Event()
     runner = _hard_stop_runner(tmp_path, exits, stopped)
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        _signalled_twice(runner)
-        assert stopped.wait(2)
-        time.sleep(0.2)
-        runner.closed()  # the main thread's stop ends within CONTEXT_STOP_S
-        assert runner._hard_stop is not None
-        runner._hard_stop.join(5)
-        assert not runner._hard_stop.is_alive()
-        assert exits == []
-    finally:
-        for number, handler in before.items():
-            signal.signal(number, handler)
+    _signalled_twice(runner)
+    assert stopped.wait(2)
+    time.sleep(0.2)
+    runner.closed()  # the main thread's stop ends within CONTEXT_STOP_S
+    assert runner._hard_stop is not None
+    runner._hard_stop.join(5)
+    assert not runner._hard_stop.is_alive()
+    assert exits == []
