@@ -29,6 +29,10 @@ def restored_signals():
     yield
     for number, handler in before.items():
         signal.signal(number, handler)
+    # A hard stop left armed ends the test process HARD_STOP_S later with os._exit(130):
+    # the whole suite, after every test had passed (CI, session 17).
+    armed = [t for t in threading.enumerate() if t.name == "l2m-hard-stop" and t.is_alive()]
+    assert not armed, "a test left the runner's hard stop armed"
 
 
 class BusyQuery:
@@ -52,6 +56,8 @@ def test_a_second_signal_swallowed_by_a_finalizer_still_cuts_the_graceful_stop_s
     cfg = dataclasses.replace(JobConfig(), checkpoint=str(tmp_path / "checkpoint"))
     runner = Runner(cfg, [], out=io.StringIO())
     runner.job = SimpleNamespace(queries=[BusyQuery()], close=lambda: None)  # type: ignore[assignment]
+    exits: list[int] = []
+    runner._exit = exits.append  # the second signal arms the hard stop: never os._exit here
     runner.install_signals()
     os.kill(os.getpid(), signal.SIGTERM)  # the first: finish the batch in flight
     assert runner._stop.is_set()
@@ -63,6 +69,10 @@ def test_a_second_signal_swallowed_by_a_finalizer_still_cuts_the_graceful_stop_s
     with pytest.raises(KeyboardInterrupt):
         runner._shutdown()
     assert time.monotonic() - started < 1
+    runner.closed()  # the command's stop of Spark: the hard stop stands down
+    assert runner._hard_stop is not None
+    runner._hard_stop.join(5)
+    assert exits == []
 
 
 def _signalled_twice(runner: Runner) -> None:
