@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from l2m.engine.labels import CUT_RULE, encoded_codes, one_value_series_column
 from l2m.engine.match import Matcher
 from l2m.engine.parse import STATUS, TIMESTAMP, Form, ParsePlan
-from l2m.engine.routing import Routing
+from l2m.engine.routing import Routing, Shape, shape_of
 from l2m.engine.status import ROUTED, STATUS_NAMES, STATUS_RULE, status_series
 from l2m.query.nodes import Node
 from l2m.rules.model import Aggregation, Kind, Rule
@@ -82,16 +82,6 @@ def _status_series() -> pa.Array:
     return pa.array([status_series(n) for n in STATUS_NAMES], pa.string())
 
 
-# What a rule's match rows are built from besides its matches: rules of one shape (the
-# thousand tenants' "errors" rules) get their rows in one pass of takes over all their matches.
-Shape = tuple[str, str, str | None, tuple[float, ...], tuple[str, ...]]
-
-
-def _shape(rule: Rule) -> Shape:
-    return (rule.kind, rule.aggregation, rule.field, rule.buckets if rule.aggregation ==
-            Aggregation.HISTOGRAM else (), tuple(f for _label, f in rule.group_labels))
-
-
 class FanOut:
     """Match rows of one batch; series encodings and masks shared between rules."""
 
@@ -124,7 +114,7 @@ class FanOut:
         parts = self.rows(matches)
         scoped = self.scoped()
         if scoped is not None:
-            parts += scoped.rows(scoped.account_matches())
+            parts += scoped.account_rows()
         if with_status:
             parts.append(self.status_rows())
             parts += self._cut_parts
@@ -172,16 +162,22 @@ class FanOut:
         shapes: dict[Shape, list[tuple[Rule, np.ndarray]]] = {}
         for rule, hit in matches:
             if len(hit):
-                shapes.setdefault(_shape(rule), []).append((rule, hit))
+                shapes.setdefault(shape_of(rule), []).append((rule, hit))
         return [self._shape_rows(group) for group in shapes.values()]
 
     def _shape_rows(self, group: list[tuple[Rule, np.ndarray]]) -> pa.Table:
-        rule = group[0][0]
-        rows = pa.array(np.concatenate([hit for _rule, hit in group]), pa.int64())
-        n = len(rows)
-        ids = pa.array([r.id for r, _hit in group], pa.string())
         counts = np.fromiter((len(hit) for _rule, hit in group), np.int64, len(group))
-        rule_ids = _coded(np.repeat(np.arange(len(group), dtype=np.int32), counts), ids)
+        return self._rows_of(group[0][0], [r.id for r, _hit in group],
+                             np.concatenate([hit for _rule, hit in group]), counts)
+
+    def _rows_of(self, rule: Rule, ids: list[str], hits: np.ndarray,
+                 counts: np.ndarray) -> pa.Table:
+        """The match rows of rules of ``rule``'s shape: rule ``ids[i]`` matched the next
+        ``counts[i]`` rows of ``hits``."""
+        rows = pa.array(hits, pa.int64())
+        n = len(rows)
+        rule_ids = _coded(np.repeat(np.arange(len(ids), dtype=np.int32), counts),
+                          pa.array(ids, pa.string()))
         ts = self.ts.take(rows)
         if rule.aggregation == Aggregation.COUNT:
             v: pa.Array = pa.repeat(pa.scalar(1.0), n)
@@ -295,6 +291,8 @@ class _Scoped(FanOut):
         self.slices = slices
 
     def account_matches(self) -> list[tuple[Rule, np.ndarray]]:
+        """Per (account, rule) with matches, in slice and rule order: the rows it matched.
+        What :meth:`account_rows` computes with arrays; kept as its reference (tests)."""
         matches = []
         for account, lo, hi in self.slices:
             for rule in self.routing.by_account[account]:
@@ -303,6 +301,48 @@ class _Scoped(FanOut):
                 if len(hit):
                     matches.append((rule, hit + lo))
         return matches
+
+    def account_rows(self) -> list[pa.Table]:
+        """``self.rows(self.account_matches())``, the same rows in the same order, without a
+        numpy call per (account, rule): each distinct query's matching rows are found once
+        and every rule's share of them cut out by binary search over its account's slice."""
+        index = self.routing.scoped
+        if not self.slices:
+            return []
+        spans = np.array([index.span[account] for account, _lo, _hi in self.slices], np.int64)
+        bounds = np.array([(lo, hi) for _account, lo, hi in self.slices], np.int64)
+        per_slice = spans[:, 1] - spans[:, 0]
+        rule = _ranges(spans[:, 0], per_slice)  # every (account, rule) pair, in order
+        lo = np.repeat(bounds[:, 0], per_slice)
+        hi = np.repeat(bounds[:, 1], per_slice)
+        node = index.node[rule]
+        start = np.empty(len(rule), np.int64)
+        count = np.empty(len(rule), np.int64)
+        found, offset = [], 0
+        for n in np.unique(node).tolist():
+            pairs = np.flatnonzero(node == n)
+            hits = np.flatnonzero(self._mask_np(index.nodes[n]))
+            first = np.searchsorted(hits, lo[pairs], side="left")
+            count[pairs] = np.searchsorted(hits, hi[pairs], side="left") - first
+            start[pairs] = first + offset
+            found.append(hits)
+            offset += len(hits)
+        keep = np.flatnonzero(count > 0)
+        if not len(keep):
+            return []
+        hits = np.concatenate(found)
+        rule, start, count = rule[keep], start[keep], count[keep]
+        shape = index.shape[rule]
+        shapes, first_pair = np.unique(shape, return_index=True)
+        tables = []
+        for s in shapes[np.argsort(first_pair)].tolist():  # in order of first appearance
+            pairs = np.flatnonzero(shape == s)
+            rules = rule[pairs]
+            counts = count[pairs]
+            tables.append(self._rows_of(index.rules[rules[0]],
+                                        [index.ids[r] for r in rules.tolist()],
+                                        hits[_ranges(start[pairs], counts)], counts))
+        return tables
 
 
 def fan_out(batch: pa.RecordBatch | pa.Table, routing: Routing,
@@ -330,6 +370,15 @@ def _combined(parts: list[tuple[np.ndarray, pa.Array, np.ndarray | None]]
     first[np.asarray(dense.indices, np.int64)] = np.arange(len(combined))  # a row of each
     keys_of = [keys.take(pa.array(codes[first])) for codes, keys, _cut in parts]
     return dense.indices, pc.binary_join_element_wise(*keys_of, "")
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``starts[i], starts[i] + 1, …`` (``counts[i]`` of them) for every ``i``, concatenated."""
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(counts)
+    return np.arange(total, dtype=np.int64) + np.repeat(starts - (ends - counts), counts)
 
 
 def _plain(column: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -12,13 +12,47 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from l2m.collector import collector_paused
 from l2m.defaults import MAX_FUTURE_MS, MAX_LABEL_VALUE_LENGTH, TIMESTAMP_FIELD
 from l2m.engine.admission import RuleCaps, rule_caps
 from l2m.engine.parse import ParsePlan
 from l2m.limits import Limits
-from l2m.query.nodes import FieldUse
+from l2m.query.nodes import FieldUse, Node
 from l2m.rules.model import Aggregation, Rule
+
+# What a rule's match rows are built from besides its matches: rules of one shape (the
+# thousand tenants' "errors" rules) get their rows in one pass of takes over all their matches
+# (:mod:`l2m.engine.fanout`).
+Shape = tuple[str, str, str | None, tuple[float, ...], tuple[str, ...]]
+
+
+def shape_of(rule: Rule) -> Shape:
+    """Kind, aggregation, value field, buckets and group-by fields: what a rule's match rows
+    are built from besides its matches."""
+    return (rule.kind, rule.aggregation, rule.field, rule.buckets if rule.aggregation ==
+            Aggregation.HISTOGRAM else (), tuple(f for _label, f in rule.group_labels))
+
+
+@dataclass(frozen=True)
+class ScopedIndex:
+    """The account-scoped rules as arrays, so that a batch finds each account's rules and
+    their matches with a few numpy calls instead of a few per (account, rule) — 10,000
+    accounts of 10 rules made 70,000 mask slices per read task.
+
+    ``rules`` holds every scoped rule, an account's together in rule order; ``span`` maps an
+    account to its ``[start, end)`` there; per rule, ``node`` (an index into ``nodes``, the
+    distinct query roots: equal queries share one mask) and ``shape`` (an index into
+    ``shapes``); ``ids``, the rules' ids in that order."""
+
+    rules: tuple[Rule, ...]
+    span: Mapping[str, tuple[int, int]]
+    node: np.ndarray
+    nodes: tuple[Node, ...]
+    shape: np.ndarray
+    shapes: tuple[Shape, ...]
+    ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -54,6 +88,32 @@ class Routing:
             if rule.account is not None:
                 scoped.setdefault(rule.account, []).append(rule)
         return {account: tuple(rules) for account, rules in scoped.items()}
+
+    @functools.cached_property
+    def scoped(self) -> ScopedIndex:
+        """:attr:`by_account` as arrays (:class:`ScopedIndex`)."""
+        rules: list[Rule] = []
+        span: dict[str, tuple[int, int]] = {}
+        node_of: dict[int, int] = {}  # id(compiled) → node index: tenants share compiled queries
+        by_root: dict[Node, int] = {}
+        shape_index: dict[Shape, int] = {}
+        nodes, node, shape = [], [], []
+        for account, scoped in self.by_account.items():
+            span[account] = (len(rules), len(rules) + len(scoped))
+            for rule in scoped:
+                assert rule.compiled is not None
+                n = node_of.get(id(rule.compiled))
+                if n is None:
+                    n = node_of[id(rule.compiled)] = by_root.setdefault(rule.compiled.root,
+                                                                        len(by_root))
+                    if n == len(nodes):
+                        nodes.append(rule.compiled.root)
+                node.append(n)
+                shape.append(shape_index.setdefault(shape_of(rule), len(shape_index)))
+                rules.append(rule)
+        return ScopedIndex(tuple(rules), span, np.array(node, np.int64), tuple(nodes),
+                           np.array(shape, np.int64), tuple(shape_index),
+                           tuple(r.id for r in rules))
 
     @functools.cached_property
     def exact_rules(self) -> frozenset[str]:
