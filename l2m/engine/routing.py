@@ -97,7 +97,9 @@ class Routing:
         node_of: dict[int, int] = {}  # id(compiled) → node index: tenants share compiled queries
         by_root: dict[Node, int] = {}
         shape_index: dict[Shape, int] = {}
-        nodes, node, shape = [], [], []
+        nodes: list[Node] = []
+        node: list[int] = []
+        shape: list[int] = []
         for account, scoped in self.by_account.items():
             span[account] = (len(rules), len(rules) + len(scoped))
             for rule in scoped:

@@ -118,7 +118,8 @@ def test_account_slices_match_exactly_what_an_account_mask_matches() -> None:
 
 
 @pytest.mark.parametrize("accounts", [3, 40, 400])
-def test_account_rows_are_the_per_rule_slices_rows_in_the_same_order(tmp_path, accounts) -> None:
+def test_account_rows_are_the_per_rule_slices_rows_in_the_same_order(tmp_path: Path,
+                                                                    accounts: int) -> None:
     # The array path (each distinct query's hits once, every rule's share cut by binary
     # search) against the reference loop it replaces: a numpy call per (account, rule).
     # Tenants' rules share queries and shapes across accounts; a few accounts have rules and
