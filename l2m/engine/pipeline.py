@@ -120,7 +120,7 @@ def routing_from_option(value: str) -> Routing:
                 _DECODED.pop(next(iter(_DECODED)))
             _DECODED[digest] = found
             # The tables read per task, built now so that the freeze covers them too.
-            _ = found.by_kind, found.exact_rules, found.unscoped, found.by_account, found.scoped
+            _ = found.by_kind, found.exact_rules, found.unscoped, found.by_account
             gc.freeze()
     return found
 

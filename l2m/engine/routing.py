@@ -91,7 +91,10 @@ class Routing:
 
     @functools.cached_property
     def scoped(self) -> ScopedIndex:
-        """:attr:`by_account` as arrays (:class:`ScopedIndex`)."""
+        """:attr:`by_account` as arrays (:class:`ScopedIndex`). Built on a read task's first
+        use, not with the routing's decode: state workers never need it (0.15-0.3 s and
+        100,000 objects for 100,000 rules), and what it holds the collector need not scan —
+        untracked arrays, strings, and tuples of rules frozen with the routing."""
         rules: list[Rule] = []
         span: dict[str, tuple[int, int]] = {}
         node_of: dict[int, int] = {}  # id(compiled) → node index: tenants share compiled queries
