@@ -82,12 +82,13 @@ class EmbeddedBroker:
         self.stop()
         raise BrokerError(f"tansu did not answer on {self.bootstrap} within {timeout}s")
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then after ``timeout`` seconds SIGKILL."""
         if self.process and self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)
             try:
-                self.process.wait(timeout=10)
+                self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()

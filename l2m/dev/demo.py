@@ -240,6 +240,10 @@ def run_demo(rules: Sequence[Rule], duration: float | None = None, rate: float =
             status: dict[str, str] = {}
             runner = Runner(cfg, rules, out=None,
                             on_progress=lambda name, p: status.__setitem__(name, _short(p)))
+            # A second Ctrl-C's hard stop exits without leaving these ``with``s: the broker
+            # would live on, holding its port, and the scratch folder stay behind.
+            runner.at_hard_stop += [lambda: broker.stop(timeout=2),
+                                    lambda: shutil.rmtree(workdir, ignore_errors=True)]
             views: list[MetricsView] = []
             code = 1
             # Every Kafka client — the log producer, the two views, Spark's (in its Python

@@ -77,6 +77,10 @@ class Runner:
     _closed: threading.Event = field(default_factory=threading.Event)  # Spark stopped
     _hard_stop: threading.Thread | None = None
     _exit: Callable[[int], None] = os._exit  # the hard stop's way out (tests: a recorder)
+    # What the command must undo even when the hard stop ends the process (``os._exit`` runs
+    # no ``finally``): the demo's embedded broker, its scratch folder. Called in order, each
+    # error ignored, before the exit.
+    at_hard_stop: list[Callable[[], None]] = field(default_factory=list)
 
     def start(self) -> Job | None:
         """Start the query (after the session, when there is none yet). None when a stop was
@@ -159,6 +163,9 @@ class Runner:
             # and when it does, the command exits its own way.
             if self._closed.wait(max(0.0, deadline - time.monotonic())):
                 return
+        for undo in self.at_hard_stop:
+            with contextlib.suppress(Exception):
+                undo()
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         self._exit(INTERRUPTED)

@@ -101,12 +101,22 @@ def test_a_second_signal_stops_the_context_and_exits_when_spark_does_not_stop(
     exits: list[int] = []
     stopped = threading.Event()
     runner = _hard_stop_runner(tmp_path, exits, stopped)
+    undone: list[str] = []
+
+    def fails() -> None:
+        raise OSError("the broker is gone already")
+
+    # What os._exit would skip (the demo's broker, its folder): undone first, in order, an
+    # error in one not stopping the next.
+    runner.at_hard_stop += [lambda: undone.append("broker"), fails,
+                            lambda: undone.append("folder")]
     _signalled_twice(runner)
     assert runner._hard_stop is not None
     runner._hard_stop.join(5)
     assert not runner._hard_stop.is_alive()
     assert stopped.is_set()
     assert exits == [INTERRUPTED]
+    assert undone == ["broker", "folder"]
     assert "l2m: interrupted" in capsys.readouterr().err
 
 
@@ -116,11 +126,12 @@ def test_the_hard_stop_stands_down_once_spark_is_stopped(tmp_path, monkeypatch) 
     stopped = threading.Event()
     runner = _hard_stop_runner(tmp_path, exits, stopped)
     _signalled_twice(runner)
+    runner.at_hard_stop.append(lambda: exits.append(-1))
     runner.closed()  # the command stopped Spark in time
     assert runner._hard_stop is not None
     runner._hard_stop.join(5)
     assert not stopped.is_set()
-    assert exits == []
+    assert exits == []  # nor anything undone: the command's own way out does it
 
 
 def test_the_hard_stop_gives_a_stop_under_way_its_time(tmp_path, monkeypatch) -> None:
