@@ -14,11 +14,15 @@ with the status rows. The read task takes them dictionary-encoded
 its group-by fields' distinct keys, so no string is built per match row.
 
 Rules see only what can match them: the routed logs of accounts with scoped rules are sorted
-by account once, and a rule scoped to an account reads its query's mask only over that
+by account once, and a rule scoped to an account takes its query's matches only from that
 account's slice — with a thousand accounts, a log meets its own account's rules, not all of
 them. Every query node is evaluated once per batch however many rules share it
-(:class:`l2m.engine.match.Matcher`), and rules of one shape (kind, aggregation, value field,
-buckets, group-by) get their rows together, so the cost per rule is a few numpy calls. """
+(:class:`l2m.engine.match.Matcher`); each distinct scoped query's matching rows are listed
+once, and every (account, rule)'s share is found by binary search in that list, for all
+pairs at once (:meth:`_Scoped.account_rows`, on :attr:`l2m.engine.routing.Routing.scoped`'s
+arrays) — a numpy call per pair made 10,000 accounts of 10 rules cost 0.3–0.5 s per 40,000
+logs. Rules of one shape (kind, aggregation, value field, buckets, group-by) get their rows
+together. """
 
 from __future__ import annotations
 
