@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterable
 from importlib import resources
@@ -56,6 +57,7 @@ class EmbeddedBroker:
         self.port = port or free_port()
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Lock()
 
     @property
     def bootstrap(self) -> str:
@@ -83,16 +85,21 @@ class EmbeddedBroker:
         raise BrokerError(f"tansu did not answer on {self.bootstrap} within {timeout}s")
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, then after ``timeout`` seconds SIGKILL."""
-        if self.process and self.process.poll() is None:
+        """SIGTERM, then after ``timeout`` seconds SIGKILL. Safe from two threads at once (a
+        hard stop's hook while the command leaves its ``with``): one of them stops it."""
+        with self._stopping:
+            process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        self.process = None
+                os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=timeout)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

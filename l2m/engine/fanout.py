@@ -319,16 +319,24 @@ class _Scoped(FanOut):
         rule = _ranges(spans[:, 0], per_slice)  # every (account, rule) pair, in order
         lo = np.repeat(bounds[:, 0], per_slice)
         hi = np.repeat(bounds[:, 1], per_slice)
-        node = index.node[rule]
         start = np.empty(len(rule), np.int64)
         count = np.empty(len(rule), np.int64)
         found, offset = [], 0
-        for n in np.unique(node).tolist():
-            pairs = np.flatnonzero(node == n)
-            hits = np.flatnonzero(self._mask_np(index.nodes[n]))
-            first = np.searchsorted(hits, lo[pairs], side="left")
-            count[pairs] = np.searchsorted(hits, hi[pairs], side="left") - first
-            start[pairs] = first + offset
+        for pairs in _groups(index.node[rule]):
+            mask = self._mask_np(index.nodes[index.node[rule[pairs[0]]]])
+            if len(pairs) == 1:  # a query of one rule (a tenant's own): its slice alone
+                at_lo, at_hi = int(lo[pairs[0]]), int(hi[pairs[0]])
+                hits = np.flatnonzero(mask[at_lo:at_hi]) + at_lo
+                start[pairs], count[pairs] = offset, len(hits)
+            else:
+                # Matches among its own accounts' logs only: a query of many tenants must
+                # not cost the logs of accounts without it (memory and time).
+                first_lo, at = np.unique(lo[pairs], return_index=True)
+                rows = _ranges(first_lo, hi[pairs][at] - first_lo)
+                hits = rows[mask[rows]]
+                first = np.searchsorted(hits, lo[pairs], side="left")
+                count[pairs] = np.searchsorted(hits, hi[pairs], side="left") - first
+                start[pairs] = first + offset
             found.append(hits)
             offset += len(hits)
         keep = np.flatnonzero(count > 0)
@@ -336,11 +344,8 @@ class _Scoped(FanOut):
             return []
         hits = np.concatenate(found)
         rule, start, count = rule[keep], start[keep], count[keep]
-        shape = index.shape[rule]
-        shapes, first_pair = np.unique(shape, return_index=True)
         tables = []
-        for s in shapes[np.argsort(first_pair)].tolist():  # in order of first appearance
-            pairs = np.flatnonzero(shape == s)
+        for pairs in _groups(index.shape[rule]):
             rules = rule[pairs]
             counts = count[pairs]
             tables.append(self._rows_of(index.rules[rules[0]],
@@ -374,6 +379,14 @@ def _combined(parts: list[tuple[np.ndarray, pa.Array, np.ndarray | None]]
     first[np.asarray(dense.indices, np.int64)] = np.arange(len(combined))  # a row of each
     keys_of = [keys.take(pa.array(codes[first])) for codes, keys, _cut in parts]
     return dense.indices, pc.binary_join_element_wise(*keys_of, "")
+
+
+def _groups(values: np.ndarray) -> list[np.ndarray]:
+    """The positions of each distinct value, ascending, the groups in order of their first
+    position: one sort, not a scan per value."""
+    order = np.argsort(values, kind="stable")
+    groups = np.split(order, np.flatnonzero(np.diff(values[order])) + 1)
+    return sorted((g for g in groups if len(g)), key=lambda g: int(g[0]))
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -25,13 +25,14 @@ from l2m.rules.model import Aggregation, Rule
 # What a rule's match rows are built from besides its matches: rules of one shape (the
 # thousand tenants' "errors" rules) get their rows in one pass of takes over all their matches
 # (:mod:`l2m.engine.fanout`).
-Shape = tuple[str, str, str | None, tuple[float, ...], tuple[str, ...]]
+Shape = tuple[str, str, str | None, tuple[str, ...], tuple[str, ...]]
 
 
 def shape_of(rule: Rule) -> Shape:
     """Kind, aggregation, value field, buckets and group-by fields: what a rule's match rows
-    are built from besides its matches."""
-    return (rule.kind, rule.aggregation, rule.field, rule.buckets if rule.aggregation ==
+    are built from besides its matches. Buckets by their labels, not their values: bounds
+    written ``[1, 2]`` and ``[1.0, 2.0]`` are equal numbers but their own ``le`` labels."""
+    return (rule.kind, rule.aggregation, rule.field, rule.bucket_labels if rule.aggregation ==
             Aggregation.HISTOGRAM else (), tuple(f for _label, f in rule.group_labels))
 
 
@@ -92,9 +93,8 @@ class Routing:
     @functools.cached_property
     def scoped(self) -> ScopedIndex:
         """:attr:`by_account` as arrays (:class:`ScopedIndex`). Built on a read task's first
-        use, not with the routing's decode: state workers never need it (0.15-0.3 s and
-        100,000 objects for 100,000 rules), and what it holds the collector need not scan —
-        untracked arrays, strings, and tuples of rules frozen with the routing."""
+        use, not with the routing's decode: state workers never need it (0.15-0.3 s for
+        100,000 rules)."""
         rules: list[Rule] = []
         span: dict[str, tuple[int, int]] = {}
         node_of: dict[int, int] = {}  # id(compiled) → node index: tenants share compiled queries

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pytest
 
 from benchmarks.tenants import write_rules
-from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.dev.generator import GeneratorConfig, LogGenerator, tenant
 from l2m.engine.fanout import MATCH_SCHEMA, FanOut, fan_out
 from l2m.engine.parse import ParsePlan, parse_lines
 from l2m.engine.partials import PARTIAL_ARROW
@@ -123,10 +123,18 @@ def test_account_rows_are_the_per_rule_slices_rows_in_the_same_order(tmp_path: P
     # The array path (each distinct query's hits once, every rule's share cut by binary
     # search) against the reference loop it replaces: a numpy call per (account, rule).
     # Tenants' rules share queries and shapes across accounts; a few accounts have rules and
-    # no logs, most logs' accounts have no rules.
+    # no logs, most logs' accounts have no rules; some accounts have a broad query of their
+    # own (a query of one rule), label values are cut, and histograms differ only by how
+    # their bounds are written.
+    own = "\n".join(
+        f"  - {{id: own-{k}, name: own_total, kind: counter, query: 'NOT trace_id:x{k}', "
+        f"aggregation: count, account: {tenant(k)}, group_by: [trace_id]}}\n"
+        f"  - {{id: hist-{k}, name: d_{k}, kind: gauge, query: '*', aggregation: histogram, "
+        f"field: http.duration_ms, buckets: {[[1, 2], [1.0, 2.0]][k % 2]}, "
+        f"account: {tenant(k)}}}" for k in range(0, 40, 3))
     rules = [*load_rules([write_rules(tmp_path / "tenants.yaml", 60)]).rules,
-             *load_text(SCOPED_RULES)[0]]
-    routing = plan_for(rules)
+             *load_text(SCOPED_RULES)[0], *load_text(f"rules:\n{own}\n")[0]]
+    routing = plan_for(rules, max_label_value_length=8)
     gen = LogGenerator(GeneratorConfig(seed=accounts, accounts=accounts, malformed_ratio=0.02,
                                        late_ratio=0.05))
     batch = parse_lines(list(gen.lines(3000)), routing.plan)
@@ -137,6 +145,23 @@ def test_account_rows_are_the_per_rule_slices_rows_in_the_same_order(tmp_path: P
     assert len(got) == len(expected) > 1
     for mine, theirs in zip(got, expected, strict=True):
         assert mine.equals(theirs)
+
+
+def test_histograms_of_equal_bounds_written_apart_keep_their_own_le_labels() -> None:
+    # [1, 2] and [1.0, 2.0] are equal bounds but different labels: rules of one shape share
+    # their rows' building, so the labels are part of the shape (the second rule's rows took
+    # the first one's "1" for its own "1.0").
+    rules, _ = load_text("""
+rules:
+  - {id: a, name: a, kind: gauge, query: "*", aggregation: histogram, field: d, buckets: [1, 2]}
+  - {id: b, name: b, kind: gauge, query: "*", aggregation: histogram, field: d, buckets: [1.0, 2.0]}
+""")
+    routing = plan_for(rules)
+    batch = parse_lines([b'{"@timestamp": 1795341600000, "d": 0.5}',
+                         b'{"@timestamp": 1795341600000, "d": 1.5}'], routing.plan)
+    rows = fan_out(batch, routing, with_status=False).select(["rule", "le"]).to_pylist()
+    assert sorted((r["rule"], r["le"]) for r in rows) == \
+        [("a", "1"), ("a", "2"), ("b", "1.0"), ("b", "2.0")]
 
 
 def test_a_task_partials_do_not_depend_on_how_its_logs_were_chunked() -> None:
