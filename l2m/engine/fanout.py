@@ -319,11 +319,12 @@ class _Scoped(FanOut):
         rule = _ranges(spans[:, 0], per_slice)  # every (account, rule) pair, in order
         lo = np.repeat(bounds[:, 0], per_slice)
         hi = np.repeat(bounds[:, 1], per_slice)
+        node = index.node[rule]
         start = np.empty(len(rule), np.int64)
         count = np.empty(len(rule), np.int64)
         found, offset = [], 0
-        for pairs in _groups(index.node[rule]):
-            mask = self._mask_np(index.nodes[index.node[rule[pairs[0]]]])
+        for pairs in _groups(node):
+            mask = self._mask_np(index.nodes[node[pairs[0]]])
             if len(pairs) == 1:  # a query of one rule (a tenant's own): its slice alone
                 at_lo, at_hi = int(lo[pairs[0]]), int(hi[pairs[0]])
                 hits = np.flatnonzero(mask[at_lo:at_hi]) + at_lo

@@ -45,7 +45,8 @@ class ScopedIndex:
     ``rules`` holds every scoped rule, an account's together in rule order; ``span`` maps an
     account to its ``[start, end)`` there; per rule, ``node`` (an index into ``nodes``, the
     distinct query roots: equal queries share one mask) and ``shape`` (an index into
-    ``shapes``); ``ids``, the rules' ids in that order."""
+    ``shapes``); ``ids``, the rules' ids in that order (read per matching pair: a tuple
+    lookup, not an attribute per rule object)."""
 
     rules: tuple[Rule, ...]
     span: Mapping[str, tuple[int, int]]
@@ -98,9 +99,8 @@ class Routing:
         rules: list[Rule] = []
         span: dict[str, tuple[int, int]] = {}
         node_of: dict[int, int] = {}  # id(compiled) → node index: tenants share compiled queries
-        by_root: dict[Node, int] = {}
+        by_root: dict[Node, int] = {}  # the distinct roots, numbered in order of appearance
         shape_index: dict[Shape, int] = {}
-        nodes: list[Node] = []
         node: list[int] = []
         shape: list[int] = []
         for account, scoped in self.by_account.items():
@@ -111,12 +111,10 @@ class Routing:
                 if n is None:
                     n = node_of[id(rule.compiled)] = by_root.setdefault(rule.compiled.root,
                                                                         len(by_root))
-                    if n == len(nodes):
-                        nodes.append(rule.compiled.root)
                 node.append(n)
                 shape.append(shape_index.setdefault(shape_of(rule), len(shape_index)))
                 rules.append(rule)
-        return ScopedIndex(tuple(rules), span, np.array(node, np.int64), tuple(nodes),
+        return ScopedIndex(tuple(rules), span, np.array(node, np.int64), tuple(by_root),
                            np.array(shape, np.int64), tuple(shape_index),
                            tuple(r.id for r in rules))
 
