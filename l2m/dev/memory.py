@@ -94,6 +94,7 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.routing and options.get("ruleset") else None
         self.ruleset_file = options.get("rulesetfile")
         self.shards = int(options.get("shards") or 1)
+        self.pack = options.get("pack") == "1"
         self._target: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
 
@@ -146,7 +147,8 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             from pyspark import SparkFiles
 
             task: ReadTask | None = StreamTask(self.versions, partition.ruleset,
-                                               SparkFiles.getRootDirectory(), self.shards)
+                                               SparkFiles.getRootDirectory(), self.shards,
+                                               self.pack)
         else:
             task = ReadTask.from_options(self.routing, self.parse_plan)
         assert task is not None

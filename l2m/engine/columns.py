@@ -30,5 +30,13 @@ KEY = ["rule", "series", "le", "window"]
 
 RULESET_COLUMN = "ruleset"
 PLACE_COLUMN = "place"
-# The streaming source's rows: the partials, the rule set they were made with, their shard.
-STREAM_PARTIAL_SCHEMA = f"{PARTIAL_SCHEMA}, {RULESET_COLUMN} string, {PLACE_COLUMN} int"
+# A packed row's partials (l2m.engine.streamtask.packed): an Arrow IPC stream; null in any
+# other row.
+PACK_COLUMN = "pack"
+# The rule column of a packed row (not a rule id: those never start with "@"; nor "__", which
+# marks l2m's own rows, spread by hash).
+PACK_RULE = "@pack"
+# The streaming source's rows: the partials, the rule set they were made with, their shard,
+# and their pack.
+STREAM_PARTIAL_SCHEMA = (f"{PARTIAL_SCHEMA}, {RULESET_COLUMN} string, {PLACE_COLUMN} int, "
+                         f"{PACK_COLUMN} binary")

@@ -204,11 +204,19 @@ def _values(columns: list[list[Any]]) -> Iterator[Partial]:
         yield _read(*row)
 
 
+def column_list(frame: Any, name: str) -> list[Any]:
+    """A column of a pandas frame or an Arrow table as a list (pandas: NaN for a numeric
+    null; Arrow: None — :func:`_read` takes either)."""
+    if isinstance(frame, pa.Table):
+        return frame.column(name).to_pylist()
+    return frame[name].tolist()
+
+
 def frame_partials(frame: Any) -> Iterator[tuple[str, str, Partial]]:
-    """(series, le or "", partial) of each row of a pandas frame of partial rows (the state
-    stage's input)."""
-    parts = _values([frame[c].tolist() for c in _VALUE_COLUMNS])
-    for name, le, part in zip(frame["series"].tolist(), frame["le"].tolist(), parts,
+    """(series, le or "", partial) of each row of a pandas frame or an Arrow table of partial
+    rows (the state stage's input, :func:`l2m.state.function.unpacked`)."""
+    parts = _values([column_list(frame, c) for c in _VALUE_COLUMNS])
+    for name, le, part in zip(column_list(frame, "series"), column_list(frame, "le"), parts,
                               strict=True):
         yield name, le if isinstance(le, str) else "", part
 

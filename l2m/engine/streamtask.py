@@ -2,10 +2,11 @@
 with, tagged with that version and each rule's state shard.
 
 Input: the job's :class:`~l2m.engine.rulesets.Versions`, the batch's version and the folder of
-Spark's shipped files. Output: partials with two more columns (:data:`STREAM_PARTIAL_ARROW`,
-:data:`~l2m.engine.columns.STREAM_PARTIAL_SCHEMA`): ``ruleset`` and ``place``, the state shard a
+Spark's shipped files. Output: partials with three more columns (:data:`STREAM_PARTIAL_ARROW`,
+:data:`~l2m.engine.columns.STREAM_PARTIAL_SCHEMA`): ``ruleset``; ``place``, the state shard a
 rule's series belong to (its account's: computed here, from the version's rules, so that a rule
-added while the job runs is placed like one it started with)."""
+added while the job runs is placed like one it started with); ``pack``: with state formats 4
+and later the rows of one state key come gathered in one row (:func:`packed`)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from l2m.engine.admission import placement_shard
-from l2m.engine.columns import PLACE_COLUMN, RULESET_COLUMN
+from l2m.engine.columns import PACK_COLUMN, PACK_RULE, PLACE_COLUMN, RULESET_COLUMN
 from l2m.engine.partials import PARTIAL_ARROW
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing
 from l2m.engine.rulesets import Versions
 
 STREAM_PARTIAL_ARROW = PARTIAL_ARROW.append(pa.field(RULESET_COLUMN, pa.string())).append(
-    pa.field(PLACE_COLUMN, pa.int32()))
+    pa.field(PLACE_COLUMN, pa.int32())).append(pa.field(PACK_COLUMN, pa.binary()))
 
 
 def tag(batch: pa.RecordBatch, version: str, places: Mapping[str, int]) -> pa.RecordBatch:
@@ -35,8 +36,66 @@ def tag(batch: pa.RecordBatch, version: str, places: Mapping[str, int]) -> pa.Re
     shards = pa.array([places.get(r) for r in distinct.to_pylist()], pa.int32())
     place = pc.take(shards, pc.index_in(rules, value_set=distinct))
     return pa.RecordBatch.from_arrays(
-        [*batch.columns, pa.array([version] * batch.num_rows, pa.string()), place],
+        [*batch.columns, pa.array([version] * batch.num_rows, pa.string()), place,
+         pa.nulls(batch.num_rows, pa.binary())],
         schema=STREAM_PARTIAL_ARROW)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def packed(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A task's tagged partials with the placed rows (the rules' own, not l2m's) of each
+    (place, window) gathered into one row: ``rule`` :data:`~l2m.engine.columns.PACK_RULE`,
+    their partials (:data:`~l2m.engine.partials.PARTIAL_ARROW` columns) in ``pack`` as an
+    Arrow IPC stream, and in ``ts`` the latest event time among them as the job's watermark
+    reads a row's (``coalesce(ts, greatest(window, 0))``), so the watermark moves as it would
+    with the rows themselves. l2m's own rows pass as they are: Spark places them by hash.
+
+    Why (benchmarks/README.md, "Session 19"): pyspark hands ``transformWithStateInPandas`` its
+    rows one by one (a tuple per row, a pandas frame built from the tuples per key), ≈ 1.5 s
+    of the state stage's Python per 95,000 partials with 100,000 rules; a key's pack is
+    decoded at once by :func:`l2m.state.function.unpacked`."""
+    table = pa.Table.from_batches(batches, schema=STREAM_PARTIAL_ARROW)
+    placed = pc.is_valid(table.column(PLACE_COLUMN))
+    own = table.filter(pc.invert(placed))
+    rows = table.filter(placed)
+    if own.num_rows:
+        yield from own.to_batches()
+    if not rows.num_rows:
+        return
+    rows = rows.take(pc.sort_indices(rows, [(PLACE_COLUMN, "ascending", "at_start"),
+                                            ("window", "ascending", "at_start")]))
+    event_time = pc.coalesce(rows.column("ts"), pc.max_element_wise(rows.column("window"), 0))
+    places_, windows = rows.column(PLACE_COLUMN).to_pylist(), rows.column("window").to_pylist()
+    version = rows.column(RULESET_COLUMN)[0].as_py()
+    partials = rows.select(PARTIAL_ARROW.names)
+    keys: list[tuple[int, int | None]] = []
+    starts = [i for i in range(len(places_))
+              if not i or (places_[i], windows[i]) != (places_[i - 1], windows[i - 1])]
+    packs, latest = [], []
+    for start, end in zip(starts, [*starts[1:], len(places_)], strict=True):
+        keys.append((places_[start], windows[start]))
+        packs.append(_ipc(partials.slice(start, end - start)))
+        latest.append(pc.max(event_time.slice(start, end - start)).as_py())
+    n = len(keys)
+    columns = {name: pa.nulls(n, PARTIAL_ARROW.field(name).type) for name in PARTIAL_ARROW.names}
+    columns.update({"rule": pa.array([PACK_RULE] * n, pa.string()),
+                    "series": pa.array([""] * n, pa.string()),
+                    "window": pa.array([w for _p, w in keys], pa.int64()),
+                    "matches": pa.array([0] * n, pa.int64()), "n": pa.array([0] * n, pa.int64()),
+                    "sum": pa.array([0.0] * n, pa.float64()),
+                    "exact_n": pa.array([0] * n, pa.int64()),
+                    "ts": pa.array(latest, pa.int64()),
+                    RULESET_COLUMN: pa.array([version] * n, pa.string()),
+                    PLACE_COLUMN: pa.array([p for p, _w in keys], pa.int32()),
+                    PACK_COLUMN: pa.array(packs, pa.binary())})
+    yield pa.RecordBatch.from_arrays([columns[f.name].cast(f.type) for f in STREAM_PARTIAL_ARROW],
+                                     schema=STREAM_PARTIAL_ARROW)
 
 
 _PLACES: dict[tuple[str, int], dict[str, int]] = {}
@@ -59,12 +118,16 @@ class StreamTask(ReadTask):
     (:func:`tag`) with that version and each rule's shard."""
 
     def __init__(self, versions: Versions, version: str | None, files_dir: str | None,
-                 shards: int) -> None:
+                 shards: int, pack: bool = False) -> None:
         self.version = version or versions.version
         routing = versions.routing(self.version, files_dir)
         super().__init__(routing.plan, routing)
         self.places = places(self.version, routing, shards)
+        self.pack = pack  # gather each state key's rows (packed): state formats 4 and later
 
     def finish(self) -> Iterator[pa.RecordBatch]:
-        for batch in super().finish():
-            yield tag(batch, self.version, self.places)
+        tagged = [tag(batch, self.version, self.places) for batch in super().finish()]
+        if self.pack:
+            yield from packed(tagged)
+        else:
+            yield from tagged

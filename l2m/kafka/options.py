@@ -49,6 +49,7 @@ RUNTIME: dict[str, str] = {
     "ruleset": "ruleset",
     "rulesetFile": "ruleset_file",
     "shards": "shards",
+    "pack": "pack",
 }
 
 
@@ -74,6 +75,7 @@ class SourceOptions:
     ruleset: str | None = None
     ruleset_file: str | None = None
     shards: str | None = None
+    pack: str | None = None  # "1": each state key's partials in one row (state formats 4+)
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> SourceOptions:

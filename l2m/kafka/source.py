@@ -315,7 +315,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             task: ReadTask | None = StreamTask(self.versions, partition.ruleset,
                                                SparkFiles.getRootDirectory(),
-                                               int(self.settings.shards or 1))
+                                               int(self.settings.shards or 1),
+                                               pack=self.settings.pack == "1")
         else:
             task = ReadTask.from_options(self.routing, self.parse_plan)
         dead_letters = DeadLetters(self.config, self.dead_letters, self.topic) \

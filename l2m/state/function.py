@@ -21,15 +21,16 @@ import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeAlias
 
 import pandas as pd
+import pyarrow as pa
 from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, refused_series
-from l2m.engine.columns import RULESET_COLUMN
-from l2m.engine.partials import Partial, frame_partials
+from l2m.engine.columns import PACK_COLUMN, RULESET_COLUMN
+from l2m.engine.partials import Partial, column_list, frame_partials
 from l2m.engine.rulesets import select
 from l2m.engine.samples import samples_frame
 from l2m.engine.status import STATUS_RULE
@@ -281,8 +282,29 @@ def versioned(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     return itertools.chain([first], frames)
 
 
-def counted(frames: Iterator[pd.DataFrame], reduction: Reduction | None
-            ) -> Iterator[pd.DataFrame]:
+# A key's partials: a pandas frame from Spark, or the Arrow table of a pack (unpacked).
+Frame: TypeAlias = pd.DataFrame | pa.Table
+
+
+def unpacked(frames: Iterator[pd.DataFrame]) -> Iterator[Frame]:
+    """A key's frames with every packed row (:func:`l2m.engine.streamtask.packed`) replaced
+    by the partials it holds, as an Arrow table; rows that are not packs as they came."""
+    for frame in frames:
+        if PACK_COLUMN not in frame.columns:
+            yield frame
+            continue
+        packs = frame[PACK_COLUMN]
+        is_pack = packs.notna()
+        if not is_pack.any():
+            yield frame
+            continue
+        if not is_pack.all():
+            yield frame[~is_pack]
+        for blob in packs[is_pack].tolist():
+            yield pa.ipc.open_stream(blob).read_all()
+
+
+def counted(frames: Iterator[Frame], reduction: Reduction | None) -> Iterator[Frame]:
     """The frames as they are, their rows and matches counted into ``reduction``."""
     if reduction is None:
         yield from frames
@@ -291,12 +313,13 @@ def counted(frames: Iterator[pd.DataFrame], reduction: Reduction | None
     per_rule: dict[Any, float] = {}
     for frame in frames:
         rows += len(frame)
-        matches += int(frame["matches"].sum())
+        logs = column_list(frame, "matches")
+        matches += int(sum(logs))
         if reduction.matches is not None:
             # A plain loop: a pandas groupby per key's frame cost ≈ 4 ms a call, 220 calls a
             # batch with 100,000 rules (≈ 300 partials each).
             sums: dict[str, int] = {}
-            for rule, n in zip(frame["rule"].tolist(), frame["matches"].tolist(), strict=True):
+            for rule, n in zip(column_list(frame, "rule"), logs, strict=True):
                 sums[rule] = sums.get(rule, 0) + n
             for rule, n in sums.items():
                 key = MatchCount(rule)
@@ -309,10 +332,10 @@ def counted(frames: Iterator[pd.DataFrame], reduction: Reduction | None
             reduction.matches.add(per_rule)
 
 
-def by_rule(frames: Iterator[pd.DataFrame]) -> dict[str, list[tuple[str, str, Partial]]]:
+def by_rule(frames: Iterator[Frame]) -> dict[str, list[tuple[str, str, Partial]]]:
     """The partials of a key's frames, by rule."""
     out: dict[str, list[tuple[str, str, Partial]]] = {}
     for frame in frames:
-        for rule, row in zip(frame["rule"].tolist(), frame_partials(frame), strict=True):
+        for rule, row in zip(column_list(frame, "rule"), frame_partials(frame), strict=True):
             out.setdefault(rule, []).append(row)
     return out

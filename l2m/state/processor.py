@@ -77,6 +77,7 @@ from l2m.state.function import (
     emitted,
     refusal_rows,
     select_stored,
+    unpacked,
     versioned,
 )
 from l2m.state.gauges import REFUSED_GAUGE_RULE, GaugeState
@@ -449,7 +450,7 @@ class MetricProcessor(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         shard, window = int(key[0]), int(key[1])
-        frames = counted(versioned(rows), self.reduction)
+        frames = counted(unpacked(versioned(rows)), self.reduction)
         self._caps = _plain(self.caps)  # the rows have selected their rule set
         with collector_paused():
             if window == CUMULATIVE:

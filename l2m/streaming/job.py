@@ -93,31 +93,36 @@ def register(spark: SparkSession) -> None:
 def source_frame(spark: SparkSession, cfg: JobConfig, rules: dict[str, str],
                  dead_letters: bool = True) -> DataFrame:
     """The Kafka source's partials for the rules' options (:func:`rule_options`: ``routing``,
-    and for live rules ``ruleset``, ``rulesetFile``, ``shards``): the job's ``source:``
+    and for live rules ``ruleset``, ``rulesetFile``, ``shards``, ``pack``): the job's ``source:``
     settings as they are, carried by :class:`l2m.kafka.options.SourceOptions`."""
     from dataclasses import replace
 
-    from l2m.kafka.options import SourceOptions
+    from l2m.kafka.options import RUNTIME, SourceOptions
 
     source = cfg.source
     if not source.min_partitions:
         source = replace(source, min_partitions=spark.sparkContext.defaultParallelism)
     if not dead_letters:
         source = replace(source, group_id=None)
+    # Every option of the rules' (rule_options) by its field: none is left behind.
     options = SourceOptions(
         topic=cfg.topics.logs, kafka=cfg.kafka, source=source,
         dead_letter_topic=cfg.topics.dead_letters if dead_letters else None,
-        stop_file=stop_file(cfg), routing=rules["routing"], ruleset=rules.get("ruleset"),
-        ruleset_file=rules.get("rulesetFile"), shards=rules.get("shards"))
+        stop_file=stop_file(cfg), **{RUNTIME[name]: value for name, value in rules.items()})
     return spark.readStream.format("l2m-kafka").options(**options.spark_options()).load()
 
 
-def rule_options(cfg: JobConfig, versions: Versions, current_file: str | None) -> dict[str, str]:
+def rule_options(cfg: JobConfig, versions: Versions, current_file: str | None,
+                 state_format: int = STATE_FORMAT) -> dict[str, str]:
     """The options a source of partials takes for the job's rules: the first rules inline
     (``routing``, their version ``ruleset``), the driver's file naming the version to plan
-    with (``rulesetFile``), the state shards partials are placed in (``shards``)."""
+    with (``rulesetFile``), the state shards partials are placed in (``shards``), and whether
+    a state key's partials travel in one row (``pack``: state formats 4 and later, whose
+    state function unpacks them; :func:`l2m.engine.streamtask.packed`)."""
     out = {"routing": versions.option, "ruleset": versions.version,
            "shards": str(cfg.counter_shards)}
+    if state_format >= MAP_FORMAT:
+        out["pack"] = "1"
     if current_file:
         out["rulesetFile"] = current_file
     return out
@@ -168,7 +173,8 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                            cfg.limits.max_label_value_length, cfg.limits.series)
         versions = Versions(ruleset_version(snapshot(rules), cfg), routing_option(routing))
     option = versions.option
-    options = rule_options(cfg, versions, publisher.current_file if publisher else None)
+    options = rule_options(cfg, versions, publisher.current_file if publisher else None,
+                           state_format)
     read = source(options) if source is not None else source_frame(spark, cfg, options)
     status = F.col("rule") == F.lit(STATUS_RULE)
     # Only the times of logs the rules see move the watermark: a malformed or future-dated
