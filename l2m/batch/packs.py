@@ -4,7 +4,8 @@ Backfill's partials go from the read tasks through a shuffle to the last stage, 
 samples from there to the driver. Row by row, the JVM converts every row from Arrow to its
 own rows and back (the unique-id backfill: 458,000 partials and 350,000 sample lines of
 88 MB, ≈ 2 CPU-s of JVM work; benchmarks/README.md). Packed, a task's rows for one
-destination are one Arrow IPC stream (LZ4) in one binary value, which the JVM copies as it is.
+destination are one Arrow IPC stream (LZ4, :mod:`l2m.engine.ipc`) in one binary value, which the
+JVM copies as it is.
 
 A shuffle still needs a column to partition by: :func:`partition_keys` gives, for each of
 ``n`` destinations, an int that Spark's hash partitioning (``repartition(n, column)``: the
@@ -22,11 +23,12 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from l2m.engine.ipc import stream, table_of
+
 PACKED_SCHEMA = "key int, pack binary"
 PACKED_ARROW = pa.schema([("key", pa.int32()), ("pack", pa.binary())])
 PACK_ROWS = 50_000  # rows per pack at most: a pack is one value, and a value is < 2 GiB
 BATCH_BYTES = 1 << 30  # a batch's packs together at most (its binary column's offsets: 32-bit)
-_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 _SEED = 42  # Spark's HashPartitioning: Murmur3Hash(children, 42)
 _MASK = 0xFFFFFFFF
 
@@ -51,10 +53,7 @@ def pack(table: pa.Table, key: int = 0) -> Iterator[pa.RecordBatch]:
 def _streams(rows: pa.Table) -> Iterator[pa.Buffer]:
     """``rows`` as Arrow IPC streams of at most :data:`BATCH_BYTES` each: halved until they
     fit (rows are bounded — label values are cut — so one row always fits)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema, options=_OPTIONS) as writer:
-        writer.write_table(rows)
-    value = sink.getvalue()
+    value = stream(rows)
     if value.size <= BATCH_BYTES or rows.num_rows <= 1:
         yield value
         return
@@ -76,7 +75,7 @@ def _batch(buffers: list[pa.Buffer], key: int) -> pa.RecordBatch:
 
 def unpack(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
     """The rows of :data:`PACKED_SCHEMA` batches, each pack's stream of ``schema``."""
-    tables = [pa.ipc.open_stream(value.as_buffer()).read_all()
+    tables = [table_of(value.as_buffer())
               for batch in batches for value in batch.column("pack") if value.is_valid]
     return pa.concat_tables(tables) if tables else schema.empty_table()
 

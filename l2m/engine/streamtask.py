@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from l2m.engine.admission import placement_shard
 from l2m.engine.columns import PACK_COLUMN, PACK_RULE, PLACE_COLUMN, RULESET_COLUMN
+from l2m.engine.ipc import stream
 from l2m.engine.partials import PARTIAL_ARROW
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing
@@ -41,25 +42,20 @@ def tag(batch: pa.RecordBatch, version: str, places: Mapping[str, int]) -> pa.Re
         schema=STREAM_PARTIAL_ARROW)
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
 def packed(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A task's tagged partials with the placed rows (the rules' own, not l2m's) of each
     (place, window) gathered into one row: ``rule`` :data:`~l2m.engine.columns.PACK_RULE`,
-    their partials (:data:`~l2m.engine.partials.PARTIAL_ARROW` columns) in ``pack`` as an
-    Arrow IPC stream, and in ``ts`` the latest event time among them as the job's watermark
-    reads a row's (``coalesce(ts, greatest(window, 0))``), so the watermark moves as it would
-    with the rows themselves. l2m's own rows pass as they are: Spark places them by hash.
+    their partials (:data:`~l2m.engine.partials.PARTIAL_ARROW` columns) in ``pack`` as one
+    value (:func:`l2m.engine.ipc.stream`), and in ``ts`` the latest event time among them as
+    the job's watermark reads a row's (``coalesce(ts, greatest(window, 0))``), so the
+    watermark moves as it would with the rows themselves. l2m's own rows pass as they are:
+    Spark places them by hash.
 
     Why (benchmarks/README.md, "Session 19"): pyspark hands ``transformWithStateInPandas`` its
-    rows one by one (a tuple per row, a pandas frame built from the tuples per key), ≈ 1.5 s
-    of the state stage's Python per 95,000 partials with 100,000 rules; a key's pack is
-    decoded at once by :func:`l2m.state.function.unpacked`."""
+    rows one by one (a tuple per row, a pandas frame built from the tuples per key), and the
+    JVM converts each row on the way; a key's pack is decoded at once by
+    :func:`l2m.state.function.unpacked`. The 100,000-rule drain: 22,198 and 22,425 → 24,286
+    and 24,283 logs/s (alternating runs)."""
     table = pa.Table.from_batches(batches, schema=STREAM_PARTIAL_ARROW)
     placed = pc.is_valid(table.column(PLACE_COLUMN))
     own = table.filter(pc.invert(placed))
@@ -80,7 +76,7 @@ def packed(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     packs, latest = [], []
     for start, end in zip(starts, [*starts[1:], len(places_)], strict=True):
         keys.append((places_[start], windows[start]))
-        packs.append(_ipc(partials.slice(start, end - start)))
+        packs.append(stream(partials.slice(start, end - start)).to_pybytes())
         latest.append(pc.max(event_time.slice(start, end - start)).as_py())
     n = len(keys)
     columns = {name: pa.nulls(n, PARTIAL_ARROW.field(name).type) for name in PARTIAL_ARROW.names}

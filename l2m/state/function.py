@@ -30,6 +30,7 @@ from pyspark.sql.streaming.state import GroupState
 
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, refused_series
 from l2m.engine.columns import PACK_COLUMN, RULESET_COLUMN
+from l2m.engine.ipc import table_of
 from l2m.engine.partials import Partial, column_list, frame_partials
 from l2m.engine.rulesets import select
 from l2m.engine.samples import samples_frame
@@ -301,7 +302,7 @@ def unpacked(frames: Iterator[pd.DataFrame]) -> Iterator[Frame]:
         if not is_pack.all():
             yield frame[~is_pack]
         for blob in packs[is_pack].tolist():
-            yield pa.ipc.open_stream(blob).read_all()
+            yield table_of(blob)
 
 
 def counted(frames: Iterator[Frame], reduction: Reduction | None) -> Iterator[Frame]:

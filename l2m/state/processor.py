@@ -173,6 +173,10 @@ class _Rules:
         # says so: not a key of a format 4 checkpoint); then an account without a group has
         # no entries at all.
         self.complete = False
+        # Whether the key held nothing before this call (no meta: every key with entries has
+        # one, written in the call that wrote its first entries): nothing to read. A new
+        # gauge window's first batch, every key of a new checkpoint's.
+        self.fresh = False
 
     def bind(self, rules: Mapping[str, Rule], accounts: Mapping[str, list[str]]) -> None:
         """The call's rules of this kind, and each account's current rules (of any kind):
@@ -197,8 +201,9 @@ class _Rules:
         accounts = {r: self._account_of(r) for r in wanted}
         unread = sorted({a for a in accounts.values() if a is not None} - self.groups.keys())
         unknown: set[str] = set()
-        for acct, raw in zip(unread, MapIO(self.state).get([(group_key(a),) for a in unread]),
-                             strict=True):
+        stored = [None] * len(unread) if self.fresh else \
+            MapIO(self.state).get([(group_key(a),) for a in unread])
+        for acct, raw in zip(unread, stored, strict=True):
             found = _load(raw)
             if found is not None or self.complete:
                 self.groups[acct] = found or {"r": {}, "own": []}
@@ -217,7 +222,9 @@ class _Rules:
                 own.append(rule_id)
             else:
                 self._raw[rule_id] = None  # a member (entry() takes it from the group), or new
-        for rule_id, raw in zip(own, MapIO(self.state).get([(r,) for r in own]), strict=True):
+        own_stored = [None] * len(own) if self.fresh else \
+            MapIO(self.state).get([(r,) for r in own])
+        for rule_id, raw in zip(own, own_stored, strict=True):
             self._raw[rule_id] = raw
             owner = self.account[rule_id]
             group = self.groups.get(owner) if owner is not None else None
@@ -477,14 +484,19 @@ class MetricProcessor(StatefulProcessor):
     # --- shared -------------------------------------------------------------------------
 
     def _meta(self) -> dict[str, Any]:
+        return self._key_meta()[0]
+
+    def _key_meta(self) -> tuple[dict[str, Any], bool]:
+        """The key's meta (a new key's as this format starts it), and whether the key is new:
+        without one, it holds nothing (_Rules.fresh)."""
         meta = _load(self.meta.get()) or {}
         if meta and meta.get("v") not in READ_FORMATS:
             raise StateFormatError(
                 f"the checkpoint holds state format {meta.get('v')} entries, but this job "
                 f"took it for format {FORMAT}. {UPGRADE_HINT}")
         if not meta:  # a new key: its accounts' groups will list every own entry (_Rules)
-            return {"v": FORMAT, "g": 1}
-        return {**meta, "v": FORMAT}  # written back as format 5's (format 4's keys: no "g")
+            return {"v": FORMAT, "g": 1}, True
+        return {**meta, "v": FORMAT}, False  # written back as format 5's (format 4's: no "g")
 
     def _account_rules(self, rules: Mapping[str, Rule] | None = None
                        ) -> Mapping[str, list[str]]:
@@ -530,6 +542,8 @@ class MetricProcessor(StatefulProcessor):
         """The stored entries of the rule's series among ``names`` (for a listed rule only
         the listed ones are read), its overflow series' too when some are new; and whether
         some are. ``since``: counters last touched before it count as expired."""
+        if book.fresh:  # nothing stored: every series is new
+            return {}, True
         listed = book.listed(rule_id)
         lookup = names if listed is None else names & listed
         found = self._fetch(state, rule_id, sorted(lookup), gen, since)
@@ -633,7 +647,8 @@ class MetricProcessor(StatefulProcessor):
                               admission)
         refusals = refusal_rows(admission, self.activity)
         if refusals:
-            stored = self._fetch(state, REFUSED_RULE, {name for name, _le, _p in refusals}, 0)
+            stored = {} if book.fresh else \
+                self._fetch(state, REFUSED_RULE, {name for name, _le, _p in refusals}, 0)
             samples += update(REFUSED_RULE, refusals, stored, 0, None)
         book.write(self._exists(state) if book.bucket_ms is not None else None)
         return samples
@@ -646,12 +661,13 @@ class MetricProcessor(StatefulProcessor):
     def _counter_key(self, shard: int, frames: Iterator[pd.DataFrame],
                      tv: TimerValues) -> Iterator[pd.DataFrame]:
         now = tv.getCurrentProcessingTimeInMs()
-        meta = self._meta()
+        meta, fresh = self._key_meta()
         rows = by_rule(frames)
         watermark = tv.getCurrentWatermarkInMs() if STATUS_RULE in rows else 0
         ttl = self.counters.ttl_ms
         book = _Rules(self.counter_rules, now, bucket_ms(ttl), ttl)
         book.complete = meta.get("g") == 1
+        book.fresh = fresh
         tally: Tally = {}
 
         def update(rule_id: str, rule_rows: list[tuple[str, str, Partial]],
@@ -681,7 +697,7 @@ class MetricProcessor(StatefulProcessor):
         rule = self._counter_rule(rule_id)
         assert rule is not None
         content: dict[str, Any] = {"sig": signature(rule), "series": stored}
-        if status:
+        if status and not book.fresh:
             late = _load(self.counter_series.getValue((STATUS_RULE, LATE_SERIES)))
             if late is not None:
                 content["late"] = late[2]
@@ -760,7 +776,7 @@ class MetricProcessor(StatefulProcessor):
                    tv: TimerValues) -> Iterator[pd.DataFrame]:
         now = tv.getCurrentProcessingTimeInMs()
         watermark = tv.getCurrentWatermarkInMs()
-        meta = self._meta()
+        meta, fresh = self._key_meta()
         current = getattr(self.gauges.rules, "current", None)
         version = current() if current is not None else None
         if version is not None and meta.get("rs") != version:
@@ -780,6 +796,7 @@ class MetricProcessor(StatefulProcessor):
         rules = self.gauges.rules
         book = _Rules(self.gauge_rules, now, None, 0)
         book.complete = meta.get("g") == 1
+        book.fresh = fresh
         tally: Tally = {}
 
         def update(rule_id: str, rule_rows: list[tuple[str, str, Partial]],

@@ -118,3 +118,14 @@ def test_a_refused_write_raises_as_pysparks_call_does(state: Any) -> None:
         ._serialize_to_bytes(map_state._mapStateClient.user_key_schema, ("r", "bad"))
     with pytest.raises(PySparkRuntimeError, match="disk full"):
         io.put([(("r", "ok"), (b"1",)), (("r", "bad"), (b"2",)), (("r", "after"), (b"3",))])
+
+
+def test_keys_and_values_are_the_bytes_pysparks_own_calls_send(state: Any) -> None:
+    # MapIO pickles them as they are, skipping pyspark's conversion to Spark's internal form:
+    # the same bytes for l2m's schemas (strings and bytes), unicode and empty ones included.
+    map_state, _server = state
+    api = map_state._mapStateClient._stateful_processor_api_client
+    for key in [("r", "s"), ("", ""), ("règle", "série ✓"), ("r", "x" * 5000)]:
+        assert api.pickleSer.dumps(key) == api._serialize_to_bytes(KEY, key)
+    for value in [(b"",), (b"\x00\xff" * 3000,)]:
+        assert api.pickleSer.dumps(value) == api._serialize_to_bytes(VALUE, value)

@@ -112,6 +112,25 @@ def test_a_batch_reads_and_writes_only_the_series_it_touches():
         str(W // 1000): 999, str(W // 1000 + 1): 1}
 
 
+@pytest.mark.parametrize("small", [0, 512])
+def test_a_new_key_reads_nothing_but_its_meta(small):
+    # Every key with entries has a meta, written in the call that wrote its first entries:
+    # without one there is nothing to read (a new gauge window, a new checkpoint's keys).
+    caps = {r: RuleCaps(2, account_name="a") for r in ("c", "d")}
+    fn, store = processor(caps=caps, small=small)
+    call = tws.call
+    out = call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(5)] + [row("d", 1)],
+               now=W)
+    assert store.reads == 1  # the meta
+    # caps still decide: two series admitted, the rest to the rule's overflow series
+    assert sorted(s["labels"].get("s", "") for s in out if s["rule"] == "c") == \
+        ["", "s0", "s1"]
+    store.reset()
+    out = call(fn, store, (0, CUMULATIVE), [row("c", 0), row("c", 9)], now=W + 100)
+    assert store.reads > 1  # no longer new: what it holds is read
+    assert values(out)[("c", (("s", "s0"),))] == 2.0
+
+
 def _random_batches(seed: int) -> list[list[dict]]:
     rnd = random.Random(seed)
     batches = []

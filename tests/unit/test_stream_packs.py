@@ -12,6 +12,7 @@ import pyarrow as pa
 from pyspark import cloudpickle
 
 from l2m.engine.columns import PACK_COLUMN, PACK_RULE
+from l2m.engine.ipc import table_of
 from l2m.engine.partials import PARTIAL_ARROW, frame_partials
 from l2m.engine.streamtask import STREAM_PARTIAL_ARROW, packed
 from l2m.state.function import by_rule, counted, unpacked
@@ -71,7 +72,7 @@ def test_a_task_s_rows_come_back_per_state_key_as_they_were():
         assert [_key(p) for p in packs] == keys  # one row per (place, window)
         for pack in packs:
             assert pack["rule"] == PACK_RULE and pack["ruleset"] == "v1"
-            inner = pa.ipc.open_stream(pack[PACK_COLUMN]).read_all()
+            inner = table_of(pack[PACK_COLUMN])
             assert inner.schema == PARTIAL_ARROW
             mine = [r for r in rows if r["place"] is not None and _key(r) == _key(pack)]
             assert inner.to_pylist() == [{k: r[k] for k in PARTIAL_ARROW.names} for r in mine]
