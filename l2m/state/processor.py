@@ -312,6 +312,16 @@ class _Rules:
             return int(n)
         return sum(count for bucket, count in n.items() if self._alive(int(bucket)))
 
+    def bound(self, rule_id: str, rule: Rule | None) -> int:
+        """At least :meth:`live`, without looking at each series: every series the entry
+        holds (a small rule's) or counts (any bucket, dead or alive)."""
+        entry = self.entry(rule_id, rule)
+        small = entry.get("s")
+        if small is not None:
+            return len(small)
+        n = entry["n"]
+        return sum(n.values()) if self.bucket_ms is not None else int(n)
+
     def _alive(self, bucket: int) -> bool:
         assert self.bucket_ms is not None
         return (bucket + 1) * self.bucket_ms + self.ttl_ms > self.now
@@ -513,10 +523,17 @@ class MetricProcessor(StatefulProcessor):
             self._accounts, self._accounts_of = accounts, source
         return self._accounts
 
-    def _admission(self, new: Iterable[str], book: _Rules,
+    def _admission(self, new: Mapping[str, int], book: _Rules,
                    rules: Mapping[str, Rule]) -> Admission | None:
-        """The caps of one domain for rules that bring new series (``new``): the live series
-        of each, and of every current rule of their accounts."""
+        """The caps of one domain for rules that bring new series (``new``: rule → how many
+        of its series this call may start, at most): the live series of each, and of every
+        current rule of their accounts.
+
+        Counting a rule's live series looks at each of them (their last touch); first each
+        is bounded from above without (:meth:`_Rules.bound`). When no cap can be reached even
+        by the bounds plus every candidate series, every new series is admitted whatever
+        the exact counts, and the bounds stand in for them: with 100,000 rules a batch
+        touching most accounts counted 113,000 rules' series one by one for no refusal."""
         if self._caps is None:
             return None
         counted_rules: set[str] = set()
@@ -528,8 +545,34 @@ class MetricProcessor(StatefulProcessor):
             if caps.account_name is not None:
                 counted_rules.update(self._account_rules().get(caps.account_name, ()))
         book.prefetch(r for r in counted_rules if r in rules)
-        return Admission(self._caps, {r: book.live(r, rules.get(r))
-                                     for r in sorted(counted_rules) if r in rules})
+        ordered = [r for r in sorted(counted_rules) if r in rules]
+        bounds = {r: book.bound(r, rules.get(r)) for r in ordered}
+        if self._below_caps(bounds, new):
+            return Admission(self._caps, bounds)
+        return Admission(self._caps, {r: book.live(r, rules.get(r)) for r in ordered})
+
+    def _below_caps(self, sizes: Mapping[str, int], new: Mapping[str, int]) -> bool:
+        """Whether every new series would be admitted even if each rule had ``sizes`` series
+        and each rule of ``new`` started that many: a series is refused only once a count
+        has reached its cap (:meth:`Admission.admit`)."""
+        assert self._caps is not None
+        metrics: dict[tuple[str, str], list[int]] = {}  # (account, metric) → [count, cap]
+        accounts: dict[str, list[int]] = {}
+        for rule_id, size in sizes.items():
+            caps = self._caps.get(rule_id)
+            if caps is None:
+                continue
+            total = size + new.get(rule_id, 0)
+            if caps.rule and rule_id in new and total > caps.rule:
+                return False
+            if caps.account_name is not None:
+                metric = metrics.setdefault((caps.account_name, caps.metric_name),
+                                            [0, caps.metric])
+                metric[0] += total
+                account = accounts.setdefault(caps.account_name, [0, caps.account])
+                account[0] += total
+        return all(not cap or count <= cap
+                   for count, cap in [*metrics.values(), *accounts.values()])
 
     def _listed(self, rule_id: str) -> bool:
         """Whether the rule's entry lists its series: a per-rule cap, and one small enough
@@ -610,7 +653,7 @@ class MetricProcessor(StatefulProcessor):
         no caps). Returns the samples."""
         fetched: dict[str, dict[str, Any]] = {}
         gens: dict[str, int] = {}
-        new: list[str] = []
+        new: dict[str, int] = {}  # rule → its series this call may start, at most
         internal = set(internal)
         rules = _plain(rules) or {}
         book.bind(rules, self._account_rules(rules))
@@ -639,7 +682,7 @@ class MetricProcessor(StatefulProcessor):
                 fetched[rule_id], some_new = self._lookup(state, book, rule_id, names,
                                                           gens[rule_id], book.since)
             if some_new:
-                new.append(rule_id)
+                new[rule_id] = len(names - fetched[rule_id].keys())
         admission = self._admission(new, book, rules)
         samples: list[dict[str, Any]] = []
         for rule_id in sorted(fetched):
