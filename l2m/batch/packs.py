@@ -23,54 +23,22 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from l2m.engine.ipc import stream, table_of
+from l2m.engine.ipc import batched, binary_column, streams, table_of
 
 PACKED_SCHEMA = "key int, pack binary"
 PACKED_ARROW = pa.schema([("key", pa.int32()), ("pack", pa.binary())])
-PACK_ROWS = 50_000  # rows per pack at most: a pack is one value, and a value is < 2 GiB
-BATCH_BYTES = 1 << 30  # a batch's packs together at most (its binary column's offsets: 32-bit)
 _SEED = 42  # Spark's HashPartitioning: Murmur3Hash(children, 42)
 _MASK = 0xFFFFFFFF
 
 
 def pack(table: pa.Table, key: int = 0) -> Iterator[pa.RecordBatch]:
     """``table``'s rows as :data:`PACKED_SCHEMA` rows for the destination ``key``, one per
-    :data:`PACK_ROWS` rows (none for an empty table), in batches of at most
-    :data:`BATCH_BYTES` of packs (a binary column's offsets are 32-bit)."""
-    buffers: list[pa.Buffer] = []
-    size = 0
-    for start in range(0, table.num_rows, PACK_ROWS):
-        for value in _streams(table.slice(start, PACK_ROWS)):
-            if buffers and size + value.size > BATCH_BYTES:
-                yield _batch(buffers, key)
-                buffers, size = [], 0
-            buffers.append(value)
-            size += value.size
-    if buffers:
-        yield _batch(buffers, key)
-
-
-def _streams(rows: pa.Table) -> Iterator[pa.Buffer]:
-    """``rows`` as Arrow IPC streams of at most :data:`BATCH_BYTES` each: halved until they
-    fit (rows are bounded — label values are cut — so one row always fits)."""
-    value = stream(rows)
-    if value.size <= BATCH_BYTES or rows.num_rows <= 1:
-        yield value
-        return
-    half = rows.num_rows // 2
-    yield from _streams(rows.slice(0, half))
-    yield from _streams(rows.slice(half))
-
-
-def _batch(buffers: list[pa.Buffer], key: int) -> pa.RecordBatch:
-    offsets = np.zeros(len(buffers) + 1, np.int64)
-    offsets[1:] = np.cumsum([b.size for b in buffers])
-    data = pa.py_buffer(b"".join(memoryview(b) for b in buffers)) if len(buffers) > 1 else \
-        buffers[0]
-    packs = pa.Array.from_buffers(pa.binary(), len(buffers),
-                                  [None, pa.py_buffer(offsets.astype(np.int32).tobytes()), data])
-    return pa.RecordBatch.from_arrays(
-        [pa.array(np.full(len(buffers), key, np.int32)), packs], schema=PACKED_ARROW)
+    :data:`~l2m.engine.ipc.PACK_ROWS` rows (none for an empty table), in batches of at most
+    :data:`~l2m.engine.ipc.BATCH_BYTES` of packs (a binary column's offsets are 32-bit)."""
+    for run in batched(list(streams(table))):
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(np.full(len(run), key, np.int32)), binary_column(run)],
+            schema=PACKED_ARROW)
 
 
 def unpack(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Table:

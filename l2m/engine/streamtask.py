@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from l2m.engine.admission import placement_shard
 from l2m.engine.columns import PACK_COLUMN, PACK_RULE, PLACE_COLUMN, RULESET_COLUMN
-from l2m.engine.ipc import stream
+from l2m.engine.ipc import batched, binary_column, streams
 from l2m.engine.partials import PARTIAL_ARROW
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing
@@ -42,56 +43,85 @@ def tag(batch: pa.RecordBatch, version: str, places: Mapping[str, int]) -> pa.Re
         schema=STREAM_PARTIAL_ARROW)
 
 
+# A key's rows in a task travel as rows below this many (a pack's schema and framing cost
+# ≈ 1.5 KB and ≈ 0.1 ms to read: more than a few rows themselves), packed from it on.
+MIN_PACK_ROWS = 32
+_NO_WINDOW = np.iinfo(np.int64).min  # counters' null window, for finding the keys' runs
+
+
 def packed(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A task's tagged partials with the placed rows (the rules' own, not l2m's) of each
-    (place, window) gathered into one row: ``rule`` :data:`~l2m.engine.columns.PACK_RULE`,
-    their partials (:data:`~l2m.engine.partials.PARTIAL_ARROW` columns) in ``pack`` as one
-    value (:func:`l2m.engine.ipc.stream`), and in ``ts`` the latest event time among them as
-    the job's watermark reads a row's (``coalesce(ts, greatest(window, 0))``), so the
-    watermark moves as it would with the rows themselves. l2m's own rows pass as they are:
-    Spark places them by hash.
+    (place, window) gathered into packed rows: ``rule`` :data:`~l2m.engine.columns.PACK_RULE`,
+    their partials (:data:`~l2m.engine.partials.PARTIAL_ARROW` columns) in ``pack``
+    (:func:`l2m.engine.ipc.streams`: one value per :data:`~l2m.engine.ipc.PACK_ROWS` rows),
+    and in ``ts`` the latest event time among them as the job's watermark reads a row's
+    (``coalesce(ts, greatest(window, 0))``), so the watermark moves as it would with the rows
+    themselves. l2m's own rows (Spark places them by hash) and the keys of fewer than
+    :data:`MIN_PACK_ROWS` rows pass as they are.
 
     Why (benchmarks/README.md, "Session 19"): pyspark hands ``transformWithStateInPandas`` its
     rows one by one (a tuple per row, a pandas frame built from the tuples per key), and the
-    JVM converts each row on the way; a key's pack is decoded at once by
+    JVM converts each row on the way; a pack is decoded at once by
     :func:`l2m.state.function.unpacked`. The 100,000-rule drain: 22,198 and 22,425 → 24,286
     and 24,283 logs/s (alternating runs)."""
     table = pa.Table.from_batches(batches, schema=STREAM_PARTIAL_ARROW)
     placed = pc.is_valid(table.column(PLACE_COLUMN))
-    own = table.filter(pc.invert(placed))
     rows = table.filter(placed)
-    if own.num_rows:
-        yield from own.to_batches()
-    if not rows.num_rows:
-        return
     rows = rows.take(pc.sort_indices(rows, [(PLACE_COLUMN, "ascending", "at_start"),
                                             ("window", "ascending", "at_start")]))
+    places_ = rows.column(PLACE_COLUMN).to_numpy()
+    windows = rows.column("window").fill_null(_NO_WINDOW).to_numpy()
+    n = rows.num_rows
+    change = np.ones(n, bool)
+    change[1:] = (places_[1:] != places_[:-1]) | (windows[1:] != windows[:-1])
+    starts = np.flatnonzero(change).tolist()
+    ends = [*starts[1:], n] if n else []
+    loose = [table.filter(pc.invert(placed))]  # passed as rows
     event_time = pc.coalesce(rows.column("ts"), pc.max_element_wise(rows.column("window"), 0))
-    places_, windows = rows.column(PLACE_COLUMN).to_pylist(), rows.column("window").to_pylist()
-    version = rows.column(RULESET_COLUMN)[0].as_py()
     partials = rows.select(PARTIAL_ARROW.names)
-    keys: list[tuple[int, int | None]] = []
-    starts = [i for i in range(len(places_))
-              if not i or (places_[i], windows[i]) != (places_[i - 1], windows[i - 1])]
-    packs, latest = [], []
-    for start, end in zip(starts, [*starts[1:], len(places_)], strict=True):
-        keys.append((places_[start], windows[start]))
-        packs.append(stream(partials.slice(start, end - start)).to_pybytes())
-        latest.append(pc.max(event_time.slice(start, end - start)).as_py())
+    keys: list[tuple[int, int | None, int]] = []  # place, window, latest event time per pack
+    values: list[pa.Buffer] = []
+    for start, end in zip(starts, ends, strict=True):
+        if end - start < MIN_PACK_ROWS:
+            loose.append(rows.slice(start, end - start))
+            continue
+        window = None if windows[start] == _NO_WINDOW else int(windows[start])
+        for value in streams(partials.slice(start, end - start)):
+            keys.append((int(places_[start]), window, 0))
+            values.append(value)
+        latest = pc.max(event_time.slice(start, end - start)).as_py()
+        for i in range(len(keys) - 1, -1, -1):  # the key's packs: each stands for them all
+            if keys[i][:2] != keys[-1][:2]:
+                break
+            keys[i] = (*keys[i][:2], latest)
+    for part in loose:
+        yield from part.to_batches()
+    if not values:
+        return
+    version = rows.column(RULESET_COLUMN)[0].as_py()
+    done = 0
+    for run in batched(values):
+        run_keys = keys[done:done + len(run)]
+        done += len(run)
+        yield _pack_rows(run_keys, run, version)
+
+
+def _pack_rows(keys: list[tuple[int, int | None, int]], values: list[pa.Buffer],
+               version: str) -> pa.RecordBatch:
     n = len(keys)
     columns = {name: pa.nulls(n, PARTIAL_ARROW.field(name).type) for name in PARTIAL_ARROW.names}
     columns.update({"rule": pa.array([PACK_RULE] * n, pa.string()),
                     "series": pa.array([""] * n, pa.string()),
-                    "window": pa.array([w for _p, w in keys], pa.int64()),
+                    "window": pa.array([w for _p, w, _t in keys], pa.int64()),
                     "matches": pa.array([0] * n, pa.int64()), "n": pa.array([0] * n, pa.int64()),
                     "sum": pa.array([0.0] * n, pa.float64()),
                     "exact_n": pa.array([0] * n, pa.int64()),
-                    "ts": pa.array(latest, pa.int64()),
+                    "ts": pa.array([t for _p, _w, t in keys], pa.int64()),
                     RULESET_COLUMN: pa.array([version] * n, pa.string()),
-                    PLACE_COLUMN: pa.array([p for p, _w in keys], pa.int32()),
-                    PACK_COLUMN: pa.array(packs, pa.binary())})
-    yield pa.RecordBatch.from_arrays([columns[f.name].cast(f.type) for f in STREAM_PARTIAL_ARROW],
-                                     schema=STREAM_PARTIAL_ARROW)
+                    PLACE_COLUMN: pa.array([p for p, _w, _t in keys], pa.int32()),
+                    PACK_COLUMN: binary_column(values)})
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in STREAM_PARTIAL_ARROW],
+                                      schema=STREAM_PARTIAL_ARROW)
 
 
 _PLACES: dict[tuple[str, int], dict[str, int]] = {}
@@ -122,8 +152,8 @@ class StreamTask(ReadTask):
         self.pack = pack  # gather each state key's rows (packed): state formats 4 and later
 
     def finish(self) -> Iterator[pa.RecordBatch]:
-        tagged = [tag(batch, self.version, self.places) for batch in super().finish()]
+        tagged = (tag(batch, self.version, self.places) for batch in super().finish())
         if self.pack:
-            yield from packed(tagged)
+            yield from packed(list(tagged))
         else:
             yield from tagged

@@ -556,23 +556,28 @@ class MetricProcessor(StatefulProcessor):
         and each rule of ``new`` started that many: a series is refused only once a count
         has reached its cap (:meth:`Admission.admit`)."""
         assert self._caps is not None
-        metrics: dict[tuple[str, str], list[int]] = {}  # (account, metric) → [count, cap]
-        accounts: dict[str, list[int]] = {}
+        metrics: dict[tuple[str, str], int] = {}  # (account, metric) → series at most
+        accounts: dict[str, int] = {}
         for rule_id, size in sizes.items():
+            caps = self._caps.get(rule_id)
+            if caps is not None and caps.account_name is not None:
+                total = size + new.get(rule_id, 0)
+                metric = (caps.account_name, caps.metric_name)
+                metrics[metric] = metrics.get(metric, 0) + total
+                accounts[caps.account_name] = accounts.get(caps.account_name, 0) + total
+        for rule_id in new:  # each admission is checked against the admitted rule's own caps
             caps = self._caps.get(rule_id)
             if caps is None:
                 continue
-            total = size + new.get(rule_id, 0)
-            if caps.rule and rule_id in new and total > caps.rule:
+            if caps.rule and sizes.get(rule_id, 0) + new[rule_id] > caps.rule:
                 return False
-            if caps.account_name is not None:
-                metric = metrics.setdefault((caps.account_name, caps.metric_name),
-                                            [0, caps.metric])
-                metric[0] += total
-                account = accounts.setdefault(caps.account_name, [0, caps.account])
-                account[0] += total
-        return all(not cap or count <= cap
-                   for count, cap in [*metrics.values(), *accounts.values()])
+            if caps.account_name is None:
+                continue
+            if caps.metric and metrics[caps.account_name, caps.metric_name] > caps.metric:
+                return False
+            if caps.account and accounts[caps.account_name] > caps.account:
+                return False
+        return True
 
     def _listed(self, rule_id: str) -> bool:
         """Whether the rule's entry lists its series: a per-rule cap, and one small enough
@@ -721,7 +726,8 @@ class MetricProcessor(StatefulProcessor):
 
         samples = self._apply(self.counter_series, book, rows, self.counters.rules,
                               COUNTED_INTERNAL, update)
-        if now - meta.get("swept", 0) >= SWEEP_MS:
+        # A new key's meta is written whatever the clock: _Rules.fresh relies on it.
+        if fresh or now - meta.get("swept", 0) >= SWEEP_MS:
             tally.update(self._recount(shard, book))
             meta["swept"] = now
             self.meta.update(_dump(meta))

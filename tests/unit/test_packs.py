@@ -8,6 +8,7 @@ import pytest
 
 from l2m.batch import packs
 from l2m.batch.packs import PACKED_ARROW, pack, partition_keys, unpack
+from l2m.engine import ipc
 
 SCHEMA = pa.schema([("n", pa.int64()), ("line", pa.binary()), ("label", pa.string())])
 
@@ -20,7 +21,7 @@ def _table(rows: int) -> pa.Table:
 
 @pytest.mark.parametrize("rows", [1, 9, 10, 11, 35])
 def test_rows_come_back_as_they_went_in_one_pack_or_several(monkeypatch, rows):
-    monkeypatch.setattr(packs, "PACK_ROWS", 10)
+    monkeypatch.setattr(ipc, "PACK_ROWS", 10)
     table = _table(rows)
     (batch,) = pack(table, key=17)
     assert batch.schema == PACKED_ARROW
@@ -31,8 +32,8 @@ def test_rows_come_back_as_they_went_in_one_pack_or_several(monkeypatch, rows):
 
 def test_packs_past_a_batch_s_bytes_go_in_further_batches(monkeypatch):
     # A binary column's offsets are 32-bit: its values together stay under 2 GiB.
-    monkeypatch.setattr(packs, "PACK_ROWS", 10)
-    monkeypatch.setattr(packs, "BATCH_BYTES", 1500)
+    monkeypatch.setattr(ipc, "PACK_ROWS", 10)
+    monkeypatch.setattr(ipc, "BATCH_BYTES", 1500)
     table = _table(95)
     batches = list(pack(table, key=3))
     assert len(batches) > 1
@@ -42,7 +43,7 @@ def test_packs_past_a_batch_s_bytes_go_in_further_batches(monkeypatch):
 
 
 def test_a_pack_past_a_batch_s_bytes_is_halved_until_it_fits(monkeypatch):
-    monkeypatch.setattr(packs, "BATCH_BYTES", 1500)
+    monkeypatch.setattr(ipc, "BATCH_BYTES", 1500)
     table = _table(95)  # one pack of PACK_ROWS would be one stream of more than 1500 bytes
     batches = list(pack(table, key=3))
     assert sum(b.num_rows for b in batches) > 1

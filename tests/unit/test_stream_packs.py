@@ -3,14 +3,17 @@ by the state function (l2m.state.function.unpacked), and the tally a task sends.
 
 from __future__ import annotations
 
+import collections
 import pickle
 import random
 from decimal import Decimal
 
 import pandas as pd
 import pyarrow as pa
+import pytest
 from pyspark import cloudpickle
 
+from l2m.engine import ipc, streamtask
 from l2m.engine.columns import PACK_COLUMN, PACK_RULE
 from l2m.engine.ipc import table_of
 from l2m.engine.partials import PARTIAL_ARROW, frame_partials
@@ -57,34 +60,58 @@ def _key(row: dict) -> tuple:
     return row["place"], row["window"]
 
 
-def test_a_task_s_rows_come_back_per_state_key_as_they_were():
+@pytest.mark.parametrize("least, most, batch_bytes", [(1, 50_000, 1 << 30), (32, 50_000, 1 << 30),
+                                                    (1, 7, 3_000)])
+def test_a_task_s_rows_come_back_per_state_key_as_they_were(monkeypatch, least, most,
+                                                           batch_bytes):
+    # least: rows a key needs to be packed; most: rows per pack; batch_bytes: packs per batch
+    monkeypatch.setattr(streamtask, "MIN_PACK_ROWS", least)
+    monkeypatch.setattr(ipc, "PACK_ROWS", most)
+    monkeypatch.setattr(ipc, "BATCH_BYTES", batch_bytes)
     for seed in range(5):
         rows = _rows(seed, 400)
         batches = [pa.RecordBatch.from_pylist(rows[:150], schema=STREAM_PARTIAL_ARROW),
                    pa.RecordBatch.from_pylist(rows[150:], schema=STREAM_PARTIAL_ARROW)]
-        out = pa.Table.from_batches(list(packed(batches))).to_pylist()
-        own = [r for r in out if r[PACK_COLUMN] is None]
+        out_batches = list(packed(batches))
+        out = pa.Table.from_batches(out_batches).to_pylist()
+        loose = [r for r in out if r[PACK_COLUMN] is None]
         packs = [r for r in out if r[PACK_COLUMN] is not None]
-        # l2m's own rows pass untouched (Spark places them by hash)
-        assert own == [r for r in rows if r["place"] is None]
-        keys = sorted({_key(r) for r in rows if r["place"] is not None},
-                      key=lambda k: (k[0], -1 if k[1] is None else k[1]))
-        assert [_key(p) for p in packs] == keys  # one row per (place, window)
-        for pack in packs:
-            assert pack["rule"] == PACK_RULE and pack["ruleset"] == "v1"
-            inner = table_of(pack[PACK_COLUMN])
-            assert inner.schema == PARTIAL_ARROW
-            mine = [r for r in rows if r["place"] is not None and _key(r) == _key(pack)]
-            assert inner.to_pylist() == [{k: r[k] for k in PARTIAL_ARROW.names} for r in mine]
-            # the watermark sees the same latest event time as with the rows themselves
-            assert pack["ts"] == max(_event_time(r) for r in mine)
+        placed = [r for r in rows if r["place"] is not None]
+        sizes = collections.Counter(_key(r) for r in placed)
+        # l2m's own rows (Spark places them by hash) and small keys' rows pass as they were
+        assert sorted(map(_order, loose)) == sorted(
+            map(_order, [r for r in rows if r["place"] is None or sizes[_key(r)] < least]))
+        for key, size in sizes.items():
+            mine = [r for r in placed if _key(r) == key]
+            its = [p for p in packs if _key(p) == key]
+            if size < least:
+                assert not its
+                continue
+            assert len(its) == -(-size // most)
+            inner = [x for p in its for x in table_of(p[PACK_COLUMN]).to_pylist()]
+            assert inner == [{k: r[k] for k in PARTIAL_ARROW.names} for r in mine]
+            for pack in its:
+                assert pack["rule"] == PACK_RULE and pack["ruleset"] == "v1"
+                # the watermark sees the latest event time of the rows themselves
+                assert pack["ts"] == max(_event_time(r) for r in mine)
+        if batch_bytes < 1 << 30:  # several batches of packs, none past the bound but alone
+            pack_batches = [b for b in out_batches if b.column(PACK_COLUMN).null_count == 0]
+            assert len(pack_batches) > 1
+            assert all(b.num_rows == 1 or sum(len(v.as_py()) for v in b.column(PACK_COLUMN))
+                       <= batch_bytes for b in pack_batches)
 
 
-def test_the_state_function_reads_a_pack_as_the_rows_it_holds():
+def _order(row: dict) -> tuple:
+    return tuple((k, str(v)) for k, v in sorted(row.items()))
+
+
+def test_the_state_function_reads_a_pack_as_the_rows_it_holds(monkeypatch):
+    monkeypatch.setattr(streamtask, "MIN_PACK_ROWS", 1)  # every key packed
     rows = _rows(7, 300)
     batch = pa.RecordBatch.from_pylist(rows, schema=STREAM_PARTIAL_ARROW)
     plain = pa.Table.from_batches([batch]).to_pandas()
     frame = pa.Table.from_batches(list(packed([batch]))).to_pandas()
+    assert frame[PACK_COLUMN].notna().any() and frame[PACK_COLUMN].isna().any()
     # as the state stage gets one key: here every row, packs and own rows together
     got = by_rule(unpacked(iter([frame])))
     want = by_rule(iter([plain]))
@@ -108,7 +135,8 @@ class _Reduction:
         self.rows_in, self.rows_out, self.matches = _Acc(Sums()), _Acc(Sums()), _Acc(Sums())
 
 
-def test_unpacked_rows_are_counted_like_rows():
+def test_unpacked_rows_are_counted_like_rows(monkeypatch):
+    monkeypatch.setattr(streamtask, "MIN_PACK_ROWS", 1)
     rows = _rows(3, 200)
     batch = pa.RecordBatch.from_pylist(rows, schema=STREAM_PARTIAL_ARROW)
 
@@ -129,6 +157,16 @@ def test_unpacked_rows_are_counted_like_rows():
                        dict(reduction.matches.value)))
     assert counts[0] == counts[1]
     assert counts[0][1] == 200 and counts[0][0] == sum(r["matches"] for r in rows)
+
+
+def test_a_task_of_own_rows_only_or_of_none_passes_them_as_they_are():
+    rows = [r for r in _rows(5, 100) if r["place"] is None]
+    batch = pa.RecordBatch.from_pylist(rows, schema=STREAM_PARTIAL_ARROW)
+    assert pa.Table.from_batches(list(packed([batch])), schema=STREAM_PARTIAL_ARROW
+                                 ).to_pylist() == rows
+    empty = pa.RecordBatch.from_pylist([], schema=STREAM_PARTIAL_ARROW)
+    assert sum(b.num_rows for b in packed([empty])) == 0
+    assert sum(b.num_rows for b in packed([])) == 0
 
 
 def test_a_frame_without_packs_passes_as_it_is():
