@@ -65,8 +65,7 @@ def binary_column(values: list[pa.Buffer]) -> pa.Array:
     copied once."""
     offsets = np.zeros(len(values) + 1, np.int64)
     offsets[1:] = np.cumsum([v.size for v in values])
-    data = pa.py_buffer(b"".join(memoryview(v) for v in values)) if len(values) > 1 else \
-        values[0] if values else pa.py_buffer(b"")
+    data = values[0] if len(values) == 1 else pa.py_buffer(b"".join(map(memoryview, values)))
     return pa.Array.from_buffers(pa.binary(), len(values),
                                  [None, pa.py_buffer(offsets.astype(np.int32).tobytes()), data])
 

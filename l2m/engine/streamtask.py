@@ -86,14 +86,11 @@ def packed(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             loose.append(rows.slice(start, end - start))
             continue
         window = None if windows[start] == _NO_WINDOW else int(windows[start])
-        for value in streams(partials.slice(start, end - start)):
-            keys.append((int(places_[start]), window, 0))
-            values.append(value)
+        # Each of the key's packs carries the latest of them all.
         latest = pc.max(event_time.slice(start, end - start)).as_py()
-        for i in range(len(keys) - 1, -1, -1):  # the key's packs: each stands for them all
-            if keys[i][:2] != keys[-1][:2]:
-                break
-            keys[i] = (*keys[i][:2], latest)
+        for value in streams(partials.slice(start, end - start)):
+            keys.append((int(places_[start]), window, latest))
+            values.append(value)
     for part in loose:
         yield from part.to_batches()
     if not values:

@@ -174,8 +174,8 @@ class _Rules:
         # no entries at all.
         self.complete = False
         # Whether the key held nothing before this call (no meta: every key with entries has
-        # one, written in the call that wrote its first entries): nothing to read. A new
-        # gauge window's first batch, every key of a new checkpoint's.
+        # one, written in the call that wrote its first entries): nothing to read (read()).
+        # A new gauge window's first batch, every key of a new checkpoint's.
         self.fresh = False
 
     def bind(self, rules: Mapping[str, Rule], accounts: Mapping[str, list[str]]) -> None:
@@ -191,6 +191,11 @@ class _Rules:
     def _rules_of(self, account: str) -> list[str]:
         return [r for r in self._accounts.get(account, ()) if r in self._rules]
 
+    def read(self, state: Any, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...] | None]:
+        """What this key stored under ``keys`` in ``state`` (None: absent), as it was before
+        the call — every read of stored entries goes through here; a fresh key is not read."""
+        return [None] * len(keys) if self.fresh else MapIO(state).get(keys)
+
     def prefetch(self, rule_ids: Iterable[str]) -> None:
         """Read these rules' entries at once (pipelined), ahead of :meth:`entry`: their
         accounts' groups, then the own entries a group does not answer for."""
@@ -201,9 +206,8 @@ class _Rules:
         accounts = {r: self._account_of(r) for r in wanted}
         unread = sorted({a for a in accounts.values() if a is not None} - self.groups.keys())
         unknown: set[str] = set()
-        stored = [None] * len(unread) if self.fresh else \
-            MapIO(self.state).get([(group_key(a),) for a in unread])
-        for acct, raw in zip(unread, stored, strict=True):
+        for acct, raw in zip(unread, self.read(self.state, [(group_key(a),) for a in unread]),
+                             strict=True):
             found = _load(raw)
             if found is not None or self.complete:
                 self.groups[acct] = found or {"r": {}, "own": []}
@@ -222,9 +226,7 @@ class _Rules:
                 own.append(rule_id)
             else:
                 self._raw[rule_id] = None  # a member (entry() takes it from the group), or new
-        own_stored = [None] * len(own) if self.fresh else \
-            MapIO(self.state).get([(r,) for r in own])
-        for rule_id, raw in zip(own, own_stored, strict=True):
+        for rule_id, raw in zip(own, self.read(self.state, [(r,) for r in own]), strict=True):
             self._raw[rule_id] = raw
             owner = self.account[rule_id]
             group = self.groups.get(owner) if owner is not None else None
@@ -590,16 +592,14 @@ class MetricProcessor(StatefulProcessor):
         """The stored entries of the rule's series among ``names`` (for a listed rule only
         the listed ones are read), its overflow series' too when some are new; and whether
         some are. ``since``: counters last touched before it count as expired."""
-        if book.fresh:  # nothing stored: every series is new
-            return {}, True
         listed = book.listed(rule_id)
         lookup = names if listed is None else names & listed
-        found = self._fetch(state, rule_id, sorted(lookup), gen, since)
+        found = self._fetch(state, book, rule_id, sorted(lookup), gen, since)
         if listed is not None and len(found) < len(lookup):
             book.listing(rule_id, (), lookup - found.keys())  # expired meanwhile
         new = not names <= found.keys()
         if new:
-            found.update(self._fetch(state, rule_id, (OVERFLOW_SERIES,), gen, since))
+            found.update(self._fetch(state, book, rule_id, (OVERFLOW_SERIES,), gen, since))
         return found, new
 
     def _spill(self, rule_id: str, book: _Rules, state: Any, gen: int) -> None:
@@ -630,14 +630,14 @@ class MetricProcessor(StatefulProcessor):
             return entry is not None and entry[0] == gen
         return exists
 
-    def _fetch(self, state: Any, rule_id: str, names: Iterable[str], gen: int,
+    def _fetch(self, state: Any, book: _Rules, rule_id: str, names: Iterable[str], gen: int,
                since: int | None = None) -> dict[str, Any]:
         """The stored entries of these series of the rule, of its current generation, without
         the generation: counters ``[last_seen, {le: partial}]`` (none last touched before
         ``since``: expired, whatever Spark's TTL has done yet), gauges ``{le: partial}``."""
         found: dict[str, Any] = {}
         names = list(names)
-        for name, stored in zip(names, MapIO(state).get([(rule_id, n) for n in names]),
+        for name, stored in zip(names, book.read(state, [(rule_id, n) for n in names]),
                                 strict=True):
             entry = _load(stored)
             if entry is None or entry[0] != gen:
@@ -695,8 +695,8 @@ class MetricProcessor(StatefulProcessor):
                               admission)
         refusals = refusal_rows(admission, self.activity)
         if refusals:
-            stored = {} if book.fresh else \
-                self._fetch(state, REFUSED_RULE, {name for name, _le, _p in refusals}, 0)
+            stored = self._fetch(state, book, REFUSED_RULE,
+                                 {name for name, _le, _p in refusals}, 0)
             samples += update(REFUSED_RULE, refusals, stored, 0, None)
         book.write(self._exists(state) if book.bucket_ms is not None else None)
         return samples
@@ -746,8 +746,8 @@ class MetricProcessor(StatefulProcessor):
         rule = self._counter_rule(rule_id)
         assert rule is not None
         content: dict[str, Any] = {"sig": signature(rule), "series": stored}
-        if status and not book.fresh:
-            late = _load(self.counter_series.getValue((STATUS_RULE, LATE_SERIES)))
+        if status:
+            late = _load(book.read(self.counter_series, [(STATUS_RULE, LATE_SERIES)])[0])
             if late is not None:
                 content["late"] = late[2]
         updated, samples = self.counters.update(rule_id, content, rows, now, watermark,
