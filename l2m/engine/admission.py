@@ -88,12 +88,22 @@ def placement(rule: Rule) -> str:
     """What decides the shard of a rule's series (state format 3): its account, so that every
     cap an account's series count against is counted in one key; a rule without an account
     on its own."""
-    return f"account:{rule.account}" if rule.account is not None else f"rule:{rule.id}"
+    return account_placement(rule.account) if rule.account is not None else f"rule:{rule.id}"
+
+
+def account_placement(account: str) -> str:
+    """:func:`placement` of an account's rules."""
+    return f"account:{account}"
 
 
 def placement_shard(rule: Rule, shards: int) -> int:
     """The shard of every series of ``rule`` (stable across processes and releases)."""
     return zlib.crc32(placement(rule).encode()) % shards
+
+
+def account_shard(account: str, shards: int) -> int:
+    """The shard of every series of an account's rules (:func:`placement_shard`)."""
+    return zlib.crc32(account_placement(account).encode()) % shards
 
 
 def refused_series(rule_id: str, account: str | None, limit: Limit) -> str:

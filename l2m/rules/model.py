@@ -91,6 +91,14 @@ class Rule:
         object.__setattr__(self, "aggregation", Aggregation(self.aggregation))
 
     @functools.cached_property
+    def signature(self) -> tuple[Any, ...]:
+        """What makes the values accumulated under this rule meaningful: its aggregation,
+        field, bucket bounds and group-by (:func:`l2m.state.counters.signature`). Strings and
+        tuples of them only: the cyclic collector stops tracking it (a list per rule, 100,000
+        rules, made the collections after every state task take 0.2–0.4 s)."""
+        return (self.aggregation.value, self.field, self.bucket_labels, self.group_by)
+
+    @functools.cached_property
     def group_labels(self) -> tuple[tuple[str, str], ...]:
         """(label name, log field) per group-by field (kept: every sample's labels read it, and
         a label name is a regex substitution)."""

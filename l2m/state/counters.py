@@ -56,21 +56,18 @@ INTERNAL_RULES = {STATUS_RULE: INPUT_RULE, CUT_RULE: CUT_COUNT_RULE,
                   REFUSED_RULE: REFUSED_COUNT_RULE}
 
 
-# Signatures by rule object: the state stage compares one per touched rule per call.
-_SIGNATURES: dict[int, tuple[Rule, list[Any]]] = {}
+def signature(rule: Rule) -> tuple[Any, ...]:
+    """What makes accumulated values meaningful: when it changes, a series restarts. Stored
+    with the values (as a list: ``[aggregation, field, [bound…], [group-by…]]``), compared
+    with :func:`same_signature`."""
+    return rule.signature
 
 
-def signature(rule: Rule) -> list[Any]:
-    """What makes accumulated values meaningful: when it changes, a series restarts. (The
-    same list for the same rule object: not to be changed by callers.)"""
-    found = _SIGNATURES.get(id(rule))
-    if found is not None and found[0] is rule:
-        return found[1]
-    if len(_SIGNATURES) > 400_000:  # rule sets replaced many times over
-        _SIGNATURES.clear()
-    sig = [rule.aggregation, rule.field, list(rule.bucket_labels), list(rule.group_by)]
-    _SIGNATURES[id(rule)] = (rule, sig)
-    return sig
+def same_signature(stored: Any, rule: Rule) -> bool:
+    """Whether a stored signature (read back as lists, or set in this call) is the rule's."""
+    sig = rule.signature
+    return stored is not None and stored[0] == sig[0] and stored[1] == sig[1] \
+        and tuple(stored[2]) == sig[2] and tuple(stored[3]) == sig[3]
 
 
 @dataclass
@@ -132,7 +129,8 @@ class CounterState:
         series: dict[str, list[Any]] = stored.get("series", {})
         late = stored.get("late")
         late_before = Partial.load(late).matches if late else 0
-        if rule is not None and stored.get("sig") not in (None, signature(rule)):
+        if rule is not None and stored.get("sig") is not None \
+                and not same_signature(stored["sig"], rule):
             series = {}
         # The merged partials of the touched series, for their samples (loading them back
         # from their stored form costs a Decimal parse each).

@@ -10,7 +10,18 @@ since versions exist (``tests/golden/`` pins each) and refuses anything else wit
 the format in ``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong
 checkpoint is refused before Spark starts.
 
-Layouts, version 5 (:mod:`l2m.state.processor`): version 4's below, but a small rule of an
+Layouts, version 6 (:mod:`l2m.state.processor`): version 5's below, but the groups of several
+accounts share one entry, a *bucket*: ``counter_rules`` / ``gauge_rules`` ``"@" + number`` →
+``{"a": {account: its version 5 group, without "w"}, "w": bucket of the last write}``, the
+account's bucket being :func:`~l2m.state.processor.bucket_of` (a BLAKE2b hash of the account
+modulo the key's buckets). ``meta`` adds ``"nb"``: the key's buckets, a power of two (about one
+per four accounts the rule set places in the key's shard); a key without ``"nb"`` (continued
+from version 5 or 4) keeps a group per account as version 5 does, until a counter key's sweep
+moves them into buckets. A bucket's groups hold at most
+:data:`~l2m.state.processor.GROUP_SERIES` series in all (the largest members past it have own
+entries, marked ``"o"``).
+
+Version 5: version 4's below, but a small rule of an
 account (its series in ``"s"``) is not kept under its own id: ``counter_rules`` /
 ``gauge_rules`` ``"@" + account`` → ``{"r": {rule: its version 4 entry}, "own": [rule…]["w":
 bucket of the group's last write]}`` — the account's *group*, holding its small rules' entries
@@ -71,13 +82,14 @@ import orjson
 
 from l2m.errors import StateFormatError
 
-STATE_FORMAT = 5  # the version a new checkpoint is written in
-READABLE = (1, 2, 3, 4, 5)  # every version this l2m reads (tests/golden pins each)
+STATE_FORMAT = 6  # the version a new checkpoint is written in
+READABLE = (1, 2, 3, 4, 5, 6)  # every version this l2m reads (tests/golden pins each)
 # Checkpoints this l2m continues in a newer format: format 4's entries are format 5's own
-# entries, and a format 5 job moves them into groups as it goes (l2m.state.processor), so the
-# marker says 5 from the first start on (a release that reads only format 4 then refuses it).
-UPGRADES = {4: 5}
-# The formats kept as one blob per state key; formats 4 and 5 keep map entries
+# entries, and format 5's groups format 6's before they are bucketed; a format 6 job moves
+# them into groups and buckets as it goes (l2m.state.processor), so the marker says 6 from
+# the first start on (a release that reads only format 4 or 5 then refuses it).
+UPGRADES = {4: 6, 5: 6}
+# The formats kept as one blob per state key; formats 4 to 6 keep map entries
 # (l2m.state.processor), which carry no version of their own: the checkpoint's marker and
 # its ``meta`` value do.
 BLOB_FORMATS = (1, 2, 3)

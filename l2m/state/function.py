@@ -36,7 +36,7 @@ from l2m.engine.rulesets import select
 from l2m.engine.samples import samples_frame
 from l2m.engine.status import STATUS_RULE
 from l2m.errors import StateFormatError
-from l2m.state.counters import REFUSED_RULE, CounterState, signature, tallied
+from l2m.state.counters import REFUSED_RULE, CounterState, same_signature, tallied
 from l2m.state.format import UPGRADE_HINT, dump_blob, load_blob
 from l2m.state.gauges import GaugeState
 from l2m.state.tally import (
@@ -50,7 +50,8 @@ from l2m.state.tally import (
 
 # The state key's columns by state format (l2m.state.format): format 2 keys all rules
 # together; a format 1 checkpoint keeps its per-rule keys.
-STATE_KEYS: dict[int, tuple[str, ...]] = {5: ("shard", "window"), 4: ("shard", "window"),
+STATE_KEYS: dict[int, tuple[str, ...]] = {6: ("shard", "window"), 5: ("shard", "window"),
+                                          4: ("shard", "window"),
                                           3: ("shard", "window"),
                                           2: ("shard", "window"),
                                           1: ("rule", "shard", "window")}
@@ -215,7 +216,7 @@ class MetricState:
         sizes = {}
         for rule_id, section in sections.items():
             rule = rules.get(rule_id)
-            if rule is None or section.get("sig") != signature(rule):
+            if rule is None or not same_signature(section.get("sig"), rule):
                 continue  # removed, or restarting: its series go
             series = section.get("series", {})
             sizes[rule_id] = len(series) - (OVERFLOW_SERIES in series)

@@ -24,7 +24,7 @@ from l2m.engine.admission import REFUSED_GROUP_BY, Admission, redirected
 from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.samples import rule_samples, samples_frame, series_labels
 from l2m.rules.model import Aggregation, Kind, Rule
-from l2m.state.counters import REFUSED_RULE, signature
+from l2m.state.counters import REFUSED_RULE, same_signature, signature
 from l2m.state.format import dump_blob, load_blob
 from l2m.state.tally import SeriesCount, Tally
 from l2m.windows import window_closed, window_final
@@ -102,7 +102,7 @@ class GaugeState:
         rule = self.rule(rule_id)
         assert rule is not None
         series: dict[str, dict[str, list[Any]]] = stored.get("series", {})
-        if stored.get("sig") not in (None, signature(rule)):
+        if stored.get("sig") is not None and not same_signature(stored["sig"], rule):
             series = {}
         touched: set[str] = set()
         for name, le, part in redirected(rows, series, admission, rule_id):

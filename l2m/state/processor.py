@@ -1,4 +1,4 @@
-"""The state stage of state formats 4 and 5: ``transformWithStateInPandas``, one map entry per
+"""The state stage of state formats 4 to 6: ``transformWithStateInPandas``, one map entry per
 series, so a micro-batch reads and writes the series it touches and nothing else.
 
 Input: the partials of one micro-batch (:data:`~l2m.engine.partials.PARTIAL_SCHEMA`, plus
@@ -37,6 +37,10 @@ Format 5 keeps an account's small rules together, in one entry per key (its *gro
 :class:`_Rules`): with thousands of accounts' rules touched per batch, a rule entry per
 touched rule and the reads of the accounts' other rules for their caps were most of the
 state calls. Format 4's checkpoints continue: each rule there is in an entry of its own.
+Format 6 keeps several accounts' groups in one entry, a *bucket* (:func:`bucket_of`): a
+request's fixed cost is worth ≈ 3 KB of value, and a batch touching most accounts of a key
+made one request per account; format 5's keys keep a group per account until their sweep
+(:meth:`MetricProcessor._recount`) buckets them.
 
 A rule whose signature changes starts a new *generation*: its older entries read as absent
 and expire by TTL (counters) or with their window, with no batch that rewrites them.
@@ -50,6 +54,8 @@ over the account's current rules, read only when one of them brings a new series
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -60,13 +66,20 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from l2m.collector import collector_paused
-from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps
+from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, account_shard
 from l2m.engine.partials import Partial
 from l2m.engine.samples import CORRECTION, FINAL
 from l2m.engine.status import STATUS_RULE
 from l2m.errors import StateFormatError
 from l2m.rules.model import Rule
-from l2m.state.counters import INTERNAL_RULES, REFUSED_RULE, CounterState, signature, tallied
+from l2m.state.counters import (
+    INTERNAL_RULES,
+    REFUSED_RULE,
+    CounterState,
+    same_signature,
+    signature,
+    tallied,
+)
 from l2m.state.format import UPGRADE_HINT
 from l2m.state.function import (
     CUMULATIVE,
@@ -85,8 +98,8 @@ from l2m.state.mapio import MapIO
 from l2m.state.tally import SeriesCount, Tally
 from l2m.state.variables import Deferred, Variables, bucket_ms, declare
 
-FORMAT = 5  # the state format this processor writes (l2m.state.format)
-READ_FORMATS = (4, 5)  # … and those it continues (format 4: own entries only)
+FORMAT = 6  # the state format this processor writes (l2m.state.format)
+READ_FORMATS = (4, 5, 6)  # … and those it continues (format 4: own entries only)
 LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
 # A rule keeps its series inside its entry (read and written whole, like a format 3 section,
 # but per rule; format 5: in its account's group) until it has more than this many; then one
@@ -101,7 +114,15 @@ LISTED_CAP = 20_000
 # 10,000 accounts' rules makes about 10,000 calls, not one per rule and more for the caps
 # (benchmarks/README.md, "State layouts"). A rule id never starts with "@".
 GROUP_PREFIX = "@"
-GROUP_SERIES = 2_048  # series of small rules one group entry holds at most
+GROUP_SERIES = 2_048  # series of small rules one group (format 6: bucket) entry holds at most
+# Format 6: the groups of several accounts share one entry, a *bucket* (``"@" + number``,
+# :func:`bucket_of`), so a batch touching most accounts of a key makes a request per few
+# accounts: a request's fixed cost is worth ≈ 3 KB of value (benchmarks/README.md, "Session
+# 20"). A key has a power of two of buckets, about one per this many accounts placed in its
+# shard by the rule set (bucket_count); a counter key re-buckets on its sweep once that is
+# REBUCKET-fold off.
+BUCKET_ACCOUNTS = 8
+REBUCKET = 4  # how far a counter key's buckets may drift from the rule set's before re-bucketing
 
 Rows = dict[str, list[tuple[str, str, Partial]]]
 
@@ -136,6 +157,36 @@ def group_key(account: str) -> str:
 
 def _series_in(entry: dict[str, Any]) -> int:
     return len(entry.get("s", ()))
+
+
+_BUCKET_HASHES: dict[str, int] = {}
+
+
+def bucket_of(account: str, buckets: int) -> int:
+    """The bucket of an account's group in a key of ``buckets`` buckets (format 6): a hash
+    stable across processes and releases, and not the shard's (which is a CRC-32 modulo the
+    shards: its low bits would leave most buckets of a key empty)."""
+    found = _BUCKET_HASHES.get(account)
+    if found is None:
+        if len(_BUCKET_HASHES) > 1_000_000:
+            _BUCKET_HASHES.clear()
+        found = int.from_bytes(hashlib.blake2b(account.encode(), digest_size=4).digest(),
+                               "little")
+        _BUCKET_HASHES[account] = found
+    return found % buckets
+
+
+def bucket_count(accounts: int) -> int:
+    """The buckets of a key whose shard holds ``accounts`` accounts: the power of two nearest
+    to one per :data:`BUCKET_ACCOUNTS` (≈ 6 to 11 accounts a bucket), at least 1."""
+    wanted = accounts / BUCKET_ACCOUNTS
+    return 1 << round(math.log2(wanted)) if wanted > 1 else 1
+
+
+def _groups_in(value: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
+    """The account groups a stored group entry holds: a bucket's (format 6, ``"a"``) or,
+    format 5's, the one of the account in its key."""
+    return value["a"] if "a" in value else {key[len(GROUP_PREFIX):]: value}
 
 
 class _Rules:
@@ -177,6 +228,10 @@ class _Rules:
         # one, written in the call that wrote its first entries): nothing to read (read()).
         # A new gauge window's first batch, every key of a new checkpoint's.
         self.fresh = False
+        # Format 6: the key's buckets (its meta's "nb"), each group in bucket_of(account);
+        # None: a key continued from format 5 or 4, a group per account.
+        self.buckets: int | None = None
+        self._buckets: dict[int, dict[str, Any]] = {}  # by number, once read (or made)
 
     def bind(self, rules: Mapping[str, Rule], accounts: Mapping[str, list[str]]) -> None:
         """The call's rules of this kind, and each account's current rules (of any kind):
@@ -206,9 +261,7 @@ class _Rules:
         accounts = {r: self._account_of(r) for r in wanted}
         unread = sorted({a for a in accounts.values() if a is not None} - self.groups.keys())
         unknown: set[str] = set()
-        for acct, raw in zip(unread, self.read(self.state, [(group_key(a),) for a in unread]),
-                             strict=True):
-            found = _load(raw)
+        for acct, found in zip(unread, self._read_groups(unread), strict=True):
             if found is not None or self.complete:
                 self.groups[acct] = found or {"r": {}, "own": []}
             else:  # every rule of the account may have an own entry: read them
@@ -241,6 +294,26 @@ class _Rules:
             if owner in unknown and self._raw[rule_id] is not None:
                 self.groups[owner]["own"].append(rule_id)
 
+    def _read_groups(self, accounts: list[str]) -> list[dict[str, Any] | None]:
+        """These accounts' groups as stored (None: none): from their buckets (each read at
+        most once a call), or format 5's entries of their own."""
+        if self.buckets is None:
+            return [_load(raw) for raw in
+                    self.read(self.state, [(group_key(a),) for a in accounts])]
+        buckets = self.buckets
+        numbers = sorted({bucket_of(a, buckets) for a in accounts} - self._buckets.keys())
+        for number, raw in zip(numbers, self.read(self.state,
+                                                  [(bucket_key(n),) for n in numbers]),
+                               strict=True):
+            self._buckets[number] = _load(raw) or {"a": {}}
+        return [self._buckets[bucket_of(a, buckets)]["a"].get(a) for a in accounts]
+
+    def _written_in(self, account: str) -> Any:
+        """The last-write bucket (``"w"``) of the entry holding the account's group."""
+        if self.buckets is None:
+            return self.groups[account].get("w")
+        return self._buckets[bucket_of(account, self.buckets)].get("w")
+
     def entry(self, rule_id: str, rule: Rule | None) -> dict[str, Any]:
         """The rule's entry, a new generation if its signature is not the rule's (a removed
         rule, ``rule`` None, keeps what it has)."""
@@ -255,7 +328,7 @@ class _Rules:
         member = group["r"].get(rule_id) if group is not None else None
         found = member if member is not None else _load(raw)
         found = found or {"sig": None, "gen": 0, "n": {} if self.bucket_ms else 0, "s": {}}
-        if rule is not None and found["sig"] != signature(rule):
+        if rule is not None and not same_signature(found["sig"], rule):
             if found["sig"] is not None:
                 found["gen"] += 1
                 self.changed.add(rule_id)
@@ -393,31 +466,74 @@ class _Rules:
                     group["r"].pop(rule_id, None)
                     group["own"].append(rule_id)
                     self._groups_changed.add(account)
-                elif self.bucket_ms is not None and group.get("w") != entry["w"]:
+                elif self.bucket_ms is not None and self._written_in(account) != entry["w"]:
                     # A group outlives its rules' own entries (each written at least once per
                     # bucket while its series are): an account without a group has none.
                     self._groups_changed.add(account)
-        groups = []
+        puts, gone = self._stored_groups(own)
+        MapIO(self.state).put(puts + [((r,), _dump(e)) for r, e in sorted(own.items())])
+        for key in gone + [(r,) for r in sorted(self._removed - own.keys())]:
+            self.state.removeKey(key)
+
+    def _stored_groups(self, own: dict[str, dict[str, Any]]
+                       ) -> tuple[list[tuple[tuple[str], tuple[bytes]]], list[tuple[str]]]:
+        """The entries to write (and to remove) for the groups this call changed: each in its
+        bucket (format 6), or its own entry (format 5's layout); members past the bound go to
+        ``own``."""
+        w = self.now // self.bucket_ms if self.bucket_ms is not None else None
+        puts: list[tuple[tuple[str], tuple[bytes]]] = []
+        gone: list[tuple[str]] = []
+        if self.buckets is None:
+            for account in sorted(self._groups_changed):
+                group = self.groups[account]
+                bounded([group], own)
+                if w is not None:
+                    group["w"] = w
+                puts.append(((group_key(account),), _dump(group)))
+            return puts, gone
+        touched: dict[int, dict[str, Any]] = {}
         for account in sorted(self._groups_changed):
+            number = bucket_of(account, self.buckets)
+            held = self._buckets[number]["a"]
             group = self.groups[account]
-            members = group["r"]
-            total = sum(_series_in(e) for e in members.values())
-            # Past the bound, the largest members go to own entries, for good ("o").
-            for rule_id in sorted(members, key=lambda r: (-_series_in(members[r]), r)):
-                if total <= GROUP_SERIES:
-                    break
-                total -= _series_in(members[rule_id])
-                entry = members.pop(rule_id)
-                entry["o"] = 1
-                group["own"].append(rule_id)
-                own[rule_id] = entry
-            group["own"].sort()
-            if self.bucket_ms is not None:
-                group["w"] = self.now // self.bucket_ms
-            groups.append(((group_key(account),), _dump(group)))
-        MapIO(self.state).put(groups + [((r,), _dump(e)) for r, e in sorted(own.items())])
-        for rule_id in sorted(self._removed - own.keys()):
-            self.state.removeKey((rule_id,))
+            if group["r"] or group["own"]:
+                held[account] = group
+            else:  # nothing left: an account without a group has no entries
+                held.pop(account, None)
+            touched[number] = self._buckets[number]
+        for number, bucket in sorted(touched.items()):
+            if not bucket["a"]:
+                gone.append((bucket_key(number),))
+                continue
+            bounded(list(bucket["a"].values()), own)
+            if w is not None:
+                bucket["w"] = w
+            puts.append(((bucket_key(number),), _dump(bucket)))
+        return puts, gone
+
+
+def bucket_key(number: int) -> str:
+    """The key of a bucket entry in a rule map (format 6; a rule id never starts with
+    :data:`GROUP_PREFIX`)."""
+    return GROUP_PREFIX + str(number)
+
+
+def bounded(groups: list[dict[str, Any]], own: dict[str, dict[str, Any]]) -> None:
+    """Groups stored in one entry, bounded: past :data:`GROUP_SERIES` series in all, their
+    largest members go to entries of their own for good (marked ``"o"``, added to ``own``)."""
+    members = sorted(((-_series_in(e), rule_id, group) for group in groups
+                      for rule_id, e in group["r"].items()), key=lambda m: (m[0], m[1]))
+    total = -sum(m[0] for m in members)
+    for minus, rule_id, group in members:
+        if total <= GROUP_SERIES:
+            break
+        total += minus
+        entry = group["r"].pop(rule_id)
+        entry["o"] = 1
+        group["own"].append(rule_id)
+        own[rule_id] = entry
+    for group in groups:
+        group["own"].sort()
 
 
 # One rule's rows of a key applied: (rule, rows, stored series, generation, caps) → samples.
@@ -428,15 +544,19 @@ COUNTED_INTERNAL = tuple(sorted(set(INTERNAL_RULES) - {REFUSED_RULE}))
 
 
 class MetricProcessor(StatefulProcessor):
-    """Formats 4 and 5's state function (module docstring): counter keys (window
+    """Formats 4 to 6's state function (module docstring): counter keys (window
     :data:`~l2m.state.function.CUMULATIVE`) and gauge window keys. ``caps``: each rule's
-    series caps (always enforced: formats 4 and 5 place whole accounts in one shard);
-    ``reduction``/``activity``: as :class:`~l2m.state.function.MetricState`'s."""
+    series caps (always enforced: formats 4 to 6 place whole accounts in one shard);
+    ``reduction``/``activity``: as :class:`~l2m.state.function.MetricState`'s; ``shards``:
+    the job's state shards (how many accounts a key's buckets are sized for)."""
 
     def __init__(self, counters: CounterState, gauges: GaugeState,
                  reduction: Reduction | None = None, caps: Mapping[str, RuleCaps] | None = None,
-                 activity: Accumulator[Tally] | None = None) -> None:
+                 activity: Accumulator[Tally] | None = None, shards: int = 1) -> None:
         self.counters = counters
+        self.shards = shards
+        self._sized: Any = None  # the account rules _sizes are for
+        self._sizes: dict[int, int] = {}
         self.gauges = gauges
         self.reduction = reduction
         self.caps = caps
@@ -524,6 +644,19 @@ class MetricProcessor(StatefulProcessor):
                     accounts.setdefault(account, []).append(rule_id)
             self._accounts, self._accounts_of = accounts, source
         return self._accounts
+
+    def _bucket_count(self, shard: int, rules: Mapping[str, Rule] | None) -> int:
+        """The buckets a key of ``shard`` is made with (or re-bucketed to): by the accounts
+        the rule set places in the shard (:func:`bucket_count`)."""
+        accounts = self._account_rules(rules)
+        if self._sized is not accounts:
+            self._sized, self._sizes = accounts, {}
+        found = self._sizes.get(shard)
+        if found is None:
+            found = bucket_count(sum(1 for account in accounts
+                                     if account_shard(account, self.shards) == shard))
+            self._sizes[shard] = found
+        return found
 
     def _admission(self, new: Mapping[str, int], book: _Rules,
                    rules: Mapping[str, Rule]) -> Admission | None:
@@ -716,6 +849,9 @@ class MetricProcessor(StatefulProcessor):
         book = _Rules(self.counter_rules, now, bucket_ms(ttl), ttl)
         book.complete = meta.get("g") == 1
         book.fresh = fresh
+        if fresh:
+            meta["nb"] = self._bucket_count(shard, _plain(self.counters.rules))
+        book.buckets = meta.get("nb")
         tally: Tally = {}
 
         def update(rule_id: str, rule_rows: list[tuple[str, str, Partial]],
@@ -728,7 +864,7 @@ class MetricProcessor(StatefulProcessor):
                               COUNTED_INTERNAL, update)
         # A new key's meta is written whatever the clock: _Rules.fresh relies on it.
         if fresh or now - meta.get("swept", 0) >= SWEEP_MS:
-            tally.update(self._recount(shard, book))
+            tally.update(self._recount(shard, book, meta))
             meta["swept"] = now
             self.meta.update(_dump(meta))
         if self.counters.tally is not None and tally:
@@ -787,10 +923,14 @@ class MetricProcessor(StatefulProcessor):
                 book.live(rule_id, self.counters.rules.get(rule_id))
         return samples
 
-    def _recount(self, shard: int, book: _Rules) -> Tally:
+    def _recount(self, shard: int, book: _Rules, meta: dict[str, Any]) -> Tally:
         """Every rule's live series in this key, for the driver's metrics (series expire
-        without a call); the entries of rules with none left are dropped."""
+        without a call); the entries of rules with none left are dropped. Having read every
+        group, the key is re-bucketed (:meth:`_rebucket`) if its buckets are
+        :data:`REBUCKET` times off the rule set's, or it has none (format 5's groups)."""
         tally: Tally = {}
+        groups: dict[str, dict[str, Any]] = {}  # every account's group left
+        stored_in: list[str] = []  # the keys holding them
         for (key,), stored in list(self.counter_rules.iterator()):
             if not key.startswith(GROUP_PREFIX):
                 entry = book.entries.get(key) or orjson.loads(stored[0])
@@ -800,21 +940,55 @@ class MetricProcessor(StatefulProcessor):
                 if not live:
                     self.counter_rules.removeKey((key,))
                 continue
-            group = orjson.loads(stored[0])  # written by this call already, if it changed
-            dead = []
-            for rule_id, entry in group["r"].items():
-                book.entries[rule_id] = entry
-                live = book.live(rule_id, None)
-                tally[SeriesCount(rule_id, shard, CUMULATIVE)] = live
-                if not live:
-                    dead.append(rule_id)
-            for rule_id in dead:
-                del group["r"][rule_id]
-            if not group["r"] and not group["own"]:
+            value = orjson.loads(stored[0])  # written by this call already, if it changed
+            held = _groups_in(value, key)
+            changed = False
+            for account, group in list(held.items()):
+                dead = []
+                for rule_id, entry in group["r"].items():
+                    book.entries[rule_id] = entry
+                    live = book.live(rule_id, None)
+                    tally[SeriesCount(rule_id, shard, CUMULATIVE)] = live
+                    if not live:
+                        dead.append(rule_id)
+                for rule_id in dead:
+                    del group["r"][rule_id]
+                if not group["r"] and not group["own"]:
+                    del held[account]
+                changed = changed or bool(dead)
+            groups.update(held)
+            stored_in.append(key)
+            if not held:
                 self.counter_rules.removeKey((key,))
-            elif dead:
-                self.counter_rules.updateValue((key,), _dump(group))
+            elif changed:
+                self.counter_rules.updateValue((key,), _dump(value))
+        wanted = self._bucket_count(shard, _plain(self.counters.rules))
+        if book.buckets is None or not wanted < book.buckets * REBUCKET \
+                or not book.buckets < wanted * REBUCKET:
+            self._rebucket(groups, stored_in, wanted, book)
+            meta["nb"] = wanted
         return tally
+
+    def _rebucket(self, groups: dict[str, dict[str, Any]], stored_in: list[str],
+                  buckets: int, book: _Rules) -> None:
+        """Store every account's group of this counter key anew in ``buckets`` buckets (once
+        a key of format 5 is swept, or when the rule set's accounts in its shard have changed
+        :data:`REBUCKET`-fold: a write of every group, as rare as that)."""
+        assert book.bucket_ms is not None
+        made: dict[int, dict[str, Any]] = {}
+        for account, group in sorted(groups.items()):
+            group.pop("w", None)  # format 5's: a bucket has one
+            made.setdefault(bucket_of(account, buckets), {"a": {}})["a"][account] = group
+        for key in stored_in:
+            self.counter_rules.removeKey((key,))
+        own: dict[str, dict[str, Any]] = {}
+        w = book.now // book.bucket_ms
+        puts = []
+        for number, bucket in sorted(made.items()):
+            bounded(list(bucket["a"].values()), own)
+            puts.append(((bucket_key(number),), _dump({**bucket, "w": w})))
+        MapIO(self.counter_rules).put(puts + [((r,), _dump({**e, "w": w}))
+                                              for r, e in sorted(own.items())])
 
     # --- gauges -------------------------------------------------------------------------
 
@@ -826,6 +1000,8 @@ class MetricProcessor(StatefulProcessor):
         now = tv.getCurrentProcessingTimeInMs()
         watermark = tv.getCurrentWatermarkInMs()
         meta, fresh = self._key_meta()
+        if fresh:  # a window key keeps the buckets it is made with: it lives minutes
+            meta["nb"] = self._bucket_count(shard, _plain(self.gauges.rules))
         current = getattr(self.gauges.rules, "current", None)
         version = current() if current is not None else None
         if version is not None and meta.get("rs") != version:
@@ -846,6 +1022,7 @@ class MetricProcessor(StatefulProcessor):
         book = _Rules(self.gauge_rules, now, None, 0)
         book.complete = meta.get("g") == 1
         book.fresh = fresh
+        book.buckets = meta.get("nb")
         tally: Tally = {}
 
         def update(rule_id: str, rule_rows: list[tuple[str, str, Partial]],
@@ -917,7 +1094,7 @@ class MetricProcessor(StatefulProcessor):
         small: dict[str, dict[str, Any]] = {}
         for rule_id, entry in self._gauge_entries():
             rule = self._gauge_rule(rule_id)
-            if rule is None or entry.get("sig") != signature(rule):
+            if rule is None or not same_signature(entry.get("sig"), rule):
                 continue  # a removed rule, or one changed since: nothing current
             gens[rule_id] = entry["gen"]
             if "s" in entry:
@@ -938,7 +1115,8 @@ class MetricProcessor(StatefulProcessor):
         """Every rule entry of this window key, own or in a group, with its rule's id."""
         for (key,), stored in list(self.gauge_rules.iterator()):
             if key.startswith(GROUP_PREFIX):
-                yield from orjson.loads(stored[0])["r"].items()
+                for group in _groups_in(orjson.loads(stored[0]), key).values():
+                    yield from group["r"].items()
             else:
                 yield key, orjson.loads(stored[0])
 
@@ -960,3 +1138,4 @@ class MetricProcessor(StatefulProcessor):
         self.gauge_series.clear()
         self.gauge_rules.clear()
         self.meta.clear()
+

@@ -1,4 +1,4 @@
-"""The state processor's variables (formats 4 and 5), declared on Spark's handle, and the light
+"""The state processor's variables (formats 4 to 6), declared on Spark's handle, and the light
 wrapper the query is given (:class:`Deferred`).
 
 Light on purpose: Spark runs the processor's ``init`` on the driver too, in a Python process of
@@ -20,6 +20,8 @@ from pyspark import cloudpickle
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+from l2m.collector import task_paused, task_resumed
 
 # The state variables' schemas as types, not DDL strings: pyspark sends each string to the JVM
 # to be parsed, a round trip per schema in every state task's init (14 calls instead of 5).
@@ -89,15 +91,22 @@ class Deferred(StatefulProcessor):
             self._impl = impl
         return self._impl
 
+    # The collector is paused from a task's first call to its end (close):
+    # l2m.collector.task_paused.
     def handleInputRows(self, key: Any, rows: Iterator[Any],
                         timerValues: TimerValues) -> Iterator[Any]:
+        task_paused()
         return self._processor().handleInputRows(key, rows, timerValues)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Any]:
+        task_paused()
         return self._processor().handleExpiredTimer(
             key, timerValues, expiredTimerInfo)
 
     def close(self) -> None:
-        if self._impl is not None:
-            self._impl.close()
+        try:
+            if self._impl is not None:
+                self._impl.close()
+        finally:
+            task_resumed()

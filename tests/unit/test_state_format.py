@@ -186,16 +186,18 @@ def test_the_checkpoint_marker_is_written_on_a_new_checkpoint_and_checked(tmp_pa
         check_checkpoint(str(legacy), "metrics")
 
 
-def test_a_format_4_checkpoint_continues_as_format_5_and_is_marked_so(tmp_path):
-    """Format 4's entries are format 5's own entries: the job continues them, and the marker
-    says 5 from then on, so that a release reading only format 4 refuses the checkpoint
-    (its rules' small entries move into groups it would not read)."""
+@pytest.mark.parametrize("found", [4, 5])
+def test_a_format_4_or_5_checkpoint_continues_as_format_6_and_is_marked_so(tmp_path, found):
+    """Format 4's entries are format 5's own entries, and format 5's groups format 6's before
+    they are bucketed: the job continues them, and the marker says 6 from then on, so that a
+    release reading only format 4 or 5 refuses the checkpoint (its rules' small entries move
+    into groups and buckets it would not read)."""
     root = tmp_path / "ckpt"
     root.mkdir()
-    (root / "l2m.json").write_text('{"state_format": 4}\n')
-    assert check_checkpoint(str(root), "metrics") == 5 == STATE_FORMAT
-    assert json.loads((root / "l2m.json").read_text()) == {"state_format": 5}
-    assert check_checkpoint(str(root), "metrics") == 5
+    (root / "l2m.json").write_text(f'{{"state_format": {found}}}\n')
+    assert check_checkpoint(str(root), "metrics") == 6 == STATE_FORMAT
+    assert json.loads((root / "l2m.json").read_text()) == {"state_format": 6}
+    assert check_checkpoint(str(root), "metrics") == 6
 
 
 def test_a_format_2_blob_in_a_job_that_took_its_checkpoint_for_format_3_is_refused():

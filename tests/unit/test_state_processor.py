@@ -28,6 +28,9 @@ from l2m.state.processor import (
     GROUP_SERIES,
     SMALL_RULE,
     MetricProcessor,
+    bucket_count,
+    bucket_key,
+    bucket_of,
 )
 from l2m.state.variables import BUCKETS
 from tests.support import tws
@@ -80,13 +83,23 @@ def processor(caps: dict[str, RuleCaps] | None = None, rules: dict | None = None
     return fn, store
 
 
+def group_of(store: tws.Store, state: str, key: tuple, account: str = "a") -> dict:
+    """An account's group: in its bucket (format 6, by the key's meta), or in an entry of its
+    own (format 5)."""
+    live = store.live(state)
+    buckets = store.live("meta")[key, None].get("nb")
+    if buckets is None:
+        return live[key, (GROUP_PREFIX + account,)]
+    return live[key, (bucket_key(bucket_of(account, buckets)),)]["a"][account]
+
+
 def rule_entry(store: tws.Store, state: str, key: tuple, rule: str, account: str = "a"
                ) -> dict:
-    """A rule's entry: its own, or (format 5) its account's group's member."""
+    """A rule's entry: its own, or its account's group's member."""
     live = store.live(state)
     if (key, (rule,)) in live:
         return live[key, (rule,)]
-    return live[key, (GROUP_PREFIX + account,)]["r"][rule]
+    return group_of(store, state, key, account)["r"][rule]
 
 
 def values(samples: list[dict]) -> dict:
@@ -279,8 +292,8 @@ def test_a_changed_signature_restarts_the_rule_without_rewriting_its_entries():
 
 def test_an_entry_of_another_format_is_refused():
     fn, store = processor()
-    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 6}',), None)
-    with pytest.raises(StateFormatError, match="format 6"):
+    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 7}',), None)
+    with pytest.raises(StateFormatError, match="format 7"):
         tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W)
 
 
@@ -450,7 +463,7 @@ def test_v5_counter_state_continues_exactly_groups_own_entries_and_caps_included
     # meta, the account's group, d's and b's own entries, the one of d's series its entry
     # lists (3:web is known to be new), its overflow series, the refusal count
     assert store.reads == 7
-    group = store.live("counter_rules")[key, (GROUP_PREFIX + "acme",)]
+    group = group_of(store, "counter_rules", key, "acme")
     assert sorted(group["r"]["c"]["s"]) == ["3:api", "3:dns", "3:web"] and group["own"] == ["d"]
 
 
@@ -482,13 +495,18 @@ def test_a_format_4_key_continues_and_its_small_account_rules_move_into_their_gr
                    now=now + 1000)
     assert values(out) == {("c", (("svc", "web"),)): 2.0}
     assert ("c",) not in {u for (n, _k, u) in store.data if n == "counter_rules"}
-    group = store.live("counter_rules")[key, (GROUP_PREFIX + "acme",)]
+    group = group_of(store, "counter_rules", key, "acme")
     assert sorted(group["r"]) == ["c"] and group["own"] == ["d"]
     out = tws.call(fn, store, key, [golden5_row("d", "2:mq", 1.0, ts=now + 200)],
                    now=now + 2000)
     assert values(out) == {("d", (("svc", "mq"),)): 2.0}
-    tws.call(fn, store, key, [], now=now + 61_000)  # swept: the meta says format 5 now
-    assert store.live("meta")[key, None]["v"] == 5 and "g" not in store.live("meta")[key, None]
+    tws.call(fn, store, key, [], now=now + 61_000)  # swept: format 6 now, groups in buckets
+    meta = store.live("meta")[key, None]
+    assert (meta["v"], meta["nb"]) == (6, 1) and "g" not in meta
+    assert sorted(u for (n, _k, u) in store.data if n == "counter_rules") == [
+        (bucket_key(0),), ("b",), ("d",)]
+    group = group_of(store, "counter_rules", key, "acme")
+    assert sorted(group["r"]) == ["c"] and group["own"] == ["d"]
 
 
 def test_an_account_s_small_rules_are_one_read_and_one_write_per_batch_together():
@@ -498,7 +516,7 @@ def test_an_account_s_small_rules_are_one_read_and_one_write_per_batch_together(
     out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("d", 3)], now=W + 500)
     assert values(out) == {("c", (("s", "s1"),)): 2.0, ("d", (("s", "s3"),)): 1.0}
     assert (store.reads, store.writes) == (2, 1)  # meta and the group; the group
-    assert sorted(store.live("counter_rules")) == [((0, CUMULATIVE), (GROUP_PREFIX + "a",))]
+    assert sorted(store.live("counter_rules")) == [((0, CUMULATIVE), (bucket_key(0),))]
 
 
 def test_caps_over_an_account_read_its_group_once():
@@ -518,13 +536,13 @@ def test_a_group_past_its_bound_moves_its_largest_rules_to_entries_of_their_own(
     fn, store = processor(small=512)
     tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(4)]
              + [row("d", i) for i in range(3)], now=W)
-    group = store.live("counter_rules")[(0, CUMULATIVE), (GROUP_PREFIX + "a",)]
+    group = group_of(store, "counter_rules", (0, CUMULATIVE))
     assert sorted(group["r"]) == ["d"] and group["own"] == ["c"]
     own = rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")
     assert own["o"] == 1 and len(own["s"]) == 4  # still small, in its own entry for good
     out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 0), row("d", 0)], now=W + 500)
     assert values(out) == {("c", (("s", "s0"),)): 2.0, ("d", (("s", "s0"),)): 2.0}
-    assert store.live("counter_rules")[(0, CUMULATIVE), (GROUP_PREFIX + "a",)]["own"] == ["c"]
+    assert group_of(store, "counter_rules", (0, CUMULATIVE))["own"] == ["c"]
 
 
 def _marked(fn, store, key, rows=None, now=0, watermark=0, timer=False) -> list[tuple]:
@@ -617,3 +635,98 @@ def test_the_query_is_given_a_deferred_processor_that_decides_exactly_as_the_pro
     assert store.ttls == expected.ttls == {
         "counter_series": TTL, "counter_rules": TTL + 2 * (TTL // BUCKETS),
         "gauge_series": None, "gauge_rules": None, "meta": None}
+
+
+# Format 6's golden state (tests/golden/state-v6-*.json): format 5's, with a second account
+# (zeta: e, h) whose group shares the bucket of acme's — the key was written by format 5 and
+# bucketed by its sweep (counters) or made by format 6 (the gauge window).
+GOLDEN6_RULES = {**GOLDEN5_RULES, **{r.id: r for r in load_text("""\
+rules:
+  - {id: e, account: zeta, name: e_total, kind: counter, query: "*", aggregation: count,
+     group_by: [svc]}
+  - {id: h, account: zeta, name: h, kind: gauge, query: "*", aggregation: max, field: v,
+     group_by: [svc]}
+""")[0]}}
+GOLDEN6_CAPS = {**GOLDEN5_CAPS, "e": RuleCaps(0, 0, 100, "zeta", "e_total"),
+                "h": RuleCaps(0, 0, 100, "zeta", "h")}
+
+
+def _golden6_processor(store: tws.Store, rules: dict | None = None, shards: int = 1,
+                       caps: dict | None = None) -> MetricProcessor:
+    rules = rules or GOLDEN6_RULES
+    fn = MetricProcessor(
+        CounterState({k: v for k, v in rules.items() if v.kind == "counter"},
+                     ttl_ms=7 * 86_400_000),
+        GaugeState({k: v for k, v in rules.items() if v.kind == "gauge"}, grace_ms=60_000),
+        caps=caps or GOLDEN6_CAPS, shards=shards)
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    return fn
+
+
+def test_bucket_of_is_pinned_and_bucket_count_a_power_of_two_near_one_per_8_accounts():
+    """Stored buckets are found by this hash: it must never change."""
+    assert [bucket_of(a, 1024) for a in ("acme", "zeta", "tenant-0001", "")] == [
+        706, 918, 747, 274]
+    assert [bucket_count(n) for n in (0, 1, 8, 12, 24, 100, 2_500, 25_000)] == [
+        1, 1, 1, 2, 4, 16, 256, 4_096]
+
+
+def test_v6_counter_state_continues_exactly_two_accounts_read_in_one_bucket():
+    store, key, now = _golden_store("counter", version=6)
+    fn = _golden6_processor(store)
+    rows = [golden5_row("c", "3:web", 1.0, ts=now + 100),
+            golden5_row("d", "3:web", 3.0, ts=now + 100),  # still over d's cap of 4
+            golden5_row("d", "2:db", 1.5, ts=now + 100),
+            golden5_row("e", "3:web", 1.0, ts=now + 100),
+            golden5_row("e", "2:db", 1.0, ts=now + 100)]
+    store.reset()
+    out = tws.call(fn, store, key, rows, now=now + 1000)
+    assert values(out) == {
+        ("c", (("svc", "web"),)): 2.0, ("d", (("svc", "db"),)): 3.5,
+        ("d", (("l2m_overflow", "true"),)): 4.0, ("e", (("svc", "web"),)): 2.0,
+        ("e", (("svc", "db"),)): 1.0,
+        ("l2m-series-refused", (("account", "acme"), ("limit", "rule"), ("rule", "d"))): 2.0}
+    # meta, the bucket (both accounts' groups), d's own entry, the one of d's series its
+    # entry lists, its overflow series, the refusal count
+    assert store.reads == 6
+    assert sorted(group_of(store, "counter_rules", key, "zeta")["r"]["e"]["s"]) == [
+        "2:db", "3:web"]
+
+
+def test_v6_gauge_state_continues_its_window_and_publishes_every_series_once():
+    store, key, now = _golden_store("gauge", version=6)
+    fn = _golden6_processor(store)
+    rows = [golden5_row("h", "3:web", 9.0, window=key[1], ts=now + 100),
+            golden5_row("k", "3:web", 1.0, window=key[1], ts=now + 100)]
+    out = tws.call(fn, store, key, rows, now=now + 1000)
+    assert values(out) == {("h", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0}
+    final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
+    assert values([orjson.loads(v) for f in final for v in f["value"]]) == {
+        ("g", (("svc", "web"),)): 7.0, ("h", (("svc", "web"),)): 9.0,
+        ("k", (("svc", "web"),)): 2.0, ("k", (("svc", "api"),)): 1.0,
+        ("k", (("svc", "db"),)): 1.0}
+    assert store.data == {}
+
+
+def test_a_counter_key_re_buckets_on_its_sweep_when_the_accounts_grow_fourfold():
+    """A key made with 1 bucket; the rule set grows to 41 accounts in the key's shard (of 2):
+    4 buckets wanted. The next sweep moves every group to its new bucket, and the values go
+    on exactly."""
+    store, key, now = _golden_store("counter", version=6)
+    more = {f"x{i}": replace(GOLDEN6_RULES["e"], id=f"x{i}", account=f"t{i}")
+            for i in range(80)}
+    fn = _golden6_processor(store, {**GOLDEN6_RULES, **more}, shards=2, caps={
+        **GOLDEN6_CAPS, **{r: RuleCaps(0, 0, 100, more[r].account, r) for r in more}})
+    out = tws.call(fn, store, key, [golden5_row("e", "3:web", 1.0, ts=now + 100)],
+                   now=now + 1000)
+    assert values(out) == {("e", (("svc", "web"),)): 2.0}
+    assert store.live("meta")[key, None]["nb"] == 1  # not swept yet
+    tws.call(fn, store, key, [golden5_row("c", "3:web", 1.0, ts=now + 100)], now=now + 61_000)
+    assert store.live("meta")[key, None]["nb"] == 4
+    buckets = sorted(u[0] for (n, _k, u) in store.data if n == "counter_rules"
+                     and u[0].startswith("@"))
+    assert buckets == sorted({bucket_key(bucket_of(a, 4)) for a in ("acme", "zeta")})
+    out = tws.call(fn, store, key, [golden5_row("e", "3:web", 1.0, ts=now + 100),
+                                    golden5_row("c", "3:web", 1.0, ts=now + 100)],
+                   now=now + 62_000)
+    assert values(out) == {("e", (("svc", "web"),)): 3.0, ("c", (("svc", "web"),)): 3.0}
