@@ -155,6 +155,26 @@ def group_key(account: str) -> str:
     return GROUP_PREFIX + account
 
 
+# Accounts per shard, by the rule table they were counted from (kept alive here, so that its
+# id stays its own): a processor is rebuilt per task, the tables are the worker's.
+_SHARD_ACCOUNTS: dict[tuple[int, int], tuple[Any, dict[int, int]]] = {}
+
+
+def _shard_accounts(source: Any, shards: int, accounts: Mapping[str, Any]) -> dict[int, int]:
+    """How many of ``accounts`` (those of the rule table ``source``) each shard holds."""
+    found = _SHARD_ACCOUNTS.get((id(source), shards))
+    if found is not None and found[0] is source:
+        return found[1]
+    counts: dict[int, int] = {}
+    for account in accounts:
+        shard = account_shard(account, shards)
+        counts[shard] = counts.get(shard, 0) + 1
+    if len(_SHARD_ACCOUNTS) >= 4:  # the rule sets of batches in flight
+        _SHARD_ACCOUNTS.pop(next(iter(_SHARD_ACCOUNTS)))
+    _SHARD_ACCOUNTS[id(source), shards] = (source, counts)
+    return counts
+
+
 def _series_in(entry: dict[str, Any]) -> int:
     return len(entry.get("s", ()))
 
@@ -555,8 +575,6 @@ class MetricProcessor(StatefulProcessor):
                  activity: Accumulator[Tally] | None = None, shards: int = 1) -> None:
         self.counters = counters
         self.shards = shards
-        self._sized: Any = None  # the account rules _sizes are for
-        self._sizes: dict[int, int] = {}
         self.gauges = gauges
         self.reduction = reduction
         self.caps = caps
@@ -648,15 +666,9 @@ class MetricProcessor(StatefulProcessor):
     def _bucket_count(self, shard: int, rules: Mapping[str, Rule] | None) -> int:
         """The buckets a key of ``shard`` is made with (or re-bucketed to): by the accounts
         the rule set places in the shard (:func:`bucket_count`)."""
-        accounts = self._account_rules(rules)
-        if self._sized is not accounts:
-            self._sized, self._sizes = accounts, {}
-        found = self._sizes.get(shard)
-        if found is None:
-            found = bucket_count(sum(1 for account in accounts
-                                     if account_shard(account, self.shards) == shard))
-            self._sizes[shard] = found
-        return found
+        source: Any = self._caps if self._caps is not None else rules
+        return bucket_count(_shard_accounts(source, self.shards, self._account_rules(rules))
+                            .get(shard, 0))
 
     def _admission(self, new: Mapping[str, int], book: _Rules,
                    rules: Mapping[str, Rule]) -> Admission | None:
@@ -925,23 +937,31 @@ class MetricProcessor(StatefulProcessor):
 
     def _recount(self, shard: int, book: _Rules, meta: dict[str, Any]) -> Tally:
         """Every rule's live series in this key, for the driver's metrics (series expire
-        without a call); the entries of rules with none left are dropped. Having read every
-        group, the key is re-bucketed (:meth:`_rebucket`) if its buckets are
-        :data:`REBUCKET` times off the rule set's, or it has none (format 5's groups)."""
+        without a call); the entries of rules with none left are dropped, and so are the
+        groups' listings of own entries gone (a bucket outlives an idle account's own entries:
+        its group would stay). Having read every group, the key is re-bucketed
+        (:meth:`_rebucket`) if its buckets are :data:`REBUCKET` times off the rule set's, or
+        it has none (format 5's groups)."""
         tally: Tally = {}
         groups: dict[str, dict[str, Any]] = {}  # every account's group left
         stored_in: list[str] = []  # the keys holding them
-        for (key,), stored in list(self.counter_rules.iterator()):
+        stored = list(self.counter_rules.iterator())
+        own: set[str] = set()  # the own entries left
+        for (key,), value in stored:
             if not key.startswith(GROUP_PREFIX):
-                entry = book.entries.get(key) or orjson.loads(stored[0])
+                entry = book.entries.get(key) or orjson.loads(value[0])
                 book.entries[key] = entry
                 live = book.live(key, None)
                 tally[SeriesCount(key, shard, CUMULATIVE)] = live
-                if not live:
+                if live:
+                    own.add(key)
+                else:
                     self.counter_rules.removeKey((key,))
+        for (key,), value in stored:
+            if not key.startswith(GROUP_PREFIX):
                 continue
-            value = orjson.loads(stored[0])  # written by this call already, if it changed
-            held = _groups_in(value, key)
+            content = orjson.loads(value[0])  # written by this call already, if it changed
+            held = _groups_in(content, key)
             changed = False
             for account, group in list(held.items()):
                 dead = []
@@ -953,15 +973,17 @@ class MetricProcessor(StatefulProcessor):
                         dead.append(rule_id)
                 for rule_id in dead:
                     del group["r"][rule_id]
+                listed = [r for r in group["own"] if r in own]
+                changed = changed or bool(dead) or len(listed) < len(group["own"])
+                group["own"] = listed
                 if not group["r"] and not group["own"]:
                     del held[account]
-                changed = changed or bool(dead)
             groups.update(held)
             stored_in.append(key)
             if not held:
                 self.counter_rules.removeKey((key,))
             elif changed:
-                self.counter_rules.updateValue((key,), _dump(value))
+                self.counter_rules.updateValue((key,), _dump(content))
         wanted = self._bucket_count(shard, _plain(self.counters.rules))
         if book.buckets is None or not wanted < book.buckets * REBUCKET \
                 or not book.buckets < wanted * REBUCKET:

@@ -337,13 +337,25 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         query = writer.start()
     finally:
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    # What is alive now (the rules, their routing, the session) lives as long as the job:
-    # frozen, it is not scanned by the driver's full collections, which the accumulators'
-    # updates set off every batch (with 100,000 rules 0.2–0.28 s of driver CPU a batch:
-    # benchmarks/README.md, "Session 20"). Cyclic garbage of this moment is never freed: once.
-    gc.freeze()
+    _freeze_once()
     return Job(query=query, counts=counts, rulesets=publisher,
                accounts=None if sink is not None else accounts)
+
+
+_FROZEN: list[bool] = []
+
+
+def _freeze_once() -> None:
+    """What is alive once the first query of this process has started (the rules, their
+    routing, the session) lives as long as the process: frozen, it is not scanned by the
+    driver's full collections, which the accumulators' updates set off every batch (with
+    100,000 rules 0.2–0.28 s of driver CPU a batch: benchmarks/README.md, "Session 20").
+    Collected first, so that no garbage is frozen; once per process (a restart after an
+    outage starts the query again in the same process)."""
+    if not _FROZEN:
+        _FROZEN.append(True)
+        gc.collect()
+        gc.freeze()
 
 
 # Spark settings the streaming job needs regardless of the configuration file.

@@ -6,6 +6,7 @@ old entries; a gauge window goes when the watermark passes it."""
 
 from __future__ import annotations
 
+import gc
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -632,6 +633,9 @@ def test_the_query_is_given_a_deferred_processor_that_decides_exactly_as_the_pro
     assert tws.fire(wrapped, store, now=W + 120_000, watermark=W + 60_000) == \
         tws.fire(direct, expected, now=W + 120_000, watermark=W + 60_000)
     assert store.data == expected.data and store.timers == expected.timers
+    assert not gc.isenabled()  # paused from the task's first call (l2m.collector.task_paused)…
+    wrapped.close()
+    assert gc.isenabled()  # … to its end
     assert store.ttls == expected.ttls == {
         "counter_series": TTL, "counter_rules": TTL + 2 * (TTL // BUCKETS),
         "gauge_series": None, "gauge_rules": None, "meta": None}
