@@ -572,9 +572,13 @@ class MetricProcessor(StatefulProcessor):
 
     def __init__(self, counters: CounterState, gauges: GaugeState,
                  reduction: Reduction | None = None, caps: Mapping[str, RuleCaps] | None = None,
-                 activity: Accumulator[Tally] | None = None, shards: int = 1) -> None:
+                 activity: Accumulator[Tally] | None = None, shards: int = 1,
+                 buckets: bool = True) -> None:
         self.counters = counters
         self.shards = shards
+        # False: new keys get a group per account and are never bucketed — format 5's layout,
+        # which the tests write to continue it as a format 5 checkpoint would be.
+        self.buckets = buckets
         self.gauges = gauges
         self.reduction = reduction
         self.caps = caps
@@ -861,7 +865,7 @@ class MetricProcessor(StatefulProcessor):
         book = _Rules(self.counter_rules, now, bucket_ms(ttl), ttl)
         book.complete = meta.get("g") == 1
         book.fresh = fresh
-        if fresh:
+        if fresh and self.buckets:
             meta["nb"] = self._bucket_count(shard, _plain(self.counters.rules))
         book.buckets = meta.get("nb")
         tally: Tally = {}
@@ -985,6 +989,8 @@ class MetricProcessor(StatefulProcessor):
             elif changed:
                 self.counter_rules.updateValue((key,), _dump(content))
         wanted = self._bucket_count(shard, _plain(self.counters.rules))
+        if not self.buckets:
+            return tally
         if book.buckets is None or not wanted < book.buckets * REBUCKET \
                 or not book.buckets < wanted * REBUCKET:
             self._rebucket(groups, stored_in, wanted, book)
@@ -1022,7 +1028,7 @@ class MetricProcessor(StatefulProcessor):
         now = tv.getCurrentProcessingTimeInMs()
         watermark = tv.getCurrentWatermarkInMs()
         meta, fresh = self._key_meta()
-        if fresh:  # a window key keeps the buckets it is made with: it lives minutes
+        if fresh and self.buckets:  # a window key keeps the buckets it is made with
             meta["nb"] = self._bucket_count(shard, _plain(self.gauges.rules))
         current = getattr(self.gauges.rules, "current", None)
         version = current() if current is not None else None

@@ -10,6 +10,7 @@ import gc
 import random
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pandas as pd
@@ -734,3 +735,90 @@ def test_a_counter_key_re_buckets_on_its_sweep_when_the_accounts_grow_fourfold()
                                     golden5_row("c", "3:web", 1.0, ts=now + 100)],
                    now=now + 62_000)
     assert values(out) == {("e", (("svc", "web"),)): 3.0, ("c", (("svc", "web"),)): 3.0}
+
+
+def _fuzz_rules(rnd: random.Random, accounts: list[str], start: int
+                ) -> tuple[dict[str, Any], dict[str, RuleCaps]]:
+    """Random small rules of ``accounts`` (1–3 each, counters and gauges, random caps) and a
+    rule without an account."""
+    specs = []
+    for n, account in enumerate(accounts):
+        for k in range(rnd.randint(1, 3)):
+            kind = rnd.choice(["counter", "counter", "gauge"])
+            agg = rnd.choice(["count", "sum"]) if kind == "counter" else rnd.choice(["max", "sum"])
+            field = "" if agg == "count" else ", field: v"
+            specs.append((f"r{start + n}x{k}", account, kind, agg, field))
+    text = "rules:\n" + "".join(
+        f"  - {{id: {i}, account: '{a}', name: m_{i}, kind: {kind}, query: '*', "
+        f"aggregation: {agg}{field}, group_by: [s]}}\n" for i, a, kind, agg, field in specs)
+    text += f"  - {{id: free{start}, name: free_{start}, kind: counter, query: '*', " \
+            "aggregation: count, group_by: [s]}\n"
+    rules = {r.id: r for r in load_text(text)[0]}
+    caps = {r.id: RuleCaps(rnd.choice([0, 0, rnd.randint(1, 8)]), 0,
+                           rnd.choice([0, rnd.randint(3, 30)]), r.account, r.name)
+            for r in rules.values() if r.account is not None}
+    caps[f"free{start}"] = RuleCaps(rnd.choice([0, 5]))
+    return rules, caps
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_buckets_emit_exactly_what_a_group_per_account_emits_and_continue_it(seed, capsys):
+    """Format 6 against format 5's layout (``buckets=False``), and a key written as format 5
+    then continued as format 6, over random rule sets that grow eightfold (re-bucketing),
+    batches past sweeps and the TTL, counters and gauge windows with their timers, small
+    bounds: the same samples, marks included, every call."""
+    with capsys.disabled():
+        print(f"seed {seed}")
+    rnd = random.Random(seed)
+    processor_module.SMALL_RULE = rnd.choice([0, 2, 8, 512])
+    processor_module.GROUP_SERIES = rnd.choice([3, 12, 2_048])
+    accounts = [rnd.choice([f"t{i}", str(i)]) for i in range(40)]
+    first = _fuzz_rules(rnd, accounts[:4], 0)
+    grown = _fuzz_rules(rnd, accounts[4:], 100)
+    stores = {name: tws.Store() for name in ("groups", "buckets", "upgraded")}
+    upgrade_at = rnd.randint(1, 8)
+
+    def made(name: str, batch: int) -> MetricProcessor:
+        rules, caps = first if batch < 6 else ({**first[0], **grown[0]}, {**first[1], **grown[1]})
+        fn = MetricProcessor(
+            CounterState({k: v for k, v in rules.items() if v.kind == "counter"}, ttl_ms=TTL),
+            GaugeState({k: v for k, v in rules.items() if v.kind == "gauge"},
+                       recheck_ms=60_000, grace_ms=60_000), caps=caps,
+            buckets=name == "buckets" or (name == "upgraded" and batch >= upgrade_at))
+        fn.init(tws.Handle(stores[name]))  # type: ignore[arg-type]
+        return fn
+
+    now = W
+    for batch in range(14):
+        now += rnd.choice([300, 20_000, 61_000, TTL // 2, TTL + 3_000])
+        rules = first[0] if batch < 6 else {**first[0], **grown[0]}
+        window = now // 60_000 * 60_000
+        rows = {(0, CUMULATIVE): [], (0, window): []}
+        for _ in range(rnd.randint(1, 60)):
+            rule = rules[rnd.choice(sorted(rules))]
+            if rule.kind == "gauge":
+                rows[0, window].append(row(rule.id, rnd.randint(0, 9), float(rnd.randint(1, 5)),
+                                           window=window, ts=now - 100))
+            else:
+                rows[0, CUMULATIVE].append(row(rule.id, rnd.randint(0, 9), ts=now - 100))
+        outs = {}
+        for name, store in stores.items():
+            fn = made(name, batch)
+            out = [_marked(fn, store, key, key_rows, now=now, watermark=now - 90_000)
+                   for key, key_rows in sorted(rows.items()) if key_rows]
+            out.append(_marked_timers(fn, store, now, now - 90_000))
+            outs[name] = out
+        assert outs["buckets"] == outs["groups"] == outs["upgraded"], (seed, batch)
+    meta = stores["buckets"].live("meta")
+    assert meta[(0, CUMULATIVE), None]["nb"] >= 2  # re-bucketed as the accounts grew
+
+
+def _marked_timers(fn: MetricProcessor, store: tws.Store, now: int, watermark: int
+                   ) -> list[tuple]:
+    """(mark, rule, labels, value) of every sample the timers due at ``now`` emit."""
+    out = []
+    for frame in tws.fire(fn, store, now=now, watermark=watermark):
+        for mark, value in zip(frame["mark"], frame["value"], strict=True):
+            s = orjson.loads(value)
+            out.append((mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
+    return out
