@@ -7,6 +7,8 @@ pickle — its class and its field values in order."""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Any
 
 
@@ -19,5 +21,19 @@ class FieldValues:
     __slots__ = ()
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        names: tuple[str, ...] = self.__slots__  # a dataclass's: its fields, in order
-        return type(self), tuple(getattr(self, name) for name in names)
+        values = _GETTERS.get(type(self))
+        if values is None:
+            values = _GETTERS[type(self)] = _getter(self.__slots__)
+        return type(self), values(self)
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A record's field values (a dataclass's slots: its fields, in order) as a tuple, read in
+    C (``operator.attrgetter``)."""
+    if not names:
+        return lambda _record: ()
+    get = operator.attrgetter(*names)
+    return get if len(names) > 1 else lambda record: (get(record),)
+
+
+_GETTERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
