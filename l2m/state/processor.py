@@ -125,6 +125,7 @@ BUCKET_ACCOUNTS = 8
 REBUCKET = 4  # how far a counter key's buckets may drift from the rule set's before re-bucketing
 
 Rows = dict[str, list[tuple[str, str, Partial]]]
+Put = tuple[tuple[str], tuple[bytes]]  # a rule map entry to write: its key and value
 
 
 def _live(last_seen: int, since: int) -> bool:
@@ -496,21 +497,20 @@ class _Rules:
             self.state.removeKey(key)
 
     def _stored_groups(self, own: dict[str, dict[str, Any]]
-                       ) -> tuple[list[tuple[tuple[str], tuple[bytes]]], list[tuple[str]]]:
+                       ) -> tuple[list[Put], list[tuple[str]]]:
         """The entries to write (and to remove) for the groups this call changed: each in its
         bucket (format 6), or its own entry (format 5's layout); members past the bound go to
         ``own``."""
         w = self.now // self.bucket_ms if self.bucket_ms is not None else None
-        puts: list[tuple[tuple[str], tuple[bytes]]] = []
-        gone: list[tuple[str]] = []
         if self.buckets is None:
+            puts: list[Put] = []
             for account in sorted(self._groups_changed):
                 group = self.groups[account]
                 bounded([group], own)
                 if w is not None:
                     group["w"] = w
                 puts.append(((group_key(account),), _dump(group)))
-            return puts, gone
+            return puts, []
         touched: dict[int, dict[str, Any]] = {}
         for account in sorted(self._groups_changed):
             number = bucket_of(account, self.buckets)
@@ -521,21 +521,31 @@ class _Rules:
             else:  # nothing left: an account without a group has no entries
                 held.pop(account, None)
             touched[number] = self._buckets[number]
-        for number, bucket in sorted(touched.items()):
-            if not bucket["a"]:
-                gone.append((bucket_key(number),))
-                continue
-            bounded(list(bucket["a"].values()), own)
-            if w is not None:
-                bucket["w"] = w
-            puts.append(((bucket_key(number),), _dump(bucket)))
-        return puts, gone
+        return bucket_entries(touched, own, w)
 
 
 def bucket_key(number: int) -> str:
     """The key of a bucket entry in a rule map (format 6; a rule id never starts with
     :data:`GROUP_PREFIX`)."""
     return GROUP_PREFIX + str(number)
+
+
+def bucket_entries(buckets: Mapping[int, dict[str, Any]], own: dict[str, dict[str, Any]],
+                   w: int | None) -> tuple[list[Put], list[tuple[str]]]:
+    """The entries to write for these buckets by number (each :func:`bounded`, members past
+    the bound going to ``own``, and stamped with ``w``, the bucket of the write: counters),
+    and the keys of those left without a group, to remove."""
+    puts: list[Put] = []
+    gone: list[tuple[str]] = []
+    for number, bucket in sorted(buckets.items()):
+        if not bucket["a"]:
+            gone.append((bucket_key(number),))
+            continue
+        bounded(list(bucket["a"].values()), own)
+        if w is not None:
+            bucket["w"] = w
+        puts.append(((bucket_key(number),), _dump(bucket)))
+    return puts, gone
 
 
 def bounded(groups: list[dict[str, Any]], own: dict[str, dict[str, Any]]) -> None:
@@ -666,6 +676,18 @@ class MetricProcessor(StatefulProcessor):
                     accounts.setdefault(account, []).append(rule_id)
             self._accounts, self._accounts_of = accounts, source
         return self._accounts
+
+    def _book(self, book: _Rules, shard: int, rules: Mapping[str, Rule],
+              meta: dict[str, Any], fresh: bool) -> _Rules:
+        """``book`` set to the key's layout, as its meta says: a new key (``fresh``) is made
+        with buckets sized by the rule set (format 6; not with ``buckets=False``), which its
+        meta then records."""
+        book.complete = meta.get("g") == 1
+        book.fresh = fresh
+        if fresh and self.buckets:
+            meta["nb"] = self._bucket_count(shard, _plain(rules))
+        book.buckets = meta.get("nb")
+        return book
 
     def _bucket_count(self, shard: int, rules: Mapping[str, Rule] | None) -> int:
         """The buckets a key of ``shard`` is made with (or re-bucketed to): by the accounts
@@ -862,12 +884,8 @@ class MetricProcessor(StatefulProcessor):
         rows = by_rule(frames)
         watermark = tv.getCurrentWatermarkInMs() if STATUS_RULE in rows else 0
         ttl = self.counters.ttl_ms
-        book = _Rules(self.counter_rules, now, bucket_ms(ttl), ttl)
-        book.complete = meta.get("g") == 1
-        book.fresh = fresh
-        if fresh and self.buckets:
-            meta["nb"] = self._bucket_count(shard, _plain(self.counters.rules))
-        book.buckets = meta.get("nb")
+        book = self._book(_Rules(self.counter_rules, now, bucket_ms(ttl), ttl), shard,
+                          self.counters.rules, meta, fresh)
         tally: Tally = {}
 
         def update(rule_id: str, rule_rows: list[tuple[str, str, Partial]],
@@ -988,9 +1006,9 @@ class MetricProcessor(StatefulProcessor):
                 self.counter_rules.removeKey((key,))
             elif changed:
                 self.counter_rules.updateValue((key,), _dump(content))
-        wanted = self._bucket_count(shard, _plain(self.counters.rules))
         if not self.buckets:
             return tally
+        wanted = self._bucket_count(shard, _plain(self.counters.rules))
         if book.buckets is None or not wanted < book.buckets * REBUCKET \
                 or not book.buckets < wanted * REBUCKET:
             self._rebucket(groups, stored_in, wanted, book)
@@ -1011,10 +1029,7 @@ class MetricProcessor(StatefulProcessor):
             self.counter_rules.removeKey((key,))
         own: dict[str, dict[str, Any]] = {}
         w = book.now // book.bucket_ms
-        puts = []
-        for number, bucket in sorted(made.items()):
-            bounded(list(bucket["a"].values()), own)
-            puts.append(((bucket_key(number),), _dump({**bucket, "w": w})))
+        puts, _ = bucket_entries(made, own, w)  # none empty: every group here has entries
         MapIO(self.counter_rules).put(puts + [((r,), _dump({**e, "w": w}))
                                               for r, e in sorted(own.items())])
 
@@ -1028,8 +1043,9 @@ class MetricProcessor(StatefulProcessor):
         now = tv.getCurrentProcessingTimeInMs()
         watermark = tv.getCurrentWatermarkInMs()
         meta, fresh = self._key_meta()
-        if fresh and self.buckets:  # a window key keeps the buckets it is made with
-            meta["nb"] = self._bucket_count(shard, _plain(self.gauges.rules))
+        # Made before the meta's first write (a window key keeps the buckets it is made with).
+        book = self._book(_Rules(self.gauge_rules, now, None, 0), shard, self.gauges.rules,
+                          meta, fresh)
         current = getattr(self.gauges.rules, "current", None)
         version = current() if current is not None else None
         if version is not None and meta.get("rs") != version:
@@ -1047,10 +1063,6 @@ class MetricProcessor(StatefulProcessor):
         if "timer" not in meta:
             self._schedule(now, meta)
         rules = self.gauges.rules
-        book = _Rules(self.gauge_rules, now, None, 0)
-        book.complete = meta.get("g") == 1
-        book.fresh = fresh
-        book.buckets = meta.get("nb")
         tally: Tally = {}
 
         def update(rule_id: str, rule_rows: list[tuple[str, str, Partial]],

@@ -436,15 +436,21 @@ def test_v4_counter_state_of_either_layout_continues_exactly(layout):
                                                    ("rule", "b"))): 3.0}
 
 
-def _golden5_processor(store: tws.Store) -> MetricProcessor:
+def _golden_rules_processor(store: tws.Store, rules: dict, caps: dict, shards: int = 1
+                            ) -> MetricProcessor:
+    """A processor on ``store`` with the rules its golden state was written by (a 7-day TTL,
+    a minute's grace)."""
     fn = MetricProcessor(
-        CounterState({k: v for k, v in GOLDEN5_RULES.items() if v.kind == "counter"},
+        CounterState({k: v for k, v in rules.items() if v.kind == "counter"},
                      ttl_ms=7 * 86_400_000),
-        GaugeState({k: v for k, v in GOLDEN5_RULES.items() if v.kind == "gauge"},
-                   grace_ms=60_000),
-        caps=GOLDEN5_CAPS)
+        GaugeState({k: v for k, v in rules.items() if v.kind == "gauge"}, grace_ms=60_000),
+        caps=caps, shards=shards)
     fn.init(tws.Handle(store))  # type: ignore[arg-type]
     return fn
+
+
+def _golden5_processor(store: tws.Store) -> MetricProcessor:
+    return _golden_rules_processor(store, GOLDEN5_RULES, GOLDEN5_CAPS)
 
 
 def test_v5_counter_state_continues_exactly_groups_own_entries_and_caps_included():
@@ -656,16 +662,8 @@ GOLDEN6_CAPS = {**GOLDEN5_CAPS, "e": RuleCaps(0, 0, 100, "zeta", "e_total"),
                 "h": RuleCaps(0, 0, 100, "zeta", "h")}
 
 
-def _golden6_processor(store: tws.Store, rules: dict | None = None, shards: int = 1,
-                       caps: dict | None = None) -> MetricProcessor:
-    rules = rules or GOLDEN6_RULES
-    fn = MetricProcessor(
-        CounterState({k: v for k, v in rules.items() if v.kind == "counter"},
-                     ttl_ms=7 * 86_400_000),
-        GaugeState({k: v for k, v in rules.items() if v.kind == "gauge"}, grace_ms=60_000),
-        caps=caps or GOLDEN6_CAPS, shards=shards)
-    fn.init(tws.Handle(store))  # type: ignore[arg-type]
-    return fn
+def _golden6_processor(store: tws.Store) -> MetricProcessor:
+    return _golden_rules_processor(store, GOLDEN6_RULES, GOLDEN6_CAPS)
 
 
 def test_bucket_of_is_pinned_and_bucket_count_a_power_of_two_near_one_per_8_accounts():
@@ -720,8 +718,8 @@ def test_a_counter_key_re_buckets_on_its_sweep_when_the_accounts_grow_fourfold()
     store, key, now = _golden_store("counter", version=6)
     more = {f"x{i}": replace(GOLDEN6_RULES["e"], id=f"x{i}", account=f"t{i}")
             for i in range(80)}
-    fn = _golden6_processor(store, {**GOLDEN6_RULES, **more}, shards=2, caps={
-        **GOLDEN6_CAPS, **{r: RuleCaps(0, 0, 100, more[r].account, r) for r in more}})
+    fn = _golden_rules_processor(store, {**GOLDEN6_RULES, **more}, {
+        **GOLDEN6_CAPS, **{r: RuleCaps(0, 0, 100, more[r].account, r) for r in more}}, shards=2)
     out = tws.call(fn, store, key, [golden5_row("e", "3:web", 1.0, ts=now + 100)],
                    now=now + 1000)
     assert values(out) == {("e", (("svc", "web"),)): 2.0}
