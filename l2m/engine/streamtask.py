@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from l2m.engine.admission import placement_shard
+from l2m.engine.admission import account_shard, placement_shard
 from l2m.engine.columns import PACK_COLUMN, PACK_RULE, PLACE_COLUMN, RULESET_COLUMN
 from l2m.engine.ipc import batched, binary_column, streams
 from l2m.engine.partials import PARTIAL_ARROW
@@ -132,7 +132,18 @@ def places(version: str, routing: Routing, shards: int) -> dict[str, int]:
     if found is None:
         if len(_PLACES) > 4:
             _PLACES.clear()
-        found = _PLACES[key] = {r.id: placement_shard(r, shards) for r in routing.rules}
+        # An account's rules share a shard: one hash per account (10,000 of 100,000 rules).
+        by_account: dict[str, int] = {}
+        found = _PLACES[key] = {}
+        for rule in routing.rules:
+            account = rule.account
+            if account is None:
+                found[rule.id] = placement_shard(rule, shards)
+                continue
+            shard = by_account.get(account)
+            if shard is None:
+                shard = by_account[account] = account_shard(account, shards)
+            found[rule.id] = shard
     return found
 
 
