@@ -48,6 +48,7 @@ from l2m.rules.model import (
     Kind,
     Rule,
     RuleSet,
+    share_values,
 )
 from l2m.tenancy import Tenancy
 from l2m.text import similar
@@ -266,6 +267,7 @@ def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None,
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise RuleValidationError(problems)
+    share_values(rules)
     return RuleSet(tuple(rules), tuple(problems))
 
 

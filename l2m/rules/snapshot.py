@@ -19,7 +19,7 @@ import orjson
 from l2m.errors import RuleSnapshotError
 from l2m.query.compiler import parse_query
 from l2m.query.nodes import QueryConfig
-from l2m.rules.model import Rule
+from l2m.rules.model import Rule, share_values
 
 SNAPSHOT_FORMAT = 1
 # The stored fields of a rule, in order; ``compiled`` is rebuilt from ``query``.
@@ -70,4 +70,5 @@ def restore(data: bytes, config: QueryConfig | None = None) -> tuple[Rule, ...]:
         except Exception as exc:  # KeyError, ValueError, QueryError: unreadable, say which
             raise RuleSnapshotError(f"rule {fields.get('id')!r} of a rule set snapshot cannot "
                                     f"be restored: {exc}") from None
+    share_values(rules)
     return tuple(rules)
