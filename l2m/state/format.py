@@ -10,7 +10,14 @@ since versions exist (``tests/golden/`` pins each) and refuses anything else wit
 the format in ``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong
 checkpoint is refused before Spark starts.
 
-Layouts, version 6 (:mod:`l2m.state.processor`): version 5's below, but the groups of several
+Layouts, version 7 (:mod:`l2m.state.processor`): version 6's below, but a map entry's value
+(orjson bytes) longer than :data:`FRAME_BYTES` is stored framed (:func:`dump_entry`): a 0 byte
+(no JSON text starts with it), the JSON's length as 4 bytes little-endian, then the JSON as
+one LZ4 frame — a bucket's JSON is ≈ 2.8× its LZ4 frame, and Spark's state server, RocksDB
+and the checkpoint's changelog handle every byte of every entry a batch touches. Entries
+written unframed (all of version 6's) are read as they are.
+
+Version 6: version 5's below, but the groups of several
 accounts share one entry, a *bucket*: ``counter_rules`` / ``gauge_rules`` ``"@" + number`` →
 ``{"a": {account: its version 5 group, without "w"}, "w": bucket of the last write}``, the
 account's bucket being :func:`~l2m.state.processor.bucket_of` (a BLAKE2b hash of the account
@@ -82,13 +89,18 @@ import orjson
 
 from l2m.errors import StateFormatError
 
-STATE_FORMAT = 6  # the version a new checkpoint is written in
-READABLE = (1, 2, 3, 4, 5, 6)  # every version this l2m reads (tests/golden pins each)
+STATE_FORMAT = 7  # the version a new checkpoint is written in
+READABLE = (1, 2, 3, 4, 5, 6, 7)  # every version this l2m reads (tests/golden pins each)
 # Checkpoints this l2m continues in a newer format: format 4's entries are format 5's own
-# entries, and format 5's groups format 6's before they are bucketed; a format 6 job moves
-# them into groups and buckets as it goes (l2m.state.processor), so the marker says 6 from
-# the first start on (a release that reads only format 4 or 5 then refuses it).
-UPGRADES = {4: 6, 5: 6}
+# entries, format 5's groups format 6's before they are bucketed, and format 6's entries
+# format 7's unframed ones; the job moves them into groups and buckets, and frames large
+# entries, as it goes (l2m.state.processor), so the marker says 7 from the first start on
+# (a release that reads only formats up to 6 then refuses it).
+UPGRADES = {4: 7, 5: 7, 6: 7}
+# Format 7: an entry's JSON longer than this many bytes is stored as an LZ4 frame
+# (dump_entry); below it the frame's header would eat most of what it saves.
+FRAME_BYTES = 1024
+_FRAMED = b"\x00"  # the first byte of a framed entry: never the first of JSON text
 # The formats kept as one blob per state key; formats 4 to 6 keep map entries
 # (l2m.state.processor), which carry no version of their own: the checkpoint's marker and
 # its ``meta`` value do.
@@ -120,3 +132,34 @@ def load_blob(raw: bytes) -> dict[str, Any]:
             f"{UPGRADE_HINT}")
     assert isinstance(content, dict)  # checked above: a mapping with a readable version
     return content
+
+
+def _lz4() -> Any:
+    """Arrow's LZ4 frame codec (imported on first use: Spark's driver-side Python processes
+    import this module and never read an entry)."""
+    global _CODEC
+    if _CODEC is None:
+        import pyarrow as pa
+
+        _CODEC = pa.Codec("lz4")
+    return _CODEC
+
+
+_CODEC: Any = None
+
+
+def dump_entry(value: Any) -> bytes:
+    """A map entry's stored value (format 7): its JSON, framed when longer than
+    :data:`FRAME_BYTES` (module docstring)."""
+    data = orjson.dumps(value)
+    if len(data) <= FRAME_BYTES:
+        return data
+    return _FRAMED + len(data).to_bytes(4, "little") + _lz4().compress(data, asbytes=True)
+
+
+def load_entry(raw: bytes) -> Any:
+    """The value of a stored map entry, framed (format 7) or not (formats 4–7)."""
+    if raw[:1] == _FRAMED:
+        raw = _lz4().decompress(raw[5:], decompressed_size=int.from_bytes(raw[1:5], "little"),
+                                asbytes=True)
+    return orjson.loads(raw)

@@ -50,7 +50,8 @@ from l2m.state.tally import (
 
 # The state key's columns by state format (l2m.state.format): format 2 keys all rules
 # together; a format 1 checkpoint keeps its per-rule keys.
-STATE_KEYS: dict[int, tuple[str, ...]] = {6: ("shard", "window"), 5: ("shard", "window"),
+STATE_KEYS: dict[int, tuple[str, ...]] = {7: ("shard", "window"), 6: ("shard", "window"),
+                                          5: ("shard", "window"),
                                           4: ("shard", "window"),
                                           3: ("shard", "window"),
                                           2: ("shard", "window"),

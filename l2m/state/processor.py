@@ -80,7 +80,7 @@ from l2m.state.counters import (
     signature,
     tallied,
 )
-from l2m.state.format import UPGRADE_HINT
+from l2m.state.format import UPGRADE_HINT, dump_entry, load_entry
 from l2m.state.function import (
     CUMULATIVE,
     SWEEP_MS,
@@ -98,8 +98,8 @@ from l2m.state.mapio import MapIO
 from l2m.state.tally import SeriesCount, Tally
 from l2m.state.variables import Deferred, Variables, bucket_ms, declare
 
-FORMAT = 6  # the state format this processor writes (l2m.state.format)
-READ_FORMATS = (4, 5, 6)  # … and those it continues (format 4: own entries only)
+FORMAT = 7  # the state format this processor writes (l2m.state.format)
+READ_FORMATS = (4, 5, 6, 7)  # … and those it continues (format 4: own entries only)
 LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
 # A rule keeps its series inside its entry (read and written whole, like a format 3 section,
 # but per rule; format 5: in its account's group) until it has more than this many; then one
@@ -144,11 +144,11 @@ def _plain(table: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
 
 
 def _dump(value: Any) -> tuple[bytes]:
-    return (orjson.dumps(value),)
+    return (dump_entry(value),)
 
 
 def _load(stored: tuple[Any, ...] | None) -> Any:
-    return None if stored is None else orjson.loads(stored[0])
+    return None if stored is None else load_entry(stored[0])
 
 
 def group_key(account: str) -> str:
@@ -974,7 +974,7 @@ class MetricProcessor(StatefulProcessor):
         own: set[str] = set()  # the own entries left
         for (key,), value in stored:
             if not key.startswith(GROUP_PREFIX):
-                entry = book.entries.get(key) or orjson.loads(value[0])
+                entry = book.entries.get(key) or _load(value)
                 book.entries[key] = entry
                 live = book.live(key, None)
                 tally[SeriesCount(key, shard, CUMULATIVE)] = live
@@ -985,7 +985,7 @@ class MetricProcessor(StatefulProcessor):
         for (key,), value in stored:
             if not key.startswith(GROUP_PREFIX):
                 continue
-            content = orjson.loads(value[0])  # written by this call already, if it changed
+            content = _load(value)  # written by this call already, if it changed
             held = _groups_in(content, key)
             changed = False
             for account, group in list(held.items()):
@@ -1144,7 +1144,7 @@ class MetricProcessor(StatefulProcessor):
                 small[rule_id] = entry["s"]
         series: dict[str, dict[str, Any]] = {**small}
         for (rule_id, name), stored in list(self.gauge_series.iterator()):
-            value = orjson.loads(stored[0])
+            value = _load(stored)
             if rule_id not in small and gens.get(rule_id) == value[0]:
                 series.setdefault(rule_id, {})[name] = value[1]
         samples: list[dict[str, Any]] = []
@@ -1158,10 +1158,10 @@ class MetricProcessor(StatefulProcessor):
         """Every rule entry of this window key, own or in a group, with its rule's id."""
         for (key,), stored in list(self.gauge_rules.iterator()):
             if key.startswith(GROUP_PREFIX):
-                for group in _groups_in(orjson.loads(stored[0]), key).values():
+                for group in _groups_in(_load(stored), key).values():
                     yield from group["r"].items()
             else:
-                yield key, orjson.loads(stored[0])
+                yield key, _load(stored)
 
     def _schedule(self, now: int, meta: dict[str, Any]) -> None:
         """Look at this window key again in ``recheck_ms`` (to close it without data)."""

@@ -12,6 +12,8 @@ import orjson
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
+from l2m.state.format import load_entry
+
 
 class Store:
     """Every state variable of every grouping key: {(name, grouping key, user key): (value,
@@ -32,7 +34,7 @@ class Store:
 
     def live(self, name: str, key: Any = None) -> dict[Any, Any]:
         """The unexpired entries of one state variable (of one grouping key, or all)."""
-        return {k[2] if key is not None else k[1:]: orjson.loads(v[0][0])
+        return {k[2] if key is not None else k[1:]: load_entry(v[0][0])
                 for k, v in self.data.items()
                 if k[0] == name and (key is None or k[1] == key)
                 and (v[1] is None or self.now < v[1])}

@@ -21,7 +21,16 @@ from l2m.errors import StateFormatError
 from l2m.rules.loader import load_text
 from l2m.state.checkpoint import check_checkpoint
 from l2m.state.counters import CounterState
-from l2m.state.format import BLOB_FORMATS, READABLE, STATE_FORMAT, dump_blob, load_blob
+from l2m.state.format import (
+    BLOB_FORMATS,
+    FRAME_BYTES,
+    READABLE,
+    STATE_FORMAT,
+    dump_blob,
+    dump_entry,
+    load_blob,
+    load_entry,
+)
 from l2m.state.function import CUMULATIVE, MetricState
 from l2m.state.gauges import GaugeState
 from tests.unit.test_counter_state import group_state, partial, run
@@ -49,6 +58,20 @@ def test_every_readable_version_has_golden_blobs():
         assert sorted(GOLDEN.glob(f"state-v{version}-*.json")), version
     assert STATE_FORMAT in READABLE
     assert set(BLOB_FORMATS) < set(READABLE)
+
+
+def test_format_7_frames_an_entry_past_1_kib_and_reads_framed_and_plain_entries():
+    small = {"sig": ["count", None, [], ["svc"]], "gen": 0}
+    assert dump_entry(small) == orjson.dumps(small)  # as format 6 wrote it
+    big = {"s": {f"3:s{i:02d}": [W, {"": [1, 1, 1.0, "1", None, None, W]}]
+                 for i in range(40)}}
+    plain = orjson.dumps(big)
+    raw = dump_entry(big)
+    assert len(plain) > FRAME_BYTES
+    assert raw[:1] == b"\x00" and int.from_bytes(raw[1:5], "little") == len(plain)
+    assert len(raw) < len(plain) / 2
+    assert load_entry(raw) == big and load_entry(plain) == big and load_entry(dump_entry(
+        small)) == small
 
 
 def test_v1_counter_blob_continues_exactly_including_an_infinite_sum():
@@ -186,18 +209,19 @@ def test_the_checkpoint_marker_is_written_on_a_new_checkpoint_and_checked(tmp_pa
         check_checkpoint(str(legacy), "metrics")
 
 
-@pytest.mark.parametrize("found", [4, 5])
-def test_a_format_4_or_5_checkpoint_continues_as_format_6_and_is_marked_so(tmp_path, found):
-    """Format 4's entries are format 5's own entries, and format 5's groups format 6's before
-    they are bucketed: the job continues them, and the marker says 6 from then on, so that a
-    release reading only format 4 or 5 refuses the checkpoint (its rules' small entries move
-    into groups and buckets it would not read)."""
+@pytest.mark.parametrize("found", [4, 5, 6])
+def test_a_format_4_5_or_6_checkpoint_continues_as_format_7_and_is_marked_so(tmp_path, found):
+    """Format 4's entries are format 5's own entries, format 5's groups format 6's before they
+    are bucketed, and format 6's entries format 7's unframed ones: the job continues them, and
+    the marker says 7 from then on, so that a release reading only formats up to 6 refuses the
+    checkpoint (its large entries are framed, its small rules' entries move into groups and
+    buckets an older release would not read)."""
     root = tmp_path / "ckpt"
     root.mkdir()
     (root / "l2m.json").write_text(f'{{"state_format": {found}}}\n')
-    assert check_checkpoint(str(root), "metrics") == 6 == STATE_FORMAT
-    assert json.loads((root / "l2m.json").read_text()) == {"state_format": 6}
-    assert check_checkpoint(str(root), "metrics") == 6
+    assert check_checkpoint(str(root), "metrics") == 7 == STATE_FORMAT
+    assert json.loads((root / "l2m.json").read_text()) == {"state_format": 7}
+    assert check_checkpoint(str(root), "metrics") == 7
 
 
 def test_a_format_2_blob_in_a_job_that_took_its_checkpoint_for_format_3_is_refused():

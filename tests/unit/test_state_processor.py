@@ -6,6 +6,7 @@ old entries; a gauge window goes when the watermark passes it."""
 
 from __future__ import annotations
 
+import base64
 import gc
 import random
 from dataclasses import replace
@@ -294,8 +295,8 @@ def test_a_changed_signature_restarts_the_rule_without_rewriting_its_entries():
 
 def test_an_entry_of_another_format_is_refused():
     fn, store = processor()
-    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 7}',), None)
-    with pytest.raises(StateFormatError, match="format 7"):
+    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 8}',), None)
+    with pytest.raises(StateFormatError, match="format 8"):
         tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W)
 
 
@@ -327,9 +328,10 @@ def golden5_row(rule: str, series: str, value: float, window: int | None = None,
 
 
 def _golden_store(kind: str, version: int = 4) -> tuple[tws.Store, tuple[int, int], int]:
-    """A store holding one key's format 4 (or 5) state as pinned in tests/golden (written with
-    a 7-day TTL, by the rules of :mod:`tests.unit.test_state_format`, format 5's by
-    :data:`GOLDEN5_RULES`)."""
+    """A store holding one key's format 4 (or later) state as pinned in tests/golden (written
+    with a 7-day TTL, by the rules of :mod:`tests.unit.test_state_format`, format 5's by
+    :data:`GOLDEN5_RULES`, format 6's and 7's by :data:`GOLDEN6_RULES`). Format 7's values are
+    the stored bytes themselves (base64: some are LZ4 frames), earlier formats' their JSON."""
     doc = orjson.loads(GOLDEN_DIR.joinpath(f"state-v{version}-{kind}.json").read_bytes())
     key = tuple(doc["key"])
     store = tws.Store()
@@ -338,8 +340,8 @@ def _golden_store(kind: str, version: int = 4) -> tuple[tws.Store, tuple[int, in
             store.timers[key] = set(entries)
             continue
         for user, value in entries:
-            store.data[(name, key, tuple(user) if user is not None else None)] = \
-                ((orjson.dumps(value),), None)
+            raw = base64.b64decode(value) if version >= 7 else orjson.dumps(value)
+            store.data[(name, key, tuple(user) if user is not None else None)] = ((raw,), None)
     return store, key, doc["now"]  # type: ignore[return-value]
 
 
@@ -508,9 +510,9 @@ def test_a_format_4_key_continues_and_its_small_account_rules_move_into_their_gr
     out = tws.call(fn, store, key, [golden5_row("d", "2:mq", 1.0, ts=now + 200)],
                    now=now + 2000)
     assert values(out) == {("d", (("svc", "mq"),)): 2.0}
-    tws.call(fn, store, key, [], now=now + 61_000)  # swept: format 6 now, groups in buckets
+    tws.call(fn, store, key, [], now=now + 61_000)  # swept: format 7 now, groups in buckets
     meta = store.live("meta")[key, None]
-    assert (meta["v"], meta["nb"]) == (6, 1) and "g" not in meta
+    assert (meta["v"], meta["nb"]) == (7, 1) and "g" not in meta
     assert sorted(u for (n, _k, u) in store.data if n == "counter_rules") == [
         (bucket_key(0),), ("b",), ("d",)]
     group = group_of(store, "counter_rules", key, "acme")
@@ -708,6 +710,46 @@ def test_v6_gauge_state_continues_its_window_and_publishes_every_series_once():
         ("g", (("svc", "web"),)): 7.0, ("h", (("svc", "web"),)): 9.0,
         ("k", (("svc", "web"),)): 2.0, ("k", (("svc", "api"),)): 1.0,
         ("k", (("svc", "db"),)): 1.0}
+    assert store.data == {}
+
+
+# Format 7's golden state (tests/golden/state-v7-*.json, every value as its stored bytes):
+# format 6's counter key continued with 24 more series of zeta's rule e, and a gauge window
+# with 24 series of g and of h — each key's bucket past 1 KiB, stored as an LZ4 frame.
+GOLDEN7_SERIES = [f"5:svc{i:02d}" for i in range(24)]
+
+
+def test_v7_counter_state_continues_exactly_from_a_framed_bucket():
+    store, key, now = _golden_store("counter", version=7)
+    bucket = (bucket_key(0),)
+    assert store.data[("counter_rules", key, bucket)][0][0][:1] == b"\x00"  # framed
+    fn = _golden6_processor(store)
+    rows = [golden5_row("e", "5:svc00", 1.0, ts=now + 100),
+            golden5_row("e", "3:web", 1.0, ts=now + 100),
+            golden5_row("c", "3:web", 1.0, ts=now + 100)]
+    store.reset()
+    out = tws.call(fn, store, key, rows, now=now + 1000)
+    assert values(out) == {("c", (("svc", "web"),)): 2.0, ("e", (("svc", "web"),)): 2.0,
+                           ("e", (("svc", "svc00"),)): 2.0}
+    assert (store.reads, store.writes) == (2, 1)  # meta and the bucket; the bucket
+    assert store.data[("counter_rules", key, bucket)][0][0][:1] == b"\x00"  # framed again
+    assert sorted(group_of(store, "counter_rules", key, "zeta")["r"]["e"]["s"]) == sorted(
+        ["3:web", *GOLDEN7_SERIES])
+
+
+def test_v7_gauge_state_publishes_every_series_of_a_framed_bucket_once():
+    store, key, now = _golden_store("gauge", version=7)
+    fn = _golden6_processor(store)
+    out = tws.call(fn, store, key, [golden5_row("h", "5:svc03", 9.0, window=key[1],
+                                                ts=now + 100)], now=now + 1000)
+    assert values(out) == {("h", (("svc", "svc03"),)): 9.0}
+    final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
+    published = [orjson.loads(v) for f in final for v in f["value"]]
+    expected = {("g", (("svc", s[2:]),)): 7.0 for s in GOLDEN7_SERIES}
+    expected |= {("h", (("svc", s[2:]),)): 5.0 for s in GOLDEN7_SERIES}
+    expected |= {("h", (("svc", "svc03"),)): 9.0}
+    expected |= {("k", (("svc", s),)): 1.0 for s in ("web", "api", "db")}
+    assert len(published) == 51 and values(published) == expected
     assert store.data == {}
 
 
