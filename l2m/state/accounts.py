@@ -50,26 +50,30 @@ class AccountStats:
 def account_totals(accounts: Mapping[str, str | None], latest: Mapping[Any, float],
                    sums: Mapping[Any, float]) -> dict[str, AccountStats]:
     """Every account's numbers from the tallies (``accounts``: rule id → account)."""
-    stats: dict[str, AccountStats] = {}
-
-    def of(rule: str) -> AccountStats | None:
-        if rule not in accounts:
-            return None  # l2m's own rows, or a rule no longer loaded
-        account = accounts[rule]
-        return stats.setdefault(NO_ACCOUNT if account is None else account, AccountStats())
-
+    # Summed per rule first, then per account: a tally holds a key per rule and state key
+    # (400,000 with 100,000 rules), and its key types are final (a type check, not
+    # isinstance): 0.23 → 0.1 s of the driver's CPU a batch.
+    per_rule: dict[str, float] = {}
     for key, n in latest.items():
-        if isinstance(key, SeriesCount) and (entry := of(key.rule)) is not None:
-            entry.series += n
+        if type(key) is SeriesCount:
+            per_rule[key.rule] = per_rule.get(key.rule, 0.0) + n
+    summed: dict[type, dict[str, float]] = {RefusedCount: {}, SampleCount: {}, MatchCount: {}}
     for key, n in sums.items():
-        if isinstance(key, (RefusedCount, SampleCount, MatchCount)) and \
-                (entry := of(key.rule)) is not None:
-            if isinstance(key, RefusedCount):
-                entry.refused += n
-            elif isinstance(key, SampleCount):
-                entry.samples += n
-            else:
-                entry.matched += n
+        counted = summed.get(type(key))
+        if counted is not None:
+            counted[key.rule] = counted.get(key.rule, 0.0) + n
+    stats: dict[str, AccountStats] = {}
+    for counted, name in ((per_rule, "series"), (summed[RefusedCount], "refused"),
+                          (summed[SampleCount], "samples"), (summed[MatchCount], "matched")):
+        for rule, n in counted.items():
+            if rule not in accounts:
+                continue  # l2m's own rows, or a rule no longer loaded
+            account = accounts[rule]
+            account = NO_ACCOUNT if account is None else account
+            entry = stats.get(account)
+            if entry is None:
+                entry = stats[account] = AccountStats()
+            setattr(entry, name, getattr(entry, name) + n)
     return stats
 
 
