@@ -17,6 +17,7 @@ starts its own series with its total."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,8 +91,8 @@ class AccountBook:
     last: dict[str, AccountStats] = field(default_factory=dict)  # totals last seen
 
     def view(self, totals: Mapping[str, AccountStats]) -> dict[str, AccountStats]:
-        ranked = sorted(totals, key=lambda a: (-totals[a].series, a))
-        for account in ranked[:self.top]:
+        # Only the top is wanted of 10,000 accounts: a heap, not a sort (keys are unique).
+        for account in heapq.nsmallest(self.top, totals, key=lambda a: (-totals[a].series, a)):
             self.named.setdefault(account, None)
         if len(self.named) > 2 * self.top:
             keep = sorted(self.named, key=lambda a: (-totals.get(a, AccountStats()).series, a))
