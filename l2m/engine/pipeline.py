@@ -31,7 +31,7 @@ from l2m.engine.admission import RuleCaps
 from l2m.engine.fanout import fan_out
 from l2m.engine.partials import PARTIAL_ARROW, merge
 from l2m.engine.preaggregate import preaggregate
-from l2m.engine.routing import Routing
+from l2m.engine.routing import Routing, plain_caps
 from l2m.rules.model import Rule
 
 V = TypeVar("V")
@@ -119,8 +119,9 @@ def routing_from_option(value: str) -> Routing:
             while len(_DECODED) >= KEEP_ROUTINGS:
                 _DECODED.pop(next(iter(_DECODED)))
             _DECODED[digest] = found
-            # The tables read per task, built now so that the freeze covers them too.
-            _ = found.by_kind, found.exact_rules, found.unscoped, found.by_account
+            # The tables each stage reads (Routing's cached properties) are built on first
+            # use, after the freeze: a read worker never builds the state stage's, nor a state
+            # worker the read stage's; the few dicts they are stay cheap to scan.
             gc.freeze()
     return found
 
@@ -199,4 +200,4 @@ class CapsTable(RoutingTable[RuleCaps]):
     """The job's series caps by rule id (:attr:`Routing.caps`)."""
 
     def _build(self, routing: Routing) -> Mapping[str, RuleCaps]:
-        return routing.caps
+        return plain_caps(routing.caps)

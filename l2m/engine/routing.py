@@ -9,8 +9,10 @@ account (:attr:`Routing.by_account`) and evaluated on those logs alone
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+import pickle
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +61,53 @@ class ScopedIndex:
     ids: tuple[str, ...]
 
 
+class PickledCaps(Mapping[str, RuleCaps]):
+    """A routing's series caps as they travel to the Python workers: pickled apart, and
+    unpickled on first use — a read worker never uses them (100,000 rules: 0.1 of the 0.31 s
+    a worker spent unpickling the routing)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._caps: dict[str, RuleCaps] | None = None
+
+    @classmethod
+    def of(cls, caps: Mapping[str, RuleCaps]) -> PickledCaps:
+        if isinstance(caps, PickledCaps):
+            return caps
+        with collector_paused():
+            return cls(pickle.dumps(dict(caps), protocol=5))
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return PickledCaps, (self._data,)
+
+    def decoded(self) -> dict[str, RuleCaps]:
+        """The caps as a plain dict (for hot loops), unpickled once."""
+        if self._caps is None:
+            with collector_paused():  # 100,000 records, no cycles among them
+                self._caps = pickle.loads(self._data)
+        return self._caps
+
+    def __getitem__(self, rule_id: str) -> RuleCaps:
+        return self.decoded()[rule_id]
+
+    def get(self, rule_id: str, default: Any = None) -> Any:
+        return self.decoded().get(rule_id, default)
+
+    def __contains__(self, rule_id: object) -> bool:
+        return rule_id in self.decoded()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.decoded())
+
+    def __len__(self) -> int:
+        return len(self.decoded())
+
+
+def plain_caps(caps: Mapping[str, RuleCaps]) -> Mapping[str, RuleCaps]:
+    """Caps as a plain mapping: a :class:`PickledCaps` decoded, any other as it is."""
+    return caps.decoded() if isinstance(caps, PickledCaps) else caps
+
+
 @dataclass(frozen=True)
 class Routing:
     """The compiled rules, what the parse stage must extract for them, the longest label
@@ -69,6 +118,12 @@ class Routing:
     plan: ParsePlan
     max_label_value_length: int = MAX_LABEL_VALUE_LENGTH
     caps: Mapping[str, RuleCaps] = field(default_factory=dict)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Its fields only (tables built on the driver stay there), the caps pickled apart.
+        return Routing, (self.rules, self.plan, self.max_label_value_length,
+                         PickledCaps.of(self.caps)
+                         if isinstance(self.caps, PickledCaps) or self.caps else {})
 
     @functools.cached_property
     def by_kind(self) -> dict[str, dict[str, Rule]]:
