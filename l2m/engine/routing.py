@@ -72,6 +72,7 @@ class PickledCaps(Mapping[str, RuleCaps]):
 
     @classmethod
     def of(cls, caps: Mapping[str, RuleCaps]) -> PickledCaps:
+        """``caps`` as they travel (already so: as they are)."""
         if isinstance(caps, PickledCaps):
             return caps
         with collector_paused():

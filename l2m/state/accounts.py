@@ -53,7 +53,7 @@ def account_totals(accounts: Mapping[str, str | None], latest: Mapping[Any, floa
     """Every account's numbers from the tallies (``accounts``: rule id → account)."""
     # Summed per rule first, then per account: a tally holds a key per rule and state key
     # (400,000 with 100,000 rules), and its key types are final (a type check, not
-    # isinstance): 0.23 → 0.1 s of the driver's CPU a batch.
+    # isinstance): 0.24 → 0.16 s of the driver's CPU a batch.
     per_rule: dict[str, float] = {}
     for key, n in latest.items():
         if type(key) is SeriesCount:

@@ -101,7 +101,7 @@ UPGRADES = {4: 7, 5: 7, 6: 7}
 # (dump_entry); below it the frame's header would eat most of what it saves.
 FRAME_BYTES = 1024
 _FRAMED = b"\x00"  # the first byte of a framed entry: never the first of JSON text
-# The formats kept as one blob per state key; formats 4 to 6 keep map entries
+# The formats kept as one blob per state key; formats 4 to 7 keep map entries
 # (l2m.state.processor), which carry no version of their own: the checkpoint's marker and
 # its ``meta`` value do.
 BLOB_FORMATS = (1, 2, 3)
