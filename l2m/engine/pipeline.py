@@ -31,7 +31,7 @@ from l2m.engine.admission import RuleCaps
 from l2m.engine.fanout import fan_out
 from l2m.engine.partials import PARTIAL_ARROW, merge
 from l2m.engine.preaggregate import preaggregate
-from l2m.engine.routing import Routing, plain_caps
+from l2m.engine.routing import Delegating, Routing, plain_caps
 from l2m.rules.model import Rule
 
 V = TypeVar("V")
@@ -126,7 +126,7 @@ def routing_from_option(value: str) -> Routing:
     return found
 
 
-class RoutingTable(Mapping[str, V]):
+class RoutingTable(Delegating[V]):
     """A table the state stage reads from the job's routing (rules of a kind, series caps): it
     travels as the routing option and is decoded once per Python worker, not unpickled with
     the state function for every task (ten thousand rules took 0.5 s per task that way), and
@@ -162,27 +162,10 @@ class RoutingTable(Mapping[str, V]):
             built = self._built[version] = self._build(routing)
         return built
 
-    def __getitem__(self, rule_id: str) -> V:
-        return self._table()[rule_id]
-
-    # Mapping's own get and `in` go through __getitem__ and an exception: a state call makes
-    # hundreds of thousands of them with 100,000 rules.
-    def get(self, rule_id: str, default: Any = None) -> Any:
-        return self._table().get(rule_id, default)
-
-    def __contains__(self, rule_id: object) -> bool:
-        return rule_id in self._table()
-
     def now(self) -> Mapping[str, V]:
         """The table of the version at hand, as a plain mapping: for a call's hot loops, once
         its rows have selected their version."""
         return self._table()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._table())
-
-    def __len__(self) -> int:
-        return len(self._table())
 
 
 class RuleTable(RoutingTable[Rule]):
