@@ -37,15 +37,24 @@ def _java() -> Path | None:
 
 
 def _identity() -> str | None:
-    """What an archive is only valid for: this Java binary and this set of Spark jars."""
+    """What an archive is only valid for: this Java binary, the JDK's own base archive and
+    this set of Spark jars. A dynamic archive records the base archive it was made on top of
+    and is refused (silently: :data:`QUIET`) once that changes — and a JDK's base archive is
+    rewritten in place, by a package's post-install step or ``java -Xshare:dump``, with the
+    binary unchanged. Without the base in the name, one such rewrite left every later start
+    without an archive (session 2.4 → 4 s)."""
     import pyspark
 
     java = _java()
     if java is None:
         return None
     jars = Path(pyspark.__file__).parent / "jars"
+    home = java.parent.parent
+    bases = [path for path in (home / "lib" / "server" / "classes.jsa",
+                               home / "lib" / "server" / "classes_nocoops.jsa")
+             if path.is_file()]
     digest = hashlib.sha256()
-    for path in (java, *sorted(jars.glob("*.jar"))):
+    for path in (java, *bases, *sorted(jars.glob("*.jar"))):
         stat = path.stat()
         digest.update(f"{path}:{stat.st_size}:{int(stat.st_mtime)}\n".encode())
     return f"spark-{pyspark.__version__}-{digest.hexdigest()[:16]}"

@@ -44,6 +44,26 @@ def test_the_archive_is_named_for_this_java_and_spark(cache: Path) -> None:
     assert jvmcache.archive() == path  # stable between calls
 
 
+def test_a_rewritten_base_archive_names_a_new_archive(cache: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # A JDK's post-install step (or `java -Xshare:dump`) rewrites its base archive in place;
+    # the JVM then refuses every dynamic archive made on the old one, without a word.
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    (home / "lib" / "server").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_bytes(b"java")
+    base = home / "lib" / "server" / "classes.jsa"
+    base.write_bytes(b"base")
+    monkeypatch.setattr(jvmcache, "_java", lambda: java)
+    first = jvmcache.archive()
+    base.write_bytes(b"rewritten base")
+    os.utime(base, (1_800_000_000, 1_800_000_000))
+    second = jvmcache.archive()
+    assert first is not None and second is not None and first != second
+    assert jvmcache.archive() == second
+
+
 def test_options_map_an_existing_archive_only(cache: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     assert jvmcache.java_options() == ""  # none yet: a plain start
