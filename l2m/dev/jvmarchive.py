@@ -11,8 +11,8 @@ Measured here (2 cores, Java 17): session start 7.5 s → 3.9 s, the first Spark
 and a truncated archive crashes the JVM (SIGBUS) instead of being ignored, so an archive only
 ever reaches its final name whole: written under a temporary name by a JVM that exited
 normally, checked by starting a JVM on it, then renamed. A stale archive (another Java, its
-base archive rewritten, or another Spark) simply has another name (the two newest archives are kept, older ones deleted); one the
-JVM cannot use is ignored silently."""
+base archive rewritten, or another Spark) simply has another name (the two newest archives
+are kept, older ones deleted); one the JVM cannot use is ignored silently."""
 
 from __future__ import annotations
 

@@ -52,6 +52,12 @@ from pathlib import Path
 ENV = "L2M_FORKSERVER"
 VERSION = "1"
 SOCKET_NAME = "fork.sock"
+PREFIX = "l2m-fork-"  # each server's folder in the temporary folder, holding its socket
+# A server killed outright (SIGKILL: it ignores SIGINT and SIGTERM; a killed process group, a
+# cut-short CI job) cannot remove its folder; the next start removes those whose socket
+# nobody listens on any more and that are at least this old (a folder is made a moment
+# before its socket is bound: a younger one may be a server starting).
+STALE_S = 60.0
 # Interpreter settings read once at start-up, which a forked child would inherit from the
 # server instead of reading them: a request must carry the server's own values for these.
 # PYTHONPATH, PYTHONUNBUFFERED and PYTHONHASHSEED are handled apart (see Request.fits).
@@ -117,7 +123,9 @@ def start(python: str | None = None) -> Handle:
     every Python process Spark starts. It imports in the background: a process asked for
     meanwhile waits for the imports, which it would otherwise have paid itself. The server
     ends when this process does (or at :meth:`Handle.stop`)."""
-    folder = Path(tempfile.mkdtemp(prefix="l2m-fork-"))  # 0700: only this user connects
+    with contextlib.suppress(OSError):
+        sweep()
+    folder = Path(tempfile.mkdtemp(prefix=PREFIX))  # 0700: only this user connects
     env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", HASH_SEED)}
     env.pop(ENV, None)
     listener: socket.socket | None = None
@@ -150,6 +158,43 @@ def start(python: str | None = None) -> Handle:
     atexit.register(handle.stop)
     os.environ[ENV] = str(handle.socket)
     return handle
+
+
+def sweep(root: Path | None = None, now: float | None = None) -> int:
+    """Remove what killed servers left in ``root`` (the temporary folder): this user's
+    server folders at least :data:`STALE_S` old whose socket accepts no connection, with
+    nothing in them but the socket. Returns how many were removed."""
+    root = Path(tempfile.gettempdir()) if root is None else root
+    now = time.time() if now is None else now
+    removed = 0
+    for folder in root.glob(PREFIX + "*"):
+        try:
+            info = folder.lstat()
+            if (not folder.is_dir() or folder.is_symlink() or info.st_uid != os.getuid()
+                    or now - info.st_mtime < STALE_S or _listening(folder / SOCKET_NAME)):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                (folder / SOCKET_NAME).unlink()
+            folder.rmdir()  # refused when anything else is in it: then it is not ours to take
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def _listening(path: Path) -> bool:
+    """A server accepts connections on the socket ``path`` (or it cannot be told: kept)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(path))
+        return True
+    except (FileNotFoundError, ConnectionRefusedError):
+        return False
+    except OSError:
+        return True
+    finally:
+        probe.close()
 
 
 # ---------------------------------------------------------------------------------------------

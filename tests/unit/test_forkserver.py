@@ -633,3 +633,57 @@ def test_a_server_that_cannot_start_leaves_nothing_behind(
     assert list(tmp_path.iterdir()) == []  # neither the folder nor its socket
     assert forkserver.ENV not in os.environ
     assert set(os.listdir("/proc/self/fd")) == before  # the listener and both pipe ends closed
+
+
+# ---------------------------------------------------------------------------------------------
+# What killed servers leave behind
+
+
+def _server_folder(root: Path, name: str, listening: bool,
+                   age_s: float) -> tuple[Path, socket.socket | None]:
+    """A server's folder under ``root`` with its socket: still listened on (the socket is
+    returned, open) or left by a killed server (bound, then closed without being removed)."""
+    folder = root / f"{forkserver.PREFIX}{name}"
+    folder.mkdir()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(folder / forkserver.SOCKET_NAME))
+    stamp = time.time() - age_s
+    os.utime(folder, (stamp, stamp))
+    if listening:
+        sock.listen(1)
+        return folder, sock
+    sock.close()
+    return folder, None
+
+
+def test_a_start_removes_what_killed_servers_left(tmp_path: Path) -> None:
+    stale_s = forkserver.STALE_S
+    dead, _ = _server_folder(tmp_path, "dead", listening=False, age_s=stale_s + 5)
+    live, sock = _server_folder(tmp_path, "live", listening=True, age_s=stale_s * 100)
+    young, _ = _server_folder(tmp_path, "young", listening=False, age_s=1)  # maybe starting
+    crowded, _ = _server_folder(tmp_path, "crowded", listening=False, age_s=stale_s + 5)
+    (crowded / "notes.txt").write_text("not a server's")
+    emptied = tmp_path / f"{forkserver.PREFIX}emptied"  # a server killed before its bind
+    emptied.mkdir()
+    os.utime(emptied, (time.time() - stale_s - 5,) * 2)
+    other = tmp_path / "other-dead"
+    other.mkdir()
+    try:
+        assert forkserver.sweep(tmp_path) == 2
+        assert not dead.exists() and not emptied.exists()
+        assert (live / forkserver.SOCKET_NAME).exists()
+        assert (young / forkserver.SOCKET_NAME).exists()
+        assert (crowded / "notes.txt").exists() and other.exists()
+        assert forkserver.sweep(tmp_path) == 0
+    finally:
+        assert sock is not None
+        sock.close()
+
+
+def test_a_live_server_survives_the_probe(server: forkserver.Handle) -> None:
+    # The sweep's probe connects and goes at once: the server answers nothing and serves on.
+    folder = server.socket.parent
+    assert forkserver.sweep(folder.parent, now=time.time() + 10 * forkserver.STALE_S) >= 0
+    assert server.socket.exists() and server.process.poll() is None
+    report, done = _probe(["report"], _env(server))
+    assert done.returncode == 0 and report["ppid"] == server.process.pid
