@@ -122,7 +122,8 @@ def start(python: str | None = None) -> Handle:
     this process's environment (:data:`ENV`), so that a JVM started afterwards hands it
     every Python process Spark starts. It imports in the background: a process asked for
     meanwhile waits for the imports, which it would otherwise have paid itself. The server
-    ends when this process does (or at :meth:`Handle.stop`)."""
+    ends when this process does (or at :meth:`Handle.stop`). What servers killed outright
+    left behind is removed first (:func:`sweep`)."""
     with contextlib.suppress(OSError):
         sweep()
     folder = Path(tempfile.mkdtemp(prefix=PREFIX))  # 0700: only this user connects
