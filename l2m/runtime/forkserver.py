@@ -37,6 +37,7 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -170,8 +171,8 @@ def sweep(root: Path | None = None, now: float | None = None) -> int:
     removed = 0
     for folder in root.glob(PREFIX + "*"):
         try:
-            info = folder.lstat()
-            if (not folder.is_dir() or folder.is_symlink() or info.st_uid != os.getuid()
+            info = folder.lstat()  # not followed: a link is not a folder of ours
+            if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
                     or now - info.st_mtime < STALE_S or _listening(folder / SOCKET_NAME)):
                 continue
             with contextlib.suppress(FileNotFoundError):

@@ -668,12 +668,15 @@ def test_a_start_removes_what_killed_servers_left(tmp_path: Path) -> None:
     os.utime(emptied, (time.time() - stale_s - 5,) * 2)
     other = tmp_path / "other-dead"
     other.mkdir()
+    link = tmp_path / f"{forkserver.PREFIX}link"  # a link to a folder is not a server's
+    link.symlink_to(other)
+    os.utime(link, (time.time() - stale_s - 5,) * 2, follow_symlinks=False)
     try:
         assert forkserver.sweep(tmp_path) == 2
         assert not dead.exists() and not emptied.exists()
         assert (live / forkserver.SOCKET_NAME).exists()
         assert (young / forkserver.SOCKET_NAME).exists()
-        assert (crowded / "notes.txt").exists() and other.exists()
+        assert (crowded / "notes.txt").exists() and other.exists() and link.is_symlink()
         assert forkserver.sweep(tmp_path) == 0
     finally:
         assert sock is not None
