@@ -83,6 +83,7 @@ A partial's stored form is :meth:`l2m.engine.partials.Partial.dump`'s."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import orjson
@@ -134,18 +135,13 @@ def load_blob(raw: bytes) -> dict[str, Any]:
     return content
 
 
+@functools.cache
 def _lz4() -> Any:
     """Arrow's LZ4 frame codec (imported on first use: Spark's driver-side Python processes
     import this module and never read an entry)."""
-    global _CODEC
-    if _CODEC is None:
-        import pyarrow as pa
+    import pyarrow as pa
 
-        _CODEC = pa.Codec("lz4")
-    return _CODEC
-
-
-_CODEC: Any = None
+    return pa.Codec("lz4")
 
 
 def dump_entry(value: Any) -> bytes:
