@@ -411,7 +411,18 @@ class _Rules:
     def bound(self, rule_id: str, rule: Rule | None) -> int:
         """At least :meth:`live`, without looking at each series: every series the entry
         holds (a small rule's) or counts (any bucket, dead or alive)."""
-        entry = self.entry(rule_id, rule)
+        entry = self.entries.get(rule_id)
+        if entry is None and rule_id in self._raw and self._raw[rule_id] is None:
+            # A member of its group not taken up yet: bounded as stored. A stored signature
+            # that is not the rule's would start a new generation of none; what it held
+            # bounds that too, and an untouched rule keeps its entry as it is.
+            account = self.account.get(rule_id)
+            group = self.groups.get(account) if account is not None else None
+            entry = group["r"].get(rule_id) if group is not None else None
+            if entry is None:
+                return 0  # new: entry() would make it empty
+        if entry is None:
+            entry = self.entry(rule_id, rule)
         small = entry.get("s")
         if small is not None:
             return len(small)

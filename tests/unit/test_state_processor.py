@@ -293,6 +293,22 @@ def test_a_changed_signature_restarts_the_rule_without_rewriting_its_entries():
     assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["gen"] == 1
 
 
+def test_an_untouched_rule_restarted_by_its_signature_counts_none_of_its_old_series():
+    # Bounded as stored (its old 6 series keep the caps' shortcut off), counted exactly as
+    # its new generation (none): the account's other rule gets all 3 series the cap leaves.
+    caps = {r: RuleCaps(0, 0, 9, "a", "c_total") for r in ("c", "d")}
+    fn, store = processor(caps, small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(6)], now=W)
+    changed = {**COUNTERS, "c": replace(BY_ID["c"], aggregation=Aggregation.SUM,
+                                          field="v")}
+    fn2 = MetricProcessor(CounterState(changed, ttl_ms=TTL), GaugeState(GAUGES), caps=caps)
+    fn2.init(tws.Handle(store))  # type: ignore[arg-type]
+    out = tws.call(fn2, store, (0, CUMULATIVE), [row("d", i) for i in range(9)],
+                   now=W + 1000)
+    assert values(out) == {("d", (("s", f"s{i}"),)): 1.0 for i in range(9)}
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["gen"] == 1
+
+
 def test_an_entry_of_another_format_is_refused():
     fn, store = processor()
     store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 8}',), None)
