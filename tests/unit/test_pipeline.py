@@ -23,6 +23,7 @@ import pytest
 
 from benchmarks.tenants import write_rules
 from l2m.dev.generator import GeneratorConfig, LogGenerator, tenant
+from l2m.engine.admission import rule_caps
 from l2m.engine.fanout import MATCH_SCHEMA, FanOut, fan_out
 from l2m.engine.parse import ParsePlan, parse_lines
 from l2m.engine.partials import PARTIAL_ARROW
@@ -201,8 +202,10 @@ def test_rules_and_caps_keep_every_field_through_their_compact_pickles() -> None
     cached property is computed again, not carried."""
     rules = [r for r in _rules() if r.enabled]
     _ = rules[0].group_labels
-    routing = plan_for(rules, limits=Limits(SeriesLimits(per_rule=50, per_metric=70,
-                                                        per_account=90)))
+    limits = Limits(SeriesLimits(per_rule=50, per_metric=70, per_account=90))
+    routing = plan_for(rules, limits=limits)
+    # The caps travel as the rules and limits they are worked out from, not as records.
+    assert b"l2m.engine.admission" not in pickle.dumps(routing)  # where RuleCaps lives
     decoded = routing_from_option(routing_option(routing))
     assert len(decoded.rules) == len(rules)
     for before, after in zip(rules, decoded.rules, strict=True):
@@ -211,7 +214,7 @@ def test_rules_and_caps_keep_every_field_through_their_compact_pickles() -> None
         assert after.compiled == before.compiled and after.compiled is not None
         assert "group_labels" not in vars(pickle.loads(pickle.dumps(before)))
         assert after.group_labels == before.group_labels
-    assert decoded.caps == routing.caps
+    assert decoded.caps == routing.caps == rule_caps(rules, limits)
     assert any(c.account_name for c in decoded.caps.values())
     assert {c.rule for c in decoded.caps.values()} >= {50}
 
