@@ -1,6 +1,6 @@
-"""Small frozen records that many processes unpickle by the hundred thousand: a tally key of
-every state task (:mod:`l2m.state.tally`), each rule's series caps in the routing every Python
-worker decodes (:class:`l2m.engine.admission.RuleCaps`).
+"""Small frozen records that processes pickle by the hundred thousand: a tally key of every
+state task (:mod:`l2m.state.tally`), each rule's series caps
+(:class:`l2m.engine.admission.RuleCaps`).
 
 Input: a frozen ``slots=True`` dataclass deriving from :class:`FieldValues`. Output: its
 pickle — its class and its field values in order."""

@@ -562,7 +562,7 @@ def bucket_entries(buckets: Mapping[int, dict[str, Any]], own: dict[str, dict[st
 def bounded(groups: list[dict[str, Any]], own: dict[str, dict[str, Any]]) -> None:
     """Groups stored in one entry, bounded: past :data:`GROUP_SERIES` series in all, their
     largest members go to entries of their own for good (marked ``"o"``, added to ``own``)."""
-    total = sum(len(e.get("s", ())) for group in groups for e in group["r"].values())
+    total = sum(_series_in(e) for group in groups for e in group["r"].values())
     # Sorted only when some must go: most buckets are well within the bound, and sorting
     # every member of every written bucket was 2% of a 100,000-rule state call.
     members = [] if total <= GROUP_SERIES else sorted(
