@@ -335,6 +335,12 @@ class _Rules:
             return self.groups[account].get("w")
         return self._buckets[bucket_of(account, self.buckets)].get("w")
 
+    def _member(self, rule_id: str) -> dict[str, Any] | None:
+        """The rule's entry as its account's group holds it (None: not a member), as read."""
+        account = self.account.get(rule_id)
+        group = self.groups.get(account) if account is not None else None
+        return group["r"].get(rule_id) if group is not None else None
+
     def entry(self, rule_id: str, rule: Rule | None) -> dict[str, Any]:
         """The rule's entry, a new generation if its signature is not the rule's (a removed
         rule, ``rule`` None, keeps what it has)."""
@@ -344,9 +350,7 @@ class _Rules:
         if rule_id not in self._raw:
             self.prefetch([rule_id])
         raw = self._raw.pop(rule_id)
-        account = self.account.get(rule_id)
-        group = self.groups.get(account) if account is not None else None
-        member = group["r"].get(rule_id) if group is not None else None
+        member = self._member(rule_id)
         found = member if member is not None else _load(raw)
         found = found or {"sig": None, "gen": 0, "n": {} if self.bucket_ms else 0, "s": {}}
         if rule is not None and not same_signature(found["sig"], rule):
@@ -416,9 +420,7 @@ class _Rules:
             # A member of its group not taken up yet: bounded as stored. A stored signature
             # that is not the rule's would start a new generation of none; what it held
             # bounds that too, and an untouched rule keeps its entry as it is.
-            account = self.account.get(rule_id)
-            group = self.groups.get(account) if account is not None else None
-            entry = group["r"].get(rule_id) if group is not None else None
+            entry = self._member(rule_id)
             if entry is None:
                 return 0  # new: entry() would make it empty
         if entry is None:
