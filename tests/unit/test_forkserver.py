@@ -43,8 +43,23 @@ TIMEOUT = 20
 SEED = os.environ.get("PYTHONHASHSEED", forkserver.HASH_SEED)
 OTHER_SEED = "1" if SEED != "1" else "2"
 SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCHLD")
-# What a fresh interpreter does with each of them.
-FRESH_SIGNALS = {**dict.fromkeys(SIGNALS, "default"), "SIGINT": "KeyboardInterrupt"}
+
+
+def _fresh_signals() -> dict[str, str]:
+    """What a fresh interpreter started from this process does with each of them: what this
+    process ignores stays ignored (a suite run under ``nohup`` or as a background job
+    ignores SIGHUP, SIGINT and SIGQUIT), the rest is the default (SIGINT: Python's
+    KeyboardInterrupt)."""
+    fresh = {}
+    for name in SIGNALS:
+        if signal.getsignal(getattr(signal, name)) == signal.SIG_IGN:
+            fresh[name] = "ignored"
+        else:
+            fresh[name] = "KeyboardInterrupt" if name == "SIGINT" else "default"
+    return fresh
+
+
+FRESH_SIGNALS = _fresh_signals()
 
 
 # ---------------------------------------------------------------------------------------------
