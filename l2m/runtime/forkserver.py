@@ -146,10 +146,7 @@ def start(python: str | None = None) -> Handle:
     except OSError:  # no server (the caller goes on without one), and nothing left behind
         if write >= 0:
             os.close(write)
-        with contextlib.suppress(OSError):
-            os.unlink(folder / SOCKET_NAME)
-        with contextlib.suppress(OSError):
-            folder.rmdir()
+        _remove_folder(folder)
         raise
     finally:
         if listener is not None:
@@ -175,13 +172,23 @@ def sweep(root: Path | None = None, now: float | None = None) -> int:
             if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
                     or now - info.st_mtime < STALE_S or _listening(folder / SOCKET_NAME)):
                 continue
-            with contextlib.suppress(FileNotFoundError):
-                (folder / SOCKET_NAME).unlink()
-            folder.rmdir()  # refused when anything else is in it: then it is not ours to take
-            removed += 1
         except OSError:
             continue
+        if _remove_folder(folder):
+            removed += 1
     return removed
+
+
+def _remove_folder(folder: Path) -> bool:
+    """Remove a server's folder: its socket, then the folder, which is refused when anything
+    else is in it (then it is not ours to take). Whether it is gone."""
+    with contextlib.suppress(OSError):
+        (folder / SOCKET_NAME).unlink()
+    try:
+        folder.rmdir()
+    except OSError:
+        return False
+    return True
 
 
 def _listening(path: Path) -> bool:
@@ -521,10 +528,7 @@ def main(argv: Sequence[str]) -> int:
         Server(listener, int(argv[1])).serve()
     finally:
         listener.close()
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.dirname(path))
+        _remove_folder(Path(path).parent)
     return 0
 
 
