@@ -416,15 +416,16 @@ class _Rules:
         """At least :meth:`live`, without looking at each series: every series the entry
         holds (a small rule's) or counts (any bucket, dead or alive)."""
         entry = self.entries.get(rule_id)
-        if entry is None and rule_id in self._raw and self._raw[rule_id] is None:
-            # A member of its group not taken up yet: bounded as stored. A stored signature
-            # that is not the rule's would start a new generation of none; what it held
-            # bounds that too, and an untouched rule keeps its entry as it is.
-            entry = self._member(rule_id)
-            if entry is None:
-                return 0  # new: entry() would make it empty
         if entry is None:
-            entry = self.entry(rule_id, rule)
+            if rule_id in self._raw and self._raw[rule_id] is None:
+                # A member of its group not taken up yet: bounded as stored. A stored
+                # signature that is not the rule's would start a new generation of none;
+                # what it held bounds that too, and an untouched rule keeps its entry as is.
+                entry = self._member(rule_id)
+                if entry is None:
+                    return 0  # new: entry() would make it empty
+            else:
+                entry = self.entry(rule_id, rule)
         small = entry.get("s")
         if small is not None:
             return len(small)

@@ -295,7 +295,7 @@ def test_a_changed_signature_restarts_the_rule_without_rewriting_its_entries():
 
 def test_an_untouched_rule_restarted_by_its_signature_counts_none_of_its_old_series():
     # Bounded as stored (its old 6 series keep the caps' shortcut off), counted exactly as
-    # its new generation (none): the account's other rule gets all 3 series the cap leaves.
+    # its new generation (none): the account's other rule gets all 9 series the cap allows.
     caps = {r: RuleCaps(0, 0, 9, "a", "c_total") for r in ("c", "d")}
     fn, store = processor(caps, small=512)
     tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(6)], now=W)
