@@ -698,10 +698,20 @@ def test_a_start_removes_what_killed_servers_left(tmp_path: Path) -> None:
         sock.close()
 
 
-def test_a_live_server_survives_the_probe(server: forkserver.Handle) -> None:
+def test_a_live_server_survives_the_probe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The sweep's probe connects and goes at once: the server answers nothing and serves on.
-    folder = server.socket.parent
-    assert forkserver.sweep(folder.parent, now=time.time() + 10 * forkserver.STALE_S) >= 0
-    assert server.socket.exists() and server.process.poll() is None
-    report, done = _probe(["report"], _env(server))
-    assert done.returncode == 0 and report["ppid"] == server.process.pid
+    # A server of its own in a private folder, where the sweep's count can be exact (the
+    # shared temporary folder may hold other runs' servers).
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    saved = os.environ.get(forkserver.ENV)
+    handle = forkserver.start(sys.executable)
+    try:
+        _wait_until(handle.socket.exists, TIMEOUT)
+        assert forkserver.sweep(tmp_path, now=time.time() + 10 * forkserver.STALE_S) == 0
+        assert handle.socket.exists() and handle.process.poll() is None
+        report, done = _probe(["report"], _env(handle))
+        assert done.returncode == 0 and report["ppid"] == handle.process.pid
+    finally:
+        handle.stop(wait=True)
+        _restore(saved)
