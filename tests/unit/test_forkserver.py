@@ -155,21 +155,28 @@ def _restore(saved: str | None) -> None:
         os.environ[forkserver.ENV] = saved
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[forkserver.Handle]:
+@contextlib.contextmanager
+def _own_server() -> Iterator[forkserver.Handle]:
+    """A server of this process's (in ``tempfile``'s folder), once its socket is there;
+    stopped after, and the environment's :data:`~l2m.runtime.forkserver.ENV` as it was."""
     saved = os.environ.get(forkserver.ENV)
     handle = forkserver.start(sys.executable)
     try:
-        # start() returns before the server has bound its socket, and the wrapper looks for
-        # the socket; once it is there a request waits for the server's imports (~1 s), and
-        # every later one is forked at once.
+        # The wrapper looks for the socket; once it is there a request waits for the
+        # server's imports (~1 s), and every later one is forked at once.
         _wait_until(handle.socket.exists, TIMEOUT)
-        report, _ = _probe(["report"], _env(handle))
-        assert report["ppid"] == handle.process.pid
         yield handle
     finally:
         handle.stop(wait=True)
         _restore(saved)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[forkserver.Handle]:
+    with _own_server() as handle:
+        report, _ = _probe(["report"], _env(handle))
+        assert report["ppid"] == handle.process.pid
+        yield handle
 
 
 # ---------------------------------------------------------------------------------------------
@@ -541,11 +548,8 @@ def test_a_request_the_server_cannot_read_is_answered_run_it_yourself(
 
 
 def test_stopping_lets_running_children_finish_and_later_processes_run_plain() -> None:
-    saved = os.environ.get(forkserver.ENV)
-    handle = forkserver.start(sys.executable)
-    try:
+    with _own_server() as handle:
         assert os.environ[forkserver.ENV] == str(handle.socket)
-        _wait_until(handle.socket.exists, TIMEOUT)
         env = _env(handle)
         with _started(["sleep", "0.3"], env) as running:
             assert _first_line(running)["ppid"] == handle.process.pid
@@ -559,9 +563,6 @@ def test_stopping_lets_running_children_finish_and_later_processes_run_plain() -
         report, done = _probe(["report"], env)
         assert report["ppid"] == os.getpid()
         assert done.returncode == 0
-    finally:
-        handle.stop(wait=True)
-        _restore(saved)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -704,14 +705,8 @@ def test_a_live_server_survives_the_probe(
     # A server of its own in a private folder, where the sweep's count can be exact (the
     # shared temporary folder may hold other runs' servers).
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    saved = os.environ.get(forkserver.ENV)
-    handle = forkserver.start(sys.executable)
-    try:
-        _wait_until(handle.socket.exists, TIMEOUT)
+    with _own_server() as handle:
         assert forkserver.sweep(tmp_path, now=time.time() + 10 * forkserver.STALE_S) == 0
         assert handle.socket.exists() and handle.process.poll() is None
         report, done = _probe(["report"], _env(handle))
         assert done.returncode == 0 and report["ppid"] == handle.process.pid
-    finally:
-        handle.stop(wait=True)
-        _restore(saved)
