@@ -12,8 +12,9 @@ included — to a real Prometheus: ``increase()`` over every counter equals back
 reset across the kills), every published gauge window holds backfill's value, and nothing is
 refused, by l2m's count or Prometheus's own.
 
-Bounded (about two minutes); the seed is printed, and ``L2M_STRESS_SEED=<seed>`` replays a
-run's choices (chunk sizes and kill moments; the machine's timing still varies)."""
+Bounded: ten runs, each killed within 32 s of its start, then one ``--once`` run (three to
+four minutes on 2 cores: 189-240 s in CI); the seed is printed, and ``L2M_STRESS_SEED=<seed>``
+replays a run's choices (chunk sizes and kill moments; the machine's timing still varies)."""
 
 from __future__ import annotations
 
