@@ -38,9 +38,11 @@ from l2m.streaming.job import QUERY, Job, start_job, stop_file, streaming_conf
 
 # After a second signal: how long the ordinary way out (the KeyboardInterrupt unwinding, then
 # Spark's stop) may take before l2m stops Spark's context itself, and how long that may take
-# before the process exits anyway. Both within the 30 s a kubelet gives by default.
+# before the process exits anyway; then, Spark stopped, how long the process's own exit may
+# take. All three within the 30 s a kubelet gives by default.
 HARD_STOP_S = 12.0
 CONTEXT_STOP_S = 8.0
+EXIT_GRACE_S = 5.0
 
 
 def session_for(cfg: JobConfig) -> SparkSession:
@@ -129,7 +131,8 @@ class Runner:
         self._stop.set()
 
     def closed(self) -> None:
-        """Spark is stopped (the command's last step): the hard stop is not needed."""
+        """Spark is stopped (the command's last step): the hard stop need not stop it, and
+        only sees that the process exits (:meth:`_guard_exit`)."""
         self._closed.set()
 
     def _arm_hard_stop(self) -> None:
@@ -139,7 +142,8 @@ class Runner:
         whose executors never come: the flaky k8s test) or a finalizer swallows it. Then,
         after :data:`HARD_STOP_S`, this thread stops Spark's context itself — jobs
         cancelled, executors released (on Kubernetes their pods deleted) — waits for that at
-        most :data:`CONTEXT_STOP_S`, and exits with :data:`INTERRUPTED`."""
+        most :data:`CONTEXT_STOP_S`, and exits with :data:`INTERRUPTED`. Once Spark is
+        stopped, it still sees that the process exits (:meth:`_guard_exit`)."""
         if self._hard_stop is not None:
             return
         self._hard_stop = threading.Thread(target=self._stop_hard, name="l2m-hard-stop",
@@ -148,6 +152,7 @@ class Runner:
 
     def _stop_hard(self) -> None:
         if self._closed.wait(HARD_STOP_S):
+            self._guard_exit()
             return
         print(f"l2m: interrupted; Spark did not stop within {HARD_STOP_S:.0f} s of the second "
               "signal: stopping its context and exiting", file=sys.stderr, flush=True)
@@ -162,7 +167,26 @@ class Runner:
             # once: that one is given the rest of the time to finish (executors deleted),
             # and when it does, the command exits its own way.
             if self._closed.wait(max(0.0, deadline - time.monotonic())):
+                self._guard_exit()
                 return
+        self._end()
+
+    def _guard_exit(self) -> None:
+        """Spark is stopped after a second signal, and the process is on its way out: if it
+        has not exited :data:`EXIT_GRACE_S` later, it ends here, with the threads still
+        running named. A CI run of the Kubernetes SIGTERM test saw l2m print "interrupted"
+        and still be there 30 s later (session 25), with nothing left to end it."""
+        time.sleep(EXIT_GRACE_S)
+        alive = sorted(t.name for t in threading.enumerate()
+                       if t is not threading.current_thread() and t.is_alive())
+        print(f"l2m: interrupted; the process did not exit within {EXIT_GRACE_S:g} s of "
+              f"Spark's stop (threads: {', '.join(alive) or 'none'}): exiting",
+              file=sys.stderr, flush=True)
+        self._end()
+
+    def _end(self) -> None:
+        """Undo what must not outlive the process (:attr:`at_hard_stop`), then exit with
+        :data:`INTERRUPTED` at once (no ``finally`` runs)."""
         for undo in self.at_hard_stop:
             with contextlib.suppress(Exception):
                 undo()
