@@ -10,6 +10,7 @@ lasts; the batch it was running is replayed."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import signal
 import sys
@@ -43,6 +44,7 @@ from l2m.streaming.job import QUERY, Job, start_job, stop_file, streaming_conf
 HARD_STOP_S = 12.0
 CONTEXT_STOP_S = 8.0
 EXIT_GRACE_S = 5.0
+LAST_RESORT_S = 2.0  # past the grace, when Python's own exit is what hangs (_guard_exit)
 
 
 def session_for(cfg: JobConfig) -> SparkSession:
@@ -133,6 +135,10 @@ class Runner:
     def closed(self) -> None:
         """Spark is stopped (the command's last step): the hard stop need not stop it, and
         only sees that the process exits (:meth:`_guard_exit`)."""
+        if self._hard_stop is not None and not self._closed.is_set():
+            # Armed here, not in the hard stop's thread: the main thread may reach Python's
+            # own exit before that thread runs again, and then it never does.
+            faulthandler.dump_traceback_later(EXIT_GRACE_S + LAST_RESORT_S, exit=True, file=2)
         self._closed.set()
 
     def _arm_hard_stop(self) -> None:
@@ -175,8 +181,14 @@ class Runner:
         """Spark is stopped after a second signal, and the process is on its way out: if it
         has not exited :data:`EXIT_GRACE_S` later, it ends here, with the threads still
         running named. A CI run of the Kubernetes SIGTERM test saw l2m print "interrupted"
-        and still be there 30 s later (session 25), with nothing left to end it."""
+        and still be there 30 s later (session 25), with nothing left to end it.
+
+        Should Python's own exit be what hangs, this thread ends with the interpreter
+        (daemon threads stop when it finalizes); faulthandler's watchdog (armed by
+        :meth:`closed`), which needs no interpreter, then ends the process
+        :data:`LAST_RESORT_S` later — exit code 1, every thread's stack on stderr."""
         time.sleep(EXIT_GRACE_S)
+        faulthandler.cancel_dump_traceback_later()
         alive = sorted(t.name for t in threading.enumerate()
                        if t is not threading.current_thread() and t.is_alive())
         print(f"l2m: interrupted; the process did not exit within {EXIT_GRACE_S:g} s of "

@@ -10,6 +10,8 @@ import gc
 import io
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -163,3 +165,44 @@ def test_the_hard_stop_gives_a_stop_under_way_its_time(tmp_path, monkeypatch) ->
     runner._hard_stop.join(5)
     assert not runner._hard_stop.is_alive()
     assert exits == [INTERRUPTED]  # a test's process does not exit: the guard ends it
+
+
+_EXIT_HANGS = """
+import atexit, sys, time
+from l2m.config.job import JobConfig
+from l2m.runtime import runner as m
+
+m.EXIT_GRACE_S, m.LAST_RESORT_S = 0.5, 1.0
+r = m.Runner(JobConfig(), [], out=None)
+r._arm_hard_stop()  # a second signal
+r.closed()  # the command stopped Spark; now the process's own exit hangs:
+
+
+class Finalized:
+    def __del__(self) -> None:  # as the interpreter finalizes: daemon threads stopped
+        time.sleep(60)
+
+
+if sys.argv[1] == "atexit":
+    atexit.register(time.sleep, 60)
+else:
+    held = Finalized()
+"""
+
+
+@pytest.mark.parametrize(("where", "code"), [("atexit", INTERRUPTED), ("finalizing", 1)])
+def test_a_process_whose_exit_hangs_after_a_second_signal_still_ends(tmp_path, where, code):
+    # Hung in an at-exit hook (or waiting for a thread), the hard stop's thread still runs:
+    # 130 and the threads named. Hung while the interpreter finalizes, that thread is gone:
+    # faulthandler's watchdog ends the process, exit 1 with every thread's stack.
+    script = tmp_path / "hang.py"
+    script.write_text(_EXIT_HANGS)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(script), where], capture_output=True,
+                          text=True, timeout=30)
+    assert time.monotonic() - started < 20
+    assert done.returncode == code, done.stderr
+    if code == INTERRUPTED:
+        assert "did not exit within 0.5 s of Spark's stop (threads: none)" in done.stderr
+    else:
+        assert "Timeout (0:00:01.500000)!" in done.stderr and "__del__" in done.stderr
