@@ -300,7 +300,7 @@ Frame: TypeAlias = pd.DataFrame | RowColumns | pa.Table
 
 
 def unpacked(frames: Iterator[pd.DataFrame]) -> Iterator[Frame]:
-    """A key's frames (formats 4 to 7: ``transformWithStateInPandas``) with every packed
+    """A key's frames (format 7's operator, ``transformWithStateInPandas``) with every packed
     row (:func:`l2m.engine.streamtask.packed`) replaced by the partials it holds, as an Arrow
     table; rows that are not packs as they came."""
     for frame in frames:
