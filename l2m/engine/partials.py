@@ -9,9 +9,8 @@ keeps per series.
   backfill's final merge after the shuffle — one implementation for streaming and backfill.
 * **One partial in Python** (:class:`Partial`): merge, the sum a sample shows, and the stored
   form the state keeps (:meth:`Partial.dump`, :meth:`Partial.load`).
-* **Readers** of partial rows: the state stage's (:func:`frame_partials`: a pandas frame,
-  rows by column, or an Arrow table) and backfill's (:func:`partial_rows`: an Arrow table),
-  all through :func:`_read`.
+* **Readers** of partial rows: a pandas frame (the state stage, :func:`frame_partials`) and a
+  Arrow table (backfill, :func:`partial_rows`), both through :func:`_read`.
 
 Meaning of the columns: ``matches`` — match rows (logs) the partial stands for; ``n`` —
 values counted (logs whose value field is numeric); ``sum`` — their double sum;
@@ -29,7 +28,7 @@ from __future__ import annotations
 import decimal
 import functools
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -205,33 +204,17 @@ def _values(columns: list[list[Any]]) -> Iterator[Partial]:
         yield _read(*row)
 
 
-class RowColumns:
-    """Rows that came one by one, as tuples of ``names`` (the state stage's input from the
-    Row-based ``transformWithState``), kept by column: what :func:`column_list` reads."""
-
-    def __init__(self, names: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        self.columns: dict[str, list[Any]] = {name: [] for name in names}
-        if rows:
-            self.columns = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
-        self._rows = len(rows)
-
-    def __len__(self) -> int:
-        return self._rows
-
-
 def column_list(frame: Any, name: str) -> list[Any]:
-    """A column of a pandas frame, an Arrow table or :class:`RowColumns` as a list (pandas:
-    NaN for a numeric null; the others: None — :func:`_read` takes either)."""
-    if isinstance(frame, RowColumns):
-        return frame.columns[name]
+    """A column of a pandas frame or an Arrow table as a list (pandas: NaN for a numeric
+    null; Arrow: None — :func:`_read` takes either)."""
     if isinstance(frame, pa.Table):
         return frame.column(name).to_pylist()
     return frame[name].tolist()
 
 
 def frame_partials(frame: Any) -> Iterator[tuple[str, str, Partial]]:
-    """(series, le or "", partial) of each row of a frame of partial rows
-    (:func:`column_list`'s: the state stage's input, :func:`l2m.state.function.unpacked`)."""
+    """(series, le or "", partial) of each row of a pandas frame or an Arrow table of partial
+    rows (the state stage's input, :func:`l2m.state.function.unpacked`)."""
     parts = _values([column_list(frame, c) for c in _VALUE_COLUMNS])
     for name, le, part in zip(column_list(frame, "series"), column_list(frame, "le"), parts,
                               strict=True):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # window's value once the window is published (FINAL: what remote write sends) or an update
 # after that (CORRECTION: kept on the topic, counted and not sent); a counter series' first
 # sample (NEW: remote write writes a 0 just before it, so PromQL's increase() counts its first
-# value). A sample dict carries its mark under MARK_KEY until sample_rows writes it.
+# value). A sample dict carries its mark under MARK_KEY until samples_frame writes it.
 MARK_HEADER = "l2m-mark"
 FINAL = "final"
 CORRECTION = "correction"
@@ -170,41 +170,23 @@ def series_labels(rule: Rule, key: str) -> list[tuple[str, str]]:
     return sorted(labels)
 
 
-# The state stage's output row (l2m.state.function.OUTPUT_SCHEMA): key, value, time, mark.
-SampleRow = tuple[str, str, int, str | None]
-
-
-def sample_rows(samples: list[dict[str, Any]], batch_ms: int,
-                mark: str | None = None) -> list[SampleRow]:
+def samples_frame(samples: list[dict[str, Any]], batch_ms: int,
+                  mark: str | None = None) -> pd.DataFrame:
     """The state stage's output rows: deterministic Kafka key and JSON value per sample, the
     micro-batch's time (``batch_ms``: Spark's batch timestamp, the same when the batch is
     replayed) — the Kafka record's timestamp, what remote write stamps a counter with — and a
     gauge window's ``mark`` (:data:`FINAL`, :data:`CORRECTION` or None), its record's
     :data:`MARK_HEADER` (docs/prometheus.md)."""
-    rows = []
-    for s in samples:
-        own = s.pop(MARK_KEY, mark)  # a sample's own mark, else the call's: not in its value
-        rows.append((series_key(s).decode(), orjson.dumps(s).decode(), batch_ms, own))
-    return rows
-
-
-def samples_frame(samples: list[dict[str, Any]], batch_ms: int,
-                  mark: str | None = None) -> pd.DataFrame:
-    """:func:`sample_rows` as a pandas frame (the state stage of formats 1 to 3)."""
-    return rows_frame(sample_rows(samples, batch_ms, mark))
-
-
-def rows_frame(rows: Sequence[SampleRow]) -> pd.DataFrame:
-    """Output rows as the pandas frame of the state stages that yield frames (formats 1 to
-    7: ``applyInPandasWithState``, ``transformWithStateInPandas``)."""
+    marks = [s.pop(MARK_KEY, mark) for s in samples]  # a sample's own mark, else the call's
     # Imported here: the Kafka sink imports this module for MARK_HEADER, and Spark unpickles
     # the sink in short-lived Python processes on the driver (writer set-up, each commit),
     # where pandas (0.2 s) is never used.
     import pandas as pd
 
-    return pd.DataFrame({"key": [r[0] for r in rows], "value": [r[1] for r in rows],
-                         "time": pd.Series([r[2] for r in rows], dtype="int64"),
-                         "mark": pd.Series([r[3] for r in rows], dtype="object")})
+    return pd.DataFrame({"key": [series_key(s).decode() for s in samples],
+                         "value": [orjson.dumps(s).decode() for s in samples],
+                         "time": pd.Series([batch_ms] * len(samples), dtype="int64"),
+                         "mark": pd.Series(marks, dtype="object")})
 
 
 def series_key(s: Mapping[str, Any]) -> bytes:

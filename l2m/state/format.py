@@ -10,11 +10,6 @@ since versions exist (``tests/golden/`` pins each) and refuses anything else wit
 the format in ``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong
 checkpoint is refused before Spark starts.
 
-Version 8: version 7's entries (their ``meta`` says 7: :data:`ENTRIES_OF`), read and written
-through pyspark's Row-based ``transformWithState`` instead of ``transformWithStateInPandas``.
-Spark's state metadata names the operator that wrote a checkpoint and refuses another, so a
-format 7 checkpoint stays format 7 (and on its operator).
-
 Layouts, version 7 (:mod:`l2m.state.processor`): version 6's below, but a map entry's value
 (orjson bytes) longer than :data:`FRAME_BYTES` is stored framed (:func:`dump_entry`): a 0 byte
 (no JSON text starts with it), the JSON's length as 4 bytes little-endian, then the JSON as
@@ -95,11 +90,8 @@ import orjson
 
 from l2m.errors import StateFormatError
 
-STATE_FORMAT = 8  # the version a new checkpoint is written in
-READABLE = (1, 2, 3, 4, 5, 6, 7, 8)  # every version this l2m reads (tests/golden pins each)
-# Checkpoint formats whose entries are an earlier format's (tests/golden pins those): format 8
-# changed the operator that reads and writes format 7's entries, not the entries.
-ENTRIES_OF = {8: 7}
+STATE_FORMAT = 7  # the version a new checkpoint is written in
+READABLE = (1, 2, 3, 4, 5, 6, 7)  # every version this l2m reads (tests/golden pins each)
 # Checkpoints this l2m continues in a newer format: format 4's entries are format 5's own
 # entries, format 5's groups format 6's before they are bucketed, and format 6's entries
 # format 7's unframed ones; the job moves them into groups and buckets, and frames large
@@ -110,7 +102,7 @@ UPGRADES = {4: 7, 5: 7, 6: 7}
 # (dump_entry); below it the frame's header would eat most of what it saves.
 FRAME_BYTES = 1024
 _FRAMED = b"\x00"  # the first byte of a framed entry: never the first of JSON text
-# The formats kept as one blob per state key; formats 4 to 8 keep map entries
+# The formats kept as one blob per state key; formats 4 to 7 keep map entries
 # (l2m.state.processor), which carry no version of their own: the checkpoint's marker and
 # its ``meta`` value do.
 BLOB_FORMATS = (1, 2, 3)

@@ -18,7 +18,7 @@ deterministic Kafka key and the JSON sample) and each key's new blob
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, TypeAlias
@@ -31,7 +31,7 @@ from pyspark.sql.streaming.state import GroupState
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, refused_series
 from l2m.engine.columns import PACK_COLUMN, RULESET_COLUMN
 from l2m.engine.ipc import table_of
-from l2m.engine.partials import Partial, RowColumns, column_list, frame_partials
+from l2m.engine.partials import Partial, column_list, frame_partials
 from l2m.engine.rulesets import select
 from l2m.engine.samples import samples_frame
 from l2m.engine.status import STATUS_RULE
@@ -50,8 +50,7 @@ from l2m.state.tally import (
 
 # The state key's columns by state format (l2m.state.format): format 2 keys all rules
 # together; a format 1 checkpoint keeps its per-rule keys.
-STATE_KEYS: dict[int, tuple[str, ...]] = {8: ("shard", "window"), 7: ("shard", "window"),
-                                          6: ("shard", "window"),
+STATE_KEYS: dict[int, tuple[str, ...]] = {7: ("shard", "window"), 6: ("shard", "window"),
                                           5: ("shard", "window"),
                                           4: ("shard", "window"),
                                           3: ("shard", "window"),
@@ -60,17 +59,11 @@ STATE_KEYS: dict[int, tuple[str, ...]] = {8: ("shard", "window"), 7: ("shard", "
 # The first format kept one map entry per series by transformWithStateInPandas
 # (l2m.state.processor); formats 1 to 3 keep one blob per key, this module's MetricState.
 MAP_FORMAT = 4
-# The first format whose state stage is pyspark's Row-based transformWithState (format 7's
-# entries): Spark's state metadata names the operator, so formats 4 to 7 keep theirs.
-ROW_FORMAT = 8
 # The first format whose shards hold whole accounts (l2m.engine.admission.placement), so that
 # series caps can be enforced; formats 1 and 2 place series by (rule, series) and run uncapped.
 CAPPED_FORMAT = 3
 SWEEP_MS = 60_000  # format 2: how often a key's untouched rules are checked for idle series
-# The state stage's output rows (l2m.engine.samples.sample_rows): name and Spark type.
-OUTPUT_COLUMNS = (("key", "string"), ("value", "string"), ("time", "bigint"), ("mark", "string"))
-OUTPUT_FIELDS = tuple(name for name, _ in OUTPUT_COLUMNS)
-OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in OUTPUT_COLUMNS)
+OUTPUT_SCHEMA = "key string, value string, time bigint, mark string"
 STATE_SCHEMA = "blob binary"
 
 
@@ -249,16 +242,6 @@ def refusal_rows(admission: Admission | None, activity: Accumulator[Tally] | Non
     return rows
 
 
-def count_samples(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None) -> None:
-    """A call's samples counted per rule into ``activity`` (the driver's metrics)."""
-    if activity is not None and samples:
-        # Counted by rule id, then keyed: a record per sample was 95,000 a 100,000-rule batch.
-        counts: dict[str, int] = {}
-        for s in samples:
-            counts[s["rule"]] = counts.get(s["rule"], 0) + 1
-        activity.add({SampleCount(rule): n for rule, n in counts.items()})
-
-
 def emitted(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None,
             batch_ms: int, mark: str | None = None) -> Iterator[pd.DataFrame]:
     """The samples of one call as the output frame (:func:`~l2m.engine.samples.
@@ -266,7 +249,12 @@ def emitted(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None,
     per rule."""
     if not samples:
         return
-    count_samples(samples, activity)
+    if activity is not None:
+        # Counted by rule id, then keyed: a record per sample was 95,000 a 100,000-rule batch.
+        counts: dict[str, int] = {}
+        for s in samples:
+            counts[s["rule"]] = counts.get(s["rule"], 0) + 1
+        activity.add({SampleCount(rule): n for rule, n in counts.items()})
     yield samples_frame(samples, batch_ms, mark)
 
 
@@ -291,18 +279,19 @@ def versioned(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     if first is None:
         return iter(())
     if RULESET_COLUMN in first.columns and len(first):
-        _select(first[RULESET_COLUMN].iat[0])
+        from pyspark import SparkFiles
+
+        select(str(first[RULESET_COLUMN].iat[0]), SparkFiles.getRootDirectory())
     return itertools.chain([first], frames)
 
 
-# A key's partials: a pandas frame or rows from Spark, or the Arrow table of a pack.
-Frame: TypeAlias = pd.DataFrame | RowColumns | pa.Table
+# A key's partials: a pandas frame from Spark, or the Arrow table of a pack (unpacked).
+Frame: TypeAlias = pd.DataFrame | pa.Table
 
 
 def unpacked(frames: Iterator[pd.DataFrame]) -> Iterator[Frame]:
-    """A key's frames (format 7's operator, ``transformWithStateInPandas``) with every packed
-    row (:func:`l2m.engine.streamtask.packed`) replaced by the partials it holds, as an Arrow
-    table; rows that are not packs as they came."""
+    """A key's frames with every packed row (:func:`l2m.engine.streamtask.packed`) replaced
+    by the partials it holds, as an Arrow table; rows that are not packs as they came."""
     for frame in frames:
         if PACK_COLUMN not in frame.columns:
             yield frame
@@ -316,32 +305,6 @@ def unpacked(frames: Iterator[pd.DataFrame]) -> Iterator[Frame]:
             yield frame[~is_pack]
         for blob in packs[is_pack].tolist():
             yield table_of(blob)
-
-
-def _select(version: Any) -> None:
-    from pyspark import SparkFiles
-
-    select(str(version), SparkFiles.getRootDirectory())
-
-
-def row_frames(rows: Iterable[Any]) -> Iterator[Frame]:
-    """A key's rows from the Row-based operator (pyspark's ``Row`` objects, tuples naming
-    their fields) as frames, once the rule set they were planned with is selected (as
-    :func:`versioned`): the rows that are not packs together, as one
-    :class:`~l2m.engine.partials.RowColumns`, then each pack's partials as an Arrow table
-    (:func:`l2m.engine.streamtask.packed`)."""
-    taken = list(rows)
-    if not taken:
-        return iter(())
-    names = list(taken[0].__fields__)
-    if RULESET_COLUMN in names:
-        _select(taken[0][names.index(RULESET_COLUMN)])
-    at = names.index(PACK_COLUMN) if PACK_COLUMN in names else None
-    loose = taken if at is None else [row for row in taken if row[at] is None]
-    packs = [] if at is None or len(loose) == len(taken) else \
-        [row[at] for row in taken if row[at] is not None]
-    frames: list[Frame] = [RowColumns(names, loose)] if loose else []
-    return itertools.chain(frames, map(table_of, packs))
 
 
 def counted(frames: Iterator[Frame], reduction: Reduction | None) -> Iterator[Frame]:

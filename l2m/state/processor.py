@@ -1,5 +1,4 @@
-"""The state stage of state formats 4 to 8: pyspark's ``transformWithState`` (format 8; formats
-4 to 7 keep ``transformWithStateInPandas``, :class:`PandasMetricProcessor`), one map entry per
+"""The state stage of state formats 4 to 6: ``transformWithStateInPandas``, one map entry per
 series, so a micro-batch reads and writes the series it touches and nothing else.
 
 Input: the partials of one micro-batch (:data:`~l2m.engine.partials.PARTIAL_SCHEMA`, plus
@@ -58,18 +57,18 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
+import pandas as pd
 from pyspark import Accumulator
-from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from l2m.collector import collector_paused
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, account_shard
 from l2m.engine.partials import Partial
-from l2m.engine.samples import CORRECTION, FINAL, rows_frame, sample_rows
+from l2m.engine.samples import CORRECTION, FINAL
 from l2m.engine.status import STATUS_RULE
 from l2m.errors import StateFormatError
 from l2m.rules.model import Rule
@@ -84,15 +83,12 @@ from l2m.state.counters import (
 from l2m.state.format import UPGRADE_HINT, dump_entry, load_entry
 from l2m.state.function import (
     CUMULATIVE,
-    OUTPUT_FIELDS,
     SWEEP_MS,
-    Frame,
     Reduction,
     by_rule,
-    count_samples,
     counted,
+    emitted,
     refusal_rows,
-    row_frames,
     select_stored,
     unpacked,
     versioned,
@@ -102,12 +98,7 @@ from l2m.state.mapio import MapIO
 from l2m.state.tally import SeriesCount, Tally
 from l2m.state.variables import Deferred, Variables, bucket_ms, declare
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-# The version of the entries this processor writes (l2m.state.format): checkpoints of format 8
-# hold format 7's entries (ENTRIES_OF), through another operator (PandasMetricProcessor).
-FORMAT = 7
+FORMAT = 7  # the state format this processor writes (l2m.state.format)
 READ_FORMATS = (4, 5, 6, 7)  # … and those it continues (format 4: own entries only)
 LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
 # A rule keeps its series inside its entry (read and written whole, like a format 3 section,
@@ -134,7 +125,6 @@ BUCKET_ACCOUNTS = 8
 REBUCKET = 4  # how far a counter key's buckets may drift from the rule set's before re-bucketing
 
 Rows = dict[str, list[tuple[str, str, Partial]]]
-OUTPUT_ROW = Row(*OUTPUT_FIELDS)  # the state stage's output row (OUTPUT_SCHEMA)
 Put = tuple[tuple[str], tuple[bytes]]  # a rule map entry to write: its key and value
 
 
@@ -601,10 +591,9 @@ COUNTED_INTERNAL = tuple(sorted(set(INTERNAL_RULES) - {REFUSED_RULE}))
 
 
 class MetricProcessor(StatefulProcessor):
-    """Format 8's state function (module docstring; formats 4 to 7:
-    :class:`PandasMetricProcessor`), over rows: counter keys (window
+    """Formats 4 to 6's state function (module docstring): counter keys (window
     :data:`~l2m.state.function.CUMULATIVE`) and gauge window keys. ``caps``: each rule's
-    series caps (always enforced: formats 4 to 8 place whole accounts in one shard);
+    series caps (always enforced: formats 4 to 6 place whole accounts in one shard);
     ``reduction``/``activity``: as :class:`~l2m.state.function.MetricState`'s; ``shards``:
     the job's state shards (how many accounts a key's buckets are sized for)."""
 
@@ -646,31 +635,23 @@ class MetricProcessor(StatefulProcessor):
     def close(self) -> None:
         pass
 
-    def handleInputRows(self, key: Any, rows: Iterator[Row],
-                        timerValues: TimerValues) -> Iterator[Row]:
-        return iter(self._handle(key, counted(row_frames(rows), self.reduction), timerValues))
-
-    def _handle(self, key: Any, frames: Iterator[Frame], tv: TimerValues) -> list[Row]:
-        """One key's call: its partials (``frames``, which have selected their rule set)
-        applied, the samples out."""
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         shard, window = int(key[0]), int(key[1])
+        frames = counted(unpacked(versioned(rows)), self.reduction)
         self._caps = _plain(self.caps)  # the rows have selected their rule set
         with collector_paused():
             if window == CUMULATIVE:
-                return self._counter_key(shard, frames, tv)
-            return self._gauge_key(shard, window, frames, tv)
+                return self._counter_key(shard, frames, timerValues)
+            return self._gauge_key(shard, window, frames, timerValues)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
-                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
-        return iter(self._expired(key, timerValues))
-
-    def _expired(self, key: Any, tv: TimerValues) -> list[Row]:
-        """A key's timer: a gauge window published, closed or looked at again later."""
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         shard, window = int(key[0]), int(key[1])
-        out: list[Row] = []
+        out: list[pd.DataFrame] = []
         if window != CUMULATIVE:
-            now = tv.getCurrentProcessingTimeInMs()
-            watermark = tv.getCurrentWatermarkInMs()
+            now = timerValues.getCurrentProcessingTimeInMs()
+            watermark = timerValues.getCurrentWatermarkInMs()
             with collector_paused():
                 meta = self._meta()
                 select_stored(meta.get("rs"), self.gauges.rules)
@@ -679,16 +660,9 @@ class MetricProcessor(StatefulProcessor):
                     self._close(shard, window)
                 else:
                     self._schedule(now, meta)
-        return out
+        return iter(out)
 
     # --- shared -------------------------------------------------------------------------
-
-    def _emitted(self, samples: list[dict[str, Any]], batch_ms: int,
-                 mark: str | None = None) -> list[Row]:
-        """A call's samples as output rows (:func:`~l2m.engine.samples.sample_rows`, at the
-        micro-batch's time ``batch_ms``, gauge windows' ``mark``), counted per rule."""
-        count_samples(samples, self.activity)
-        return [OUTPUT_ROW(*row) for row in sample_rows(samples, batch_ms, mark)]
 
     def _meta(self) -> dict[str, Any]:
         return self._key_meta()[0]
@@ -923,8 +897,8 @@ class MetricProcessor(StatefulProcessor):
     def _counter_rule(self, rule_id: str) -> Rule | None:
         return INTERNAL_RULES.get(rule_id) or self.counters.rules.get(rule_id)
 
-    def _counter_key(self, shard: int, frames: Iterator[Frame],
-                     tv: TimerValues) -> list[Row]:
+    def _counter_key(self, shard: int, frames: Iterator[pd.DataFrame],
+                     tv: TimerValues) -> Iterator[pd.DataFrame]:
         now = tv.getCurrentProcessingTimeInMs()
         meta, fresh = self._key_meta()
         rows = by_rule(frames)
@@ -949,7 +923,7 @@ class MetricProcessor(StatefulProcessor):
             self.meta.update(_dump(meta))
         if self.counters.tally is not None and tally:
             self.counters.tally.add(tally)
-        return self._emitted(samples, now)
+        return emitted(samples, self.activity, now)
 
     def _count(self, shard: int, rule_id: str, rows: list[tuple[str, str, Partial]],
                stored: dict[str, Any], gen: int, book: _Rules, now: int, watermark: int,
@@ -1084,8 +1058,8 @@ class MetricProcessor(StatefulProcessor):
     def _gauge_rule(self, rule_id: str) -> Rule | None:
         return REFUSED_GAUGE_RULE if rule_id == REFUSED_RULE else self.gauges.rules.get(rule_id)
 
-    def _gauge_key(self, shard: int, window: int, frames: Iterator[Frame],
-                   tv: TimerValues) -> list[Row]:
+    def _gauge_key(self, shard: int, window: int, frames: Iterator[pd.DataFrame],
+                   tv: TimerValues) -> Iterator[pd.DataFrame]:
         now = tv.getCurrentProcessingTimeInMs()
         watermark = tv.getCurrentWatermarkInMs()
         meta, fresh = self._key_meta()
@@ -1104,7 +1078,7 @@ class MetricProcessor(StatefulProcessor):
                 pass
             out = self._publish(window, watermark, now, meta)
             self._close(shard, window)
-            return out
+            return iter(out)
         published = "published" in meta  # before this batch: its updates are corrections
         if "timer" not in meta:
             self._schedule(now, meta)
@@ -1122,8 +1096,8 @@ class MetricProcessor(StatefulProcessor):
         samples = self._apply(self.gauge_series, book, by_rule(frames), rules, (), update)
         if self.gauges.tally is not None and tally:
             self.gauges.tally.add(tally)
-        out = self._emitted(samples, now, CORRECTION if published else None)
-        return out + self._publish(window, watermark, now, meta)
+        out = list(emitted(samples, self.activity, now, CORRECTION if published else None))
+        return iter(out + self._publish(window, watermark, now, meta))
 
     def _gauge(self, rule_id: str, window: int, rows: list[tuple[str, str, Partial]],
                stored: dict[str, Any], gen: int, book: _Rules,
@@ -1161,7 +1135,7 @@ class MetricProcessor(StatefulProcessor):
         return samples
 
     def _publish(self, window: int, watermark: int, now: int,
-                 meta: dict[str, Any]) -> list[Row]:
+                 meta: dict[str, Any]) -> list[pd.DataFrame]:
         """A window's final value, once (:meth:`GaugeState.final`): every series the key
         holds, marked :data:`~l2m.engine.samples.FINAL` — what remote write sends of it
         (docs/prometheus.md); its later updates are marked as corrections."""
@@ -1172,7 +1146,7 @@ class MetricProcessor(StatefulProcessor):
             return []  # a key without state (a late log's closed window)
         meta["published"] = now
         self.meta.update(_dump(meta))
-        return self._emitted(samples, now, FINAL)
+        return list(emitted(samples, self.activity, now, FINAL))
 
     def _window_samples(self, window: int) -> list[dict[str, Any]]:
         """The samples of every current series of this window key, rules in id order."""
@@ -1225,21 +1199,3 @@ class MetricProcessor(StatefulProcessor):
         self.gauge_rules.clear()
         self.meta.clear()
 
-
-class PandasMetricProcessor(MetricProcessor):
-    """The same processor behind ``transformWithStateInPandas``, for checkpoints of formats 4
-    to 7: Spark's state metadata names the operator that wrote a checkpoint and refuses
-    another (format 8's is the Row-based one). Frames in; the rows out as one frame."""
-
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
-                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        frames = counted(unpacked(versioned(rows)), self.reduction)
-        return _framed(self._handle(key, frames, timerValues))
-
-    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
-                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
-        return _framed(self._expired(key, timerValues))
-
-
-def _framed(rows: list[Row]) -> Iterator[pd.DataFrame]:
-    return iter([rows_frame(rows)] if rows else [])

@@ -56,14 +56,13 @@ from l2m.state.function import (
     CUMULATIVE,
     MAP_FORMAT,
     OUTPUT_SCHEMA,
-    ROW_FORMAT,
     STATE_KEYS,
     STATE_SCHEMA,
     MetricState,
     Reduction,
 )
 from l2m.state.gauges import GaugeState
-from l2m.state.processor import MetricProcessor, PandasMetricProcessor
+from l2m.state.processor import MetricProcessor
 from l2m.state.tally import Latest, Sums, Tally, task_sums
 from l2m.streaming.accountmetrics import ACCOUNT_FLUSH_S, AccountMetrics
 from l2m.streaming.rulesets import RulesetPublisher, ruleset_version
@@ -203,18 +202,9 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         activity=None if counts is None else counts.activity,
     )
     keys = STATE_KEYS[state_format]
-    if state_format >= ROW_FORMAT:
+    if state_format >= MAP_FORMAT:
         processor = MetricProcessor(state.counters, state.gauges, state.reduction, state.caps,
                                     state.activity, cfg.counter_shards)
-        # Row-based, not transformWithStateInPandas: pyspark's pandas worker builds a frame
-        # per key in and converts one per yielded frame out, ≈ 1.3 ms a key; over rows it
-        # pays per row instead, and the rows are few (a key's are packed in each read task:
-        # l2m.engine.streamtask.packed). benchmarks/README.md, "Session 26".
-        return partials.groupBy(*keys).transformWithState(
-            processor.deferred(), OUTPUT_SCHEMA, "Update", "ProcessingTime")
-    if state_format >= MAP_FORMAT:  # the operator the checkpoint's state metadata names
-        processor = PandasMetricProcessor(state.counters, state.gauges, state.reduction,
-                                          state.caps, state.activity, cfg.counter_shards)
         return partials.groupBy(*keys).transformWithStateInPandas(
             processor.deferred(), OUTPUT_SCHEMA, "Update", "ProcessingTime")
     return partials.groupBy(*keys).applyInPandasWithState(

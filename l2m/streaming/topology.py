@@ -84,7 +84,7 @@ l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
     --> partials only leave the task: those of one state key in one row (an Arrow IPC stream)
     --> Watermark: max event time of routed logs - {_fmt_ms(cfg.grace_ms)}
     --> Exchange: hash({keys}); shard = the shard of the rule's account (of the rule without one)
-    --> State: transformWithState (Row-based), RocksDB, keyed by ({keys}), one map entry per series
+    --> State: transformWithStateInPandas, RocksDB, keyed by ({keys}), one map entry per series
           series caps per rule {_cap(lim.max_series_per_rule)}, metric {_cap(lim.max_series_per_metric)}, account {_cap(lim.max_series_per_account)}: past them, the rule's overflow series
           counters: window {CUMULATIVE}, {cfg.counter_shards} shards, TTL {_fmt_ms(cfg.counter_ttl_ms)}
           gauges:   1-minute windows, until the watermark passes the window

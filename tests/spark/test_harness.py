@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.rules.loader import load_text
@@ -173,13 +172,9 @@ def test_rules_added_changed_and_removed_across_a_restart(stream_test):
     ])
 
 
-@pytest.mark.parametrize(("found", "operator"), [(1, "applyInPandasWithState"),
-                                                 (7, "transformWithStateInPandasExec")])
-def test_an_older_checkpoint_continues_in_its_own_layout(stream_test, found, operator):
-    """A checkpoint started before state format 2 keeps its (rule, shard) keys, and one of
-    format 7 its operator (Spark's state metadata names it) — the job reads the format from
-    l2m.json — and counts on exactly; a new one is written in format 8, on the Row-based
-    operator."""
+def test_a_format_1_checkpoint_continues_in_its_own_layout(stream_test):
+    """A checkpoint started before state format 2 keeps its (rule, shard) keys — the job
+    reads the format from l2m.json — and counts on exactly; a new one is written in format 4."""
     rules = rules_of(COUNTER_RULES)
     lines = generated(600, seed=9)
     old = stream_test(rules)
@@ -187,7 +182,7 @@ def test_an_older_checkpoint_continues_in_its_own_layout(stream_test, found, ope
     import pathlib
 
     pathlib.Path(old.cfg.checkpoint).mkdir(parents=True)
-    pathlib.Path(marker).write_text(f'{{"state_format": {found}}}\n')
+    pathlib.Path(marker).write_text('{"state_format": 1}\n')
     keys = {}
     for name in ("old", "new"):
         st = old if name == "old" else stream_test(rules)
@@ -199,5 +194,6 @@ def test_an_older_checkpoint_continues_in_its_own_layout(stream_test, found, ope
         assert st.job is not None
         keys[name] = st.job.query.lastProgress["stateOperators"][0]["operatorName"]
         st.stop()
-    assert keys == {"old": operator, "new": "transformWithStateInPySparkExec"}
-    assert orjson.loads(pathlib.Path(marker).read_text()) == {"state_format": found}
+    # format 1 keeps its blobs; a new checkpoint keeps one map entry per series (format 4)
+    assert keys == {"old": "applyInPandasWithState", "new": "transformWithStateInPandasExec"}
+    assert orjson.loads(pathlib.Path(marker).read_text()) == {"state_format": 1}

@@ -1,4 +1,4 @@
-"""A stand-in for Spark's state server behind ``transformWithState``, to run
+"""A stand-in for Spark's state server behind ``transformWithStateInPandas``, to run
 :class:`l2m.state.processor.MetricProcessor` without a JVM: map and value states scoped to the
 grouping key, TTL by batch time (as Spark's: an entry written at t is gone from t + ttl),
 processing-time timers, and a count of the reads and writes each call makes."""
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
-from pyspark.sql import Row
+import pandas as pd
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from l2m.state.format import load_entry
@@ -125,23 +125,16 @@ class Handle:
         return iter(sorted(self.store.timers.get(self.store.key, set())))
 
 
-def spark_rows(rows: list[dict[str, Any]]) -> list[Row]:
-    """Rows as the Row-based operator hands them over: every row with every column (None
-    where a dict has none), named by its fields as pyspark's worker names them."""
-    names = list(dict.fromkeys(name for row in rows for name in row))
-    made = Row(*names)
-    return [made(*(row.get(name) for name in names)) for row in rows]
-
-
 def call(processor: Any, store: Store, key: tuple[int, int], rows: list[dict[str, Any]],
          now: int, watermark: int = 0) -> list[dict[str, Any]]:
     """One micro-batch's call for one key: the samples it emits."""
     store.key, store.now = key, now
-    out = processor.handleInputRows(key, iter(spark_rows(rows)), TimerValues(now, watermark))
-    return [orjson.loads(row.value) for row in out]
+    frames = [pd.DataFrame(rows)] if rows else []
+    out = processor.handleInputRows(key, iter(frames), TimerValues(now, watermark))
+    return [orjson.loads(v) for frame in out for v in frame["value"]]
 
 
-def fire(processor: Any, store: Store, now: int, watermark: int) -> list[Row]:
+def fire(processor: Any, store: Store, now: int, watermark: int) -> list[dict[str, Any]]:
     """The timers due at ``now``, as Spark fires them after a batch's input."""
     out = []
     for key, timers in sorted(store.timers.items()):

@@ -31,7 +31,6 @@ from l2m.state.processor import (
     GROUP_SERIES,
     SMALL_RULE,
     MetricProcessor,
-    PandasMetricProcessor,
     bucket_count,
     bucket_key,
     bucket_of,
@@ -76,15 +75,13 @@ def _small_rule():
 
 
 def processor(caps: dict[str, RuleCaps] | None = None, rules: dict | None = None,
-              small: int = 0, kind: type[MetricProcessor] = MetricProcessor
-              ) -> tuple[MetricProcessor, tws.Store]:
+              small: int = 0) -> tuple[MetricProcessor, tws.Store]:
     """A processor on a fresh stand-in store; ``small``: the series a rule keeps inside its
-    own entry before it has one entry per series (0: one per series from the first);
-    ``kind``: format 8's, or formats 4 to 7's (PandasMetricProcessor)."""
+    own entry before it has one entry per series (0: one per series from the first)."""
     processor_module.SMALL_RULE = small
     store = tws.Store()
-    fn = kind(CounterState(rules or COUNTERS, ttl_ms=TTL),
-              GaugeState(rules or GAUGES, recheck_ms=60_000), caps=caps)
+    fn = MetricProcessor(CounterState(rules or COUNTERS, ttl_ms=TTL),
+                         GaugeState(rules or GAUGES, recheck_ms=60_000), caps=caps)
     fn.init(tws.Handle(store))  # type: ignore[arg-type]
     return fn, store
 
@@ -504,7 +501,7 @@ def test_v5_gauge_state_continues_its_window_and_publishes_every_series_once():
     out = tws.call(fn, store, key, rows, now=now + 1000)
     assert values(out) == {("g", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0}
     final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
-    assert values([orjson.loads(row.value) for row in final]) == {
+    assert values([orjson.loads(v) for f in final for v in f["value"]]) == {
         ("g", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0,
         ("k", (("svc", "api"),)): 1.0, ("k", (("svc", "db"),)): 1.0}
     assert store.data == {}
@@ -574,36 +571,24 @@ def test_a_group_past_its_bound_moves_its_largest_rules_to_entries_of_their_own(
     assert group_of(store, "counter_rules", (0, CUMULATIVE))["own"] == ["c"]
 
 
-def _emitted(fn, store, key, rows=None, now=0, watermark=0, timer=False) -> list[tuple]:
-    """The output rows (key, value, time, mark) of a call, in order: format 8's rows, or
-    formats 4 to 7's frames (PandasMetricProcessor) given the same rows as one frame."""
+def _marked(fn, store, key, rows=None, now=0, watermark=0, timer=False) -> list[tuple]:
+    """(mark, rule, labels, value) of every sample a call emits, in order."""
     store.key, store.now = key, now
     tv = tws.TimerValues(now, watermark)
     if timer:
-        out = fn.handleExpiredTimer(key, tv, tws.ExpiredTimerInfo(now))
-    elif isinstance(fn, PandasMetricProcessor):
-        out = fn.handleInputRows(key, iter([pd.DataFrame(rows)] if rows else []), tv)
+        frames = fn.handleExpiredTimer(key, tv, tws.ExpiredTimerInfo(now))
     else:
-        out = fn.handleInputRows(key, iter(tws.spark_rows(rows or [])), tv)
-    if isinstance(fn, PandasMetricProcessor):
-        frames = list(out)
-        assert all(list(f.dtypes) == [object, object, "int64", object] for f in frames)
-        return [tuple(r) for f in frames for r in f.itertuples(index=False)]
-    return [tuple(r) for r in out]
-
-
-def _marked(fn, store, key, rows=None, now=0, watermark=0, timer=False) -> list[tuple]:
-    """(mark, rule, labels, value) of every sample a call emits, in order."""
+        frames = fn.handleInputRows(key, iter([pd.DataFrame(rows)] if rows else []), tv)
     out = []
-    for _key, value, _time, mark in _emitted(fn, store, key, rows, now, watermark, timer):
-        s = orjson.loads(value)
-        out.append((mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
+    for frame in frames:
+        for mark, value in zip(frame["mark"], frame["value"], strict=True):
+            s = orjson.loads(value)
+            out.append((mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
     return out
 
 
-@pytest.mark.parametrize("kind", [MetricProcessor, PandasMetricProcessor])
 @pytest.mark.parametrize("small", [0, 512])
-def test_a_gauge_window_is_published_once_final_and_later_updates_are_corrections(small, kind):
+def test_a_gauge_window_is_published_once_final_and_later_updates_are_corrections(small):
     """Published when the newest event time (watermark + grace) passes the window's end by
     the publish delay: every series of the key — the overflow series and l2m's refusal gauge
     too — marked final, once; updates after that are marked corrections; a window that gets
@@ -612,9 +597,9 @@ def test_a_gauge_window_is_published_once_final_and_later_updates_are_correction
     processor_module.SMALL_RULE = small
     store = tws.Store()
     grace, delay = 1_200_000, 120_000
-    fn = kind(CounterState(COUNTERS, ttl_ms=TTL),
-              GaugeState(GAUGES, recheck_ms=60_000, grace_ms=grace, publish_delay_ms=delay),
-              caps=caps)
+    fn = MetricProcessor(CounterState(COUNTERS, ttl_ms=TTL),
+                         GaugeState(GAUGES, recheck_ms=60_000, grace_ms=grace,
+                                    publish_delay_ms=delay), caps=caps)
     fn.init(tws.Handle(store))  # type: ignore[arg-type]
     before = W + 60_000 + delay - grace - 1  # the watermark just short of publishing
     rows = [row("g", i, float(i + 1), window=W) for i in range(3)]
@@ -643,33 +628,8 @@ def test_a_gauge_window_is_published_once_final_and_later_updates_are_correction
                    timer=True) == []
 
 
-def test_formats_4_to_7_get_the_same_rows_and_state_through_frames():
-    """A checkpoint of formats 4 to 7 keeps transformWithStateInPandas (Spark's state
-    metadata names it): PandasMetricProcessor takes frames and gives one frame a call, with
-    the rows, marks and stored state format 8's processor gives for the same partials."""
-    grace, delay = 1_200_000, 120_000
-    before = W + 60_000 + delay - grace - 1
-    made = []
-    for kind in (MetricProcessor, PandasMetricProcessor):
-        processor_module.SMALL_RULE = 2
-        store = tws.Store()
-        fn = kind(CounterState(COUNTERS, ttl_ms=TTL),
-                  GaugeState(GAUGES, recheck_ms=60_000, grace_ms=grace, publish_delay_ms=delay),
-                  caps={"c": RuleCaps(3, 0, 0, "a", "c")})
-        fn.init(tws.Handle(store))  # type: ignore[arg-type]
-        out = _emitted(fn, store, (0, CUMULATIVE), [row("c", i % 5) for i in range(9)] +
-                       [row("d", i, float(i)) for i in range(4)], now=W, watermark=before)
-        out += _emitted(fn, store, (0, W), [row("g", i, float(i), window=W) for i in range(3)],
-                        now=W + 1, watermark=before)
-        out += _emitted(fn, store, (0, W), now=W + 60_001, watermark=before + 1, timer=True)
-        made.append((out, dict(store.data)))
-    assert made[0] == made[1]
-    assert {mark for *_, mark in made[0][0]} == {"new", None, "final"}
-
-
-@pytest.mark.parametrize("kind", [MetricProcessor, PandasMetricProcessor])
-def test_a_counter_series_first_sample_is_marked_new(kind):
-    fn, store = processor(kind=kind)
+def test_a_counter_series_first_sample_is_marked_new():
+    fn, store = processor()
     first = _marked(fn, store, (0, CUMULATIVE), [row("c", 0), row("c", 1)], now=W)
     assert [(m, labels) for m, _, labels, _ in first] == [
         ("new", (("s", "s0"),)), ("new", (("s", "s1"),))]
@@ -762,7 +722,7 @@ def test_v6_gauge_state_continues_its_window_and_publishes_every_series_once():
     out = tws.call(fn, store, key, rows, now=now + 1000)
     assert values(out) == {("h", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0}
     final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
-    assert values([orjson.loads(row.value) for row in final]) == {
+    assert values([orjson.loads(v) for f in final for v in f["value"]]) == {
         ("g", (("svc", "web"),)): 7.0, ("h", (("svc", "web"),)): 9.0,
         ("k", (("svc", "web"),)): 2.0, ("k", (("svc", "api"),)): 1.0,
         ("k", (("svc", "db"),)): 1.0}
@@ -800,7 +760,7 @@ def test_v7_gauge_state_publishes_every_series_of_a_framed_bucket_once():
                                                 ts=now + 100)], now=now + 1000)
     assert values(out) == {("h", (("svc", "svc03"),)): 9.0}
     final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
-    published = [orjson.loads(row.value) for row in final]
+    published = [orjson.loads(v) for f in final for v in f["value"]]
     expected = {("g", (("svc", s[2:]),)): 7.0 for s in GOLDEN7_SERIES}
     expected |= {("h", (("svc", s[2:]),)): 5.0 for s in GOLDEN7_SERIES}
     expected |= {("h", (("svc", "svc03"),)): 9.0}
@@ -913,7 +873,8 @@ def _marked_timers(fn: MetricProcessor, store: tws.Store, now: int, watermark: i
                    ) -> list[tuple]:
     """(mark, rule, labels, value) of every sample the timers due at ``now`` emit."""
     out = []
-    for row in tws.fire(fn, store, now=now, watermark=watermark):
-        s = orjson.loads(row.value)
-        out.append((row.mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
+    for frame in tws.fire(fn, store, now=now, watermark=watermark):
+        for mark, value in zip(frame["mark"], frame["value"], strict=True):
+            s = orjson.loads(value)
+            out.append((mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
     return out

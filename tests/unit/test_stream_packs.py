@@ -1,5 +1,5 @@
 """A read task's partials gathered per state key (l2m.engine.streamtask.packed) and read back
-by the state function (l2m.state.function.row_frames), and the tally a task sends."""
+by the state function (l2m.state.function.unpacked), and the tally a task sends."""
 
 from __future__ import annotations
 
@@ -12,15 +12,13 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from pyspark import cloudpickle
-from pyspark.sql import Row
 
 from l2m.engine import ipc, streamtask
 from l2m.engine.columns import PACK_COLUMN, PACK_RULE
 from l2m.engine.ipc import table_of
-from l2m.engine.partials import PARTIAL_ARROW, RowColumns, frame_partials
+from l2m.engine.partials import PARTIAL_ARROW, frame_partials
 from l2m.engine.streamtask import STREAM_PARTIAL_ARROW, packed
-from l2m.state import function
-from l2m.state.function import by_rule, counted, row_frames, unpacked
+from l2m.state.function import by_rule, counted, unpacked
 from l2m.state.tally import (
     InputCount,
     LateCount,
@@ -107,39 +105,21 @@ def _order(row: dict) -> tuple:
     return tuple((k, str(v)) for k, v in sorted(row.items()))
 
 
-def test_the_state_function_reads_a_pack_as_the_rows_it_holds(monkeypatch, selected):
+def test_the_state_function_reads_a_pack_as_the_rows_it_holds(monkeypatch):
     monkeypatch.setattr(streamtask, "MIN_PACK_ROWS", 1)  # every key packed
     rows = _rows(7, 300)
     batch = pa.RecordBatch.from_pylist(rows, schema=STREAM_PARTIAL_ARROW)
-    plain = pa.Table.from_batches([batch])
-    table = pa.Table.from_batches(list(packed([batch])))
-    assert table[PACK_COLUMN].null_count not in (0, table.num_rows)  # packs and rows
+    plain = pa.Table.from_batches([batch]).to_pandas()
+    frame = pa.Table.from_batches(list(packed([batch]))).to_pandas()
+    assert frame[PACK_COLUMN].notna().any() and frame[PACK_COLUMN].isna().any()
     # as the state stage gets one key: here every row, packs and own rows together
-    got = by_rule(row_frames(_spark_rows(table)))
-    want = by_rule(row_frames(_spark_rows(plain)))
-    assert selected == [rows[0]["ruleset"]] * 2  # before any rule is looked up
-    # formats 4 to 7 (transformWithStateInPandas): the same rows as a pandas frame
-    assert by_rule(unpacked(iter([table.to_pandas()]))) == got
+    got = by_rule(unpacked(iter([frame])))
+    want = by_rule(iter([plain]))
     assert {r: sorted(v, key=lambda x: x[0]) for r, v in got.items()} == \
         {r: sorted(v, key=lambda x: x[0]) for r, v in want.items()}
-    # pandas' NaN (the state stage of formats 1 to 3), Arrow's None and rows' read alike
-    arrow = plain.select(PARTIAL_ARROW.names)
-    assert list(frame_partials(arrow)) == list(frame_partials(plain.to_pandas())) == \
-        list(frame_partials(RowColumns(plain.column_names, _spark_rows(plain))))
-
-
-@pytest.fixture
-def selected(monkeypatch) -> list[str]:
-    """The rule set versions the state function selects (in a worker: from its files)."""
-    versions: list[str] = []
-    monkeypatch.setattr(function, "_select", versions.append)
-    return versions
-
-
-def _spark_rows(table: pa.Table) -> list[Row]:
-    """The table's rows as the Row-based operator hands them to the state function."""
-    made = Row(*table.column_names)
-    return [made(*row.values()) for row in table.to_pylist()]
+    # pandas' NaN and Arrow's None read alike
+    arrow = pa.Table.from_batches([batch]).select(PARTIAL_ARROW.names)
+    assert list(frame_partials(arrow)) == list(frame_partials(plain))
 
 
 class _Acc:
@@ -155,7 +135,7 @@ class _Reduction:
         self.rows_in, self.rows_out, self.matches = _Acc(Sums()), _Acc(Sums()), _Acc(Sums())
 
 
-def test_unpacked_rows_are_counted_like_rows(monkeypatch, selected):
+def test_unpacked_rows_are_counted_like_rows(monkeypatch):
     monkeypatch.setattr(streamtask, "MIN_PACK_ROWS", 1)
     rows = _rows(3, 200)
     batch = pa.RecordBatch.from_pylist(rows, schema=STREAM_PARTIAL_ARROW)
@@ -168,8 +148,8 @@ def test_unpacked_rows_are_counted_like_rows(monkeypatch, selected):
             self.value += n
 
     counts = []
-    for frames in (row_frames(_spark_rows(pa.Table.from_batches([batch]))),
-                   row_frames(_spark_rows(pa.Table.from_batches(list(packed([batch])))))):
+    for frames in (iter([pa.Table.from_batches([batch]).to_pandas()]),
+                   unpacked(iter([pa.Table.from_batches(list(packed([batch]))).to_pandas()]))):
         reduction = _Reduction()
         reduction.rows_in, reduction.rows_out = Num(), Num()
         list(counted(frames, reduction))
@@ -192,14 +172,6 @@ def test_a_task_of_own_rows_only_or_of_none_passes_them_as_they_are():
 def test_a_frame_without_packs_passes_as_it_is():
     frame = pd.DataFrame({"rule": ["a"], "pack": [None]})
     assert list(unpacked(iter([frame]))) == [frame]
-
-
-def test_rows_without_packs_are_one_frame_and_no_rows_none():
-    made = Row("rule", "series", "pack")
-    frames = list(row_frames([made("a", "s1", None), made("b", "s2", None)]))
-    assert len(frames) == 1 and len(frames[0]) == 2
-    assert frames[0].columns == {"rule": ["a", "b"], "series": ["s1", "s2"], "pack": [None] * 2}
-    assert list(row_frames([])) == []
 
 
 def test_a_task_s_tally_travels_as_columns_and_arrives_whole():
