@@ -70,7 +70,8 @@ def sample_rows(series: int, batches: int, start_ms: int) -> pd.DataFrame:
             times.append(at)
             marks.append(NEW if batch == 0 else None)
     return pd.DataFrame({"key": keys, "value": values, "time": pd.Series(times, dtype="int64"),
-                         "mark": pd.Series(marks, dtype="object")})
+                         "mark": pd.Series(marks, dtype="object"),
+                         "pack": pd.Series([None] * len(keys), dtype="object")})
 
 
 class _Counting(http.server.BaseHTTPRequestHandler):

@@ -30,8 +30,9 @@ KEY = ["rule", "series", "le", "window"]
 
 RULESET_COLUMN = "ruleset"
 PLACE_COLUMN = "place"
-# A packed row's partials (l2m.engine.streamtask.packed): an Arrow IPC stream
-# (l2m.engine.ipc); null in any other row.
+# A packed row's partials (l2m.engine.streamtask.packed), or in the state stage's output a
+# call's samples (l2m.engine.samples.samples_frame): an Arrow IPC stream (l2m.engine.ipc);
+# null in any other row.
 PACK_COLUMN = "pack"
 # The rule column of a packed row (not a rule id: those never start with "@"; nor "__", which
 # marks l2m's own rows, spread by hash).

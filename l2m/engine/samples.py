@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from l2m.engine.admission import OVERFLOW_SERIES
+from l2m.engine.columns import PACK_COLUMN
 from l2m.engine.partials import Partial, nonfinite_text
 from l2m.limits import OVERFLOW_LABEL
 from l2m.rules.model import Rule
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 # The Kafka record header that marks a sample for remote write (docs/prometheus.md): a gauge
 # window's value once the window is published (FINAL: what remote write sends) or an update
@@ -28,6 +30,12 @@ if TYPE_CHECKING:
 # sample (NEW: remote write writes a 0 just before it, so PromQL's increase() counts its first
 # value). A sample dict carries its mark under MARK_KEY until samples_frame writes it.
 MARK_HEADER = "l2m-mark"
+# A state call's samples from this many on leave the state stage packed (samples_frame): one
+# binary value instead of a row each, which pyspark converts to Arrow and the JVM converts
+# from Arrow and back for the sink's worker — with 100,000 tenant rules ≈ 95,000 samples a
+# batch (benchmarks/README.md, "Session 26"). Fewer stay rows: a pack's schema, framing and
+# codec cost more than a few rows.
+PACK_SAMPLES = 64
 FINAL = "final"
 CORRECTION = "correction"
 NEW = "new"
@@ -176,17 +184,53 @@ def samples_frame(samples: list[dict[str, Any]], batch_ms: int,
     micro-batch's time (``batch_ms``: Spark's batch timestamp, the same when the batch is
     replayed) — the Kafka record's timestamp, what remote write stamps a counter with — and a
     gauge window's ``mark`` (:data:`FINAL`, :data:`CORRECTION` or None), its record's
-    :data:`MARK_HEADER` (docs/prometheus.md)."""
+    :data:`MARK_HEADER` (docs/prometheus.md). From :data:`PACK_SAMPLES` samples on, they
+    travel packed (``pack``: Arrow IPC values of those four columns, ``key``, ``value`` and
+    ``mark`` null) for the sink to unpack (:func:`unpacked_samples`)."""
     marks = [s.pop(MARK_KEY, mark) for s in samples]  # a sample's own mark, else the call's
+    keys = [series_key(s).decode() for s in samples]
+    values = [orjson.dumps(s).decode() for s in samples]
     # Imported here: the Kafka sink imports this module for MARK_HEADER, and Spark unpickles
     # the sink in short-lived Python processes on the driver (writer set-up, each commit),
-    # where pandas (0.2 s) is never used.
+    # where pandas (0.2 s) and Arrow are never used.
     import pandas as pd
 
-    return pd.DataFrame({"key": [series_key(s).decode() for s in samples],
-                         "value": [orjson.dumps(s).decode() for s in samples],
-                         "time": pd.Series([batch_ms] * len(samples), dtype="int64"),
-                         "mark": pd.Series(marks, dtype="object")})
+    packs: list[bytes | None] = [None] * len(samples)
+    if len(samples) >= PACK_SAMPLES:
+        import pyarrow as pa
+
+        from l2m.engine.ipc import streams
+
+        table = pa.table({"key": pa.array(keys, pa.string()),
+                          "value": pa.array(values, pa.string()),
+                          "time": pa.array([batch_ms] * len(samples), pa.int64()),
+                          "mark": pa.array(marks, pa.string())})
+        packs = [value.to_pybytes() for value in streams(table)]
+        keys = values = marks = [None] * len(packs)
+    return pd.DataFrame({"key": pd.Series(keys, dtype="object"),
+                         "value": pd.Series(values, dtype="object"),
+                         "time": pd.Series([batch_ms] * len(keys), dtype="int64"),
+                         "mark": pd.Series(marks, dtype="object"),
+                         PACK_COLUMN: pd.Series(packs, dtype="object")})
+
+
+def unpacked_samples(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The state stage's output batches (:func:`samples_frame`'s) with their rows' samples
+    as they are and each pack's in its place — key, value, time and mark columns; batches
+    without a ``pack`` column (any ``key, value`` frame given to the sink) as they are."""
+    from l2m.engine.ipc import table_of
+
+    for batch in batches:
+        if PACK_COLUMN not in batch.schema.names:
+            yield batch
+            continue
+        packs = batch.column(PACK_COLUMN)
+        if packs.null_count:
+            import pyarrow.compute as pc
+
+            yield batch.filter(pc.is_null(packs)).drop_columns([PACK_COLUMN])
+        for value in packs.drop_null().to_pylist():
+            yield from table_of(value).to_batches()
 
 
 def series_key(s: Mapping[str, Any]) -> bytes:

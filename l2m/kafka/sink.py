@@ -105,7 +105,7 @@ class _Producing:
         micro-batch is replayed."""
         from confluent_kafka import KafkaException
 
-        from l2m.engine.samples import MARK_HEADER
+        from l2m.engine.samples import MARK_HEADER, unpacked_samples
 
         errors: list[str] = []
         batched: list[Refusal] = []  # refused in the delivery report: maybe for a neighbour
@@ -120,7 +120,7 @@ class _Producing:
         producer = self._producer()
         rows = 0
         try:
-            for batch in iterator:
+            for batch in unpacked_samples(iterator):
                 keys = batch.column("key").to_pylist()
                 values = batch.column("value").to_pylist()
                 names = batch.schema.names

@@ -63,7 +63,9 @@ MAP_FORMAT = 4
 # series caps can be enforced; formats 1 and 2 place series by (rule, series) and run uncapped.
 CAPPED_FORMAT = 3
 SWEEP_MS = 60_000  # format 2: how often a key's untouched rules are checked for idle series
-OUTPUT_SCHEMA = "key string, value string, time bigint, mark string"
+# The state stage's output: a sample's Kafka key, JSON value, time and mark, or in ``pack`` a
+# call's samples together (l2m.engine.samples.samples_frame).
+OUTPUT_SCHEMA = f"key string, value string, time bigint, mark string, {PACK_COLUMN} binary"
 STATE_SCHEMA = "blob binary"
 
 

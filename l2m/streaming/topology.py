@@ -17,6 +17,7 @@ from pathlib import Path
 from l2m.config.job import JobConfig
 from l2m.engine.partials import KEY
 from l2m.engine.routing import plan_for
+from l2m.engine.samples import PACK_SAMPLES
 from l2m.kafka.deadletters import DEAD_LETTER_MAX_BYTES
 from l2m.rules.model import Rule
 from l2m.state.format import READABLE, STATE_FORMAT
@@ -101,7 +102,7 @@ l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
 | series caps | `{m("l2m.engine.admission")}` | every series of an account in one shard, so each cap is counted in one key; a new series past a cap goes to its rule's overflow series (`l2m_overflow="true"`), the logs counted as `l2m_series_refused_total` |
 | counters | `{m("l2m.state.counters")}` (`CounterState`) | cumulative per series, many series per Python call; idle series dropped after the TTL; the input statuses (one key) also count late logs, `l2m_late_logs_total` |
 | gauges | `{m("l2m.state.gauges")}` (`GaugeState`) | watermark = max event time − grace; corrected windows re-emitted; logs for windows past the watermark dropped |
-| sink | `{m("l2m.kafka.sink")}` | idempotent producer, deterministic keys, a batch commits only when every sample is acknowledged |
+| sink | `{m("l2m.kafka.sink")}` | idempotent producer, deterministic keys, a batch commits only when every sample is acknowledged; a state call's samples from {PACK_SAMPLES} on arrive packed in one row and are unpacked (`{m("l2m.engine.samples")}`) |
 
 The state schema does not depend on the rules (rule id, labels and `le` are data): adding,
 changing or removing rules keeps the checkpoint usable. Stored state carries its format

@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
 from l2m.dev.broker import EmbeddedBroker, create_topics, free_port
@@ -30,6 +31,7 @@ from tests.support.kafka_helpers import (
     produce,
     rule_samples,
 )
+from tests.support.outputs import output_rows
 from tests.support.rulesets import COUNTER_RULES
 
 
@@ -133,3 +135,32 @@ def test_a_sample_s_time_column_is_its_record_timestamp(spark, broker, tmp_path)
     got = {m.key(): m.timestamp()[1] for m in consume_all(broker.bootstrap, topic)}
     assert got[b"a"] == got[b"b"] == 1_700_000_000_123
     assert before <= got[b"c"] <= int(time.time() * 1000)
+
+
+def test_a_state_call_s_packed_samples_are_produced_one_by_one(spark, broker, tmp_path):
+    """A state call's many samples travel packed (l2m.engine.samples.samples_frame): the
+    sink produces each of them as the rows are produced — its key, value, the batch's time as
+    its timestamp, its mark as a header — rows and packs in one micro-batch alike."""
+    from l2m.engine.samples import FINAL, MARK_HEADER, MARK_KEY, NEW, PACK_SAMPLES, samples_frame
+    from l2m.kafka.sink import write_batch
+    from l2m.state.function import OUTPUT_SCHEMA
+
+    def samples(n: int, rule: str) -> list[dict]:
+        return [{"name": f"{rule}_total", "kind": "counter", "labels": {"s": str(i)},
+                 "value": float(i), "timestamp": 1_700_000_000_000, "account": "a",
+                 "rule": rule, **({MARK_KEY: NEW} if i == 0 else {})} for i in range(n)]
+
+    many, few = samples(PACK_SAMPLES + 6, "many"), samples(3, "few")
+    frames = [samples_frame(many, 1_700_000_000_123), samples_frame(few, 1_700_000_000_123,
+                                                                    FINAL)]
+    assert frames[0]["pack"].notna().all() and frames[1]["pack"].isna().all()
+    frame = spark.createDataFrame(pd.concat(frames, ignore_index=True), OUTPUT_SCHEMA)
+    topic = fresh_topics(broker.bootstrap, partitions=1).topics.metrics
+    write_batch(frame.repartition(1), topic, {"bootstrap.servers": broker.bootstrap})
+    got = {(m.key().decode(), m.value().decode(), m.timestamp()[1],
+            dict(m.headers() or []).get(MARK_HEADER)) for m in consume_all(broker.bootstrap,
+                                                                          topic)}
+    expected = output_rows(frames)
+    assert len(got) == PACK_SAMPLES + 9
+    assert got == {(k, v, t, m.encode() if m else None) for k, v, t, m in expected}
+    assert len(expected) == len(got)  # no two alike

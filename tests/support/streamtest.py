@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from l2m.config.job import JobConfig
 from l2m.dev.memory import NAME, MemorySource, append
+from l2m.engine.samples import unpacked_samples
 from l2m.rules.model import Rule
 from l2m.streaming.job import Job, start_job
 
@@ -140,7 +141,9 @@ class StreamTest:
 
         def sink(frame: DataFrame, batch_id: int) -> None:
             # foreachBatch runs on the driver: the list is this object's.
-            rows = frame.collect()
+            # as the Kafka sink reads them: a state call's packed samples unpacked
+            batches = unpacked_samples(frame.toArrow().to_batches())
+            rows = [row for batch in batches for row in batch.to_pylist()]
             self.received.extend((r["key"], r["value"]) for r in rows)
             self.batches.append(batch_id)
             self.times[batch_id] = {r["time"] for r in rows}

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from l2m.state.format import load_entry
+from tests.support.outputs import output_samples
 
 
 class Store:
@@ -131,7 +131,7 @@ def call(processor: Any, store: Store, key: tuple[int, int], rows: list[dict[str
     store.key, store.now = key, now
     frames = [pd.DataFrame(rows)] if rows else []
     out = processor.handleInputRows(key, iter(frames), TimerValues(now, watermark))
-    return [orjson.loads(v) for frame in out for v in frame["value"]]
+    return output_samples(out)
 
 
 def fire(processor: Any, store: Store, now: int, watermark: int) -> list[dict[str, Any]]:

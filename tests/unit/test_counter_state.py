@@ -14,6 +14,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from l2m.rules.loader import load_text
 from l2m.state.counters import CounterState
+from tests.support.outputs import output_samples
 
 RULES, _ = load_text("""\
 rules:
@@ -42,7 +43,7 @@ def partial(series: str, le: str | None, n: int, total: float, ts: int) -> dict:
 def run(fn: CounterState, key: tuple, rows: list[dict], state: GroupState) -> list[dict]:
     frames = [pd.DataFrame(rows)] if rows else []
     out = list(fn(key, iter(frames), state))
-    return [orjson.loads(v) for frame in out for v in frame["value"]]
+    return output_samples(out)
 
 
 def stored(state: GroupState) -> dict:

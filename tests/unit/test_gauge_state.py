@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import decimal
 
-import orjson
 import pandas as pd
 from pyspark.sql import Row
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
@@ -13,6 +12,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from l2m.rules.loader import load_text
 from l2m.state.gauges import GaugeState
+from tests.support.outputs import output_samples
 
 RULES, _ = load_text("""\
 rules:
@@ -43,7 +43,7 @@ def partial(series: str, le: str | None, values: list[float], ts: int) -> dict:
 
 def run(fn: GaugeState, key: tuple, rows: list[dict], state: GroupState) -> list[dict]:
     frames = [pd.DataFrame(rows)] if rows else []
-    return [orjson.loads(v) for frame in fn(key, iter(frames), state) for v in frame["value"]]
+    return output_samples(fn(key, iter(frames), state))
 
 
 def test_a_window_accumulates_and_re_emits_its_corrected_value():

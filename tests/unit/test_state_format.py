@@ -33,6 +33,7 @@ from l2m.state.format import (
 )
 from l2m.state.function import CUMULATIVE, MetricState
 from l2m.state.gauges import GaugeState
+from tests.support.outputs import output_samples
 from tests.unit.test_counter_state import group_state, partial, run
 from tests.unit.test_gauge_state import group_state as gauge_group_state
 
@@ -101,7 +102,7 @@ def test_v1_gauge_blob_continues_its_window():
            "sum": 50.0, "exact_sum": None, "exact_n": 0, "min": 50.0, "max": 50.0,
            "ts": W + 1}
     frames = [pd.DataFrame([row])]
-    out = [orjson.loads(v) for f in fn(("h", 0, W), iter(frames), state) for v in f["value"]]
+    out = output_samples(fn(("h", 0, W), iter(frames), state))
     assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
         ("ms_bucket", "10", 2.0), ("ms_bucket", "100", 3.0), ("ms_bucket", "+Inf", 4.0),
         ("ms_sum", None, 559.0), ("ms_count", None, 4.0)]

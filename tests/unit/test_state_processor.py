@@ -37,6 +37,7 @@ from l2m.state.processor import (
 )
 from l2m.state.variables import BUCKETS
 from tests.support import tws
+from tests.support.outputs import output_rows, output_samples
 from tests.unit.test_counter_state import group_state, partial
 from tests.unit.test_gauge_state import group_state as gauge_group_state
 
@@ -174,8 +175,7 @@ def test_counters_and_caps_decide_exactly_as_format_3(seed, small):
     for b, rows in enumerate(_random_batches(seed)):
         now = W + b * 1000
         state = group_state(blob, now=now)
-        expected = [orjson.loads(v) for f in old((0, CUMULATIVE), iter([pd.DataFrame(rows)]),
-                                                 state) for v in f["value"]]
+        expected = output_samples(old((0, CUMULATIVE), iter([pd.DataFrame(rows)]), state))
         blob = state.get[0]
         got = tws.call(fn, store, (0, CUMULATIVE), rows, now=now)
         assert values(got) == values(expected), b
@@ -225,8 +225,7 @@ def test_gauges_decide_exactly_as_format_3_and_close_with_the_watermark(small):
     for b in range(3):
         rows = [row("g", i, float(b + i), window=W) for i in range(b, b + 3)]
         state = gauge_group_state(blob, watermark=0)
-        expected = [orjson.loads(v) for f in old((0, W), iter([pd.DataFrame(rows)]), state)
-                    for v in f["value"]]
+        expected = output_samples(old((0, W), iter([pd.DataFrame(rows)]), state))
         blob = state.get[0]
         assert values(tws.call(fn, store, (0, W), rows, now=W + b)) == values(expected)
     assert store.timers[(0, W)] == {W + 60_000}
@@ -501,7 +500,7 @@ def test_v5_gauge_state_continues_its_window_and_publishes_every_series_once():
     out = tws.call(fn, store, key, rows, now=now + 1000)
     assert values(out) == {("g", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0}
     final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
-    assert values([orjson.loads(v) for f in final for v in f["value"]]) == {
+    assert values(output_samples(final)) == {
         ("g", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0,
         ("k", (("svc", "api"),)): 1.0, ("k", (("svc", "db"),)): 1.0}
     assert store.data == {}
@@ -580,10 +579,9 @@ def _marked(fn, store, key, rows=None, now=0, watermark=0, timer=False) -> list[
     else:
         frames = fn.handleInputRows(key, iter([pd.DataFrame(rows)] if rows else []), tv)
     out = []
-    for frame in frames:
-        for mark, value in zip(frame["mark"], frame["value"], strict=True):
-            s = orjson.loads(value)
-            out.append((mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
+    for _key, value, _time, mark in output_rows(frames):
+        s = orjson.loads(value)
+        out.append((mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
     return out
 
 
@@ -722,7 +720,7 @@ def test_v6_gauge_state_continues_its_window_and_publishes_every_series_once():
     out = tws.call(fn, store, key, rows, now=now + 1000)
     assert values(out) == {("h", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0}
     final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
-    assert values([orjson.loads(v) for f in final for v in f["value"]]) == {
+    assert values(output_samples(final)) == {
         ("g", (("svc", "web"),)): 7.0, ("h", (("svc", "web"),)): 9.0,
         ("k", (("svc", "web"),)): 2.0, ("k", (("svc", "api"),)): 1.0,
         ("k", (("svc", "db"),)): 1.0}
@@ -760,7 +758,7 @@ def test_v7_gauge_state_publishes_every_series_of_a_framed_bucket_once():
                                                 ts=now + 100)], now=now + 1000)
     assert values(out) == {("h", (("svc", "svc03"),)): 9.0}
     final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
-    published = [orjson.loads(v) for f in final for v in f["value"]]
+    published = output_samples(final)
     expected = {("g", (("svc", s[2:]),)): 7.0 for s in GOLDEN7_SERIES}
     expected |= {("h", (("svc", s[2:]),)): 5.0 for s in GOLDEN7_SERIES}
     expected |= {("h", (("svc", "svc03"),)): 9.0}
@@ -873,8 +871,8 @@ def _marked_timers(fn: MetricProcessor, store: tws.Store, now: int, watermark: i
                    ) -> list[tuple]:
     """(mark, rule, labels, value) of every sample the timers due at ``now`` emit."""
     out = []
-    for frame in tws.fire(fn, store, now=now, watermark=watermark):
-        for mark, value in zip(frame["mark"], frame["value"], strict=True):
-            s = orjson.loads(value)
-            out.append((mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
+    for _key, value, _time, mark in output_rows(tws.fire(fn, store, now=now,
+                                                          watermark=watermark)):
+        s = orjson.loads(value)
+        out.append((mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
     return out
