@@ -30,16 +30,17 @@ if TYPE_CHECKING:
 # sample (NEW: remote write writes a 0 just before it, so PromQL's increase() counts its first
 # value). A sample dict carries its mark under MARK_KEY until samples_frame writes it.
 MARK_HEADER = "l2m-mark"
-# A state call's samples from this many on leave the state stage packed (samples_frame): one
-# binary value instead of a row each, which pyspark converts to Arrow and the JVM converts
-# from Arrow and back for the sink's worker — with 100,000 tenant rules ≈ 95,000 samples a
-# batch (benchmarks/README.md, "Session 26"). Fewer stay rows: a pack's schema, framing and
-# codec cost more than a few rows.
-PACK_SAMPLES = 64
 FINAL = "final"
 CORRECTION = "correction"
 NEW = "new"
 MARK_KEY = "_mark"
+# A state call's samples from this many on leave the state stage packed (samples_frame): one
+# binary value instead of a row each, which pyspark converts to Arrow and the JVM converts
+# from Arrow and back for the sink's worker — with 100,000 tenant rules ≈ 95,000 samples a
+# batch (benchmarks/README.md, "Session 26"). Fewer stay rows: in Python a pack costs ≈ 0.3
+# ms more a call (schema, framing, codec), a row ≈ 1.8 µs more a sample, before the JVM's
+# two conversions of each row.
+PACK_SAMPLES = 64
 
 
 def sample_value(value: float) -> float | str:
@@ -215,9 +216,9 @@ def samples_frame(samples: list[dict[str, Any]], batch_ms: int,
 
 
 def unpacked_samples(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The state stage's output batches (:func:`samples_frame`'s) with their rows' samples
-    as they are and each pack's in its place — key, value, time and mark columns; batches
-    without a ``pack`` column (any ``key, value`` frame given to the sink) as they are."""
+    """The sink's input batches as sample rows (key, value, time, mark): the state stage's
+    (:func:`samples_frame`'s) with the rows that are not packs first, then each pack's
+    samples; a batch without a ``pack`` column (any ``key, value`` frame) as it is."""
     from l2m.engine.ipc import table_of
 
     for batch in batches:
