@@ -45,9 +45,9 @@ EXACT = pa.decimal128(38, 18)  # what Spark's decimal(38,18) holds: |x| < 1e20
 WIDE = pa.decimal256(76, 18)  # sums of exact values: adding never rounds
 
 # The Arrow type of each Spark type of the columns (l2m.engine.columns).
-_ARROW = {"string": pa.string(), "bigint": pa.int64(), "double": pa.float64(),
-          "decimal(38,18)": EXACT}
-PARTIAL_ARROW = pa.schema([pa.field(name, _ARROW[spark]) for name, spark in COLUMNS])
+ARROW_TYPES = {"string": pa.string(), "bigint": pa.int64(), "double": pa.float64(),
+               "decimal(38,18)": EXACT}
+PARTIAL_ARROW = pa.schema([pa.field(name, ARROW_TYPES[spark]) for name, spark in COLUMNS])
 
 EXACT_LIMIT = 1e20
 # Exact sums in Python: wide enough that adding never rounds; past ±1e20 a sum falls back to

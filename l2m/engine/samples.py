@@ -7,6 +7,7 @@ keys and JSON lines. Pure Python, shared by backfill and the state stage."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Iterable, Iterator, Mapping
@@ -15,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from l2m.engine.admission import OVERFLOW_SERIES
-from l2m.engine.columns import PACK_COLUMN
-from l2m.engine.partials import Partial, nonfinite_text
+from l2m.engine.columns import PACK_COLUMN, SAMPLE_COLUMNS
+from l2m.engine.partials import ARROW_TYPES, Partial, nonfinite_text
 from l2m.limits import OVERFLOW_LABEL
 from l2m.rules.model import Rule
 
@@ -41,6 +42,8 @@ MARK_KEY = "_mark"
 # ms more a call (schema, framing, codec), a row ≈ 1.8 µs more a sample, before the JVM's
 # two conversions of each row.
 PACK_SAMPLES = 64
+# The pandas dtype of each Spark type of the sample columns (samples_frame's frame).
+_PANDAS_TYPES = {"string": "object", "bigint": "int64"}
 
 
 def sample_value(value: float) -> float | str:
@@ -196,23 +199,30 @@ def samples_frame(samples: list[dict[str, Any]], batch_ms: int,
     # where pandas (0.2 s) and Arrow are never used.
     import pandas as pd
 
-    packs: list[bytes | None] = [None] * len(samples)
-    if len(samples) >= PACK_SAMPLES:
+    n = len(samples)
+    rows: dict[str, list[Any]] = {"key": keys, "value": values, "time": [batch_ms] * n,
+                                  "mark": marks}
+    packs: list[bytes | None] = [None] * n
+    if n >= PACK_SAMPLES:
         import pyarrow as pa
 
         from l2m.engine.ipc import streams
 
-        table = pa.table({"key": pa.array(keys, pa.string()),
-                          "value": pa.array(values, pa.string()),
-                          "time": pa.array([batch_ms] * len(samples), pa.int64()),
-                          "mark": pa.array(marks, pa.string())})
-        packs = [value.to_pybytes() for value in streams(table)]
-        keys = values = marks = [None] * len(packs)
-    return pd.DataFrame({"key": pd.Series(keys, dtype="object"),
-                         "value": pd.Series(values, dtype="object"),
-                         "time": pd.Series([batch_ms] * len(keys), dtype="int64"),
-                         "mark": pd.Series(marks, dtype="object"),
-                         PACK_COLUMN: pd.Series(packs, dtype="object")})
+        packs = [value.to_pybytes() for value in streams(pa.table(rows, schema=sample_arrow()))]
+        none = [None] * len(packs)
+        rows = {"key": none, "value": none, "time": [batch_ms] * len(packs), "mark": none}
+    columns = {name: pd.Series(rows[name], dtype=_PANDAS_TYPES[spark])
+               for name, spark in SAMPLE_COLUMNS}
+    return pd.DataFrame({**columns, PACK_COLUMN: pd.Series(packs, dtype="object")})
+
+
+@functools.cache
+def sample_arrow() -> pa.Schema:
+    """A sample row's Arrow schema (:data:`~l2m.engine.columns.SAMPLE_COLUMNS`): a pack's
+    columns."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(name, ARROW_TYPES[spark]) for name, spark in SAMPLE_COLUMNS])
 
 
 def unpacked_samples(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -29,7 +29,7 @@ from pyspark import Accumulator
 from pyspark.sql.streaming.state import GroupState
 
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, refused_series
-from l2m.engine.columns import PACK_COLUMN, RULESET_COLUMN
+from l2m.engine.columns import PACK_COLUMN, RULESET_COLUMN, SAMPLE_SCHEMA
 from l2m.engine.ipc import table_of
 from l2m.engine.partials import Partial, column_list, frame_partials
 from l2m.engine.rulesets import select
@@ -65,7 +65,7 @@ CAPPED_FORMAT = 3
 SWEEP_MS = 60_000  # format 2: how often a key's untouched rules are checked for idle series
 # The state stage's output: a sample's Kafka key, JSON value, time and mark, or in ``pack`` a
 # call's samples together (l2m.engine.samples.samples_frame).
-OUTPUT_SCHEMA = f"key string, value string, time bigint, mark string, {PACK_COLUMN} binary"
+OUTPUT_SCHEMA = SAMPLE_SCHEMA
 STATE_SCHEMA = "blob binary"
 
 

@@ -9,16 +9,19 @@ import pyarrow as pa
 import pytest
 
 from l2m.engine import samples as samples_module
+from l2m.engine.columns import PACK_COLUMN, SAMPLE_COLUMNS, SAMPLE_SCHEMA
 from l2m.engine.samples import (
     CORRECTION,
     FINAL,
     MARK_KEY,
     NEW,
     PACK_SAMPLES,
+    sample_arrow,
     samples_frame,
     series_key,
     unpacked_samples,
 )
+from l2m.state.function import OUTPUT_SCHEMA
 from tests.support.outputs import output_rows
 
 W = 1_795_341_600_000
@@ -59,8 +62,7 @@ def test_a_pack_is_cut_past_its_rows_bound_and_batches_mix_rows_and_packs(monkey
     assert len(packs) == 3  # 100 + 100 + 50
     rows = samples_frame(_samples(2), W + 5, FINAL)
     # as Spark hands the sink one batch of the stage's rows (OUTPUT_SCHEMA's types)
-    schema = pa.schema([("key", pa.string()), ("value", pa.string()), ("time", pa.int64()),
-                        ("mark", pa.string()), ("pack", pa.binary())])
+    schema = sample_arrow().append(pa.field(PACK_COLUMN, pa.binary()))
     table = pa.concat_tables([pa.Table.from_pandas(f, schema=schema, preserve_index=False)
                               for f in (rows, packs)])
     got = [r for b in unpacked_samples(table.combine_chunks().to_batches())
@@ -77,3 +79,14 @@ def test_a_frame_without_a_pack_column_passes_as_it_is():
 def test_the_pack_threshold_is_the_module_s(monkeypatch):
     monkeypatch.setattr(samples_module, "PACK_SAMPLES", 2)
     assert samples_frame(_samples(2), W)["pack"].notna().all()
+
+
+@pytest.mark.parametrize("n", [3, PACK_SAMPLES])
+def test_the_frame_rows_and_packs_have_the_stage_schema_columns_in_order(n):
+    """samples_frame, the pack's Arrow schema and the stage's DDL name the same columns."""
+    frame = samples_frame(_samples(n), W + 5)
+    ddl = [part.split()[0] for part in SAMPLE_SCHEMA.split(", ")]
+    assert OUTPUT_SCHEMA == SAMPLE_SCHEMA
+    assert list(frame.columns) == ddl == [name for name, _ in SAMPLE_COLUMNS] + [PACK_COLUMN]
+    assert sample_arrow().names == ddl[:-1]
+    assert [str(t) for t in frame.dtypes] == ["object", "object", "int64", "object", "object"]
