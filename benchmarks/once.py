@@ -6,10 +6,14 @@ read + parse ceiling measured in the same run on the same broker
 Input: the broker, ``records`` logs of the load generator over ``partitions`` partitions, the
 benchmark rules (``benchmarks/rules.yaml``). Output: the run's wall time and logs/s, and the
 steady rate — the logs of every micro-batch after the first divided by their durations
-(Spark's ``triggerExecution``, read from the progress lines ``l2m run`` prints)."""
+(Spark's ``triggerExecution``, read from the progress lines ``l2m run`` prints) — for the
+profile's micro-batches; and the wall time of a second run over the same backlog with the
+source as shipped (no cap per micro-batch: one batch), what ``l2m run --once`` costs a user
+who sets no cap (benchmarks/README.md, "Session 27")."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -18,16 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.load import LoadSpec, fresh_topics, preload
+from l2m.dev.broker import create_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 # "metrics  batch     3  in   160000 rows … 1234 ms  state …" (l2m.runtime.progress.describe)
 PROGRESS = re.compile(r"batch\s+(\d+)\s+in\s+(\d+) rows.*?\s(\d+) ms\s+state")
 
 
-def job_file(folder: Path, bootstrap: str, topics: Any, per_batch: int, per_task: int) -> Path:
+def job_file(folder: Path, bootstrap: str, topics: Any, per_batch: int | None,
+             per_task: int | None) -> Path:
     """The job configuration: the benchmark rules, ``local[2]``, a fresh checkpoint, micro-
-    batches of at most ``per_batch`` records in tasks of ``per_task``."""
+    batches of at most ``per_batch`` records in tasks of ``per_task`` — or, both None, the
+    source as shipped (no cap per micro-batch, l2m's tasks)."""
     path = folder / "once.yaml"
+    source = [] if per_batch is None and per_task is None else [
+        f"source: {{max_records_per_trigger: {per_batch}, max_records_per_task: {per_task}}}"]
     path.write_text("\n".join([
         f'kafka: {{bootstrap.servers: "{bootstrap}"}}',
         f"topics: {{logs: {topics.logs}, metrics: {topics.metrics}, "
@@ -35,7 +44,7 @@ def job_file(folder: Path, bootstrap: str, topics: Any, per_batch: int, per_task
         f"rules: [{ROOT / 'benchmarks' / 'rules.yaml'}]",
         f"checkpoint: {folder / 'checkpoint'}",
         'spark: {master: "local[2]", spark.sql.shuffle.partitions: 2}',
-        f"source: {{max_records_per_trigger: {per_batch}, max_records_per_task: {per_task}}}",
+        *source,
     ]) + "\n")
     return path
 
@@ -48,6 +57,10 @@ def batches(output: str) -> list[tuple[int, int, int]]:
 
 def run_once(bootstrap: str, workdir: Path, records: int, partitions: int, per_batch: int,
              per_task: int) -> dict[str, Any]:
+    """One backlog of ``records`` logs, read by two whole ``l2m run --once`` runs on fresh
+    checkpoints: in micro-batches of ``per_batch`` (tasks of ``per_task``) — the figures at
+    the top level — and with the source as shipped (``shipped``: no cap per micro-batch, so
+    the backlog is one batch)."""
     from l2m.dev.jvmarchive import build
     from l2m.runtime import jvm as jvmcache
 
@@ -57,10 +70,21 @@ def run_once(bootstrap: str, workdir: Path, records: int, partitions: int, per_b
     archive = jvmcache.archive()
     if archive is not None and not archive.exists():
         build(archive)
-    folder = workdir / "once"
-    folder.mkdir(parents=True, exist_ok=True)
     topics = fresh_topics(bootstrap, "once", partitions)
     preload(LoadSpec(bootstrap, topics.logs, partitions, records))
+    out = _run(bootstrap, workdir / "once", topics, records, partitions, per_batch, per_task)
+    shipped = _run(bootstrap, workdir / "once-shipped", topics, records, partitions, None, None)
+    out["jvm_archive"] = archive is not None and archive.exists()
+    out["shipped"] = {k: shipped[k] for k in ("logs", "batches", "whole_s", "whole_logs_per_s")}
+    return out
+
+
+def _run(bootstrap: str, folder: Path, topics: Any, records: int, partitions: int,
+         per_batch: int | None, per_task: int | None) -> dict[str, Any]:
+    folder.mkdir(parents=True, exist_ok=True)
+    # A metrics topic of its own: two runs over the same logs write the same samples.
+    topics = dataclasses.replace(topics, metrics=f"{topics.metrics}-{folder.name}")
+    create_topics(bootstrap, [topics.metrics])
     config = job_file(folder, bootstrap, topics, per_batch, per_task)
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "l2m.cli", "run", "--once", "--config",
@@ -76,6 +100,5 @@ def run_once(bootstrap: str, workdir: Path, records: int, partitions: int, per_b
     return {"records": records, "partitions": partitions, "logs": logs,
             "per_batch": per_batch, "per_task": per_task,
             "batches": [{"batch": b, "logs": rows, "ms": ms} for b, rows, ms in done],
-            "jvm_archive": archive is not None and archive.exists(),
             "whole_s": round(whole_s, 2), "whole_logs_per_s": round(logs / whole_s),
             "steady_logs_per_s": round(steady_logs / steady_s) if steady_s else None}

@@ -45,6 +45,9 @@ def test_quick_profile_writes_results_targets_and_plots(tmp_path: Path):
     assert issue21["rules_100k"]["tenant_dirs"] and issue21["rules_100k"]["validate_s"] > 0
     assert issue21["cardinality_backfill"]["cardinality_rules"]["samples"] > 0
     assert 20_000 <= issue21["once"]["logs"] <= 20_004 and issue21["once"]["whole_logs_per_s"] > 0
+    # the same backlog read again with the source as shipped: one batch, every log
+    shipped = issue21["once"]["shipped"]
+    assert len(shipped["batches"]) == 1 and shipped["logs"] == issue21["once"]["logs"]
     assert result["limit"]["consume_parse"]["per_s"] > 0
     remote = result["remote_write"]
     # 500 series over 2 batches; delivery adds a 0 before each new series.
