@@ -13,6 +13,7 @@ Input: a query string and the query settings (text and default fields). Output: 
 
 from __future__ import annotations
 
+import decimal
 import functools
 import re
 import threading
@@ -92,9 +93,38 @@ def _compiled(query: str, config: QueryConfig) -> CompiledQuery:
         except (IllegalCharacterError, ParseError) as exc:
             pos = _error_pos(str(exc), query)
             raise QueryError("QUERY_SYNTAX", pos, reason=_reason(exc)) from None
+        except (decimal.InvalidOperation, ValueError):
+            # luqum parses a '~' or '^' followed by digits and dots, then fails to build the
+            # node when they are no number ("a~.", "x^.", '"a b"~1.5'): Decimal's or int()'s
+            # own exception, not a parse error.
+            raise _bad_modifier(query) from None
     _check_tree(tree)
     root = normalize(QueryCompiler(config).compile(tree))
     return CompiledQuery(query, root, tuple(collect_fields(root)))
+
+
+# A '~' or '^' and the digits and dots luqum reads after it (its lexer's fuzzy, proximity and
+# boost tokens), outside phrases.
+_MODIFIER = re.compile(r'"(?:[^"\\]|\\.)*"|\\.|([~^])([0-9.]*)')
+
+
+def _bad_modifier(query: str) -> QueryError:
+    """The error for the first '~' or '^' whose number luqum could not read."""
+    for match in _MODIFIER.finditer(query):
+        op, digits = match.group(1), match.group(2)
+        if op is None or not digits:
+            continue
+        phrase = match.start() > 0 and query[match.start() - 1] == '"'
+        if not re.fullmatch(r"[0-9]+" if op == "~" and phrase else r"[0-9]*\.?[0-9]*", digits) \
+                or digits == ".":
+            if op == "^":
+                return QueryError("QUERY_SYNTAX", match.start(),
+                                  reason=f"a boost '^' takes a number, not '{digits}'")
+            construct = "proximity search '\"...\"~N'" if phrase else "fuzzy search '~'"
+            hint = ": use a phrase" if phrase else ": use a wildcard or a regex"
+            return QueryError("QUERY_UNSUPPORTED", match.start(), construct=construct,
+                              hint=hint)
+    return QueryError("QUERY_SYNTAX", len(query), reason="a '~' or '^' not followed by a number")
 
 
 def _reason(exc: Exception) -> str:
