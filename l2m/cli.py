@@ -276,12 +276,13 @@ def cmd_deliver(args: argparse.Namespace) -> int:
     import threading
 
     from l2m.runtime.deliver import deliver
+    from l2m.runtime.signals import setting
 
     cfg = _load_config(args.config)
     if args.bootstrap:
         cfg = cfg.with_bootstrap(args.bootstrap)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, setting(stop))  # never Event.set in a handler
     names = ", ".join(e.name or e.url for e in cfg.remote_write.endpoints)
     print(f"l2m deliver: topic {cfg.topics.metrics} on {cfg.sink['bootstrap.servers']} → "
           f"{names or 'no endpoints'}" + (" (once)" if args.once else ""),
@@ -312,6 +313,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     import threading
 
     from l2m.dev.broker import EmbeddedBroker, create_topics
+    from l2m.runtime.signals import setting
 
     with EmbeddedBroker(port=args.port) as broker:
         if args.topics:
@@ -320,7 +322,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
               + (f", topics {', '.join(args.topics)}" if args.topics else "")
               + "; Ctrl-C to stop", flush=True)
         stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGTERM, setting(stop))  # never Event.set in a handler
         try:
             while not stop.wait(0.5):
                 if broker.process is None or broker.process.poll() is not None:

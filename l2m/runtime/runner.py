@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import itertools
 import os
 import signal
 import sys
@@ -31,6 +32,7 @@ from l2m.runtime.failures import failure, retriable
 from l2m.runtime.progress import describe
 from l2m.runtime.reload import RuleWatcher
 from l2m.runtime.session import build_session
+from l2m.runtime.signals import SignalRelay
 from l2m.runtime.sparkstatus import BatchTasks, ExecutorLoad
 from l2m.runtime.telemetry import Telemetry
 from l2m.state.checkpoint import check_checkpoint
@@ -73,6 +75,11 @@ class Runner:
     _tasks: BatchTasks | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _now: threading.Event = field(default_factory=threading.Event)  # a second signal
+    # The signals so far (next() is one C call: a nested handler cannot lose a count), and
+    # the second one's request, read by the main thread without a lock.
+    _signalled: Any = field(default_factory=itertools.count)
+    _now_requested: bool = False
+    _relay: SignalRelay | None = None  # where the handler hands its work (lock-free)
     _seen: dict[str, int] = field(default_factory=dict)
     _counted: tuple[int, int, int] = (0, 0, 0)
     _progressed: bool = False
@@ -113,14 +120,19 @@ class Runner:
         return self.job
 
     def install_signals(self) -> None:
+        if self._relay is None:
+            self._relay = SignalRelay()
+        relay = self._relay
+
         def handler(signum: int, _frame: Any) -> None:
-            if self._stop.is_set():  # a second Ctrl-C: stop now
-                self._now.set()
-                self._arm_hard_stop()
+            # No lock taken here, not even an Event's (l2m.runtime.signals): the relay's thread
+            # prints and sets the events. is_set() reads a flag: a stop already under way
+            # (stop()) makes the first signal a second.
+            if next(self._signalled) or self._stop.is_set():  # a second Ctrl-C: stop now
+                self._now_requested = True
+                relay.call(self._stop_now)
                 raise KeyboardInterrupt
-            print(f"\nl2m: {signal.Signals(signum).name} received, finishing the current "
-                  "batch…", file=self.out, flush=True)
-            self._stop.set()
+            relay.call(self._stop_gracefully, signum)
 
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, handler)
@@ -131,6 +143,20 @@ class Runner:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _stop_gracefully(self, signum: int) -> None:
+        """A first signal (the relay's thread): the running batch finishes, then the query
+        stops."""
+        print(f"\nl2m: {signal.Signals(signum).name} received, finishing the current batch…",
+              file=self.out, flush=True)
+        self._stop.set()
+
+    def _stop_now(self) -> None:
+        """A second signal (the relay's thread; the handler raised KeyboardInterrupt in the
+        main thread): the hard stop armed, then the events set."""
+        self._arm_hard_stop()
+        self._stop.set()
+        self._now.set()
 
     def closed(self) -> None:
         """Spark is stopped (the command's last step): the hard stop need not stop it, and
@@ -211,7 +237,7 @@ class Runner:
         finalizer may have been talking to the JVM (py4j's JavaObject.__del__), and Python
         prints an exception raised in a finalizer and goes on — l2m then waited out the
         graceful stop it was asked to cut short."""
-        if self._now.is_set():
+        if self._now_requested:
             raise KeyboardInterrupt
 
     def wait(self, duration: float | None = None, poll: float = 1.0,

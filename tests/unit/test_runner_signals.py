@@ -63,11 +63,11 @@ def test_a_second_signal_swallowed_by_a_finalizer_still_cuts_the_graceful_stop_s
     runner._exit = exits.append  # the second signal arms the hard stop: never os._exit here
     runner.install_signals()
     os.kill(os.getpid(), signal.SIGTERM)  # the first: finish the batch in flight
-    assert runner._stop.is_set()
+    assert runner._stop.wait(5)  # set by the signal relay's thread
     thing = SignalsWhenCollected()
     del thing  # the second, raised inside a finalizer: reported and swallowed
     gc.collect()
-    assert runner._now.is_set()
+    assert runner._now.wait(5)
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         runner._shutdown()
@@ -84,6 +84,7 @@ def _signalled_twice(runner: Runner) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGTERM)
+    assert runner._now.wait(5)  # the relay's thread armed the hard stop, then set it
 
 
 def _hard_stop_runner(tmp_path, exits: list[int], stopped: threading.Event) -> Runner:
@@ -206,3 +207,38 @@ def test_a_process_whose_exit_hangs_after_a_second_signal_still_ends(tmp_path, w
         assert "did not exit within 0.5 s of Spark's stop (threads: none)" in done.stderr
     else:
         assert "Timeout (0:00:01.500000)!" in done.stderr and "__del__" in done.stderr
+
+
+_SIGNAL_IN_EVENT_WAIT = """
+import os, signal, sys
+from l2m.config.job import JobConfig
+from l2m.runtime.runner import Runner
+
+r = Runner(JobConfig(), [], out=sys.stdout)
+r._exit = lambda code: None  # the hard stop, armed by the second signal, never ends this
+r.install_signals()
+# The main thread holds the stop event's lock, as on its way into or out of Event.wait()
+# (the runner's poll): both signals are handled right here, in this thread.
+with r._stop._cond:
+    os.kill(os.getpid(), signal.SIGTERM)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+    except KeyboardInterrupt:
+        print("stop now")
+print("stopping" if r._stop.wait(5) and r._now.wait(5) else "not stopped")
+"""
+
+
+def test_signals_while_the_main_thread_holds_the_stop_events_lock(tmp_path) -> None:
+    # A handler that set the Event itself waited here forever for its own thread's lock, and
+    # the second signal, handled inside that wait, was taken for a first: "SIGTERM received"
+    # twice, no exit (a CI run of the Kubernetes SIGTERM test).
+    script = tmp_path / "signals.py"
+    script.write_text(_SIGNAL_IN_EVENT_WAIT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line]
+    assert lines == ["stop now", "l2m: SIGTERM received, finishing the current batch…",
+                     "stopping"] or lines == [
+        "l2m: SIGTERM received, finishing the current batch…", "stop now", "stopping"]
