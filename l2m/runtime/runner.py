@@ -161,6 +161,8 @@ class Runner:
     def closed(self) -> None:
         """Spark is stopped (the command's last step): the hard stop need not stop it, and
         only sees that the process exits (:meth:`_guard_exit`)."""
+        if self._now_requested:
+            self._now.wait(1)  # the relay's thread arms the hard stop first, then sets this
         if self._hard_stop is not None and not self._closed.is_set():
             # Armed here, not in the hard stop's thread: the main thread may reach Python's
             # own exit before that thread runs again, and then it never does.
