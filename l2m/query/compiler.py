@@ -103,28 +103,39 @@ def _compiled(query: str, config: QueryConfig) -> CompiledQuery:
     return CompiledQuery(query, root, tuple(collect_fields(root)))
 
 
-# A '~' or '^' and the digits and dots luqum reads after it (its lexer's fuzzy, proximity and
-# boost tokens), outside phrases.
-_MODIFIER = re.compile(r'"(?:[^"\\]|\\.)*"|\\.|([~^])([0-9.]*)')
+# A phrase, an escaped character, or a '~' or '^' and the digits and dots luqum reads after
+# it (its lexer's fuzzy, proximity and boost tokens).
+_MODIFIER = re.compile(r'("(?:[^"\\]|\\.)*")|\\.|([~^])([0-9.]*)')
 
 
 def _bad_modifier(query: str) -> QueryError:
-    """The error for the first '~' or '^' whose number luqum could not read."""
+    """The error for the first '~' or '^' whose number luqum could not read — read as luqum
+    reads it: a proximity's (after a phrase) with ``int()``, any other with ``Decimal``."""
+    phrase_end = -1  # where the last phrase ended: a '~' there (or past blanks) is a proximity's
     for match in _MODIFIER.finditer(query):
-        op, digits = match.group(1), match.group(2)
-        if op is None or not digits:
-            continue
-        phrase = match.start() > 0 and query[match.start() - 1] == '"'
-        if not re.fullmatch(r"[0-9]+" if op == "~" and phrase else r"[0-9]*\.?[0-9]*", digits) \
-                or digits == ".":
-            if op == "^":
-                return QueryError("QUERY_SYNTAX", match.start(),
-                                  reason=f"a boost '^' takes a number, not '{digits}'")
-            construct = "proximity search '\"...\"~N'" if phrase else "fuzzy search '~'"
-            hint = ": use a phrase" if phrase else ": use a wildcard or a regex"
-            return QueryError("QUERY_UNSUPPORTED", match.start(), construct=construct,
-                              hint=hint)
+        phrase, op, digits = match.groups()
+        if op is not None and digits:
+            proximity = op == "~" and phrase_end >= 0 and \
+                not query[phrase_end:match.start()].strip()
+            try:
+                int(digits) if proximity else decimal.Decimal(digits)
+            except (decimal.InvalidOperation, ValueError):
+                if op == "^":
+                    return QueryError("QUERY_SYNTAX", match.start(),
+                                      reason=f"a boost '^' takes a number, not '{digits}'")
+                return _approximate(match.start(), proximity)
+        if phrase is not None:
+            phrase_end = match.end()
     return QueryError("QUERY_SYNTAX", len(query), reason="a '~' or '^' not followed by a number")
+
+
+def _approximate(pos: int, proximity: bool) -> QueryError:
+    """Fuzzy (``term~``) and proximity (``"a b"~N``) search, which l2m does not support."""
+    if proximity:
+        return QueryError("QUERY_UNSUPPORTED", pos, construct="proximity search '\"...\"~N'",
+                          hint=": use a phrase")
+    return QueryError("QUERY_UNSUPPORTED", pos, construct="fuzzy search '~'",
+                      hint=": use a wildcard or a regex")
 
 
 def _reason(exc: Exception) -> str:
@@ -417,12 +428,10 @@ class QueryCompiler(TreeVisitor):
         raise QueryError("QUERY_UNSUPPORTED", node.pos or 0, construct="this range bound", hint="")
 
     def visit_fuzzy(self, node: lq.Fuzzy, field_name: str | None) -> Node:
-        raise QueryError("QUERY_UNSUPPORTED", _tilde(node), construct="fuzzy search '~'",
-                         hint=": use a wildcard or a regex")
+        raise _approximate(_tilde(node), proximity=False)
 
     def visit_proximity(self, node: lq.Proximity, field_name: str | None) -> Node:
-        raise QueryError("QUERY_UNSUPPORTED", _tilde(node),
-                         construct="proximity search '\"...\"~N'", hint=": use a phrase")
+        raise _approximate(_tilde(node), proximity=True)
 
 
 def _crossing(raw: str) -> int:

@@ -54,6 +54,8 @@ def error(query: str) -> tuple[str, int]:
     ('"a b"~.', "QUERY_UNSUPPORTED", 5),
     ("a^.", "QUERY_SYNTAX", 1),
     ('"x"^1.2.3', "QUERY_SYNTAX", 3),
+    ('"a b" ~1.5', "QUERY_UNSUPPORTED", 6),  # a proximity still, past the blank
+    ('"a~." b~.', "QUERY_UNSUPPORTED", 7),  # a phrase's '~.' is text; the fuzzy one counts
     ("", "QUERY_EMPTY", 0),
     ("   ", "QUERY_EMPTY", 0),
     ("a" * 4097, "QUERY_TOO_LONG", 4096),
