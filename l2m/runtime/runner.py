@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -77,7 +77,7 @@ class Runner:
     _now: threading.Event = field(default_factory=threading.Event)  # a second signal
     # The signals so far (next() is one C call: a nested handler cannot lose a count), and
     # the second one's request, read by the main thread without a lock.
-    _signalled: Any = field(default_factory=itertools.count)
+    _signalled: Iterator[int] = field(default_factory=itertools.count)
     _now_requested: bool = False
     _relay: SignalRelay | None = None  # where the handler hands its work (lock-free)
     _seen: dict[str, int] = field(default_factory=dict)
