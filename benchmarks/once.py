@@ -7,9 +7,10 @@ Input: the broker, ``records`` logs of the load generator over ``partitions`` pa
 benchmark rules (``benchmarks/rules.yaml``). Output: the run's wall time and logs/s, and the
 steady rate — the logs of every micro-batch after the first divided by their durations
 (Spark's ``triggerExecution``, read from the progress lines ``l2m run`` prints) — for the
-profile's micro-batches; and the wall time of a second run over the same backlog with the
+profile's micro-batches; and the wall time and batch of runs over the same backlog with the
 source as shipped (no cap per micro-batch: one batch), what ``l2m run --once`` costs a user
-who sets no cap (benchmarks/README.md, "Session 27")."""
+who sets no cap — the plan issue 21's targets are graded on (benchmarks/README.md,
+"Session 28"). Each plan's faster run of ``rounds``, alternating."""
 
 from __future__ import annotations
 
@@ -56,11 +57,13 @@ def batches(output: str) -> list[tuple[int, int, int]]:
 
 
 def run_once(bootstrap: str, workdir: Path, records: int, partitions: int, per_batch: int,
-             per_task: int) -> dict[str, Any]:
-    """One backlog of ``records`` logs, read by two whole ``l2m run --once`` runs on fresh
+             per_task: int, rounds: int = 1) -> dict[str, Any]:
+    """One backlog of ``records`` logs, read by whole ``l2m run --once`` runs on fresh
     checkpoints: in micro-batches of ``per_batch`` (tasks of ``per_task``) — the figures at
     the top level — and with the source as shipped (``shipped``: no cap per micro-batch, so
-    the backlog is one batch)."""
+    the backlog is one batch). ``rounds`` runs of each, alternating, each plan's faster
+    whole run kept (every run's seconds under ``runs_s``), as the ceiling it is compared
+    with is the better of its runs."""
     from l2m.dev.jvmarchive import build
     from l2m.runtime import jvm as jvmcache
 
@@ -72,17 +75,30 @@ def run_once(bootstrap: str, workdir: Path, records: int, partitions: int, per_b
         build(archive)
     topics = fresh_topics(bootstrap, "once", partitions)
     preload(LoadSpec(bootstrap, topics.logs, partitions, records))
-    out = _run(bootstrap, workdir / "once", topics, records, partitions, per_batch, per_task)
-    shipped = _run(bootstrap, workdir / "once-shipped", topics, records, partitions, None, None)
+    capped: list[dict[str, Any]] = []
+    shipped: list[dict[str, Any]] = []
+    for r in range(rounds):
+        plans = [(capped, per_batch, per_task), (shipped, None, None)]
+        for runs, batch, task in plans if r % 2 == 0 else plans[::-1]:
+            name = f"once-{'shipped' if batch is None else 'capped'}-{r}"
+            runs.append(_run(bootstrap, workdir / name, topics, records, partitions, batch,
+                             task))
+    out = _fastest(capped)
     out["jvm_archive"] = archive is not None and archive.exists()
-    out["shipped"] = {k: shipped[k] for k in ("logs", "batches", "whole_s", "whole_logs_per_s")}
+    fast = _fastest(shipped)
+    out["shipped"] = {k: fast[k] for k in ("logs", "batches", "whole_s", "whole_logs_per_s",
+                                           "runs_s")}
     return out
+
+
+def _fastest(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {**min(runs, key=lambda r: r["whole_s"]), "runs_s": [r["whole_s"] for r in runs]}
 
 
 def _run(bootstrap: str, folder: Path, topics: Any, records: int, partitions: int,
          per_batch: int | None, per_task: int | None) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
-    # A metrics topic of its own: two runs over the same logs write the same samples.
+    # A metrics topic of its own: runs over the same logs write the same samples.
     topics = dataclasses.replace(topics, metrics=f"{topics.metrics}-{folder.name}")
     create_topics(bootstrap, [topics.metrics])
     config = job_file(folder, bootstrap, topics, per_batch, per_task)

@@ -52,3 +52,26 @@ def test_the_quick_report_says_it_is_a_smoke_test() -> None:
     assert "smoke test" not in full
     assert "| end-to-end drain / machine limit (read + parse) | >= 0.40 | 0.05 | **no** |" \
         in full
+
+
+def test_the_once_targets_are_graded_on_the_shipped_plan() -> None:
+    """Issue 21's `--once` goals are graded on the source as shipped (the plan def2d50's
+    figures reproduce); the profile's micro-batches are shown beside them, not graded."""
+    from benchmarks.__main__ import REFERENCE_GOAL, batches_rate, state_targets
+
+    once = {"records": 1_000_000, "per_batch": 160_000, "whole_s": 20.0,
+            "whole_logs_per_s": 50_000, "steady_logs_per_s": 90_000,
+            "ceiling": {"per_s": 200_000},
+            "shipped": {"logs": 1_000_016, "whole_s": 15.0, "whole_logs_per_s": 66_668,
+                        "batches": [{"batch": 0, "logs": 1_000_016, "ms": 8_000}]}}
+    assert batches_rate(once["shipped"]["batches"]) == 125_002
+    assert batches_rate([{"logs": 100, "ms": 500}, {"logs": 300, "ms": 1_500}]) == 200
+    lines = state_targets({"once": once}, {})
+    assert [(t["goal"], t["measured"], t["met"]) for t in lines] == [
+        (">= 0.5", 0.625, True), (">= 0.3", 0.333, True),
+        (REFERENCE_GOAL, 0.45, None), (REFERENCE_GOAL, 0.25, None)]
+    assert "as shipped (1 batch, the first's cold start included)" in lines[0]["name"]
+    assert lines[2]["name"].startswith("reference: steady micro-batches of 160,000 logs")
+    slow = {**once, "shipped": {**once["shipped"], "whole_logs_per_s": 50_000,
+                                "batches": [{"batch": 0, "logs": 1_000_016, "ms": 12_000}]}}
+    assert [t["met"] for t in state_targets({"once": slow}, {})] == [False, False, None, None]
