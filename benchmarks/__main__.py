@@ -852,8 +852,8 @@ def issue21_markdown(r: dict[str, Any]) -> list[str]:
         lines += ["", f"`l2m run --once` of {once['records']:,} logs over {once['partitions']} "
                       f"partitions (batches of {once['per_batch']:,}), as a user runs it: "
                       f"{once['whole_s']} s in all ({once['whole_logs_per_s']:,} logs/s, "
-                      f"start-up included{_runs(once)}); steady batches {once['steady_logs_per_s']:,} "
-                      "logs/s."
+                      f"start-up included{_runs(once)}); steady batches "
+                      f"{once['steady_logs_per_s']:,} logs/s."
                       + (" The consume + `orjson` ceiling just before and after it"
                          + (f", over {once['ceiling']['records']:,} logs"
                             if "records" in once["ceiling"] else "")
