@@ -1138,7 +1138,8 @@ def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
-    ap.add_argument("--quick", action="store_true", help="tiny data, under 2 minutes")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny data, a few minutes (a smoke test of the harness)")
     ap.add_argument("--out", help="results folder (default: the full profile "
                     "benchmarks/results, the committed results; --quick ./bench-results)")
     ap.add_argument("--render", action="store_true",

@@ -468,7 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", parents=[common],
                        help="run the benchmark harness (benchmarks/)")
-    p.add_argument("--quick", action="store_true", help="tiny data, under 2 minutes")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny data, a few minutes (a smoke test of the harness)")
     p.add_argument("--out", help="results folder (default ./bench-results)")
     p.set_defaults(func=cmd_bench)
 
