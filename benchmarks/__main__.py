@@ -380,7 +380,8 @@ def batches_rate(batches: list[dict[str, Any]]) -> int:
 
 
 def _runs(run: dict[str, Any]) -> str:
-    """ "; the faster of 2 runs: 15.1 and 16.0 s", when the figure is the faster of several."""
+    """The words "; the faster of 2 runs: 15.1 and 16.0 s" when a figure is the faster of
+    several runs, else nothing."""
     runs = run.get("runs_s") or []
     if len(runs) < 2:
         return ""
