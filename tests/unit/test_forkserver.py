@@ -22,6 +22,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -631,6 +632,17 @@ def _main(mode: str, args: list[str]) -> None:
         signal.signal(signal.SIGTERM, stop)
         _report()
         time.sleep(TIMEOUT)
+    elif mode == "failed-start":  # failed-start FOLDER: a server whose Python does not exist
+        tempfile.tempdir = args[0]
+        before = set(os.listdir("/proc/self/fd"))
+        try:
+            forkserver.start(os.path.join(args[0], "no-such-python"))
+        except FileNotFoundError:
+            after = set(os.listdir("/proc/self/fd"))
+            print(json.dumps({"opened": sorted(after - before), "closed": sorted(before - after),
+                              "env_set": forkserver.ENV in os.environ}))
+        else:
+            sys.exit("the server started")
     else:
         raise SystemExit(f"unknown probe mode {mode!r}")
 
@@ -639,32 +651,17 @@ if __name__ == "__main__":
     _main(sys.argv[1], sys.argv[2:])
 
 
-# In an interpreter of its own: the test process's other threads (a Spark session's, a Kafka
-# client's, left by earlier tests) open and close descriptors of their own meanwhile, which a
-# before/after listing of /proc/self/fd would take for a leak (a CI run saw 73, 74 → 77, 78).
-FAILED_START = """
-import os, sys, tempfile
-tempfile.tempdir = sys.argv[1]
-os.environ.pop(sys.argv[2], None)
-from l2m.runtime import forkserver
-before = set(os.listdir("/proc/self/fd"))
-try:
-    forkserver.start(os.path.join(sys.argv[1], "no-such-python"))
-except FileNotFoundError:
-    pass
-else:
-    sys.exit("started")
-after = set(os.listdir("/proc/self/fd"))
-print(sorted(after - before), sorted(before - after), forkserver.ENV in os.environ)
-"""
-
-
 def test_a_server_that_cannot_start_leaves_nothing_behind(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", FAILED_START, str(tmp_path), forkserver.ENV],
-                          capture_output=True, text=True, timeout=60)
+    # In the probe's interpreter: this process's other threads (a Spark session's, a Kafka
+    # client's, left by earlier tests) open and close descriptors of their own meanwhile,
+    # which a before/after listing of /proc/self/fd took for a leak (a CI run: 73, 74 → 77,
+    # 78).
+    env = {k: v for k, v in os.environ.items() if k != forkserver.ENV}
+    done = subprocess.run([sys.executable, *PROBE, "failed-start", str(tmp_path)], cwd=HERE,
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr
     # No descriptor left open (the listener, both pipe ends) or closed, the variable unset.
-    assert done.stdout.split() == ["[]", "[]", "False"]
+    assert json.loads(done.stdout) == {"opened": [], "closed": [], "env_set": False}
     assert list(tmp_path.iterdir()) == []  # neither the folder nor its socket
 
 
