@@ -40,7 +40,7 @@ from benchmarks.latency import run_latency
 from benchmarks.limits import consume_parse_rate, consume_rate, parse_rate
 from benchmarks.live_rules import run_live_rules
 from benchmarks.load import LoadSpec, Skew, preload
-from benchmarks.once import run_once
+from benchmarks.once import batches_rate, run_once
 from benchmarks.peer_quix import run_peer
 from benchmarks.recovery import run_recovery
 from benchmarks.remote_write import run_drain_alongside, run_throughput
@@ -371,12 +371,6 @@ def state_targets(r: dict[str, Any], limit: dict[str, Any]) -> list[dict[str, An
 
 # A figure shown beside the graded ones, not graded: a running stream's micro-batch size.
 REFERENCE_GOAL = "— (reference)"
-
-
-def batches_rate(batches: list[dict[str, Any]]) -> int:
-    """Logs per second of a run's micro-batches, every one counted (the first's cold start
-    too): their logs over the sum of their durations."""
-    return round(sum(b["logs"] for b in batches) * 1000 / max(sum(b["ms"] for b in batches), 1))
 
 
 def _runs(run: dict[str, Any]) -> str:

@@ -108,13 +108,16 @@ def _run(bootstrap: str, folder: Path, topics: Any, records: int, partitions: in
     whole_s = time.monotonic() - started
     if proc.returncode != 0:
         raise RuntimeError(f"l2m run --once failed: {proc.stderr[-2000:]}")
-    done = batches(proc.stdout + proc.stderr)
-    logs = sum(rows for _b, rows, _ms in done)
-    steady = done[1:]
-    steady_logs = sum(rows for _b, rows, _ms in steady)
-    steady_s = sum(ms for _b, _rows, ms in steady) / 1000
+    done = [{"batch": b, "logs": rows, "ms": ms}
+            for b, rows, ms in batches(proc.stdout + proc.stderr)]
+    logs = sum(d["logs"] for d in done)
     return {"records": records, "partitions": partitions, "logs": logs,
-            "per_batch": per_batch, "per_task": per_task,
-            "batches": [{"batch": b, "logs": rows, "ms": ms} for b, rows, ms in done],
+            "per_batch": per_batch, "per_task": per_task, "batches": done,
             "whole_s": round(whole_s, 2), "whole_logs_per_s": round(logs / whole_s),
-            "steady_logs_per_s": round(steady_logs / steady_s) if steady_s else None}
+            "steady_logs_per_s": batches_rate(done[1:]) if len(done) > 1 else None}
+
+
+def batches_rate(done: list[dict[str, Any]]) -> int:
+    """Logs per second of micro-batches (``batch, logs, ms`` each, as a run's ``batches``):
+    their logs over the sum of their durations."""
+    return round(sum(d["logs"] for d in done) * 1000 / max(sum(d["ms"] for d in done), 1))
