@@ -34,6 +34,11 @@ MARK_HEADER = "l2m-mark"
 FINAL = "final"
 CORRECTION = "correction"
 NEW = "new"
+# The record header that carries the micro-batch's time (ASCII decimal ms) beside the record's
+# own timestamp: a metrics topic with message.timestamp.type=LogAppendTime re-stamps records
+# when the broker appends them, so a replayed batch would get a later time and a counter a
+# second value; remote write reads this header first (docs/prometheus.md).
+TIME_HEADER = "l2m-time"
 MARK_KEY = "_mark"
 # A state call's samples from this many on leave the state stage packed (samples_frame): one
 # binary value instead of a row each, which pyspark converts to Arrow and the JVM converts
