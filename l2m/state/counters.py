@@ -122,8 +122,11 @@ class CounterState:
         its partials of this batch → the new content (None: nothing left to keep) and the
         samples of the series this batch touched. ``sweep``: drop series idle past the TTL.
         ``admission``: new series past a cap go to the rule's overflow series. ``marked``: the
-        samples of series this batch starts carry :data:`~l2m.engine.samples.NEW`
-        (state format 4, for remote write)."""
+        samples of a series' first batch *with a value* carry :data:`~l2m.engine.samples.NEW`
+        (state format 4, for remote write): a series started by logs without one (a missing
+        or non-numeric ``field``) is stored with no sample, and its first sample, in a later
+        batch, is the one remote write must precede with a 0; so is the late-log count's
+        first (docs/prometheus.md)."""
         status = rule_id == STATUS_RULE
         rule = INTERNAL_RULES.get(rule_id) or self.rules.get(rule_id)
         series: dict[str, list[Any]] = stored.get("series", {})
@@ -135,13 +138,15 @@ class CounterState:
         # The merged partials of the touched series, for their samples (loading them back
         # from their stored form costs a Decimal parse each).
         merged: dict[str, dict[str, Partial]] = {}
+        # Series that had produced no sample before this batch: new, or stored with no value
+        # (count ``n`` at index 1 of each stored partial: every bucket's, for a histogram).
         started: set[str] = set()
         for name, le, part in redirected(rows, series, admission, rule_id):
             if status:
                 if le and window_closed(int(le), watermark):
                     late = part.merged_into(late)
                 le = ""
-            if name not in series:
+            if marked and name not in merged and not _sampled(series.get(name)):
                 started.add(name)
             entry = series.setdefault(name, [now, {}])
             entry[0] = now
@@ -173,12 +178,27 @@ class CounterState:
                 for s in produced:
                     s[MARK_KEY] = NEW
             samples += produced
+        return content, samples + self._late(late, late_before, marked)
+
+    def _late(self, late: list[Any] | None, before: int, marked: bool) -> list[dict[str, Any]]:
+        """The late-log count's sample when it grew from ``before``; its first (``before`` 0:
+        none yet, or expired) marked new."""
         counted = Partial.load(late) if late else None
-        if counted is not None and counted.matches > late_before:
-            samples += series_samples(LATE_RULE, [], counted.ts or 0, counted)
-            if self.late is not None:
-                self.late.add(counted.matches - late_before)
-        return content, samples
+        if counted is None or counted.matches <= before:
+            return []
+        produced = series_samples(LATE_RULE, [], counted.ts or 0, counted)
+        if marked and before == 0:
+            for s in produced:
+                s[MARK_KEY] = NEW
+        if self.late is not None:
+            self.late.add(counted.matches - before)
+        return produced
+
+
+def _sampled(entry: list[Any] | None) -> bool:
+    """Whether a stored counter series (``[last_seen, {le: partial}]``) has produced a sample:
+    a value counted in some bucket (``n``, index 1 of a stored partial)."""
+    return entry is not None and any(p[1] > 0 for p in entry[1].values())
 
 
 def tallied(rule_id: str, shard: int, window: int,

@@ -12,7 +12,11 @@ starts while they are written. Work never piles up: a batch that ends while the 
 batch's samples are still being written replaces whatever was waiting (the newest totals
 carry everything the older ones did: series are a value at the moment, the rest are
 counters). :meth:`AccountMetrics.close` writes what is left, so ``l2m run --once`` ends with
-its last batch's numbers written."""
+its last batch's numbers written.
+
+Each snapshot's samples carry its time (strictly increasing) as their records' time, and a
+counter's first sample in this process is marked ``new``: remote write writes a 0 just before
+it, so ``increase()`` counts its first value (a process counts from 0 again: a reset)."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from l2m.engine.samples import MARK_KEY, NEW
 from l2m.state.accounts import AccountBook, account_samples, account_totals
 
 # How long the samples of one batch wait for their acknowledgement before they are given up.
@@ -56,15 +61,23 @@ class AccountMetrics:
     _closed: bool = False
     _thread: threading.Thread | None = None
     _cond: threading.Condition = field(default_factory=threading.Condition)
+    # The counter series (name, account) whose first sample was delivered: the first one of
+    # each is marked new (l2m.engine.samples.NEW), so remote write writes a 0 before it and
+    # increase() counts its first value. Per process: a new process counts from 0 again.
+    _started: set[tuple[str, str]] = field(default_factory=set)
+    _last_ms: int = 0  # the newest snapshot's time: each later one strictly after it
 
     def batch_done(self, batch_id: int, accounts: Mapping[str, str | None],
                    latest: Mapping[Any, float], sums: dict[Any, float]) -> None:
         """Hand over a batch's tallies (``latest`` is copied here; ``sums`` must already be a
         copy, :func:`l2m.state.tally.task_sums`)."""
-        snap = _Snapshot(batch_id, accounts, dict(latest), sums, int(time.time() * 1000))
         with self._cond:
             if self._closed:
                 return
+            # Strictly increasing, whatever the clock does: the samples' time is their
+            # records' (remote write stamps counters with it), one value per time per series.
+            self._last_ms = max(int(time.time() * 1000), self._last_ms + 1)
+            snap = _Snapshot(batch_id, accounts, dict(latest), sums, self._last_ms)
             self._pending = snap  # an older one waiting is superseded (see the module doc)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="l2m-account-metrics",
@@ -104,7 +117,15 @@ class AccountMetrics:
         # Best effort: l2m's own metrics never fail a batch, nor stop the next ones.
         try:
             view = self.book.view(account_totals(snap.accounts, snap.latest, snap.sums))
-            self.produce(account_samples(view, snap.taken_ms))
+            samples = account_samples(view, snap.taken_ms)
+            first = []
+            for sample in samples:
+                series = (sample["name"], sample["labels"]["account"])
+                if sample["kind"] == "counter" and series not in self._started:
+                    sample[MARK_KEY] = NEW
+                    first.append(series)
+            self.produce(samples)
+            self._started.update(first)  # delivered: later samples continue the series
         except Exception as exc:
             print(f"l2m: the per-account metrics of batch {snap.batch_id} were not written: "
                   f"{exc}", file=sys.stderr, flush=True)
