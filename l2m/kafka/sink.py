@@ -3,8 +3,10 @@
 
 Input: ``key, value`` rows (strings or bytes: the state stage's samples), optionally
 ``time`` (the record's timestamp, ms: the state stage's micro-batch time, the same when the
-batch is replayed; else the producer's clock) and ``mark`` (a gauge window's
-:data:`~l2m.engine.samples.MARK_HEADER`), and the ``kafka.*`` client settings.
+batch is replayed; else the producer's clock), written again as the header
+:data:`~l2m.engine.samples.TIME_HEADER`, and ``mark`` (a sample's
+:data:`~l2m.engine.samples.MARK_HEADER`), and the ``kafka.*`` client settings. A message sent
+again (below) keeps its timestamp and headers.
 Output: messages on the topic, every one acknowledged before the task returns, or
 :class:`~l2m.errors.SinkError`.
 
@@ -66,8 +68,9 @@ class Delivered(WriterCommitMessage):
     dropped: int = 0  # of those, the ones no dead-letter topic took
 
 
-# A sample the topic refused, and why.
-Refusal = tuple[bytes | None, bytes | None, str]
+# A sample the topic refused: key, value, why, and its record's timestamp (ms; None: the
+# producer's clock) and headers, which a re-send keeps (remote write needs both).
+Refusal = tuple[bytes | None, bytes | None, str, int | None, list[tuple[str, bytes]]]
 
 
 def _into(result: list[Any]) -> Callable[[Any, Any], None]:
@@ -81,6 +84,26 @@ def _into(result: list[Any]) -> Callable[[Any, Any], None]:
 
 def _bytes(value: bytes | str | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
+
+
+def _stamp(at: int | None, mark: str | None) -> dict[str, Any]:
+    """A sample record's timestamp and headers (``produce`` arguments): the micro-batch's
+    time as the record's timestamp and again in :data:`~l2m.engine.samples.TIME_HEADER` (a
+    topic with ``message.timestamp.type=LogAppendTime`` replaces the former, remote write
+    reads the latter), and the sample's :data:`~l2m.engine.samples.MARK_HEADER`."""
+    from l2m.engine.samples import MARK_HEADER, TIME_HEADER
+
+    headers = [] if mark is None else [(MARK_HEADER, mark.encode())]
+    if at is None:
+        return {"headers": headers} if headers else {}
+    headers.append((TIME_HEADER, str(at).encode()))
+    return {"timestamp": at, "headers": headers}
+
+
+def _sent_as(msg: Any) -> tuple[int | None, list[tuple[str, bytes]]]:
+    """The timestamp and headers a message of a delivery report was produced with."""
+    kind, at = msg.timestamp()
+    return (at if kind and at and at > 0 else None), list(msg.headers() or [])
 
 
 class _Producing:
@@ -105,7 +128,7 @@ class _Producing:
         micro-batch is replayed."""
         from confluent_kafka import KafkaException
 
-        from l2m.engine.samples import MARK_HEADER, unpacked_samples
+        from l2m.engine.samples import unpacked_samples
 
         errors: list[str] = []
         batched: list[Refusal] = []  # refused in the delivery report: maybe for a neighbour
@@ -113,7 +136,7 @@ class _Producing:
 
         def delivered(err: Any, msg: Any) -> None:
             if refused(err):
-                batched.append((msg.key(), msg.value(), str(err)))
+                batched.append((msg.key(), msg.value(), str(err), *_sent_as(msg)))
             elif err is not None:
                 errors.append(str(err))
 
@@ -129,16 +152,15 @@ class _Producing:
                 marks = batch.column("mark").to_pylist() if "mark" in names \
                     else [None] * len(keys)
                 for key, value, at, mark in zip(keys, values, times, marks, strict=True):
-                    stamp: dict[str, Any] = {} if at is None else {"timestamp": at}
-                    if mark is not None:
-                        stamp["headers"] = [(MARK_HEADER, mark.encode())]
+                    stamp = _stamp(at, mark)
                     try:
                         produce(producer, self.topic, value=value, key=key,
                                 on_delivery=delivered, **stamp)
                     except KafkaException as exc:
                         if not refused(exc.args[0]):
                             raise
-                        alone.append((_bytes(key), _bytes(value), str(exc.args[0])))
+                        alone.append((_bytes(key), _bytes(value), str(exc.args[0]),
+                                      stamp.get("timestamp"), stamp.get("headers", [])))
                     rows += 1
                 producer.poll(0)
                 if errors:
@@ -159,16 +181,21 @@ class _Producing:
 
     def _one_by_one(self, producer: Any, batched: list[Refusal],
                     errors: list[str]) -> list[Refusal]:
-        """Send each message refused in a delivery report again, alone: those refused again
+        """Send each message refused in a delivery report again, alone, with its timestamp and
+        headers (a counter's time and ``new``, a window's ``final``): those refused again
         are refused for their own sake. A transient error goes to ``errors``."""
         out: list[Refusal] = []
-        for key, value, _reason in batched:
+        for key, value, _reason, at, headers in batched:
             result: list[Any] = []
-            produce(producer, self.topic, value=value, key=key, on_delivery=_into(result))
+            stamp: dict[str, Any] = {} if at is None else {"timestamp": at}
+            if headers:
+                stamp["headers"] = headers
+            produce(producer, self.topic, value=value, key=key, on_delivery=_into(result),
+                    **stamp)
             if producer.flush(self.timeout) or not result:
                 errors.append("timed out")
             elif refused(result[0]):
-                out.append((key, value, str(result[0])))
+                out.append((key, value, str(result[0]), at, headers))
             elif result[0] is not None:
                 errors.append(str(result[0]))
             if errors:
@@ -178,7 +205,8 @@ class _Producing:
     def _dead_letter(self, refusals: list[Refusal]) -> int:
         """Samples the topic refused for good → the dead-letter topic (the sample's key, its
         value cut to what the dead-letter producer accepts, the reason, ``l2m.origin`` the
-        metrics topic, ``l2m.kind: sample``); one line each on stderr. Without a dead-letter
+        metrics topic, ``l2m.kind: sample``, and the sample's own headers: its mark and
+        time, for a re-send); one line each on stderr. Without a dead-letter
         topic, or when it refuses one for good too, the sample is dropped. Returns how many
         were dropped."""
         if not refusals:
@@ -189,14 +217,14 @@ class _Producing:
             limit = int(config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
             dead_letters = DeadLetters(config, self.dead_letter_topic, self.topic,
                                        max_bytes=min(DEAD_LETTER_MAX_BYTES, limit // 2))
-        for key, value, reason in refusals:
+        for key, value, reason, _at, headers in refusals:
             size = len(value or b"") + len(key or b"")
             where = f"dead-lettered to {self.dead_letter_topic}" if dead_letters else "dropped"
             print(f"l2m: a sample of {size} bytes was refused by topic {self.topic} for good "
                   f"({reason}): {where}", file=sys.stderr, flush=True)
             if dead_letters is not None:
                 dead_letters.send_record(key, value, f"sample refused: {reason}", self.topic,
-                                         [("l2m.kind", b"sample")])
+                                         [("l2m.kind", b"sample"), *headers])
         if dead_letters is None:
             return len(refusals)
         dead_letters.flush()
@@ -278,17 +306,22 @@ def produce_samples(samples: list[dict[str, Any]], topic: str, kafka: dict[str, 
     """Write a few samples from the driver (l2m's own, :mod:`l2m.state.accounts`) with the
     sink's producer and keys, waiting for every acknowledgement; what was not delivered is a
     :class:`SinkError`. Their gauges are values at the moment, never corrected: each is final
-    (:data:`~l2m.engine.samples.MARK_HEADER`)."""
-    from l2m.engine.samples import FINAL, MARK_HEADER, series_key
+    (:data:`~l2m.engine.samples.MARK_HEADER`); a counter's mark is its own (``MARK_KEY``: a
+    series' first sample is ``new``). Each record is dated with its sample's ``timestamp``,
+    also in :data:`~l2m.engine.samples.TIME_HEADER`, which remote write stamps counters
+    with."""
+    from l2m.engine.samples import FINAL, MARK_KEY, series_key
 
     if not samples:
         return
     producer = sink_producer(kafka, timeout_s, topic)
     errors: list[Any] = []
     for sample in samples:
-        final = [(MARK_HEADER, FINAL.encode())] if sample.get("kind") == "gauge" else None
+        sample = dict(sample)
+        mark = sample.pop(MARK_KEY, None)
         produce(producer, topic, key=series_key(sample), value=orjson.dumps(sample),
-                headers=final, on_delivery=_into(errors))
+                on_delivery=_into(errors),
+                **_stamp(int(sample["timestamp"]), FINAL if sample["kind"] == "gauge" else mark))
     left = producer.flush(timeout_s)
     failed = [e for e in errors if e is not None]
     if left or failed:
