@@ -41,6 +41,10 @@ ERROR_CLASSES: dict[str, str] = {
     "INVALID_ID": "'{value}' must match [a-z0-9][a-z0-9_-]*",
     "DUPLICATE_ID": "'{value}' is already used at {other}",
     "INVALID_NAME": "'{value}' is not a valid metric name [a-zA-Z_:][a-zA-Z0-9_:]*",
+    "RESERVED_NAME": (
+        "'{value}' {reason}: metric names starting with l2m_ are l2m's own "
+        "(l2m_input_logs_total, l2m_late_logs_total, …), written to the same metrics topic"
+    ),
     "INVALID_KIND": "kind '{value}' must be one of counter, gauge",
     "INVALID_AGGREGATION": (
         "aggregation '{value}' must be one of count, sum, avg, min, max, histogram"
@@ -63,6 +67,10 @@ ERROR_CLASSES: dict[str, str] = {
         "'{value}' is not a valid label name [a-zA-Z_][a-zA-Z0-9_]* (and must not start with __)"
     ),
     "LABEL_CLASH": "label '{label}' {reason}",
+    "EMPTY_LABEL_VALUE": (
+        "label '{label}' has an empty value: an empty label is no label in Prometheus (remote "
+        "write drops it); give it a value or leave it out"
+    ),
     "INVALID_DESCRIPTION": "{reason}",
     "INVALID_UNIT": (
         "unit '{value}' must match [a-z][a-z0-9_]* (at most 64 characters): a base unit such "
@@ -83,6 +91,11 @@ ERROR_CLASSES: dict[str, str] = {
     "TARGET_NOT_ALLOWED": (
         "account '{account}' may write to {allowed}, not to '{target}' (the job config's "
         "tenancy.targets allows more)"
+    ),
+    "INVALID_ACCOUNT": (
+        "{what}{value} {reason}; an account is 1 to {limit} characters of {chars}, not "
+        "{reserved} (Mimir's tenant IDs: it becomes the tenant header X-Scope-OrgID and a "
+        "label value)"
     ),
     # series limits (SPEC §7, l2m.limits)
     "MAX_SERIES_ABOVE_ACCOUNT": (

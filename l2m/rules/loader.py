@@ -30,7 +30,7 @@ from l2m.errors import Problem, QueryError, RuleValidationError, render
 from l2m.limits import OVERFLOW_LABEL, Limits
 from l2m.query.compiler import parse_query
 from l2m.query.nodes import CompiledQuery, QueryConfig
-from l2m.rules.identity import collisions
+from l2m.rules.identity import HISTOGRAM_SUFFIXES, collisions
 from l2m.rules.model import (
     AGGREGATIONS,
     ALLOWED,
@@ -43,6 +43,7 @@ from l2m.rules.model import (
     MAX_LABELS,
     NAME_RE,
     REQUIRED,
+    RESERVED_NAME_PREFIX,
     UNIT_RE,
     Aggregation,
     Kind,
@@ -50,7 +51,7 @@ from l2m.rules.model import (
     RuleSet,
     share_values,
 )
-from l2m.tenancy import Tenancy
+from l2m.tenancy import Tenancy, invalid_account
 from l2m.text import similar
 from l2m.values import label_name, string_form
 
@@ -374,6 +375,9 @@ def _tenant_files(roots: Iterable[str | Path]
                 if entry.name.endswith((".yaml", ".yml")):
                     problems.append(_file_problem("RULE_OUTSIDE_ACCOUNT", str(entry)))
                 continue
+            # Its files are still read: their own problems are reported with it.
+            if (params := invalid_account(entry.name, "account directory ")) is not None:
+                problems.append(_file_problem("INVALID_ACCOUNT", str(entry), **params))
             files, found = rule_files([entry])
             problems.extend(p for p in found if p.code != "NO_RULE_FILES")
             sources.extend((entry.name, path) for path in files)
@@ -536,13 +540,14 @@ class _RuleReader:
         self.keys()
         rid, name = self.identity()
         kind, aggregation = self.kind_and_aggregation()
+        self.reserved_name(name, aggregation)
         field_name = self.field(aggregation)
         buckets, bucket_labels = self.buckets(aggregation)
         group_by = self.group_by()
         labels = self.labels()
         self.label_clash(group_by, labels, aggregation)
-        account = self.string("account", scalar_ok=True)
-        target_account = self.string("target_account", scalar_ok=True)
+        account = self.account("account")
+        target_account = self.account("target_account")
         enabled = self.enabled()
         max_series = self.max_series()
         description, unit = self.metadata()
@@ -579,6 +584,22 @@ class _RuleReader:
         if name is not None and not NAME_RE.fullmatch(name):
             self.bad("INVALID_NAME", "name", value=name)
         return rid, name
+
+    def reserved_name(self, name: str | None, aggregation: Aggregation | None) -> None:
+        """A name of l2m's own metrics (:data:`RESERVED_NAME_PREFIX`), or a histogram whose
+        series would be one (``l2m`` → ``l2m_bucket``)."""
+        if name is None or not NAME_RE.fullmatch(name):
+            return
+        if name.startswith(RESERVED_NAME_PREFIX):
+            self.bad("RESERVED_NAME", "name", value=name,
+                     reason=f"starts with {RESERVED_NAME_PREFIX}")
+        elif aggregation == Aggregation.HISTOGRAM and any(
+                (name + suffix).startswith(RESERVED_NAME_PREFIX)
+                for suffix in HISTOGRAM_SUFFIXES):
+            *first, last = (name + suffix for suffix in HISTOGRAM_SUFFIXES)
+            self.bad("RESERVED_NAME", "name", value=name,
+                     reason=f"is a histogram, whose series would be {', '.join(first)} "
+                            f"and {last}")
 
     def kind_and_aggregation(self) -> tuple[Kind | None, Aggregation | None]:
         written_kind = self.string("kind")
@@ -682,6 +703,9 @@ class _RuleReader:
                 self.add("INVALID_TYPE", value_node, "labels", key=f"labels.{key}",
                          expected="a string", type=_type_name(item))
                 continue
+            if not text:  # remote write would drop it: the series would lose a label
+                self.add("EMPTY_LABEL_VALUE", value_node, "labels", label=key)
+                continue
             labels.append((key, text))
         return tuple(sorted(labels))
 
@@ -716,6 +740,14 @@ class _RuleReader:
             if any(label == "le" for label, _ in labels):
                 self.bad("LABEL_CLASH", "labels", label="le",
                          reason="is reserved for histogram buckets")
+
+    def account(self, key: str) -> str | None:
+        """``account`` or ``target_account``: a string (a number in its string form) in the
+        accounts' alphabet (:func:`l2m.tenancy.account_problem`)."""
+        value = self.string(key, scalar_ok=True)
+        if value is not None and (params := invalid_account(value)) is not None:
+            self.bad("INVALID_ACCOUNT", key, **params)
+        return value
 
     def enabled(self) -> bool:
         if "enabled" not in self.raw:

@@ -57,6 +57,11 @@ MAX_BUCKETS = 128
 # default per-series limit, so every series l2m writes is one a TSDB takes.
 MAX_LABELS = 30
 
+# Metric names l2m writes about itself to the same metrics topic (l2m_input_logs_total,
+# l2m_late_logs_total, …; docs/metrics.md): a rule writing one would interleave its samples
+# with l2m's own under one series.
+RESERVED_NAME_PREFIX = "l2m_"
+
 ID_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
 NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
