@@ -71,8 +71,8 @@ class Versions:
         return self.routing(_selected[0], _selected[1])
 
 
-# The rule set the state stage's current call reads (set from its rows' ``ruleset``; a call
-# with timers only keeps the last one this process saw), and where shipped files are.
+# The rule set the state stage's current call reads (set from its rows' ``ruleset``, or for
+# a call with timers only from the key's state: select_key), and where shipped files are.
 _selected: tuple[str | None, str | None] = (None, None)
 
 
@@ -82,6 +82,28 @@ def select(version: str | None, files_dir: str | None) -> None:
     global _selected
     if version is not None:
         _selected = (version, files_dir)
+
+
+def select_key(versions: Versions | None, version: str | None,
+               files_dir: str | None) -> str | None:
+    """The state stage, a call with timers only (no rows to name their rule set): select the
+    rule set the key's state says it was last written under (``version``, the key's stored
+    ``rs``), which the driver ships again after a restart
+    (:meth:`l2m.streaming.rulesets.RulesetPublisher.start`); the selected version.
+
+    Raises nothing. When this worker cannot read ``version`` (none stored, or a version the
+    checkpoint no longer kept) the key is under the rules the query started with, as a
+    restart puts it — never under whatever version another key's call left selected. None:
+    fixed rules (``versions`` None), nothing to select."""
+    global _selected
+    if versions is None:
+        return None
+    try:
+        found = bool(version) and versions.has(str(version), files_dir)
+    except (OSError, ValueError):  # an odd path in the state: the fallback, never a failed task
+        found = False
+    _selected = (str(version), files_dir) if found else (versions.version, files_dir)
+    return _selected[0]
 
 
 def planned_version(ruleset_file: str | None, first: str) -> str:

@@ -14,11 +14,18 @@ Spark. Output, for each version:
   to the offset log before the batch runs — so a replay, even after a crash and a restart
   with other rules, is planned with the version its first attempt had.
 
-On start the job ships, besides its own rules, the version of a batch planned but not
-committed (read from the checkpoint's offset log), restored from its snapshot."""
+What is kept is read from the checkpoint, never from what this process remembers of the
+query's progress: a version is kept while an offset log entry newer than the last commit names
+it (a replay's), while a batch being planned may still have read it (at most the one after the
+newest planned when the next version was written), and — when it has gauge rules — while a
+gauge window its batches touched may still be open, for that key's timers (until the
+committed watermark has passed those windows' end and a recheck; the bounds in
+``rulesets/windows``). On start the job ships, besides its own rules, every kept version,
+restored from its snapshot: a replay's (required) and those gauge keys may still name."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -39,11 +46,20 @@ from l2m.errors import RuleSnapshotError
 from l2m.rules.model import Rule
 from l2m.rules.snapshot import restore, snapshot, version_of
 from l2m.state.checkpoint import Files, LocalFiles, local_checkpoint
+from l2m.windows import MINUTE_MS
 
 FOLDER = "rulesets"  # under the checkpoint: the snapshots
 CURRENT = "CURRENT"  # under the local folder: the version new batches are planned with
 LAST_GOOD = "current"  # under the checkpoint's folder: the version last published
+WINDOWS = "windows"  # under the checkpoint's folder: each kept version's window bound
 TIDY_S = 10.0  # kept snapshots are looked at again at most this often (a listing each)
+# A gauge window key goes once the watermark has passed its end and its next timer has fired
+# (l2m.state.gauges' recheck, a minute): what a version's window bound adds to the newest
+# event time its batches may have seen.
+WINDOW_MARGIN_MS = MINUTE_MS + 60_000
+# A snapshot with a gauge rule (canonical JSON: never inside a string, where quotes are
+# escaped): only gauge window keys name their version in their state.
+_GAUGE = '"kind":"gauge"'
 
 
 def ruleset_version(data: bytes, cfg: JobConfig) -> str:
@@ -80,9 +96,13 @@ class RulesetPublisher:
         # and a removed rule's last one — its lifetime counts stay its account's, never
         # going backwards.
         self.accounts: dict[str, str | None] = {}
-        # Versions kept besides the current one, each until the batch that may still use it
-        # has committed (that batch's number).
-        self._kept: dict[str, int] = {}
+        # A replaced version: the newest batch a planning under way at its replacement may
+        # still have given it (the newest planned, read after the new version was written,
+        # plus one); kept until that batch has committed.
+        self._replaced: dict[str, int] = {}
+        self._log: dict[int, tuple[str | None, int]] = {}  # offset log: (version, watermark)
+        self._bounds: dict[str, int] | None = None  # WINDOWS, once read
+        self._gauges: dict[str, bool] = {}  # whether a version has gauge rules
         self._dirty = True  # tidy has something to look at
         self._tidied = 0.0
 
@@ -93,8 +113,9 @@ class RulesetPublisher:
                                        cfg.limits.max_label_value_length, cfg.limits.series))
 
     def start(self, rules: Sequence[Rule]) -> Versions:
-        """The query's rules at start: published, and a pending replay's version shipped; the
-        :class:`Versions` the query's options carry."""
+        """The query's rules at start: published, and every kept version shipped again (a
+        pending replay's, and those gauge keys may still name); the :class:`Versions` the
+        query's options carry."""
         with collector_paused():  # 100,000 rules: a dict each (the routing pauses its own)
             data = snapshot(rules)
         version = ruleset_version(data, self.cfg)
@@ -105,14 +126,22 @@ class RulesetPublisher:
         if _shipped.get(id(self.spark.sparkContext)) is None:
             for old in self.local.glob(f"{routing_file('')}*"):
                 old.unlink(missing_ok=True)
-        planned, _ = self._progress()
-        pending = self.pending_version()
         self._publish(version, data, option)
-        if pending is not None and pending != version:
-            self.ship_stored(pending)
-            self._kept[pending] = planned  # until the replayed batch commits
+        self._gauges[version] = _GAUGE.encode() in data
         self._dirty = True
-        self.tidy(now=True)
+        self.tidy(now=True)  # what no batch or key can need any more is not shipped for nothing
+        # A replay's version must be shipped (a RuleSnapshotError when it is not stored);
+        # every other kept one is, for the timers of gauge keys that may still name it.
+        entries, committed = self._entries()
+        replays = {v for n, (v, _) in entries.items() if n > committed and v is not None}
+        for name in self.files.names(self.store):
+            kept = name.removesuffix(".json")
+            if name.endswith(".json") and kept != version and kept not in replays:
+                # Unreadable by this release: the keys naming it fall back (select_key).
+                with contextlib.suppress(RuleSnapshotError):
+                    self.ship_stored(kept)
+        for pending in sorted(replays - {version}):
+            self.ship_stored(pending)
         return Versions(version, option)
 
     def publish(self, rules: Sequence[Rule]) -> str:
@@ -128,12 +157,15 @@ class RulesetPublisher:
         if version == self.version:
             return version
         previous = self.version
-        planned, _ = self._progress()
         self._publish(version, data, self.compile(rules))
+        self._gauges[version] = _GAUGE.encode() in data
         self.accounts = {**self.accounts, **_accounts(rules)}
-        # The source may have read the previous version just before this publication, for
-        # the batch after the newest one planned: kept until that batch has committed.
-        self._kept[previous] = max(self._kept.get(previous, -1), planned + 1)
+        # Read after the new version was written: a batch planned from now on reads it, but
+        # a planning under way may have read the previous one just before, for the batch
+        # after the newest planned — never a later one (Spark plans a batch once the one
+        # before is logged).
+        planned, _ = self._progress()
+        self._replaced[previous] = max(self._replaced.get(previous, -1), planned + 1)
         self._dirty = True
         self.tidy(now=True)
         return version
@@ -174,6 +206,7 @@ class RulesetPublisher:
             raise RuleSnapshotError(
                 f"the batch to replay was planned with rule set {version}, which the "
                 f"checkpoint {self.cfg.checkpoint} no longer holds ({FOLDER}/{version}.json)")
+        self._gauges[version] = _GAUGE in text
         rules = restore(text.encode(), self.cfg.query_config)
         self._ship(version, self.compile(rules))
 
@@ -183,30 +216,93 @@ class RulesetPublisher:
         done = _numbered(self.files.names(self.commits))
         return (planned[-1] if planned else -1), (done[-1] if done else -1)
 
-    def pending_version(self) -> str | None:
-        """The rule set of the newest planned batch when it has not committed: a replay's."""
-        planned, committed = self._progress()
-        if planned < 0 or committed >= planned:
-            return None
-        text = self.files.read(f"{self.offsets}/{planned}") or ""
-        return ruleset_of(text)
+    def _entries(self) -> tuple[dict[int, tuple[str | None, int]], int]:
+        """The offset log as Spark keeps it — each planned batch's (rule set version,
+        watermark), an entry read once: Spark never rewrites one — and the newest committed
+        batch (-1: none)."""
+        numbers = _numbered(self.files.names(self.offsets))
+        done = _numbered(self.files.names(self.commits))
+        log: dict[int, tuple[str | None, int]] = {}
+        for n in numbers:
+            entry = self._log.get(n)
+            if entry is None:
+                text = self.files.read(f"{self.offsets}/{n}")
+                if text is None:  # purged by Spark meanwhile
+                    continue
+                entry = (ruleset_of(text), watermark_of(text))
+            log[n] = entry
+        self._log = log
+        return log, (done[-1] if done else -1)
+
+    def kept(self) -> set[str]:
+        """The versions a batch or a gauge key may still need, read from the checkpoint's
+        offset and commit logs: the current one; each named by a batch planned and not
+        committed (a replay's); a replaced one while a planning under way may have read it;
+        one with gauge rules while a window its batches touched may be open."""
+        entries, committed = self._entries()
+        keep = {self.version}
+        keep |= {v for n, (v, _) in entries.items() if n > committed and v is not None}
+        keep |= {v for v, batch in self._replaced.items() if batch > committed}
+        bounds = self._window_bounds()
+        changed = False
+        # A window a batch touched ends at most a minute after the newest event time it
+        # saw: the next batch's watermark plus the grace (Spark's watermark is the newest
+        # event time so far less the delay, l2m's grace).
+        for n, (version, _) in entries.items():
+            if version in (None, self.version) or n > committed or \
+                    not self._has_gauges(str(version)):
+                continue
+            after = entries.get(n + 1)
+            if after is None:  # its windows' bound is not known yet
+                keep.add(version)
+                continue
+            bound = after[1] + self.cfg.grace_ms + WINDOW_MARGIN_MS
+            if bound > bounds.get(version, -1):
+                bounds[version], changed = bound, True
+        watermark = entries[committed][1] if committed in entries else 0
+        keep |= {v for v, bound in bounds.items() if watermark < bound}
+        for version in [v for v in bounds if v not in keep]:
+            del bounds[version]
+            changed = True
+        if changed:
+            self.files.write(f"{self.store}/{WINDOWS}", json.dumps(bounds, sort_keys=True))
+        return keep
+
+    def _window_bounds(self) -> dict[str, int]:
+        if self._bounds is None:
+            try:
+                found = json.loads(self.files.read(f"{self.store}/{WINDOWS}") or "{}")
+            except ValueError:  # a torn write: the offset log gives the bounds again
+                found = {}
+            self._bounds = {str(v): int(b) for v, b in found.items()
+                            if isinstance(b, int)} if isinstance(found, dict) else {}
+        return self._bounds
+
+    def _has_gauges(self, version: str) -> bool:
+        found = self._gauges.get(version)
+        if found is None:
+            text = self.files.read(f"{self.store}/{version}.json")
+            found = self._gauges[version] = text is not None and _GAUGE in text
+        return found
 
     def tidy(self, now: bool = False) -> None:
-        """Drop the snapshots no replay can need any more: each kept version once the batch
-        that may use it has committed (the driver's watch loop calls it, and it looks at most
-        every :data:`TIDY_S` unless ``now``; nothing once only the current set is kept)."""
+        """Drop the snapshots no batch and no gauge key can need any more (:meth:`kept`);
+        the driver's watch loop calls it, and it looks at most every :data:`TIDY_S` unless
+        ``now`` (nothing once only the current set is stored)."""
         if not self._dirty or (not now and time.monotonic() - self._tidied < TIDY_S):
             return
         self._tidied = time.monotonic()
-        if self._kept:
-            _, committed = self._progress()
-            self._kept = {v: batch for v, batch in self._kept.items()
-                          if batch > committed and v != self.version}
-        keep = {self.version, *self._kept}
+        keep = self.kept()
+        self._replaced = {v: b for v, b in self._replaced.items() if v in keep}
+        stored = 0
         for name in self.files.names(self.store):
-            if name.endswith(".json") and name.removesuffix(".json") not in keep:
+            if not name.endswith(".json"):
+                continue
+            if name.removesuffix(".json") in keep:
+                stored += 1
+            else:
                 self.files.delete(f"{self.store}/{name}")
-        self._dirty = bool(self._kept)
+        self._dirty = stored > 1 or len(keep) > 1
 
 
 _shipped: dict[int, set[str]] = {}
@@ -233,6 +329,18 @@ def last_good_rules(cfg: JobConfig) -> tuple[str, tuple[Rule, ...]] | None:
     if text is None:
         return None
     return version, restore(text.encode(), cfg.query_config)
+
+
+def watermark_of(offset_log_entry: str) -> int:
+    """The watermark a batch ran with (ms; 0: none yet), from its offset log entry's
+    metadata line (Spark's ``batchWatermarkMs``)."""
+    lines = offset_log_entry.splitlines()
+    try:
+        meta: Any = json.loads(lines[1]) if len(lines) > 1 else {}
+    except ValueError:
+        return 0
+    value = meta.get("batchWatermarkMs") if isinstance(meta, dict) else None
+    return int(value) if isinstance(value, int) else 0
 
 
 def ruleset_of(offset_log_entry: str) -> str | None:

@@ -360,3 +360,195 @@ def test_an_accounts_cap_counts_the_series_of_rules_added_live(tmp_path, monkeyp
     # p's 3 and q's 2 fill the account: r's two new series go to its overflow series
     assert [(rule_id, labels) for _m, rule_id, labels, _v in out if rule_id == "r"] == [
         ("r", (("l2m_overflow", "true"),))]
+
+
+# --- issue 53: no snapshot dies under a batch ----------------------------------------------
+
+GAUGE = textwrap.dedent("""\
+    rules:
+      - {id: g, name: g_max, kind: gauge, query: "*", aggregation: max, field: v}
+    """)
+
+
+class _Log:
+    """A checkpoint's offset and commit logs, written as Spark writes them."""
+
+    def __init__(self, checkpoint: Path) -> None:
+        self.offsets = checkpoint / "metrics" / "offsets"
+        self.commits = checkpoint / "metrics" / "commits"
+        self.offsets.mkdir(parents=True)
+        self.commits.mkdir(parents=True)
+        self.store = checkpoint / "rulesets"
+
+    def plan(self, n: int, version: str, watermark: int = 0) -> None:
+        (self.offsets / str(n)).write_text(
+            f'v1\n{{"batchWatermarkMs":{watermark},"batchTimestampMs":1,"conf":{{}}}}\n'
+            f'{{"topic":"logs","partitions":{{"0":{n}}},"ruleset":"{version}"}}')
+
+    def commit(self, n: int) -> None:
+        (self.commits / str(n)).write_text("v1\n{}")
+
+    def stored(self) -> set[str]:
+        return {p.stem for p in self.store.glob("*.json")}
+
+
+def _sets(text: str) -> list[tuple[Rule, ...]]:
+    return [tuple(load_text(text.replace("id: ", f"id: {x}").replace("_total", f"{x}_total")
+                            .replace("g_max", f"g{x}_max"))[0]) for x in "abc"]
+
+
+def test_a_rule_set_read_by_batches_planned_during_its_publication_survives_a_crash(tmp_path):
+    """Issue 53: while a new version is compiled (100,000 rules: seconds) the source goes on
+    planning batches with the running one. Those batches are in the offset log by the time the
+    publication ends: the version they name is kept while any of them has not committed, so
+    the batch that crashed is replayed after a restart with the rules it was planned with —
+    the publisher read the offset log before compiling, and the restart failed with
+    RuleSnapshotError."""
+    from l2m.config.job import JobConfig
+    from l2m.streaming.rulesets import RulesetPublisher, ruleset_version
+
+    cfg = JobConfig(checkpoint=str(tmp_path / "ck"))
+    log = _Log(tmp_path / "ck")
+    sets = _sets(RULE)
+    a, b, c = (ruleset_version(snapshot(r), cfg) for r in sets)
+    first = RulesetPublisher(_Spark(), cfg, "metrics")  # type: ignore[arg-type]
+    first.start(sets[0])
+    log.plan(0, a)
+    log.commit(0)
+    compile_ = first.compile
+
+    def planning_meanwhile(rules: Sequence[Rule]) -> str:
+        log.plan(1, a)  # planned, run and committed while the new rules compile
+        log.commit(1)
+        log.plan(2, a)  # planned, running when the publication ends
+        return compile_(rules)
+
+    first.compile = planning_meanwhile  # type: ignore[method-assign]
+    assert first.publish(sets[1]) == b
+    assert log.stored() == {a, b}
+    first.tidy(now=True)
+    assert log.stored() == {a, b}
+    # Batch 2 crashes; the next start (with other rules) replays it with a.
+    spark = _Spark()
+    again = RulesetPublisher(spark, cfg, "metrics")  # type: ignore[arg-type]
+    assert again.start(sets[2]).version == c
+    assert sorted(spark.sparkContext.added) == sorted([f"l2m-routing-{c}", f"l2m-routing-{a}"])
+    assert log.stored() == {a, c}  # b: no batch used it, no key can name it
+    log.commit(2)  # the replay committed: a counter-only set no key names
+    again.tidy(now=True)
+    assert log.stored() == {c}
+
+
+def test_a_rule_set_read_by_a_planning_under_way_at_its_replacement_is_kept(tmp_path):
+    """The source read the running version just before the new one was written, and logs the
+    batch after the publication looked at the offset log: the batch after the newest planned
+    keeps it until it has committed; the one after that is planned with the new version."""
+    from l2m.config.job import JobConfig
+    from l2m.streaming.rulesets import RulesetPublisher, ruleset_version
+
+    cfg = JobConfig(checkpoint=str(tmp_path / "ck"))
+    log = _Log(tmp_path / "ck")
+    sets = _sets(RULE)
+    a, b, _ = (ruleset_version(snapshot(r), cfg) for r in sets)
+    publisher = RulesetPublisher(_Spark(), cfg, "metrics")  # type: ignore[arg-type]
+    publisher.start(sets[0])
+    log.plan(0, a)
+    log.commit(0)
+    publisher.publish(sets[1])
+    publisher.tidy(now=True)
+    assert log.stored() == {a, b}  # batch 1 may be planned with a: not logged yet
+    log.plan(1, a)
+    publisher.tidy(now=True)
+    assert log.stored() == {a, b}
+    log.commit(1)
+    log.plan(2, b)
+    publisher.tidy(now=True)
+    assert log.stored() == {b}
+
+
+def test_a_rule_set_with_gauges_is_kept_and_shipped_while_its_windows_may_be_open(tmp_path):
+    """A gauge key's timers use the rule set of the key's last input (its ``rs``): a replaced
+    version with gauge rules stays in the checkpoint until the committed watermark has passed
+    every window its batches touched (the next batch's watermark + grace + a minute, + a
+    recheck), and a restart meanwhile ships it again for those timers."""
+    from l2m.config.job import JobConfig
+    from l2m.streaming.rulesets import WINDOW_MARGIN_MS, RulesetPublisher, ruleset_version
+
+    grace = 1_200_000
+    cfg = JobConfig(checkpoint=str(tmp_path / "ck"), grace_ms=grace)
+    log = _Log(tmp_path / "ck")
+    sets = _sets(GAUGE)
+    a, b, c = (ruleset_version(snapshot(r), cfg) for r in sets)
+    publisher = RulesetPublisher(_Spark(), cfg, "metrics")  # type: ignore[arg-type]
+    publisher.start(sets[0])
+    log.plan(0, a, watermark=0)
+    log.commit(0)
+    publisher.publish(sets[1])
+    log.plan(1, a, watermark=W0)  # planned with a while b was published
+    log.commit(1)
+    publisher.tidy(now=True)
+    assert log.stored() == {a, b}  # a's windows: no later batch says how far they reach
+    log.plan(2, b, watermark=W0 + 5_000)
+    log.commit(2)
+    publisher.tidy(now=True)
+    bound = W0 + 5_000 + grace + WINDOW_MARGIN_MS
+    assert (log.store / "windows").read_text() == f'{{"{a}": {bound}}}'
+    assert log.stored() == {a, b}
+    # A restart meanwhile (with other rules) ships a again, for its keys' timers.
+    spark = _Spark()
+    again = RulesetPublisher(spark, cfg, "metrics")  # type: ignore[arg-type]
+    again.start(sets[2])
+    assert sorted(spark.sparkContext.added) == sorted(
+        f"l2m-routing-{v}" for v in (a, b, c))
+    log.plan(3, c, watermark=bound - 1)
+    log.commit(3)
+    again.tidy(now=True)
+    assert log.stored() == {a, b, c}
+    log.plan(4, c, watermark=bound)
+    log.commit(4)
+    again.tidy(now=True)
+    # a's windows are closed; b's last batch (2) saw events up to batch 3's watermark + grace
+    assert log.stored() == {b, c}
+    log.plan(5, c, watermark=bound - 1 + grace + WINDOW_MARGIN_MS)
+    log.commit(5)
+    again.tidy(now=True)
+    assert log.stored() == {c}
+    assert (log.store / "windows").read_text() == "{}"
+
+
+W0 = 1_796_000_000_000  # a watermark (ms)
+
+
+def test_a_timer_only_call_selects_its_key_s_own_version_or_the_query_s_first(tmp_path,
+                                                                             monkeypatch):
+    """select_key: a state call with timers only runs under the version its key's state names
+    when this worker has it (shipped again after a restart), else under the rules the query
+    started with — never under whatever another key's call left selected, and it never
+    raises."""
+    from l2m.engine import rulesets
+    from l2m.engine.pipeline import routing_option
+    from l2m.engine.rulesets import Versions, routing_file, select, select_key
+
+    files = tmp_path / "files"
+    files.mkdir()
+    rules, _ = load_text(RULE)
+    later, _ = load_text(OTHER)
+    (files / routing_file("v2")).write_text(routing_option(plan_for(later)))
+    (files / routing_file("v3")).write_text(routing_option(plan_for(rules)))
+    monkeypatch.setattr(rulesets, "_selected", (None, None))
+    versions = Versions("v1", routing_option(plan_for(rules)))
+    here = str(files)
+    select("v3", here)  # another key's rows on this worker
+    assert select_key(versions, "v2", here) == "v2"
+    assert versions.current() == "v2"
+    assert list(versions.selected_routing().by_kind["counter"]) == ["b"]
+    select("v3", here)
+    for absent in ("v9", None, "", "x\0y"):
+        assert select_key(versions, absent, here) == "v1", absent
+        assert versions.current() == "v1"
+        assert list(versions.selected_routing().by_kind["counter"]) == ["a"]
+        select("v3", here)
+    assert select_key(versions, "v2", None) == "v1"  # not a Spark worker: no shipped files
+    select("v3", here)
+    assert select_key(None, "v2", here) is None  # fixed rules: nothing to select
+    assert versions.current() == "v3"
