@@ -3,7 +3,8 @@ one status row per log — the rows :mod:`l2m.engine.preaggregate` reduces, in t
 
 Input: a batch with ``ParsePlan.schema()`` (:func:`l2m.engine.parse.parse_lines`) and the compiled
 rules (:class:`l2m.engine.routing.Routing`). Output: a table with :data:`MATCH_SCHEMA` — ``rule``,
-``series`` (the group-by values, each ``<length>:<value>``, ``-`` when absent), ``le`` (a
+``series`` (the group-by values, each ``<length>:<value>``, ``-`` when absent or empty: an
+empty value is no label), ``le`` (a
 histogram's bucket; a status row's one-minute window), ``window`` (gauges: the one-minute
 window start), ``ts`` (event time of logs that count), ``v`` (the value; null when the log
 has none: it counts as a match only). Group-by values longer than the routing's
@@ -96,7 +97,7 @@ class FanOut:
         self.matcher = Matcher(batch, routing.plan)
         self._codes: dict[tuple[str, ...], tuple[pa.Array, pa.Array]] = {}
         # Per group-by field: each row's code into its encoded series parts, the parts ("-"
-        # last, for absent) and which rows were cut (None: none).
+        # for absent and empty values) and which rows were cut (None: none).
         self._fields: dict[str, tuple[np.ndarray, pa.Array, np.ndarray | None]] = {}
         # Per group-by fields: how many of each row's values were cut (None: none was).
         self._cuts: dict[tuple[str, ...], np.ndarray | None] = {}
@@ -236,7 +237,7 @@ class FanOut:
 
     def series(self, fields: tuple[str, ...]) -> pa.Array:
         """The series key of every log for these group-by fields (all rows; rules take theirs):
-        each value as ``<length>:<value>``, ``-`` when absent, cut past the routing's
+        each value as ``<length>:<value>``, ``-`` when absent or empty, cut past the routing's
         ``max_label_value_length`` (:mod:`l2m.engine.labels`)."""
         codes, keys = self._series_codes(fields)
         return keys.take(codes)

@@ -3,7 +3,7 @@ the limit with a visible marker, and every cut is counted per rule (SPEC §7).
 
 Input: a column of group-by values (strings, null when absent) and the limit in characters
 (Unicode code points). Output: each value's series-key part (``<length>:<value>``, ``-`` when
-absent, the encoding :func:`l2m.engine.samples.series_labels` reads) with values over the
+absent or empty, the encoding :func:`l2m.engine.samples.series_labels` reads) with values over the
 limit cut — the first ``limit - len(CUT_MARKER)`` characters followed by :data:`CUT_MARKER`,
 exactly ``limit`` characters in all — and which rows were cut.
 
@@ -13,7 +13,12 @@ put a megabyte into a label, the state, a Kafka key or a sample. The fan-out sta
 (:mod:`l2m.engine.fanout`) emits one cut row per cut label value (rule :data:`CUT_RULE`,
 series: the rule's id), which the pipeline counts like the input statuses: exactly, in the
 checkpoint, as ``l2m_label_values_cut_total{rule}`` (:mod:`l2m.state.counters`) and in
-backfill's summary."""
+backfill's summary.
+
+An empty value is no label (SPEC §3), as in Prometheus, whose remote write drops empty label
+values: its key part is the absent value's ``-``, so a log with ``"user": ""`` counts into the
+same series as one without ``user``. Kept apart, the two series would reach the TSDB as one
+series with two values per timestamp."""
 
 from __future__ import annotations
 
@@ -44,17 +49,17 @@ def cut_value(value: str, limit: int = MAX_LABEL_VALUE_LENGTH) -> str:
 
 def encoded(values: pa.Array, limit: int = MAX_LABEL_VALUE_LENGTH
             ) -> tuple[pa.Array, np.ndarray | None]:
-    """``<length in characters>:<value>`` per row, ``-`` for null (unambiguous whatever the
-    values), values over ``limit`` cut (:func:`cut_value`); and which rows were cut (a bool
-    array), None when none was."""
+    """``<length in characters>:<value>`` per row, ``-`` for null and for the empty string
+    (unambiguous whatever the values), values over ``limit`` cut (:func:`cut_value`); and
+    which rows were cut (a bool array), None when none was."""
     codes, keys, cut = encoded_codes(values, limit)
     return keys.take(pa.array(codes)), cut
 
 
 def encoded_codes(values: pa.Array, limit: int = MAX_LABEL_VALUE_LENGTH
                   ) -> tuple[np.ndarray, pa.Array, np.ndarray | None]:
-    """:func:`encoded` as a code per row into the distinct keys (``-`` last, for null): the
-    fan-out combines several fields' codes without building a string per row."""
+    """:func:`encoded` as a code per row into the distinct keys, each key once: the fan-out
+    combines several fields' codes without building a string per row."""
     # Group-by values repeat (services, levels, status codes): each distinct value is encoded
     # once, then taken for every row.
     codes = values.dictionary_encode()
@@ -69,11 +74,17 @@ def encoded_codes(values: pa.Array, limit: int = MAX_LABEL_VALUE_LENGTH
         length = pc.utf8_length(distinct)
         cut = np.asarray(pc.fill_null(over.take(codes.indices), False)
                          .to_numpy(zero_copy_only=False), bool)
-    keys = pa.concat_arrays([_prefixed(length, distinct).cast(pa.string()),
-                             pa.array(["-"], pa.string())])
+    present = _prefixed(length, distinct).cast(pa.string())
+    empty = pc.equal(length, 0)
+    has_empty = pc.any(empty).as_py()
+    if has_empty:  # no label: the absent value's key
+        present = pc.if_else(empty, pa.scalar("-", pa.string()), present)
+    keys = pa.concat_arrays([present, pa.array(["-"], pa.string())])
     rows = np.asarray(pc.fill_null(codes.indices, len(distinct)).to_numpy(zero_copy_only=False),
                       np.int64)
-    if cut is not None:  # long values sharing their kept prefix: one key, one code
+    # Long values sharing their kept prefix, an empty value and the absent one: one key, one
+    # code.
+    if cut is not None or has_empty:
         unique = keys.dictionary_encode()
         rows = np.asarray(unique.indices, np.int64)[rows]
         keys = unique.dictionary

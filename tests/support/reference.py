@@ -170,7 +170,7 @@ def rule_match(rule: Rule, doc: dict[str, Any]) -> tuple[dict[str, str], float] 
     labels = dict(rule.labels)
     for field in rule.group_by:
         text = string_form(lookup(doc, field))
-        if text is not None:
+        if text:  # a missing field, or one whose string form is empty, adds no label
             labels[label_name(field)] = text
     value = 1.0 if rule.aggregation == "count" else number(lookup(doc, rule.field))
     return None if value is None else (labels, value)

@@ -12,7 +12,7 @@ import pytest
 from l2m.config.loader import load_config
 from l2m.defaults import MAX_LABEL_VALUE_LENGTH
 from l2m.engine.fanout import fan_out
-from l2m.engine.labels import CUT_MARKER, CUT_RULE, cut_value, encoded
+from l2m.engine.labels import CUT_MARKER, CUT_RULE, cut_value, encoded, encoded_codes
 from l2m.engine.parse import parse_lines
 from l2m.engine.partials import frame_partials
 from l2m.engine.preaggregate import preaggregate
@@ -68,6 +68,16 @@ def test_the_arrow_encoding_cuts_as_cut_value_does_and_says_which_rows():
     assert cut is not None and cut.tolist() == [False, True, False, True, False, True]
     keys, cut = encoded(pa.array(["a", None], pa.string()), 20)
     assert cut is None and keys.to_pylist() == ["1:a", "-"]
+
+
+def test_an_empty_value_is_encoded_as_an_absent_one_cut_or_not():
+    values = ["", "a", None, "", "b" * 40, "b" * 41]
+    keys, cut = encoded(pa.array(values, pa.string()), 20)
+    assert keys.to_pylist() == ["-", "1:a", "-", "-", f"20:{'b' * 14}{CUT_MARKER}",
+                                f"20:{'b' * 14}{CUT_MARKER}"]
+    assert cut is not None and cut.tolist() == [False, False, False, False, True, True]
+    codes, distinct, cut = encoded_codes(pa.array(["", None, "x", ""], pa.string()))
+    assert (codes.tolist(), distinct.to_pylist(), cut) == ([0, 0, 1, 0], ["-", "1:x"], None)
 
 
 def test_a_huge_group_by_value_becomes_a_cut_label_and_every_cut_is_counted_per_rule():
