@@ -132,9 +132,14 @@ def test_a_sample_s_time_column_is_its_record_timestamp(spark, broker, tmp_path)
     before = int(time.time() * 1000)
     plain = spark.createDataFrame([("c", '{"v": 3}')], "key string, value string")
     write_batch(plain, topic, {"bootstrap.servers": broker.bootstrap})
-    got = {m.key(): m.timestamp()[1] for m in consume_all(broker.bootstrap, topic)}
+    records = consume_all(broker.bootstrap, topic)
+    got = {m.key(): m.timestamp()[1] for m in records}
     assert got[b"a"] == got[b"b"] == 1_700_000_000_123
     assert before <= got[b"c"] <= int(time.time() * 1000)
+    # the time again in a header (remote write reads it under LogAppendTime); none without
+    assert {m.key(): m.headers() for m in records} == {
+        b"a": [("l2m-time", b"1700000000123")], b"b": [("l2m-time", b"1700000000123")],
+        b"c": None}
 
 
 def test_a_state_call_s_packed_samples_are_produced_one_by_one(spark, broker, tmp_path):
@@ -157,10 +162,11 @@ def test_a_state_call_s_packed_samples_are_produced_one_by_one(spark, broker, tm
     frame = spark.createDataFrame(pd.concat(frames, ignore_index=True), OUTPUT_SCHEMA)
     topic = fresh_topics(broker.bootstrap, partitions=1).topics.metrics
     write_batch(frame.repartition(1), topic, {"bootstrap.servers": broker.bootstrap})
+    records = consume_all(broker.bootstrap, topic)
     got = {(m.key().decode(), m.value().decode(), m.timestamp()[1],
-            dict(m.headers() or []).get(MARK_HEADER)) for m in consume_all(broker.bootstrap,
-                                                                          topic)}
+            dict(m.headers() or []).get(MARK_HEADER)) for m in records}
     expected = output_rows(frames)
     assert len(got) == PACK_SAMPLES + 9
     assert got == {(k, v, t, m.encode() if m else None) for k, v, t, m in expected}
+    assert {dict(m.headers() or [])["l2m-time"] for m in records} == {b"1700000000123"}
     assert len(expected) == len(got)  # no two alike

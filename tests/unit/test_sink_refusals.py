@@ -30,8 +30,8 @@ class Msg:
     h: list[tuple[str, bytes]]
     ts: int | None = None
 
-    def headers(self) -> list[tuple[str, bytes]]:
-        return self.h
+    def headers(self) -> None:
+        return None  # confluent-kafka's delivery reports carry no headers
 
     def key(self) -> bytes | None:
         return self.k
