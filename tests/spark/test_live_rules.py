@@ -87,3 +87,34 @@ def test_a_rule_set_published_while_the_query_runs_applies_from_the_next_batch(s
     # The same query, never restarted.
     assert st.job is job and st.batches == [0, 1]
     st.stop()
+
+
+def test_batches_planned_while_a_rule_set_is_published_are_replayed_after_a_crash(spark,
+                                                                                  tmp_path):
+    """Issue 53: the query plans and runs batches while the new rules compile; the last of
+    them crashes. The next start, with the new rules, replays it with the rules it was planned
+    with — their snapshot was kept (it was dropped once the batch before had committed, and
+    the start failed with RuleSnapshotError)."""
+    st = StreamTest(spark, rules_of(BEFORE), tmp_path)
+    logs = [generated(200, seed=66), generated(200, seed=67), generated(200, seed=68)]
+    st.add(logs[0])
+    job = st.process()
+    publisher = job.rulesets
+    assert publisher is not None
+    compile_ = publisher.compile
+
+    def planning_meanwhile(rules: Any) -> str:
+        st.add(logs[1])
+        st.process()  # batch 1, planned with BEFORE, committed
+        st.add(logs[2])
+        st.process()  # batch 2, planned with BEFORE: it crashes below
+        return compile_(rules)
+
+    publisher.compile = planning_meanwhile  # type: ignore[method-assign]
+    publisher.publish(rules_of(AFTER))
+    st.stop()
+    _uncommit(tmp_path / "checkpoint", 2)
+    st.restart(rules_of(AFTER))
+    assert st.batches == [0, 1, 2, 2]
+    assert _got(st) == _totals([(BEFORE, logs[0] + logs[1] + logs[2])])
+    st.stop()
