@@ -285,5 +285,6 @@ class SparkError(L2mError):
 # raised in a Python worker reaches the driver as text, wrapped by Spark and py4j).
 OPERATOR_ERRORS: dict[str, type[L2mError]] = {
     cls.__name__: cls for cls in (ConfigError, InputError, DataLossError, SinkError,
-                                  KafkaUnavailableError, StateFormatError, BrokerError)
+                                  KafkaUnavailableError, StateFormatError, BrokerError,
+                                  RuleSnapshotError)
 }

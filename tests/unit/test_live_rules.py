@@ -552,3 +552,20 @@ def test_a_timer_only_call_selects_its_key_s_own_version_or_the_query_s_first(tm
     select("v3", here)
     assert select_key(None, "v2", here) is None  # fixed rules: nothing to select
     assert versions.current() == "v3"
+
+
+def test_a_rule_snapshot_error_inside_spark_keeps_its_own_code():
+    """Raised in a Spark worker (a version not shipped) or in the source's planning process, it
+    reaches the driver as text: reported as RULE_SNAPSHOT with its own message, not SPARK."""
+    from l2m.runtime.failures import failure
+
+    text = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Job aborted\n"
+            "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+            '  File "/x/l2m/engine/rulesets.py", line 60, in routing\n'
+            "l2m.errors.RuleSnapshotError: rule set 0123456789abcdef was not shipped to this "
+            "worker (/tmp/spark/l2m-routing-0123456789abcdef missing)\n")
+    error = failure(text)
+    assert isinstance(error, RuleSnapshotError)
+    assert error.render() == (
+        "l2m: error [RULE_SNAPSHOT]: rule set 0123456789abcdef was not shipped to this worker "
+        "(/tmp/spark/l2m-routing-0123456789abcdef missing)")
