@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+import urllib.parse
+from dataclasses import dataclass, field, fields, replace
 from typing import Annotated, Any, Literal
 
 from l2m import defaults
@@ -204,14 +205,78 @@ class BasicAuth:
     password_env: str | None = None
 
 
+def shown_url(url: str) -> str:
+    """A URL as l2m prints it: without user info, query and fragment (they may hold
+    credentials)."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        host = parsed.hostname or ""
+        port = f":{parsed.port}" if parsed.port is not None else ""
+    except ValueError:  # a port that is not a number
+        return "(a URL not shown)"
+    if ":" in host:
+        host = f"[{host}]"
+    return urllib.parse.urlunsplit((parsed.scheme, host + port, parsed.path, "", ""))
+
+
+def remote_write_url(value: Any) -> str:
+    """An endpoint's ``url``: http(s)://host…, without user info. Never quoted in a problem:
+    it may hold a password."""
+    if not isinstance(value, str) or not value:
+        raise Invalid(f"expected a URL like https://host/api/v1/push, got "
+                      f"{describe(value, secret=True)}")
+    try:
+        parsed = urllib.parse.urlsplit(value)
+        parsed.port  # noqa: B018  (raises for a port that is not a number)
+    except ValueError:
+        raise Invalid("not a URL like https://host/api/v1/push") from None
+    if parsed.username is not None or parsed.password is not None:
+        raise Invalid("user info (user:password@) in the URL is refused: give the credentials "
+                      "as basic_auth (username, password_file or password_env) or a bearer "
+                      "token (bearer_token_file or bearer_token_env)")
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise Invalid(f"expected a URL like https://host/api/v1/push, not "
+                      f"{parsed.scheme or 'no scheme'}://…")
+    return value
+
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # Prometheus's, as remote write checks it
+
+
+def account_label(value: Any) -> str:
+    """``account_label``: a Prometheus label name, not a reserved one (``__…``)."""
+    if not isinstance(value, str) or not _LABEL_NAME.fullmatch(value) or \
+            value.startswith("__"):
+        raise Invalid(f"expected a Prometheus label name (letters, digits, _; not starting "
+                      f"with __), got {describe(value)}")
+    return value
+
+
+def _redacted(record: Any, secret: tuple[str, ...] = (), urls: tuple[str, ...] = ()) -> str:
+    """A record's repr with the values of its ``secret`` mappings and the user info of its
+    ``urls`` left out: a repr lands in logs and tracebacks."""
+    parts = []
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if f.name in secret and isinstance(value, dict):
+            value = dict.fromkeys(value, "(not shown)")
+        elif f.name in urls and isinstance(value, str):
+            value = shown_url(value)
+        parts.append(f"{f.name}={value!r}")
+    return f"{type(record).__name__}({', '.join(parts)})"
+
+
 @dataclass(frozen=True)
 class RemoteWriteEndpoint:
     """One Prometheus remote-write receiver (``remote_write.endpoints[]``; docs/prometheus.md).
     A sample goes to every endpoint whose ``accounts`` hold its target account (none listed:
     all), with its tenant — ``tenants[account]``, else the account itself, else
-    ``default_tenant`` for a sample without one — in ``tenant_header`` (null: no header)."""
+    ``default_tenant`` for a sample without one — in ``tenant_header`` (null: no header).
+    Accounts that share a tenant get their account as the label ``account_label`` (null:
+    such a configuration is refused when ``l2m deliver`` starts); ``auth_failures``: what a
+    401 or 403 does — ``retry`` (with backoff, until the credentials work) or ``refuse``."""
 
-    url: str = ""
+    url: Annotated[str, Parse(remote_write_url)] = ""
     name: str | None = None  # default: the URL's host and port
     headers: Annotated[dict[str, str], Client()] = field(default_factory=dict)
     tenant_header: str | None = "X-Scope-OrgID"
@@ -224,6 +289,11 @@ class RemoteWriteEndpoint:
     tls: TlsConfig = TlsConfig()
     timeout_ms: Annotated[Duration, Key("timeout")] = 30_000
     max_samples_per_send: Count = 2_000
+    account_label: Annotated[str | None, Parse(account_label)] = "l2m_account"
+    auth_failures: Literal["retry", "refuse"] = "retry"
+
+    def __repr__(self) -> str:
+        return _redacted(self, secret=("headers",), urls=("url",))
 
 
 @dataclass(frozen=True)
@@ -272,6 +342,9 @@ class JobConfig:
     master: Annotated[str, Key("spark", "master")] = defaults.MASTER
     spark: dict[str, str] = field(default_factory=dict)  # Spark settings (master aside)
     path: Annotated[str | None, Key()] = None  # the file it was read from
+
+    def __repr__(self) -> str:
+        return _redacted(self, secret=("kafka", "sink_kafka", "spark"))
 
     def __post_init__(self) -> None:
         if self.publish_delay_ms is not None and self.publish_delay_ms > self.grace_ms:

@@ -10,21 +10,52 @@ lasts (the request is the same bytes each time: a receiver that stored part of i
 rest and keeps what it has); any other 4xx is final — the data is malformed or refused for
 good, and sending it again only blocks what comes after. A connection that fails or times out
 is retried like a 5xx. ``Retry-After`` (seconds) on a 429 or 503 is honoured, within
-``max_backoff_s``."""
+``max_backoff_s``. Two exceptions, each about what the answer means rather than its code:
+
+* a 5xx that says its samples are too old (Prometheus before 2.50 answers 500 "too old" for
+  samples past its out-of-order window) is final: sent again, it is refused again forever;
+* a 401 or 403 (the receiver refuses l2m's credentials) is about the endpoint, not the data:
+  retried with backoff, the credentials read again before each retry (a rotated token is
+  picked up), until they work — unless the endpoint's ``auth_failures`` is ``refuse``."""
 
 from __future__ import annotations
 
 import http.client
+import re
 import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from l2m.config.job import shown_url
 from l2m.errors import RemoteWriteError
 from l2m.remotewrite.encode import HEADERS
 
 TENANT_HEADER = "X-Scope-OrgID"  # Mimir, Cortex and Loki's; Thanos receive takes it too
+AUTH_STATUSES = frozenset({401, 403})
+AUTH_RETRY, AUTH_REFUSE = "retry", "refuse"
+# A tenant as a header carries it unchanged: visible ASCII (no space, which a receiver may
+# trim; no control character, which ends a header; nothing a latin-1 header would re-encode).
+_TENANT = re.compile(r"[\x21-\x7e]+")
+# A header value (a token, an extra header): visible ASCII, inner spaces and tabs allowed.
+_HEADER_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?")
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
+
+
+def valid_tenant(tenant: str) -> bool:
+    """Whether a tenant can go in the tenant header as it is (visible ASCII, no space)."""
+    return _TENANT.fullmatch(tenant) is not None
+
+
+def valid_header_value(value: str) -> bool:
+    """Whether a value can go in an HTTP header as it is (visible ASCII, inner blanks)."""
+    return _HEADER_VALUE.fullmatch(value) is not None
+
+
+def valid_header_name(name: str) -> bool:
+    """Whether ``name`` is an HTTP header name (RFC 9110's token)."""
+    return _HEADER_NAME.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)
@@ -43,11 +74,23 @@ class Endpoint:
     insecure_skip_verify: bool = False
     min_backoff_s: float = 0.03
     max_backoff_s: float = 5.0
+    auth_failures: str = AUTH_RETRY  # AUTH_REFUSE: a 401 or 403 is final
 
     def __post_init__(self) -> None:
         parsed = urllib.parse.urlsplit(self.url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise RemoteWriteError(f"remote write URL {self.url!r}: expected http(s)://host…")
+            raise RemoteWriteError(f"remote write URL {shown_url(self.url)!r}: expected "
+                                   "http(s)://host…")
+        if parsed.username is not None or parsed.password is not None:
+            raise RemoteWriteError(f"remote write URL {shown_url(self.url)!r}: user info "
+                                   "in the URL is refused (credentials go in headers)")
+
+    def __repr__(self) -> str:
+        # Header values hold credentials (Authorization, API keys): never in a repr.
+        shown = {name: "(not shown)" for name in self.headers}
+        return (f"Endpoint(url={shown_url(self.url)!r}, headers={shown!r}, "
+                f"tenant_header={self.tenant_header!r}, timeout_s={self.timeout_s!r}, "
+                f"auth_failures={self.auth_failures!r})")
 
 
 @dataclass(frozen=True)
@@ -64,9 +107,19 @@ class Delivery:
         return 200 <= self.status < 300
 
 
-def retriable(status: int) -> bool:
-    """Spec 1.0: retry 5xx and 429; every other answer is final."""
-    return status >= 500 or status == 429
+def too_old(text: str) -> bool:
+    """Whether a receiver's answer says its samples are too old (Prometheus 2.42's 500 "too
+    old", "out of bounds"; Mimir's err-mimir-sample-timestamp-too-old)."""
+    lowered = text.lower()
+    return any(needle in lowered for needle in ("too old", "out of bounds", "too-old"))
+
+
+def retriable(status: int, text: str = "") -> bool:
+    """Spec 1.0: retry 5xx and 429; every other answer is final. A 5xx that says its samples
+    are too old is final too: they would be refused again forever."""
+    if status >= 500:
+        return not too_old(text)
+    return status == 429
 
 
 class Sender:
@@ -74,13 +127,19 @@ class Sender:
     ``sleep`` is injectable for tests; ``stop`` ends a retry loop early (the
     job stopping): the request is then reported with status 0, not sent. ``on_retry`` is
     called before each backoff: an attempt failed (a 5xx, a 429, no answer) and will be
-    made again."""
+    made again; ``on_auth`` instead when it was answered 401 or 403, and ``credentials``
+    (when given) then gives the headers to send from now on (read again: a rotated token)."""
 
     def __init__(self, endpoint: Endpoint, sleep: Callable[[float], None] = time.sleep,
                  stop: Callable[[], bool] = lambda: False,
-                 on_retry: Callable[[], None] = lambda: None) -> None:
+                 on_retry: Callable[[], None] = lambda: None,
+                 on_auth: Callable[[int], None] = lambda status: None,
+                 credentials: Callable[[], Mapping[str, str]] | None = None) -> None:
         self.endpoint = endpoint
+        self._headers = dict(endpoint.headers)
         self._on_retry = on_retry
+        self._on_auth = on_auth
+        self._credentials = credentials
         self._parsed = urllib.parse.urlsplit(endpoint.url)
         self._path = (self._parsed.path or "/") + (f"?{self._parsed.query}"
                                                    if self._parsed.query else "")
@@ -125,19 +184,27 @@ class Sender:
     def send(self, body: bytes, tenant: str | None = None) -> Delivery:
         """POST ``body`` until it is answered with anything but a 5xx or 429 (or a failed
         connection), backing off between attempts."""
-        headers = {**HEADERS, **self.endpoint.headers}
-        if tenant is not None and self.endpoint.tenant_header:
-            headers[self.endpoint.tenant_header] = tenant
         backoff = self.endpoint.min_backoff_s
         attempts = 0
         while True:
             attempts += 1
+            headers = {**HEADERS, **self._headers}
+            if tenant is not None and self.endpoint.tenant_header:
+                headers[self.endpoint.tenant_header] = tenant
             status, reason, retry_after = self._post(body, headers)
-            if status and not retriable(status):
+            if status in AUTH_STATUSES:
+                self._on_auth(status)
+                if self.endpoint.auth_failures == AUTH_REFUSE:
+                    return Delivery(status, reason, attempts)
+            elif status and not retriable(status, reason):
                 return Delivery(status, reason, attempts)
             if self._stop():
                 return Delivery(0, reason, attempts)
-            self._on_retry()
+            if status in AUTH_STATUSES:
+                if self._credentials is not None:
+                    self._headers = dict(self._credentials())
+            else:
+                self._on_retry()
             wait = backoff
             if retry_after is not None and retry_after.strip().isdigit():
                 wait = max(wait, float(retry_after))

@@ -46,7 +46,9 @@ HEADERS: Mapping[str, str] = {
 METRIC_TYPES: Mapping[str, int] = {"counter": 1, "gauge": 2, "histogram": 3}
 # Prometheus's stale marker: a NaN with this exact bit pattern ends a series.
 STALE_NAN_BITS = 0x7FF0000000000002
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# Prometheus's syntax of label names and metric names.
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _VARINT, _I64, _LEN = 0, 1, 2
 
 
@@ -97,7 +99,7 @@ def _labels(labels: Mapping[str, str]) -> list[tuple[str, str]]:
     name is not a label name or the metric name is missing."""
     kept = sorted((name, value) for name, value in labels.items() if value != "")
     for name, _value in kept:
-        if not _LABEL_NAME.fullmatch(name):
+        if not LABEL_NAME.fullmatch(name):
             raise RemoteWriteError(f"label name {name!r} is not a Prometheus label name")
     if not any(name == "__name__" for name, _ in kept):
         raise RemoteWriteError(f"a series without a metric name (__name__): {dict(kept)}")

@@ -35,19 +35,43 @@ from typing import Any
 
 import orjson
 
-from l2m.engine.samples import CORRECTION, FINAL, MARK_HEADER, NEW
-from l2m.remotewrite.encode import Metadata, Series, body
+from l2m.engine.samples import CORRECTION, FINAL, MARK_HEADER, NEW, TIME_HEADER
+from l2m.remotewrite.client import valid_tenant
+from l2m.remotewrite.encode import LABEL_NAME, METRIC_NAME, Metadata, Series, body
 from l2m.rules.model import Aggregation, Rule
 
-__all__ = ["CORRECTION", "FINAL", "MARK_HEADER", "NEW", "REQUEST_OUTCOMES", "Outbox", "Request",
-           "Route", "Tally"]
-# Skipped samples, by reason.
+__all__ = ["CORRECTION", "FINAL", "MARK_HEADER", "NEW", "REQUEST_OUTCOMES", "SKIP_REASONS",
+           "TIME_HEADER", "Outbox", "Request", "Route", "Tally"]
+# Skipped samples, by reason (docs/prometheus.md lists them; keep the names stable: alerts,
+# dashboards and tests read them).
 NOT_FINAL = "not_final"  # a gauge window's value before its window is published
 CORRECTED = "correction"  # a gauge window's update after it was published
-MALFORMED = "malformed"  # a record that is not an l2m sample
+# A record that is not an l2m sample: not JSON, not an object, a name that is no metric name,
+# labels that are not an object of strings, a value that is no number, a timestamp that is
+# no integer (or past any real time), an unknown kind, an account that is not a non-empty
+# string or null — or an l2m-mark header that is not UTF-8 (a mark l2m never writes, so the
+# record is not one of l2m's).
+MALFORMED = "malformed"
+INVALID_LABEL = "invalid_label"  # a label name Prometheus refuses (``__name__`` among them)
+INVALID_TENANT = "invalid_tenant"  # a tenant an HTTP header cannot carry (visible ASCII only)
+# The label the endpoint adds to tell accounts apart in one tenant is already a label of the
+# sample: adding it would overwrite the sample's own, dropping it would merge two accounts.
+ACCOUNT_LABEL_TAKEN = "account_label_taken"
+# A counter in a record stamped by the broker (LogAppendTime) without l2m's time header: its
+# time is when the broker appended it, which a replayed batch would move (docs/prometheus.md).
+LOG_APPEND_TIME = "log_append_time"
+ERROR = "error"  # a record whose delivery raised an unexpected error twice (l2m.runtime.deliver)
 OTHER_ACCOUNT = "other_account"  # an account this endpoint does not take
 NO_TENANT = "no_tenant"  # no account, and no default tenant for such samples
+SKIP_REASONS = (NOT_FINAL, CORRECTED, MALFORMED, INVALID_LABEL, INVALID_TENANT,
+                ACCOUNT_LABEL_TAKEN, LOG_APPEND_TIME, ERROR, OTHER_ACCOUNT, NO_TENANT)
 _SKIPPED = object()
+_KINDS = frozenset({"counter", "gauge"})
+_NUMBERS = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
+# Timestamps (ms) a sample may be written with: far past any real time, yet far enough inside
+# int64 that the 0 written a millisecond before a new counter's first sample stays inside.
+_MIN_MS, _MAX_MS = -(2**62), 2**62
+_MAX_TIME_DIGITS = 19
 
 
 @dataclass(frozen=True)
@@ -55,12 +79,18 @@ class Route:
     """Which samples an endpoint takes and under which tenant: ``accounts`` (None: all);
     the tenant of an account is ``tenants[account]``, else the account itself; a sample
     without an account goes to ``default_tenant`` (None with ``tenant_header`` set: skipped,
-    since a multi-tenant receiver would put it in whatever tenant it defaults to)."""
+    since a multi-tenant receiver would put it in whatever tenant it defaults to).
+
+    Accounts that share a tenant are told apart by ``account_label`` (None: never added):
+    every account's sample gets it when there is no tenant header and ``shared`` is None,
+    else only those whose tenant is in ``shared`` (:func:`l2m.runtime.deliver.route`)."""
 
     accounts: frozenset[str] | None = None
     tenants: Mapping[str, str] = field(default_factory=dict)
     default_tenant: str | None = None
     tenant_header: bool = True
+    account_label: str | None = None
+    shared: frozenset[str] | None = frozenset()
 
     def tenant(self, account: str | None) -> str | object | None:
         """The tenant, None (no tenant header) or :data:`_SKIPPED`'s marker."""
@@ -72,21 +102,78 @@ class Route:
             return _SKIPPED
         return self.tenants.get(account, account) if self.tenant_header else None
 
+    def labelled(self, tenant: str | None) -> bool:
+        """Whether an account's sample for ``tenant`` carries its account as a label."""
+        if self.account_label is None:
+            return False
+        if self.shared is None:
+            return True
+        return tenant in self.shared
+
 
 def sample_value(value: Any) -> float:
     """A sample's value as remote write carries it (``"+Inf"``, ``"-Inf"``, ``"NaN"`` as the
     doubles they stand for)."""
     if isinstance(value, str):
-        return {"+Inf": math.inf, "-Inf": -math.inf}.get(value, math.nan)
+        return _NUMBERS.get(value, math.nan)
     return float(value)
 
 
-def stamp(sample: Mapping[str, Any], record_ms: int | None, mark: str | None) -> int | None:
-    """The timestamp a sample is written with by the policy (module docstring), or None when
-    it is not sent (a gauge window's value that is not its final one)."""
-    if sample.get("kind") == "gauge":
-        return int(sample["timestamp"]) if mark == FINAL else None
-    return int(record_ms if record_ms is not None else sample["timestamp"])
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: no protobuf string can carry it
+        return False
+    return True
+
+
+def problem(sample: Any) -> str | None:
+    """Why a decoded record cannot be sent as a sample (:data:`MALFORMED` or
+    :data:`INVALID_LABEL`), or None. Checked before anything is built from it, so that a
+    request is never made of what a receiver (or the encoder) would refuse."""
+    if not isinstance(sample, dict):
+        return MALFORMED
+    name, labels, value = sample.get("name"), sample.get("labels"), sample.get("value")
+    timestamp, account = sample.get("timestamp"), sample.get("account")
+    if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
+        return MALFORMED
+    if not isinstance(sample.get("kind"), str) or sample["kind"] not in _KINDS:
+        return MALFORMED
+    if not isinstance(labels, dict) or not all(isinstance(v, str) and _utf8(v)
+                                               for v in labels.values()):
+        return MALFORMED
+    if isinstance(value, bool) or not (isinstance(value, int | float) or value in _NUMBERS):
+        return MALFORMED
+    if type(timestamp) is not int or not _MIN_MS <= timestamp <= _MAX_MS:
+        return MALFORMED
+    if account is not None and not (isinstance(account, str) and account and _utf8(account)):
+        return MALFORMED
+    if any(k == "__name__" or not LABEL_NAME.fullmatch(k) for k in labels):
+        return INVALID_LABEL
+    return None
+
+
+def _text(header: bytes | str | None) -> str | object | None:
+    """A header's text, None when absent, :data:`_SKIPPED` when it is not UTF-8."""
+    if header is None or isinstance(header, str):
+        return header
+    try:
+        return header.decode()
+    except UnicodeDecodeError:
+        return _SKIPPED
+
+
+def batch_time(header: bytes | str | None) -> int | None:
+    """The micro-batch time of a :data:`TIME_HEADER` (ASCII decimal ms), or None when it is
+    absent or not such a number."""
+    if isinstance(header, str):
+        header = header.encode("ascii", "replace")
+    if not header or len(header) > _MAX_TIME_DIGITS or not header.isdigit():
+        return None
+    at = int(header)
+    return at if at <= _MAX_MS else None
 
 
 @dataclass(frozen=True)
@@ -112,22 +199,34 @@ class Request:
         what it appended: 2.42, measured); sent apart, the halves without it get in."""
         points = [(s.labels, p) for s in self.series for p in s.samples]
         middle = len(points) // 2
+        return (self._of(points[:middle], self.metadata), self._of(points[middle:], ()))
 
-        def request(part: list[tuple[Mapping[str, str], tuple[int, float]]],
-                    metadata: tuple[Metadata, ...]) -> Request:
-            grouped: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
-            for labels, point in part:
-                grouped.setdefault(tuple(labels.items()), []).append(point)
-            return Request.of(self.tenant, [Series(dict(k), v) for k, v in grouped.items()],
-                              list(metadata))
+    def by_time(self) -> tuple[Request, Request]:
+        """The request's samples split in time: the older half and the newer half, no sample
+        of the older newer than any of the newer (the metadata with the newer, sent first).
+        For a refusal as too old: the TSDB's limit is a time, so when the newer half is
+        refused as too old, every sample of the older half is too old as well."""
+        points = sorted(((s.labels, p) for s in self.series for p in s.samples),
+                        key=lambda lp: lp[1][0])
+        middle = len(points) // 2
+        return (self._of(points[:middle], ()), self._of(points[middle:], self.metadata))
 
-        return request(points[:middle], self.metadata), request(points[middle:], ())
+    def _of(self, part: list[tuple[Mapping[str, str], tuple[int, float]]],
+            metadata: tuple[Metadata, ...]) -> Request:
+        grouped: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+        for labels, point in part:
+            grouped.setdefault(tuple(labels.items()), []).append(point)
+        return Request.of(self.tenant, [Series(dict(k), v) for k, v in grouped.items()],
+                          list(metadata))
 
 
 # Requests by outcome: accepted (2xx), refused for good (any other 4xx), retried (a 5xx, a 429
-# or a failed connection, sent again after a backoff).
+# or a failed connection, sent again after a backoff), auth_failed (answered 401 or 403: the
+# receiver refuses l2m's credentials; retried with backoff unless the endpoint's
+# auth_failures is refuse, when the request also counts as refused).
 REQUEST_SENT, REQUEST_REFUSED, REQUEST_RETRIED = "sent", "refused", "retried"
-REQUEST_OUTCOMES = (REQUEST_SENT, REQUEST_REFUSED, REQUEST_RETRIED)
+REQUEST_AUTH_FAILED = "auth_failed"
+REQUEST_OUTCOMES = (REQUEST_SENT, REQUEST_REFUSED, REQUEST_RETRIED, REQUEST_AUTH_FAILED)
 
 
 def _no_requests() -> dict[str, int]:
@@ -152,6 +251,8 @@ class Tally:
     requests: dict[str, int] = field(default_factory=_no_requests)
     last_success: float = 0.0
     lag: int = 0
+    # Unexpected errors of the endpoint's loop, by exception type (each restarts the loop).
+    errors: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def skip(self, reason: str, n: int = 1) -> None:
@@ -186,6 +287,26 @@ class Tally:
         with self._lock:
             self.requests[REQUEST_RETRIED] += 1
 
+    def auth_failed(self) -> None:
+        """An answer 401 or 403 (each attempt's)."""
+        with self._lock:
+            self.requests[REQUEST_AUTH_FAILED] += 1
+
+    def failed(self, error: str) -> None:
+        """An unexpected error of the endpoint's loop, by its type's name."""
+        with self._lock:
+            self.errors[error] = self.errors.get(error, 0) + 1
+
+    def merge(self, other: Tally) -> None:
+        """Add ``other``'s skipped samples and corrections (an outbox's scratch tally, kept
+        only once its records were delivered)."""
+        other = other.snapshot()
+        with self._lock:
+            for reason, n in other.skipped.items():
+                self.skipped[reason] = self.skipped.get(reason, 0) + n
+            for rule, n in other.corrections.items():
+                self.corrections[rule] = self.corrections.get(rule, 0) + n
+
     def set_lag(self, records: int) -> None:
         with self._lock:
             self.lag = records
@@ -195,7 +316,10 @@ class Tally:
         with self._lock:
             return Tally(self.sent, dict(self.refused), dict(self.skipped),
                          dict(self.corrections), dict(self.requests), self.last_success,
-                         self.lag)
+                         self.lag, dict(self.errors))
+
+
+TOO_OLD = "too_old"
 
 
 def refusal_reason(status: int, text: str) -> str:
@@ -205,8 +329,8 @@ def refusal_reason(status: int, text: str) -> str:
     for needle, reason in (("duplicate sample", "duplicate_timestamp"),
                            ("out of order", "out_of_order"),
                            ("out-of-order", "out_of_order"),
-                           ("too old", "too_old"), ("out of bounds", "too_old"),
-                           ("sample-timestamp-too-old", "too_old"),
+                           ("too old", TOO_OLD), ("out of bounds", TOO_OLD),
+                           ("sample-timestamp-too-old", TOO_OLD),
                            ("too far in the future", "too_new")):
         if needle in lowered:
             return reason
@@ -235,36 +359,70 @@ class Outbox:
         # sample; of two values at one timestamp the later record's stands.
         self._series: dict[Any, dict[tuple[tuple[str, str], ...], dict[int, float]]] = {}
 
-    def add(self, value: bytes | None, record_ms: int | None, mark: str | None) -> None:
-        """One record of the metrics topic, with its :data:`MARK_HEADER` mark."""
+    def add(self, value: bytes | None, record_ms: int | None, mark: bytes | str | None,
+            time: bytes | str | None = None, appended: bool = False) -> None:
+        """One record of the metrics topic: its value, its timestamp (ms; None: none), its
+        :data:`MARK_HEADER` and :data:`TIME_HEADER` headers, and whether its timestamp is
+        the broker's (LogAppendTime). Never raises: a record that cannot be sent is counted
+        by reason (:data:`SKIP_REASONS`) and left out."""
         try:
             sample = orjson.loads(value or b"")
-            labels = {**sample["labels"], "__name__": sample["name"]}
-            at = stamp(sample, record_ms, mark)
-            number = sample_value(sample["value"])
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        except orjson.JSONDecodeError:
             self.tally.skip(MALFORMED)
             return
+        reason = problem(sample)
+        text = _text(mark)
+        if reason is None and not (text is None or isinstance(text, str)):
+            reason = MALFORMED
+        if reason is not None:
+            self.tally.skip(reason)
+            return
+        account = sample.get("account")
         # The endpoint's accounts first: a sample it never takes is neither sent nor one of its
         # corrections.
-        tenant = self.route.tenant(sample.get("account"))
+        tenant = self.route.tenant(account)
         if tenant is _SKIPPED:
-            self.tally.skip(OTHER_ACCOUNT if sample.get("account") is not None else NO_TENANT)
+            self.tally.skip(OTHER_ACCOUNT if account is not None else NO_TENANT)
             return
-        if at is None:
-            if mark == CORRECTION:
-                self.tally.correct(str(sample.get("rule")))
-            else:
-                self.tally.skip(NOT_FINAL)
+        if isinstance(tenant, str) and not valid_tenant(tenant):
+            self.tally.skip(INVALID_TENANT)
             return
-        key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        if sample["kind"] == "gauge":
+            at = sample["timestamp"] if text == FINAL else None
+            if at is None:
+                if text == CORRECTION:
+                    self.tally.correct(str(sample.get("rule")))
+                else:
+                    self.tally.skip(NOT_FINAL)
+                return
+        else:
+            at = batch_time(time)
+            if at is None:
+                if appended:
+                    self.tally.skip(LOG_APPEND_TIME)
+                    return
+                at = record_ms if record_ms is not None else sample["timestamp"]
+            if not _MIN_MS <= at <= _MAX_MS:
+                self.tally.skip(MALFORMED)
+                return
+        labels: dict[str, str] = sample["labels"]
+        if account is not None and self.route.labelled(tenant if isinstance(tenant, str)
+                                                       else None):
+            name = self.route.account_label
+            assert name is not None  # labelled() says so
+            if name in labels:
+                self.tally.skip(ACCOUNT_LABEL_TAKEN)
+                return
+            labels[name] = account
+        labels["__name__"] = sample["name"]
+        key = tuple(sorted(labels.items()))
         family = self.families.get(str(sample.get("rule")))
         if family is not None:
             self._meta.setdefault(tenant, {})[family.name] = family
         points = self._series.setdefault(tenant, {}).setdefault(key, {})
-        if mark == NEW and sample.get("kind") != "gauge":
+        if text == NEW and sample["kind"] != "gauge":
             points.setdefault(at - 1, 0.0)
-        points[at] = number
+        points[at] = sample_value(sample["value"])
 
     def requests(self) -> list[Request]:
         """The gathered samples as requests (then forgotten): per tenant, series in label
@@ -293,11 +451,22 @@ class Outbox:
         return out
 
 
-def splittable(request: Request, status: int) -> bool:
-    """A final refusal (a 4xx but 429) of a request of more than one sample: sent again as two
-    halves (:meth:`Request.halves`), down to the samples refused alone — so a bad sample costs
-    at most about log2(samples) more requests, and the others of its request still get in."""
-    return 400 <= status < 500 and status != 429 and request.samples > 1
+# Answers that may be caused by some of a request's samples: the request is sent again in
+# parts (400: Prometheus, Mimir, Cortex; 409: Thanos receive's conflict; 422). Any other final
+# answer (401, 403, 404, 413, …) is about the request or the endpoint, whatever it holds:
+# split, it would be refused again, part by part.
+SAMPLE_STATUSES = frozenset({400, 409, 422})
+
+
+def splittable(request: Request, status: int, text: str = "") -> bool:
+    """A final refusal that some samples may have caused, of a request of more than one
+    sample: sent again in two parts (:meth:`Request.halves`, or :meth:`Request.by_time` for
+    a refusal as too old), down to the samples refused alone — so a bad sample costs at most
+    about log2(samples) more requests, and the others of its request still get in."""
+    if request.samples <= 1:
+        return False
+    return status in SAMPLE_STATUSES or (status >= 500 and refusal_reason(status, text)
+                                         == TOO_OLD)
 
 
 def settle(tally: Tally, request: Request, status: int, text: str) -> None:
@@ -319,4 +488,9 @@ def summary(tally: Tally) -> str:
     if tally.skipped:
         parts.append(f"skipped {sum(tally.skipped.values()):,} (" + ", ".join(
             f"{reason}: {n:,}" for reason, n in sorted(tally.skipped.items())) + ")")
+    if tally.requests.get(REQUEST_AUTH_FAILED):
+        parts.append(f"credentials refused {tally.requests[REQUEST_AUTH_FAILED]:,} times")
+    if tally.errors:
+        parts.append(f"errors {sum(tally.errors.values()):,} (" + ", ".join(
+            f"{error}: {n:,}" for error, n in sorted(tally.errors.items())) + ")")
     return "; ".join(parts)

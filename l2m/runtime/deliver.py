@@ -35,16 +35,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from l2m.config.job import JobConfig, RemoteWriteEndpoint
+from l2m.config.decode import Invalid
+from l2m.config.job import JobConfig, RemoteWriteEndpoint, remote_write_url
 from l2m.errors import ConfigError
-from l2m.remotewrite.client import Endpoint, Sender
+from l2m.remotewrite.client import (
+    Endpoint,
+    Sender,
+    valid_header_name,
+    valid_header_value,
+    valid_tenant,
+)
 from l2m.remotewrite.encode import Metadata
 from l2m.remotewrite.outbox import (
+    ERROR,
+    LOG_APPEND_TIME,
     MARK_HEADER,
+    TIME_HEADER,
+    TOO_OLD,
     Outbox,
+    Request,
     Route,
     Tally,
     metadata,
+    refusal_reason,
     settle,
     splittable,
     summary,
@@ -62,6 +75,10 @@ WATERMARK_TIMEOUT_S = 5.0
 # An endpoint's loop that has not moved for this long (plus twice its request timeout: one
 # attempt may take that) is stuck: /healthz says so.
 STALL_S = 60.0
+# An endpoint's loop that failed unexpectedly starts again after this backoff, doubling up to
+# the most (it re-reads from its last commit; the poll that failed is then delivered record by
+# record, so that a record that fails again is skipped instead of failing the loop forever).
+RESTART_MIN_S, RESTART_MAX_S = 1.0, 60.0
 
 
 def _stderr(line: str) -> None:
@@ -69,27 +86,69 @@ def _stderr(line: str) -> None:
 
 
 def endpoint_name(cfg: RemoteWriteEndpoint) -> str:
-    """The endpoint's name: as configured, else its URL's host and port."""
+    """The endpoint's name: as configured, else its URL's host and port (never its user
+    info: the name is a label, a consumer group and part of every line printed)."""
     if cfg.name:
         return cfg.name
-    parsed = urllib.parse.urlsplit(cfg.url)
-    return parsed.netloc or cfg.url
+    try:
+        parsed = urllib.parse.urlsplit(cfg.url)
+        port = f":{parsed.port}" if parsed.port is not None else ""
+    except ValueError:
+        return "endpoint"
+    host = parsed.hostname or ""
+    return (f"[{host}]" if ":" in host else host) + port or "endpoint"
 
 
-def _secret(what: str, file: str | None, env: str | None, name: str) -> str | None:
+def _secret(what: str, file: str | None, env: str | None, name: str,
+            header: bool = True) -> str | None:
+    """A credential from its file or environment variable; with ``header``, one an HTTP
+    header can carry as it is (a problem names the file or the variable, never the value)."""
     if file is not None:
         try:
-            return Path(file).read_text().strip()
-        except OSError as exc:
+            value = Path(file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
             raise ConfigError(f"remote_write endpoint {name}: {what} file {file}: cannot "
-                              f"read ({exc.strerror})") from None
-    if env is not None:
-        value = os.environ.get(env)
+                              f"read ({reason})") from None
+        where = f"file {file}"
+    elif env is not None:
+        value = os.environ.get(env, "").strip()
         if not value:
             raise ConfigError(f"remote_write endpoint {name}: {what} environment variable "
                               f"{env} is not set")
-        return value
-    return None
+        where = f"environment variable {env}"
+    else:
+        return None
+    if header and not valid_header_value(value):
+        raise ConfigError(f"remote_write endpoint {name}: {what} {where} holds a character an "
+                          "HTTP header cannot carry (a line break, a control character or "
+                          "non-ASCII): the value is not shown")
+    return value
+
+
+def credentials(cfg: RemoteWriteEndpoint) -> dict[str, str]:
+    """The endpoint's headers, credentials read now from their file or environment variable
+    (a :class:`ConfigError` naming what is missing or unusable, never a value)."""
+    name = endpoint_name(cfg)
+    headers = dict(cfg.headers)
+    for header, value in headers.items():
+        if not valid_header_name(header):
+            raise ConfigError(f"remote_write endpoint {name}: headers: a header name that is "
+                              "not an HTTP header name")
+        if not valid_header_value(value):
+            raise ConfigError(f"remote_write endpoint {name}: headers: the value of {header} "
+                              "holds a character an HTTP header cannot carry (a line break, a "
+                              "control character or non-ASCII): the value is not shown")
+    token = _secret("bearer token", cfg.bearer_token_file, cfg.bearer_token_env, name)
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    if cfg.basic_auth is not None:
+        # Base64: any password fits a header.
+        password = _secret("password", cfg.basic_auth.password_file,
+                           cfg.basic_auth.password_env, name, header=False) or ""
+        pair = f"{cfg.basic_auth.username}:{password}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+    return headers
 
 
 def client_endpoint(cfg: RemoteWriteEndpoint) -> Endpoint:
@@ -98,23 +157,73 @@ def client_endpoint(cfg: RemoteWriteEndpoint) -> Endpoint:
     name = endpoint_name(cfg)
     if not cfg.url:
         raise ConfigError(f"remote_write endpoint {name}: url is required")
-    headers = dict(cfg.headers)
-    token = _secret("bearer token", cfg.bearer_token_file, cfg.bearer_token_env, name)
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    if cfg.basic_auth is not None:
-        password = _secret("password", cfg.basic_auth.password_file,
-                           cfg.basic_auth.password_env, name) or ""
-        pair = f"{cfg.basic_auth.username}:{password}".encode()
-        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
-    return Endpoint(cfg.url, headers, cfg.tenant_header, cfg.timeout_ms / 1000,
+    try:
+        remote_write_url(cfg.url)  # an endpoint built in code is checked as a file's is
+    except Invalid as exc:
+        raise ConfigError(f"remote_write endpoint {name}: url: {exc}") from None
+    if cfg.tenant_header is not None and not valid_header_name(cfg.tenant_header):
+        raise ConfigError(f"remote_write endpoint {name}: tenant_header "
+                          f"{cfg.tenant_header!r} is not an HTTP header name")
+    for tenant in (*cfg.tenants.values(), *([cfg.default_tenant] if cfg.default_tenant else [])):
+        if not valid_tenant(tenant):
+            raise ConfigError(f"remote_write endpoint {name}: tenant {tenant!r} cannot go in "
+                              "an HTTP header (visible ASCII only, no spaces)")
+    return Endpoint(cfg.url, credentials(cfg), cfg.tenant_header, cfg.timeout_ms / 1000,
                     cfg.tls.ca_file, cfg.tls.cert_file, cfg.tls.key_file,
-                    cfg.tls.insecure_skip_verify)
+                    cfg.tls.insecure_skip_verify, auth_failures=cfg.auth_failures)
+
+
+def shared_tenants(cfg: RemoteWriteEndpoint) -> dict[str, list[str]]:
+    """The tenants the configuration sends two accounts (or an account and the samples
+    without one) to, with those accounts: two keys of ``tenants`` mapped to one tenant, a key
+    mapped to the tenant of an account of ``accounts`` (itself), ``default_tenant`` the
+    tenant of a named account. Accounts the configuration does not name are their own
+    tenants; one named like another's tenant shares it unnoticed (docs/prometheus.md)."""
+    allowed = set(cfg.accounts) or None
+    by_tenant: dict[str, set[str]] = {}
+    for account, tenant in cfg.tenants.items():
+        if allowed is None or account in allowed:
+            by_tenant.setdefault(tenant, set()).add(account)
+    for account in cfg.accounts:
+        if account not in cfg.tenants:
+            by_tenant.setdefault(account, set()).add(account)
+    shared = {t: sorted(a) for t, a in by_tenant.items() if len(a) > 1}
+    if cfg.default_tenant is not None and cfg.default_tenant in by_tenant:
+        shared[cfg.default_tenant] = [*sorted(by_tenant[cfg.default_tenant]),
+                                      "(samples without an account)"]
+    return shared
 
 
 def route(cfg: RemoteWriteEndpoint) -> Route:
+    """The endpoint's :class:`Route`. Accounts that share a tenant keep their series apart
+    by ``account_label``: every account's samples carry it when there is no tenant header
+    (unless ``accounts`` names a single one), else those of a tenant that accounts share
+    (:func:`shared_tenants`, and ``default_tenant``). With ``account_label: null`` such a
+    configuration is a :class:`ConfigError` naming the accounts."""
+    name = endpoint_name(cfg)
+    single = len(cfg.accounts) == 1
+    if cfg.account_label is None:
+        if cfg.tenant_header is None and not single:
+            raise ConfigError(
+                f"remote_write endpoint {name}: tenant_header is null, so every account's "
+                "samples go to one tenant, where two accounts' series of one name and labels "
+                "would merge; set account_label (l2m_account by default) to keep them apart, "
+                "or list the one account to send under accounts")
+        folded = shared_tenants(cfg)
+        if cfg.tenant_header is not None and folded:
+            tenant, accounts = sorted(folded.items())[0]
+            raise ConfigError(
+                f"remote_write endpoint {name}: accounts {', '.join(accounts)} go to one "
+                f"tenant, {tenant}, where their series of one name and labels would merge; "
+                "set account_label (l2m_account by default) to keep them apart, or give each "
+                "account its own tenant")
+    if cfg.tenant_header is None:
+        shared: frozenset[str] | None = frozenset() if single else None
+    else:
+        shared = frozenset(shared_tenants(cfg)) | (
+            {cfg.default_tenant} if cfg.default_tenant is not None else set())
     return Route(frozenset(cfg.accounts) if cfg.accounts else None, dict(cfg.tenants),
-                 cfg.default_tenant, cfg.tenant_header is not None)
+                 cfg.default_tenant, cfg.tenant_header is not None, cfg.account_label, shared)
 
 
 @dataclass
@@ -131,9 +240,17 @@ class EndpointDelivery:
     def __post_init__(self) -> None:
         self.name = endpoint_name(self.cfg)
         self.tally = Tally()
+        self.route = route(self.cfg)
         self.sender = Sender(client_endpoint(self.cfg), stop=self.stop.is_set,
-                             on_retry=self._retried)
-        self.error: BaseException | None = None
+                             on_retry=self._retried, on_auth=self._auth_failed,
+                             credentials=self._credentials)
+        self.error: BaseException | None = None  # a failure that ends delivery (ConfigError)
+        # Since an unexpected error, until a poll is delivered and committed: /healthz fails.
+        self.failing = False
+        self._suspect = False  # the next poll is delivered record by record (after an error)
+        self._backoff = RESTART_MIN_S  # before the loop starts again after an error
+        self._auth_logged = False
+        self._append_logged = False
         self.ready = False  # reading the topic
         self._running = False
         self._beat = time.monotonic()
@@ -146,7 +263,7 @@ class EndpointDelivery:
 
     def healthy(self) -> bool:
         """No failure, and the loop moved recently (a poll, an answer, a retry)."""
-        if self.error is not None:
+        if self.error is not None or self.failing:
             return False
         return not self._running or time.monotonic() - self._beat < self._stall_s
 
@@ -171,8 +288,30 @@ class EndpointDelivery:
                 consumer.get_watermark_offsets(tp, timeout=30)[0]
         return consumer
 
+    def _auth_failed(self, status: int) -> None:
+        self.tally.auth_failed()
+        if not self._auth_logged:
+            self._auth_logged = True
+            then = ("refused for good (auth_failures: refuse)" if self.cfg.auth_failures ==
+                    "refuse" else "retried with backoff, its credentials read again each "
+                    "time; nothing is committed meanwhile")
+            self.log(f"l2m deliver: {self.name}: the receiver refuses l2m's credentials "
+                     f"(HTTP {status}); requests are {then}")
+        self._moved()
+
+    def _credentials(self) -> dict[str, str]:
+        """The headers read again (a rotated token); the current ones if that fails."""
+        try:
+            return credentials(self.cfg)
+        except ConfigError as exc:
+            self.log(f"l2m deliver: {self.name}: {exc}")
+            return dict(self.sender.endpoint.headers)
+
     def _retried(self) -> None:
         self.tally.retried()
+        self._moved()
+
+    def _moved(self) -> None:
         self._beat = time.monotonic()
         # A receiver that is down keeps the loop in one poll: the lag must still move.
         if self._live is not None and time.monotonic() - self._lag_at >= LAG_REFRESH_S:
@@ -203,10 +342,31 @@ class EndpointDelivery:
         self._lag_at = time.monotonic()
 
     def run(self) -> None:
+        """The endpoint's loop until ``stop`` (or, once, the topic's end). An unexpected
+        error is reported, counted and the loop starts again after a backoff, from the last
+        commit; a :class:`ConfigError` (the topic missing) ends delivery."""
         self._beat = time.monotonic()
         self._running = True
+        self._backoff = RESTART_MIN_S
         try:
-            self._run()
+            while not self.stop.is_set():
+                try:
+                    self._run()
+                    return
+                except ConfigError:
+                    raise
+                except Exception as exc:  # reported; the loop starts again
+                    error = type(exc).__name__
+                    self.tally.failed(error)
+                    self.failing = True
+                    self._suspect = True
+                    self.log(f"l2m deliver: {self.name}: unexpected error ({error}: "
+                             f"{self._scrubbed(str(exc))}); the endpoint starts again in "
+                             f"{self._backoff:g} s from its last commit")
+                    self._beat = time.monotonic()
+                    self.stop.wait(self._backoff)
+                    # Reset by the next poll delivered (_run).
+                    self._backoff = min(self._backoff * 2, RESTART_MAX_S)
         except BaseException as exc:  # reported by the caller, which stops the others
             self.error = exc
             self.stop.set()
@@ -214,12 +374,96 @@ class EndpointDelivery:
             self._running = False
             self.ready = False
 
+    def _scrubbed(self, text: str) -> str:
+        """``text`` without the endpoint's header values (an error may quote a header)."""
+        for value in self.sender.endpoint.headers.values():
+            for secret in {value, *value.split()}:
+                if len(secret) >= 4:
+                    text = text.replace(secret, "(not shown)")
+        return text[:500]
+
+    def _outbox(self, tally: Tally | None = None) -> Outbox:
+        return Outbox(self.route, self.cfg.max_samples_per_send, tally or self.tally,
+                      self.families)
+
+    def _add(self, outbox: Outbox, record: Any) -> None:
+        from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
+
+        kind, at = record.timestamp()
+        headers = record.headers() or ()
+        mark = next((v for k, v in headers if k == MARK_HEADER and v is not None), None)
+        batch = next((v for k, v in headers if k == TIME_HEADER and v is not None), None)
+        outbox.add(record.value(), None if kind == TIMESTAMP_NOT_AVAILABLE else at, mark,
+                   batch, appended=kind == TIMESTAMP_LOG_APPEND_TIME)
+
+    def _send(self, requests: list[Request]) -> bool:
+        """Send the requests to their final answers, split when their samples may be what
+        was refused; False when stopped meanwhile (nothing to commit)."""
+        # Each request with, for a newer part of a request refused as too old, its older part.
+        pending: list[tuple[Request, Request | None]] = [(r, None) for r in requests]
+        while pending:
+            request, older = pending.pop(0)
+            answer = self.sender.send(request.body, request.tenant)
+            if answer.status == 0:  # stopped while retrying: nothing committed
+                return False
+            self.tally.answered(answer.status, time.time())
+            self._auth_logged = self._auth_logged and not answer.sent
+            self._beat = time.monotonic()
+            too_old = not answer.sent and refusal_reason(answer.status, answer.reason) == TOO_OLD
+            if older is not None and too_old:
+                # Each of its samples is at most as new as one refused as too old: too old as
+                # well, and refused without being sent (the TSDB's limit only moves on).
+                pending = [(r, o) for r, o in pending if r is not older]
+                settle(self.tally, older, answer.status, answer.reason)
+            if splittable(request, answer.status, answer.reason):
+                if too_old:
+                    # The newer half first: refused too, it says the older one is too.
+                    old, new = request.by_time()
+                    pending[:0] = [(new, old), (old, None)]
+                else:
+                    pending[:0] = [(half, None) for half in request.halves()]
+                continue
+            settle(self.tally, request, answer.status, answer.reason)
+        return True
+
+    def _deliver(self, records: list[Any]) -> bool:
+        """A poll's records, sent; False when stopped meanwhile. After an unexpected error
+        the poll is delivered in parts, halved down to single records: a record whose
+        delivery raises again is skipped (counted as ``error``) and the rest delivered."""
+        if not self._suspect:
+            outbox = self._outbox()
+            for record in records:
+                self._add(outbox, record)
+            return self._send(outbox.requests())
+        parts = [records] if records else []
+        while parts:
+            part = parts.pop(0)
+            scratch = Tally()  # its skips count once its records are delivered
+            try:
+                outbox = self._outbox(scratch)
+                for record in part:
+                    self._add(outbox, record)
+                if not self._send(outbox.requests()):
+                    return False
+            except Exception as exc:
+                if len(part) > 1:
+                    middle = len(part) // 2
+                    parts[:0] = [part[:middle], part[middle:]]
+                    continue
+                error = type(exc).__name__
+                self.tally.skip(ERROR)
+                self.log(f"l2m deliver: {self.name}: record {part[0].partition()}:"
+                         f"{part[0].offset()} skipped: its delivery failed twice ({error}: "
+                         f"{self._scrubbed(str(exc))})")
+                continue
+            self.tally.merge(scratch)
+        self._suspect = False
+        return True
+
     def _run(self) -> None:
-        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, TopicPartition
+        from confluent_kafka import KafkaError, TopicPartition
 
         consumer = self._consumer()
-        outbox = Outbox(route(self.cfg), self.cfg.max_samples_per_send, self.tally,
-                        self.families)
         topic = self.job.topics.metrics
         poll_s = self.job.remote_write.poll_ms / 1000
         idle_since = time.monotonic()
@@ -230,38 +474,28 @@ class EndpointDelivery:
         try:
             while not self.stop.is_set():
                 self._beat = time.monotonic()
-                records = consumer.consume(POLL_RECORDS, timeout=poll_s)
+                polled = consumer.consume(POLL_RECORDS, timeout=poll_s)
                 positions: dict[int, int] = {}
-                for record in records:
+                records = []
+                for record in polled:
                     error = record.error()
                     if error is not None:
                         if error.code() != KafkaError._PARTITION_EOF:
                             self.log(f"l2m deliver: {self.name}: {error.str()}")
                         continue
-                    kind, at = record.timestamp()
-                    mark = next((v.decode() for k, v in record.headers() or ()
-                                 if k == MARK_HEADER and v is not None), None)
-                    outbox.add(record.value(), None if kind == TIMESTAMP_NOT_AVAILABLE else at,
-                               mark)
+                    records.append(record)
                     positions[record.partition()] = record.offset() + 1
-                pending = outbox.requests()
-                while pending:
-                    request = pending.pop(0)
-                    answer = self.sender.send(request.body, request.tenant)
-                    if answer.status == 0:  # stopped while retrying: nothing committed
-                        return
-                    self.tally.answered(answer.status, time.time())
-                    self._beat = time.monotonic()
-                    if splittable(request, answer.status):
-                        pending[:0] = request.halves()
-                        continue
-                    settle(self.tally, request, answer.status, answer.reason)
+                if not self._deliver(records):
+                    return
                 if positions:
                     consumer.commit(offsets=[TopicPartition(topic, p, o)
                                              for p, o in sorted(positions.items())],
                                     asynchronous=False)
                     self._committed.update(positions)
                     idle_since = time.monotonic()
+                self.failing = False
+                self._backoff = RESTART_MIN_S
+                self._log_append_time()
                 self._refresh_lag()
                 if not positions and self.once_idle_s is not None and \
                         time.monotonic() - idle_since >= self.once_idle_s:
@@ -274,6 +508,15 @@ class EndpointDelivery:
             self._live = None
             consumer.close()
             self.sender.close()
+
+    def _log_append_time(self) -> None:
+        if not self._append_logged and self.tally.snapshot().skipped.get(LOG_APPEND_TIME):
+            self._append_logged = True
+            self.log(f"l2m deliver: {self.name}: the metrics topic {self.job.topics.metrics} "
+                     "stamps records with the broker's time (LogAppendTime) and some carry no "
+                     "l2m-time header: their counters are skipped (log_append_time), since a "
+                     "replayed batch would be stamped later and counted twice; set "
+                     "message.timestamp.type=CreateTime on the topic (docs/prometheus.md)")
 
 
 def deliver(job: JobConfig, once: bool = False, stop: threading.Event | None = None,

@@ -20,7 +20,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from l2m.remotewrite.outbox import REQUEST_OUTCOMES, Tally
+from l2m.remotewrite.outbox import REQUEST_OUTCOMES, SKIP_REASONS, Tally
 from l2m.state.accounts import OTHER
 from l2m.version import __version__
 
@@ -105,6 +105,7 @@ class DeliveryTelemetry:
         return not self.stopping and all(e.ready for e in self.endpoints)
 
     def healthy(self) -> bool:
+        """No endpoint's loop failed, stalled, or is recovering from an unexpected error."""
         return all(e.healthy() for e in self.endpoints)
 
     def families(self) -> Iterator[Metric]:
@@ -134,7 +135,7 @@ class DeliveryTelemetry:
         yield family
         family = CounterMetricFamily(
             "l2m_remote_write_samples_skipped", "Samples of the metrics topic not sent, by "
-            "reason (not_final, correction, malformed, other_account, no_tenant).",
+            "reason (" + ", ".join(SKIP_REASONS) + ").",
             labels=["endpoint", "reason"])
         for name, t in tallies:
             for reason, n in sorted(t.skipped.items()):
@@ -150,11 +151,21 @@ class DeliveryTelemetry:
         yield family
         family = CounterMetricFamily(
             "l2m_remote_write_requests", "Remote-write requests by outcome: sent (2xx), "
-            "refused (any other 4xx), retried (a 5xx, a 429 or no answer: sent again after "
-            "a backoff).", labels=["endpoint", "outcome"])
+            "refused (a final refusal), retried (a 5xx, a 429 or no answer: sent again after "
+            "a backoff), auth_failed (answered 401 or 403: the credentials are refused).",
+            labels=["endpoint", "outcome"])
         for name, t in tallies:
             for outcome in REQUEST_OUTCOMES:
                 family.add_metric([name, outcome], t.requests.get(outcome, 0))
+        yield family
+        family = CounterMetricFamily(
+            "l2m_remote_write_errors", "Unexpected errors of the endpoint's loop, by the "
+            "error's type: each is logged and the loop starts again after a backoff from its "
+            "last commit (/healthz fails until a poll is delivered).",
+            labels=["endpoint", "error"])
+        for name, t in tallies:
+            for error, n in sorted(t.errors.items()):
+                family.add_metric([name, error], n)
         yield family
         gauge = GaugeMetricFamily("l2m_remote_write_last_success_timestamp_seconds",
                                   "Unix time the receiver last accepted a request (0: not "

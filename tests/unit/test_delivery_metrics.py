@@ -80,7 +80,9 @@ def test_every_family_from_the_tallies_with_its_endpoint_label():
         (("endpoint", "mimir"), ("outcome", "retried")): 1.0,
         (("endpoint", "prom"), ("outcome", "sent")): 0.0,
         (("endpoint", "prom"), ("outcome", "refused")): 0.0,
-        (("endpoint", "prom"), ("outcome", "retried")): 0.0}
+        (("endpoint", "prom"), ("outcome", "retried")): 0.0,
+        (("endpoint", "mimir"), ("outcome", "auth_failed")): 0.0,
+        (("endpoint", "prom"), ("outcome", "auth_failed")): 0.0}
     # The refused answer does not move the last success.
     assert of(got, "l2m_remote_write_last_success_timestamp_seconds") == {
         (("endpoint", "mimir"),): 1_700_000_000.5, (("endpoint", "prom"),): 0.0}
