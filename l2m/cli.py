@@ -275,7 +275,7 @@ def cmd_deliver(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from l2m.runtime.deliver import deliver
+    from l2m.runtime.deliver import deliver, endpoint_name
     from l2m.runtime.signals import setting
 
     cfg = _load_config(args.config)
@@ -283,7 +283,8 @@ def cmd_deliver(args: argparse.Namespace) -> int:
         cfg = cfg.with_bootstrap(args.bootstrap)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, setting(stop))  # never Event.set in a handler
-    names = ", ".join(e.name or e.url for e in cfg.remote_write.endpoints)
+    # Named as its metrics label it (never the URL: it may hold credentials).
+    names = ", ".join(endpoint_name(e) for e in cfg.remote_write.endpoints)
     print(f"l2m deliver: topic {cfg.topics.metrics} on {cfg.sink['bootstrap.servers']} → "
           f"{names or 'no endpoints'}" + (" (once)" if args.once else ""),
           file=sys.stderr, flush=True)
