@@ -43,6 +43,7 @@ from l2m.rules.model import (
     MAX_LABELS,
     NAME_RE,
     REQUIRED,
+    RESERVED_LABEL_PREFIX,
     RESERVED_NAME_PREFIX,
     UNIT_RE,
     Aggregation,
@@ -729,10 +730,17 @@ class _RuleReader:
         if count > MAX_LABELS:
             self.add("TOO_MANY_LABELS", self.node, None, count=count, limit=MAX_LABELS)
         overflow = OVERFLOW_LABEL[0]
-        if overflow in names or any(label == overflow for label, _ in labels):
-            self.bad("LABEL_CLASH", "group_by" if overflow in names else "labels",
-                     label=overflow, reason="is reserved for the overflow series of a rule "
-                     "past its series cap")
+        for key, taken in (("group_by", list(names)), ("labels", [n for n, _ in labels])):
+            for label in taken:
+                if label == overflow:
+                    self.bad("LABEL_CLASH", key, label=label, reason="is reserved for the "
+                             "overflow series of a rule past its series cap")
+                elif label.startswith(RESERVED_LABEL_PREFIX):
+                    # l2m deliver's account label (l2m_account by default) among them: a
+                    # sample already carrying it is skipped there, never sent
+                    self.bad("LABEL_CLASH", key, label=label, reason=f"starts with "
+                             f"{RESERVED_LABEL_PREFIX}, reserved for the labels l2m adds "
+                             f"({overflow}, l2m deliver's l2m_account)")
         if aggregation == Aggregation.HISTOGRAM:
             if "le" in names:
                 self.bad("LABEL_CLASH", "group_by", label="le",

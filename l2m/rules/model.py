@@ -61,6 +61,9 @@ MAX_LABELS = 30
 # l2m_late_logs_total, …; docs/metrics.md): a rule writing one would interleave its samples
 # with l2m's own under one series.
 RESERVED_NAME_PREFIX = "l2m_"
+# Label names l2m adds to samples: the overflow series' l2m_overflow, the account label of
+# `l2m deliver` (l2m_account by default, docs/prometheus.md).
+RESERVED_LABEL_PREFIX = "l2m_"
 
 ID_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
 NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")

@@ -139,3 +139,13 @@ def test_reserved_label_names_are_refused():
     assert codes("labels: {l2m_overflow: 'x'}") == [("LABEL_CLASH", 2, 79)]
     assert codes("group_by: [__x]") == [("INVALID_GROUP_BY_LABEL", 2, 82)]
     assert codes("labels: {__x: y}") == [("INVALID_LABEL_NAME", 2, 80)]
+
+
+def test_label_names_starting_with_l2m_are_l2m_s_own():
+    assert errors("group_by: [l2m_account]") == [
+        "f.yaml:2:81: rule 'r1': group_by: label 'l2m_account' starts with l2m_, reserved for "
+        "the labels l2m adds (l2m_overflow, l2m deliver's l2m_account) [LABEL_CLASH]"]
+    assert errors("labels: {l2m_x: y}") == [
+        "f.yaml:2:79: rule 'r1': labels: label 'l2m_x' starts with l2m_, reserved for the "
+        "labels l2m adds (l2m_overflow, l2m deliver's l2m_account) [LABEL_CLASH]"]
+    assert errors("labels: {l2m: y, l2maccount: z}") == []
