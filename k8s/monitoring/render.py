@@ -405,10 +405,14 @@ def panels() -> list[dict[str, Any]]:
                f"l2m_remote_write_samples_refused_total{{{SEL}}}[{RATE}]))",
                "{{endpoint}} {{tenant}} {{reason}}")], unit="reqps", stack=True)
     p.graph("Requests by outcome", "Remote-write requests per second: sent (2xx), refused "
-            "(any other 4xx; a refused request is split down to the samples refused alone), "
-            "retried (5xx, 429, no answer: the receiver is down or overloaded).",
+            "(a final refusal; one its samples may have caused is split down to the samples "
+            "refused alone), retried (5xx, 429, no answer: the receiver is down or "
+            "overloaded), auth_failed (401/403: L2mRemoteWriteAuthFailing); and the "
+            "endpoint loop's unexpected errors, each restarting it.",
             [q(f"sum by (endpoint, outcome) (rate(l2m_remote_write_requests_total{{{SEL}}}"
-               f"[{RATE}]))", "{{outcome}} {{endpoint}}")], unit="reqps")
+               f"[{RATE}]))", "{{outcome}} {{endpoint}}"),
+             q(f"sum by (endpoint, error) (rate(l2m_remote_write_errors_total{{{SEL}}}"
+               f"[{RATE}]))", "error {{error}} {{endpoint}}")], unit="reqps")
     p.graph("Delivery lag", "Records of the metrics topic each endpoint has not committed "
             "yet (approximate). L2mRemoteWriteStalled: above 0 while nothing is delivered for "
             "10 minutes.",

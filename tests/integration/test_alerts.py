@@ -206,6 +206,8 @@ def recorded_delivery() -> Any:
     loop.tally.answered(204, 1_700_000_000.0)
     loop.tally.answered(400, 1_700_000_000.0)
     loop.tally.retried()
+    loop.tally.auth_failed()
+    loop.tally.failed("RuntimeError")
     loop.tally.set_lag(5)
     return DeliveryTelemetry([loop], top=20)
 
@@ -240,6 +242,7 @@ def test_the_driver_exposes_every_metric_queried() -> None:
                         ("l2m_remote_write_samples_skipped_total", "reason"),
                         ("l2m_remote_write_corrections_dropped_total", "rule"),
                         ("l2m_remote_write_requests_total", "outcome"),
+                        ("l2m_remote_write_errors_total", "error"),
                         ("l2m_remote_write_lag_records", "endpoint")]:
         assert f'{label}="' in series[name], (name, label)
 
@@ -318,7 +321,7 @@ def test_the_alerts_the_issue_asks_for() -> None:
         "L2mExecutorsBelowMinimum", "L2mExecutorImbalance", "L2mQueryRestarting",
         "L2mSinkFailing", "L2mTenantOverSeriesLimit", "L2mRemoteWriteStalled",
         "L2mRemoteWriteRefused", "L2mRemoteWriteCorrectionsDropped",
-        "L2mRulesReloadRefused", "L2mDeliverDown"}
+        "L2mRulesReloadRefused", "L2mDeliverDown", "L2mRemoteWriteAuthFailing"}
 
 
 # -- PrometheusRule -----------------------------------------------------------------------------
