@@ -5,18 +5,21 @@ Input: the job configuration — the metrics side's Kafka settings (``kafka`` wi
 ``sink_kafka``), ``topics.metrics`` and ``remote_write``. Output: remote-write requests
 (:mod:`l2m.remotewrite.outbox`: stamped by l2m's time-stamping policy, one tenant each) and,
 per endpoint, the offsets of the consumer group ``<group_id>-<endpoint>``, committed once
-every request of a poll has had its final answer — sent, or refused for good (a 4xx but
-429: never sent again as it was, but split in halves down to the samples refused alone,
-since Prometheus refuses a whole request for one bad sample; those are counted per reason
-and tenant). A crash or kill -9 re-reads at most the
-uncommitted poll and re-sends its samples identically: same timestamps, same values, which a
-receiver accepts again.
+every request of a poll has had its final answer — sent, or refused for good (never sent
+again as it was: a refusal its samples may have caused, 400/409/422, is split in halves down
+to the samples refused alone, since Prometheus refuses a whole request for one bad sample,
+and one as too old is split in time; those are counted per reason and tenant). A crash or
+kill -9 re-reads at most the uncommitted poll and re-sends its samples identically: same
+timestamps, same values, which a receiver accepts again.
 
 It runs beside the aggregation, not inside it: a receiver that is slow, down or refusing
 holds back only its own endpoint — its requests are retried with backoff for as long as the
-outage lasts (spec 1.0) — never ``l2m run`` nor the other endpoints (one thread and one
-consumer each). Partitions are assigned, not subscribed (no group rebalancing; the group
-only keeps the offsets): run one ``l2m deliver`` per configuration.
+outage lasts (spec 1.0), or its credentials are refused (401/403) — never ``l2m run`` nor
+the other endpoints (one thread and one consumer each). Nothing a record holds stops it (it
+is skipped and counted), and an unexpected error restarts only its endpoint's loop, which
+then delivers that poll record by record, skipping a record that fails again. Partitions
+are assigned, not subscribed (no group rebalancing; the group only keeps the offsets): run
+one ``l2m deliver`` per configuration.
 
 With ``monitoring.port`` in the job file it serves ``/metrics``, ``/healthz`` and ``/readyz``
 as ``l2m run`` does (:mod:`l2m.runtime.endpoint`; the metrics:
@@ -523,8 +526,9 @@ def deliver(job: JobConfig, once: bool = False, stop: threading.Event | None = N
             once_idle_s: float = 3.0, rules: Iterable[Rule] = ()) -> dict[str, Tally]:
     """Deliver until ``stop`` is set (or, ``once``, until the topic has given nothing for
     ``once_idle_s`` on every endpoint); each endpoint's tally by name. ``rules``: the job's,
-    whose metadata (TYPE, HELP, UNIT) goes with their samples. An endpoint's failure (not a
-    receiver's answer: those are counted) stops the others and is raised. With
+    whose metadata (TYPE, HELP, UNIT) goes with their samples. An endpoint's configuration
+    error (the metrics topic missing) stops the others and is raised; any other error only
+    restarts that endpoint's loop (:meth:`EndpointDelivery.run`). With
     ``monitoring.port`` set, ``/metrics``, ``/healthz`` and ``/readyz`` are served meanwhile
     (a :class:`ConfigError` if the port cannot be listened on)."""
     if not job.remote_write.endpoints:

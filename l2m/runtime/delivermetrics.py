@@ -125,8 +125,9 @@ class DeliveryTelemetry:
             family.add_metric([name], t.sent)
         yield family
         family = CounterMetricFamily(
-            "l2m_remote_write_samples_refused", "Samples the receiver refused for good, "
-            "alone in their request (any 4xx but 429), by reason and tenant (the "
+            "l2m_remote_write_samples_refused", "Samples the receiver refused for good "
+            "(docs/prometheus.md: which refusals are split down to the samples refused), by "
+            "reason and tenant (the "
             "monitoring.top_accounts tenants with most refusals, the rest as __other__).",
             labels=["endpoint", "reason", "tenant"])
         for name, _ in tallies:
