@@ -156,6 +156,7 @@ def test_deliver_serves_its_metrics_health_and_readiness(broker, receiver, tmp_p
             ("l2m_remote_write_requests_total", (("outcome", "sent"),)): 1.0,
             ("l2m_remote_write_requests_total", (("outcome", "refused"),)): 6.0,
             ("l2m_remote_write_requests_total", (("outcome", "retried"),)): 1.0,
+            ("l2m_remote_write_requests_total", (("outcome", "auth_failed"),)): 0.0,
             ("l2m_remote_write_lag_records", ()): 0.0,
         }
         # The endpoint that is down holds every record, retries, and has sent nothing; the
