@@ -11,7 +11,8 @@ like Kafka offsets. Output: with ``routing``, the task's partials (``PARTIAL_SCH
 ``parsePlan``, the rows of ``ParsePlan.schema()`` (the rules' field columns, ``_ts``,
 ``_status``, ``_error``) — by the same read task as the Kafka reader's
 (:class:`l2m.engine.readtask.ReadTask`), with the record timestamps as fallback; one task per
-partition with new records, so tasks run in parallel.
+partition with new records, so tasks run in parallel. Option ``tickMs``: ticks as the Kafka
+source's (:class:`l2m.kafka.source.Ticker`), ``tick`` in the offsets.
 
 ``read()`` is stateless — it needs only the folder and the offsets in its partition — because
 Spark pickles the reader to a Python worker that is not the driver's."""
@@ -36,6 +37,7 @@ from l2m.engine.partials import PARTIAL_SCHEMA
 from l2m.engine.readtask import ReadTask
 from l2m.engine.rulesets import Versions, planned_version
 from l2m.engine.streamtask import StreamTask
+from l2m.kafka.source import Ticker, ticked
 
 NAME = "l2m-memory"
 
@@ -97,6 +99,9 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.pack = options.get("pack") == "1"
         self._target: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
+        # Ticks as the Kafka reader's (l2m.kafka.source.Ticker): a batch without rows for the
+        # state's timers when the folder has nothing new.
+        self.ticker = Ticker(int(options.get("tickms") or 0))
 
     def _offsets(self) -> dict[str, int]:
         return {str(p): _end(self.folder / f"p{p}") for p in range(self.partitions_n)}
@@ -110,12 +115,15 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
         # No admission control: a test decides batch sizes by when it calls process().
         self._latest = self._target if self._target is not None else self._offsets()
-        if self.versions is None:
-            return {"partitions": self._latest}
         if self._latest == {p: int(o) for p, o in start["partitions"].items()}:
-            return start
-        return {"partitions": self._latest,
-                "ruleset": planned_version(self.ruleset_file, self.versions.version)}
+            return ticked(start) if self.ticker.due(self._target is not None) else start
+        self.ticker.data()
+        out: dict[str, Any] = {"partitions": self._latest}
+        if self.versions is not None:
+            out["ruleset"] = planned_version(self.ruleset_file, self.versions.version)
+        if start.get("tick"):
+            out["tick"] = start["tick"]
+        return out
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._latest is None else {"partitions": self._latest}

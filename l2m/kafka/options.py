@@ -50,6 +50,7 @@ RUNTIME: dict[str, str] = {
     "rulesetFile": "ruleset_file",
     "shards": "shards",
     "pack": "pack",
+    "tickMs": "tick_ms",
 }
 
 
@@ -76,6 +77,7 @@ class SourceOptions:
     ruleset_file: str | None = None
     shards: str | None = None
     pack: str | None = None  # "1": each state key's partials in one row (state formats 4+)
+    tick_ms: str | None = None  # an idle source's tick interval (l2m.kafka.source.Ticker)
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> SourceOptions:

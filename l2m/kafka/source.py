@@ -13,6 +13,9 @@ confluent-kafka (``format("l2m-kafka")``; options: :mod:`l2m.kafka.options`).
 * Admission control: ``maxRecordsPerTrigger`` is shared over partitions in proportion to their
   backlog, never starving a small one. ``Trigger.AvailableNow`` reads up to the end offsets
   seen when the query started.
+* Ticks (option ``tickMs``, :class:`Ticker`): an idle topic's offset gains a ``tick`` when the
+  state's timers are due, so that a batch without rows runs them; an offset without ``tick``
+  (written before ticks) is at tick 0.
 * With ``routing`` (the job's rules, :func:`l2m.engine.pipeline.routing_option`) each task parses,
   routes and pre-aggregates what it reads (:class:`l2m.engine.pipeline.TaskPipeline`) and yields
   only partials (``PARTIAL_SCHEMA``); with ``parsePlan`` (a JSON
@@ -66,6 +69,60 @@ if TYPE_CHECKING:
 
 RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, "
               "timestamp bigint")
+# Ticks after the last batch with data, at most one per tick interval (below): the first lets
+# the state's timers see the watermark that batch moved; the second covers a boundary
+# crossed between planning that batch and its batch time. Without new data the watermark
+# stands still, so no window can become final after them: an idle job then runs no batch.
+TICKS_PER_IDLE = 2
+
+
+class Ticker:
+    """When an idle source advances its offset with no record in it — a *tick* — so that Spark
+    runs a batch without rows in which the state processes its expired timers (the gauge
+    windows' recheck, :mod:`l2m.state.processor`): Spark runs a batch only when an offset
+    moved (the job turns ``noDataMicroBatches`` off, docs/streaming.md "Ticks").
+
+    ``every_ms`` is the state's recheck interval; its timers are due on multiples of it
+    (:meth:`l2m.state.processor.MetricProcessor._schedule`), so a tick is due once a multiple
+    has passed since the last batch, :data:`TICKS_PER_IDLE` times after data at most. Under
+    ``Trigger.AvailableNow`` one tick follows the data: the run's last batch, in which the state
+    publishes every window final by then (its timers are due at once in such a run).
+    ``every_ms`` None or 0: never."""
+
+    def __init__(self, every_ms: int | None) -> None:
+        self.every_ms = every_ms or 0
+        self.last_ms = _now_ms()  # the last batch planned (or the reader's start)
+        self.left = TICKS_PER_IDLE
+        self.final = False  # available-now: its tick planned
+
+    def data(self) -> None:
+        """A batch with data was planned."""
+        self.last_ms = _now_ms()
+        self.left = TICKS_PER_IDLE
+
+    def due(self, available_now: bool) -> bool:
+        """Whether the idle source ticks now (and counts the tick if so)."""
+        if not self.every_ms:
+            return False
+        if available_now:
+            due, self.final = not self.final, True
+            return due
+        now = _now_ms()
+        if self.left <= 0 or now // self.every_ms <= self.last_ms // self.every_ms:
+            return False
+        self.left -= 1
+        self.last_ms = now
+        return True
+
+
+def ticked(offset: dict[str, Any]) -> dict[str, Any]:
+    """``offset`` one tick later: the same positions (and rule set), ``tick`` counted up. An
+    offset written before ticks (no ``tick``) is at tick 0."""
+    return {**offset, "tick": int(offset.get("tick", 0)) + 1}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class KafkaInputPartition(InputPartition):
@@ -102,6 +159,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._probe: EndProbe | None = None  # the driver's end-offset check, made on first use
         self._latest: dict[int, int] | None = None
         self._target: dict[int, int] | None = None
+        self.ticker = Ticker(int(self.settings.tick_ms or 0))
 
     @property
     def poll_timeout_s(self) -> float:
@@ -177,11 +235,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._probe = EndProbe(self.topic, self.config, self.poll_timeout_s)
         return self._probe
 
-    def _encode(self, offsets: dict[int, int], ruleset: str | None = None) -> dict[str, Any]:
+    def _encode(self, offsets: dict[int, int], ruleset: str | None = None,
+                tick: int | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.topic,
                                "partitions": {str(p): int(o) for p, o in sorted(offsets.items())}}
         if ruleset is not None:
             out["ruleset"] = ruleset
+        if tick:  # the ticks so far (Ticker): carried on, so an offset never goes back
+            out["tick"] = tick
         return out
 
     def _ruleset(self) -> str | None:
@@ -233,11 +294,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end[p] < offset:
                 self._data_loss(f"offsets of {self.topic}-{p} went back from {offset} to "
                                 f"{end[p]}: the topic was recreated or truncated")
-        if end == begin:  # no new data: no batch, whatever the rules (no version change)
-            return start
+        if end == begin:
+            # No new data: no batch, whatever the rules (no version change) — but a tick when
+            # the state's timers are due (Ticker): a batch of no rows.
+            return ticked(start) if self.ticker.due(self._target is not None) else start
+        self.ticker.data()
         # The batch's rules are part of its offset: Spark writes it to the offset log before
         # the batch runs, and a replay reads it back, so a replay gets the same rules.
-        return self._encode(end, self._ruleset())
+        return self._encode(end, self._ruleset(), start.get("tick"))
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._encode(self._latest) if self._latest is not None else None

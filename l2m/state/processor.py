@@ -28,8 +28,8 @@ State variables per key (their stored layouts: :mod:`l2m.state.format`, version 
   entry instead, read and written whole like a format 3 section and swept when touched: a
   batch touching 10,000 small rules makes 10,000 state calls, not one per series.
 * ``gauge_series`` / ``gauge_rules`` (window keys): the same without TTL, cleared when the
-  watermark passes the window (checked on input and on a processing-time timer every
-  ``recheck_ms``).
+  watermark passes the window (checked on input and on a processing-time timer due at the
+  next multiple of ``recheck_ms``; an idle source ticks then, docs/streaming.md "Ticks").
 * ``meta``: the format version, and when the key last re-counted every rule's live series
   (counters) or its timer (gauges).
 
@@ -1082,6 +1082,11 @@ class MetricProcessor(StatefulProcessor):
         published = "published" in meta  # before this batch: its updates are corrections
         if "timer" not in meta:
             self._schedule(now, meta)
+        elif meta["timer"] > self._next_check(now):
+            # Set by a run with a longer recheck (a continuous run before `run --once`):
+            # looked at on this run's clock instead.
+            self.handle.deleteTimer(meta["timer"])
+            self._schedule(now, meta)
         rules = self.gauges.rules
         tally: Tally = {}
 
@@ -1180,10 +1185,19 @@ class MetricProcessor(StatefulProcessor):
             else:
                 yield key, _load(stored)
 
+    def _next_check(self, now: int) -> int:
+        """When a window key looked at ``now`` is looked at again: the next multiple of
+        ``recheck_ms``. On multiples, every key's timer is due at the one moment after a
+        batch, so one batch without rows then (an idle source's tick,
+        :class:`l2m.kafka.source.Ticker`) runs them all."""
+        recheck = max(1, self.gauges.recheck_ms)
+        return (now // recheck + 1) * recheck
+
     def _schedule(self, now: int, meta: dict[str, Any]) -> None:
-        """Look at this window key again in ``recheck_ms`` (to close it without data)."""
+        """Look at this window key again at the next recheck (:meth:`_next_check`): to publish
+        it once final and close it, without data."""
         meta = meta or self._meta()
-        at = now + self.gauges.recheck_ms
+        at = self._next_check(now)
         self.handle.registerTimer(at)
         meta["timer"] = at
         self.meta.update(_dump(meta))

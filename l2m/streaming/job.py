@@ -68,6 +68,9 @@ from l2m.streaming.accountmetrics import ACCOUNT_FLUSH_S, AccountMetrics
 from l2m.streaming.rulesets import RulesetPublisher, ruleset_version
 
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
+# How often a gauge window key with no new logs is looked at (to publish it once final and
+# to close it), on multiples of this; an idle source ticks then (l2m.kafka.source.Ticker).
+RECHECK_MS = 60_000
 # Series keys (l2m.engine.fanout: length-prefixed) of the input statuses whose logs are routed.
 ROUTED_STATUS_SERIES = sorted({status.series for status in ROUTED})
 
@@ -114,14 +117,17 @@ def source_frame(spark: SparkSession, cfg: JobConfig, rules: dict[str, str],
 
 
 def rule_options(cfg: JobConfig, versions: Versions, current_file: str | None,
-                 state_format: int = STATE_FORMAT) -> dict[str, str]:
+                 state_format: int = STATE_FORMAT, tick_ms: int = 0) -> dict[str, str]:
     """The options a source of partials takes for the job's rules: the first rules inline
     (``routing``, their version ``ruleset``), the driver's file naming the version to plan
-    with (``rulesetFile``), the state shards partials are placed in (``shards``), and whether
+    with (``rulesetFile``), the state shards partials are placed in (``shards``), whether
     a state key's partials travel in one row (``pack``: state formats 4 and later, whose
-    state function unpacks them; :func:`l2m.engine.streamtask.packed`)."""
+    state function unpacks them; :func:`l2m.engine.streamtask.packed`), and how often an idle
+    source ticks for the state's timers (``tickMs``, :class:`l2m.kafka.source.Ticker`)."""
     out = {"routing": versions.option, "ruleset": versions.version,
            "shards": str(cfg.counter_shards)}
+    if tick_ms:
+        out["tickMs"] = str(tick_ms)
     if state_format >= MAP_FORMAT:
         out["pack"] = "1"
     if current_file:
@@ -160,13 +166,20 @@ Sink = Callable[[DataFrame, int], None]
 def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                   counts: Counts | None = None, source: Source | None = None,
                   state_format: int = STATE_FORMAT,
-                  publisher: RulesetPublisher | None = None) -> DataFrame:
+                  publisher: RulesetPublisher | None = None, once: bool = False,
+                  recheck_ms: int = RECHECK_MS) -> DataFrame:
     """The query's output: ``key, value`` samples of every updated counter series and gauge
     window. ``source`` replaces the Kafka source (the in-memory test harness).
     ``state_format`` is the checkpoint's (:mod:`l2m.state.function`): format 2 keys the state by
     (shard, window) for all rules together, format 1 by (rule, shard, window). ``publisher``:
     the job's live rules (:mod:`l2m.streaming.rulesets`), started with ``rules``; without
-    one, the rules are fixed for the query's life."""
+    one, the rules are fixed for the query's life. ``recheck_ms``: how often a window key
+    with no new logs is looked at, an idle source ticking for it (docs/streaming.md, "Ticks");
+    ``once`` (``Trigger.AvailableNow``): state formats 4 and later look at every open window
+    key in each batch, and the source ticks once after the data, so the run's last batch
+    publishes every window final by then."""
+    if once and state_format >= MAP_FORMAT:
+        recheck_ms = 1
     if publisher is not None:
         versions = publisher.start(rules)
     else:
@@ -175,7 +188,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         versions = Versions(ruleset_version(snapshot(rules), cfg), routing_option(routing))
     option = versions.option
     options = rule_options(cfg, versions, publisher.current_file if publisher else None,
-                           state_format)
+                           state_format, recheck_ms)
     read = source(options) if source is not None else source_frame(spark, cfg, options)
     status = F.col("rule") == F.lit(STATUS_RULE)
     # Only the times of logs the rules see move the watermark: a malformed or future-dated
@@ -195,8 +208,8 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     state = MetricState(
         CounterState(RuleTable(option, "counter", versions),
                      cfg.counter_ttl_ms, None if counts is None else counts.late, tally),
-        GaugeState(RuleTable(option, "gauge", versions), tally=tally, grace_ms=cfg.grace_ms,
-                   publish_delay_ms=cfg.publish_delay),
+        GaugeState(RuleTable(option, "gauge", versions), recheck_ms=recheck_ms, tally=tally,
+                   grace_ms=cfg.grace_ms, publish_delay_ms=cfg.publish_delay),
         None if counts is None else counts.reduction,
         caps=CapsTable(option, versions), state_format=state_format,
         activity=None if counts is None else counts.activity,
@@ -293,9 +306,10 @@ class Job:
 
 def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
               once: bool = False, source: Source | None = None,
-              sink: Sink | None = None) -> Job:
+              sink: Sink | None = None, recheck_ms: int = RECHECK_MS) -> Job:
     """Start the query; ``once`` processes what is available now and stops. ``source`` and
-    ``sink`` replace Kafka (the in-memory test harness, :mod:`l2m.dev.memory`)."""
+    ``sink`` replace Kafka (the in-memory test harness, :mod:`l2m.dev.memory`);
+    ``recheck_ms``: :func:`metrics_frame`'s (tests shorten it)."""
     register(spark)
     remote = local_checkpoint(cfg.checkpoint) is None
     state_format = check_checkpoint(cfg.checkpoint, QUERY, HadoopFiles(spark) if remote else None)
@@ -321,7 +335,8 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                             counts.tally.value if counts.tally is not None else {},
                             task_sums(counts))
 
-    writer = (metrics_frame(spark, cfg, rules, counts, source, state_format, publisher)
+    writer = (metrics_frame(spark, cfg, rules, counts, source, state_format, publisher, once,
+                            recheck_ms)
               .writeStream
               .queryName(f"l2m-{QUERY}").outputMode("update").foreachBatch(sink or kafka_sink)
               .option("checkpointLocation", f"{cfg.checkpoint}/{QUERY}"))
@@ -330,8 +345,10 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     else:
         writer = writer.trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
     # Processing-time timeouts make Spark run a batch after every batch, data or not, to
-    # look for timed-out keys: availableNow would never end. Timeouts are taken with the
-    # next batch that has data; the setting is captured when the query starts.
+    # look for timed-out keys (≈ 1 s of fixed cost each here), and availableNow would never
+    # end. Timers run in the batches the source plans instead: those with data, and an idle
+    # source's ticks when timers are due (l2m.kafka.source.Ticker, docs/streaming.md
+    # "Ticks"). The setting is captured when the query starts.
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     try:
         query = writer.start()

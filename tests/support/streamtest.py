@@ -7,9 +7,10 @@ Input: rules, a folder (source records and the checkpoint live under it) and act
 moves the watermark), :meth:`StreamTest.process` (everything added so far, in the running
 query's next micro-batch; the query starts on the checkpoint if it is not running),
 :meth:`StreamTest.stop`, :meth:`StreamTest.restart` (a new query on the same checkpoint,
-optionally with other rules). Output: every ``key, value`` sample the sink received;
-:meth:`StreamTest.samples` / :meth:`StreamTest.values` give the last sample per Kafka key, as
-downstream keeps them, and :meth:`StreamTest.check` compares them exactly.
+optionally with other rules), :meth:`StreamTest.run_once` (``l2m run --once`` on it).
+Output: every ``key, value`` sample the sink received (and in :attr:`StreamTest.marked` each
+one's mark); :meth:`StreamTest.samples` / :meth:`StreamTest.values` give the last sample per
+Kafka key, as downstream keeps them, and :meth:`StreamTest.check` compares them exactly.
 
 Why a running query and ``processAllAvailable`` rather than one availableNow run per
 ``process()``: starting a query costs about 2 s here (the Python source runner is a new
@@ -32,7 +33,7 @@ from l2m.config.job import JobConfig
 from l2m.dev.memory import NAME, MemorySource, append
 from l2m.engine.samples import unpacked_samples
 from l2m.rules.model import Rule
-from l2m.streaming.job import Job, start_job
+from l2m.streaming.job import RECHECK_MS, Job, start_job
 
 # l2m's own counters (l2m_input_logs_total, l2m_late_logs_total, …) have rule ids with this
 # prefix; samples() leaves them out unless asked, so tests compare only their rules' samples.
@@ -51,7 +52,8 @@ class StreamTest:
     :class:`~l2m.config.loader.JobConfig` fields (``grace_ms``, ``counter_shards``…)."""
 
     def __init__(self, spark: SparkSession, rules: Sequence[Rule], folder: Path,
-                 partitions: int = 2, state_partitions: int = 2, **config: Any) -> None:
+                 partitions: int = 2, state_partitions: int = 2,
+                 recheck_ms: int = RECHECK_MS, **config: Any) -> None:
         spark.dataSource.register(MemorySource)
         self.spark = spark
         self.rules = list(rules)
@@ -62,6 +64,10 @@ class StreamTest:
         self.cfg = replace(JobConfig(checkpoint=str(folder / "checkpoint"), counter_shards=2,
                                      trigger_ms=100), **config)
         self.received: list[tuple[str, str]] = []  # (key, value) in the order written
+        # (key, value, mark) in the order written: the l2m-mark header of each record
+        self.marked: list[tuple[str, str, str | None]] = []
+        self.by_batch: dict[int, list[tuple[str, str, str | None]]] = {}  # … per batch id
+        self.recheck_ms = recheck_ms  # how often a window key without logs is looked at
         self.batches: list[int] = []  # the batch id of every sink call (a replay repeats one)
         # The record times of every batch's samples (the state stage's micro-batch time).
         self.times: dict[int, set[int]] = {}
@@ -124,6 +130,16 @@ class StreamTest:
             self.job.query.stop()
             self.job = None
 
+    def run_once(self) -> Job:
+        """Stop the running query, if any, and run ``l2m run --once`` on the checkpoint
+        (``Trigger.AvailableNow``): everything added so far, then the run ends."""
+        self.stop()
+        job = self._start(once=True)
+        job.query.awaitTermination()
+        error = job.query.exception()
+        assert error is None, error
+        return job
+
     def restart(self, rules: Sequence[Rule] | None = None) -> Job:
         """Stop, start a new query on the same checkpoint (optionally with other rules), and
         process what was added since the last :meth:`process`."""
@@ -132,7 +148,7 @@ class StreamTest:
             self.rules = list(rules)
         return self.process()
 
-    def _start(self) -> Job:
+    def _start(self, once: bool = False) -> Job:
         def source(rules: dict[str, str]) -> DataFrame:
             return (self.spark.readStream.format(NAME)
                     .option("path", str(self.source_folder))
@@ -145,6 +161,9 @@ class StreamTest:
             batches = unpacked_samples(frame.toArrow().to_batches())
             rows = [row for batch in batches for row in batch.to_pylist()]
             self.received.extend((r["key"], r["value"]) for r in rows)
+            marked = [(r["key"], r["value"], r["mark"]) for r in rows]
+            self.marked.extend(marked)
+            self.by_batch[batch_id] = marked
             self.batches.append(batch_id)
             self.times[batch_id] = {r["time"] for r in rows}
 
@@ -153,7 +172,8 @@ class StreamTest:
         previous = self.spark.conf.get(SHUFFLE)
         self.spark.conf.set(SHUFFLE, str(self.state_partitions))
         try:
-            return start_job(self.spark, self.cfg, self.rules, source=source, sink=sink)
+            return start_job(self.spark, self.cfg, self.rules, once=once, source=source,
+                             sink=sink, recheck_ms=self.recheck_ms)
         finally:
             self.spark.conf.set(SHUFFLE, previous)
 
