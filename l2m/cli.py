@@ -17,7 +17,7 @@ from l2m.tenancy import Tenancy
 
 if TYPE_CHECKING:
     from l2m.config.job import JobConfig
-    from l2m.rules.model import RuleSet
+    from l2m.rules.model import Rule, RuleSet
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -196,39 +196,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _load_config(args.config)
     if args.bootstrap:
         cfg = cfg.with_bootstrap(args.bootstrap)
-    refused: RuleValidationError | None = None
-    try:
-        ruleset = _rules_for(cfg)
-    except RuleValidationError as exc:
-        # A bad rule change must not take the shared job down at its next restart: with live
-        # rules it starts on the last good set it ran, and says so (and /metrics, the alert).
-        from l2m.streaming.rulesets import last_good_rules
+    # Continuous and --once alike: on rule files that do not validate, the last good set the
+    # checkpoint keeps, said on stderr and on /metrics; exit 1 without one.
+    from l2m.runtime.reload import rules_at_start
 
-        try:
-            kept = None if args.once else last_good_rules(cfg)
-        except L2mError:  # an unreadable snapshot: the files' own problems are the news
-            kept = None
-        if kept is None:
-            raise
-        _print_problems(exc.errors)
-        print(f"l2m run: the rule files do not validate ({len(exc.errors)} error(s) above); "
-              f"starting with the last good rule set, version {kept[0]}, kept in the "
-              "checkpoint — fix the files: they are applied once they validate",
-              file=sys.stderr, flush=True)
-        from l2m.rules.model import RuleSet
+    def last_good() -> tuple[str, tuple[Rule, ...]] | None:
+        from l2m.streaming.rulesets import last_good_rules  # only then: the engine's imports
 
-        ruleset, refused = RuleSet(kept[1]), exc
+        return last_good_rules(cfg)
+
+    ruleset, status = rules_at_start(lambda: _rules_for(cfg), last_good, sys.stderr,
+                                     once=args.once)
     watcher = None
     if not args.once:  # live rules (docs/streaming.md "Live rule changes")
         from l2m.runtime.reload import RuleWatcher
 
         watcher = RuleWatcher(cfg.rules, lambda: _rules_for(cfg), cfg.rules_poll_ms / 1000,
-                              out=sys.stderr)
+                              out=sys.stderr, status=status)
         watcher.started(ruleset)
-        if refused is not None:
-            watcher.status.failures, watcher.status.last_ok = 1, False
-            watcher.status.last_error = refused.code
-    runner = Runner(cfg, ruleset.rules, once=args.once, watcher=watcher)
+    runner = Runner(cfg, ruleset.rules, once=args.once, watcher=watcher, rules_status=status)
     runner.install_signals()
     endpoint = None
     if cfg.monitoring.port is not None:
@@ -236,9 +222,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from l2m.runtime.telemetry import Telemetry
 
         runner.telemetry = Telemetry(cfg, ruleset.enabled)
+        telemetry = runner.telemetry
+        telemetry.reload = status
         if watcher is not None:
-            telemetry = runner.telemetry
-            telemetry.reload = watcher.status
             watcher.on_change = lambda changed: telemetry.rules_changed(changed.rules)
         # Before Spark starts: probes get answers (not ready yet) during the slow start.
         endpoint = Endpoint(runner.telemetry, cfg.monitoring.host, cfg.monitoring.port,

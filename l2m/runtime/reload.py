@@ -79,6 +79,50 @@ class ReloadStatus:
     last_error: str = ""
 
 
+    def refused(self, error: L2mError) -> None:
+        """A rule set refused (its ``error``), the job going on with its last good one."""
+        self.failures += 1
+        self.last_ok = False
+        self.last_error = error.code
+        self.last_at = time.time()
+
+
+# The rule set a job last ran (l2m.streaming.rulesets.last_good_rules): its version and rules.
+LastGood = tuple[str, tuple[Rule, ...]]
+
+
+def rules_at_start(load: Callable[[], RuleSet], last_good: Callable[[], LastGood | None],
+                   out: TextIO, once: bool = False) -> tuple[RuleSet, ReloadStatus]:
+    """The rules ``l2m run`` starts with, continuous and ``--once`` alike (docs/streaming.md
+    "Live rule changes"), and what ``/metrics`` shows of them: the rule files' set when it
+    validates; otherwise the last good set the checkpoint keeps, every error of the refused
+    files and that choice printed on ``out`` and counted as a refused reload — a bad change
+    never takes the shared job down at its next start. Without a last good set (a new
+    checkpoint, an object store's: not readable before Spark starts) the
+    :class:`RuleValidationError` is raised: the command exits 1 with the errors."""
+    status = ReloadStatus()
+    try:
+        ruleset = load()
+    except RuleValidationError as exc:
+        try:
+            kept = last_good()
+        except L2mError:  # an unreadable snapshot: the files' own problems are the news
+            kept = None
+        if kept is None:
+            raise
+        order = {p.file: i for i, p in reversed(list(enumerate(exc.errors)))}
+        for problem in sorted(exc.errors, key=lambda p: (order[p.file], p.line, p.column)):
+            print(problem, file=out)
+        later = "the next run applies them" if once else "they are applied"
+        print(f"l2m run: the rule files do not validate ({len(exc.errors)} error(s) above); "
+              f"starting with the last good rule set, version {kept[0]}, kept in the "
+              f"checkpoint — fix the files: {later} once they validate", file=out, flush=True)
+        ruleset = RuleSet(kept[1])
+        status.refused(exc)
+    status.rules = len(ruleset.enabled)
+    return ruleset, status
+
+
 @dataclass
 class Request:
     """A reload asked for (SIGHUP, ``POST /-/reload``): done once the job has tried it."""

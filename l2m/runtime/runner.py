@@ -30,7 +30,7 @@ from l2m.errors import INTERRUPTED, L2mError
 from l2m.rules.model import Rule
 from l2m.runtime.failures import failure, retriable
 from l2m.runtime.progress import describe
-from l2m.runtime.reload import RuleWatcher
+from l2m.runtime.reload import ReloadStatus, RuleWatcher
 from l2m.runtime.session import build_session
 from l2m.runtime.signals import SignalRelay
 from l2m.runtime.sparkstatus import BatchTasks, ExecutorLoad
@@ -72,6 +72,9 @@ class Runner:
     restarts: int = 0
     telemetry: Telemetry | None = None  # the driver's metrics (docs/metrics.md)
     watcher: RuleWatcher | None = None  # live rules: changed rule files applied while running
+    # What /metrics shows of the rules (the watcher's own when there is one; --once: the
+    # start's, a refusal of the rule files among it).
+    rules_status: ReloadStatus | None = None
     _tasks: BatchTasks | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _now: threading.Event = field(default_factory=threading.Event)  # a second signal
@@ -110,10 +113,10 @@ class Runner:
             self.job = None
             return None
         self.job = start_job(self.spark, self.cfg, self.rules, once=self.once)
-        if self.watcher is not None and self.job.rulesets is not None and \
-                not self.watcher.status.version:
-            self.watcher.status.version = self.job.rulesets.version
-            self.watcher.status.loaded_at = self.job.rulesets.loaded_at
+        status = self.watcher.status if self.watcher is not None else self.rules_status
+        if status is not None and self.job.rulesets is not None and not status.version:
+            status.version = self.job.rulesets.version
+            status.loaded_at = self.job.rulesets.loaded_at
         self._counted = (0, 0, 0)  # a new query has new accumulators
         if self.telemetry is not None:
             self.telemetry.started(self.job.counts)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -138,7 +139,23 @@ def test_rules_change_while_the_job_runs(spark, broker, tmp_path):
     assert f"{folder / 'broken.yaml'}:2:" in text
     assert kept["l2m_rules_last_reload_successful"] == 0
     assert [k for k in kept if k.startswith("l2m_rules_version_info")] == versions
-    segments[2] = segments[2] + extra
+    # `--once` alike (it exited 1): the last good set, said so; a new checkpoint has none.
+    once = generated(100, seed=55)
+    produce(t.bootstrap, t.topics.logs, once, t.partitions)
+    res = subprocess.run([sys.executable, "-m", "l2m.cli", "run", "--config", str(config),
+                          "--once"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"{folder / 'broken.yaml'}:2:" in res.stderr
+    assert "fix the files: the next run applies them once they validate" in res.stderr
+    assert total("all") == 1100
+    (tmp_path / "new").mkdir()
+    fresh = job_yaml(t, tmp_path / "new", f"rules: [{folder}]")
+    res = subprocess.run([sys.executable, "-m", "l2m.cli", "run", "--config", str(fresh),
+                          "--once"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1
+    assert res.stderr.splitlines()[-1] == "1 error(s)", res.stderr[-3000:]
+    assert f"{folder / 'broken.yaml'}:2:" in res.stderr
+    segments[2] = segments[2] + extra + once
 
     # Segment by segment: `all` over every log, `errors` from the second segment on.
     first, _ = load_text(FIRST)

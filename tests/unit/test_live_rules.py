@@ -569,3 +569,48 @@ def test_a_rule_snapshot_error_inside_spark_keeps_its_own_code():
     assert error.render() == (
         "l2m: error [RULE_SNAPSHOT]: rule set 0123456789abcdef was not shipped to this worker "
         "(/tmp/spark/l2m-routing-0123456789abcdef missing)")
+
+
+@pytest.mark.parametrize("once", [False, True])
+def test_a_start_on_rule_files_that_do_not_validate_runs_the_last_good_set(tmp_path, once):
+    """Issue 53: one behaviour for `l2m run` and `l2m run --once` (--once exited 1): the last
+    good set the checkpoint keeps, every error of the refused files and that choice on stderr,
+    and the refusal on /metrics as a refused reload; without a last good set, the errors and
+    exit 1 (the RuleValidationError)."""
+    from l2m.errors import RuleValidationError
+    from l2m.runtime.reload import rules_at_start
+
+    folder = tmp_path / "rules"
+    folder.mkdir()
+    (folder / "a.yaml").write_text(RULE + '  - {id: x, name: x_total, kind: counter, '
+                                   'query: "level:(error", aggregation: count}\n'
+                                   '  - {id: y, name: "bad name", kind: counter, query: "*", '
+                                   'aggregation: count}\n')
+    good, _ = load_text(OTHER)
+    out = io.StringIO()
+    ruleset, status = rules_at_start(lambda: load_rules([folder]),
+                                     lambda: ("0123456789abcdef", tuple(good)), out, once=once)
+    assert [r.id for r in ruleset.rules] == ["b"]
+    lines = out.getvalue().splitlines()
+    assert [line.split(":")[:2] for line in lines[:-1]] == [
+        [str(folder / "a.yaml"), "3"], [str(folder / "a.yaml"), "4"]]
+    later = "the next run applies them" if once else "they are applied"
+    assert lines[-1] == (
+        "l2m run: the rule files do not validate (2 error(s) above); starting with the last "
+        "good rule set, version 0123456789abcdef, kept in the checkpoint — fix the files: "
+        f"{later} once they validate")
+    assert (status.failures, status.successes, status.last_ok, status.last_error,
+            status.rules) == (1, 0, False, "RULES", 1)
+    assert status.last_at > 0
+    with pytest.raises(RuleValidationError):
+        rules_at_start(lambda: load_rules([folder]), lambda: None, io.StringIO(), once=once)
+
+    def unreadable() -> None:
+        raise RuleSnapshotError("rule set snapshot is not JSON")
+
+    with pytest.raises(RuleValidationError):
+        rules_at_start(lambda: load_rules([folder]), unreadable, io.StringIO(), once=once)
+    (folder / "a.yaml").write_text(RULE)
+    ruleset, status = rules_at_start(lambda: load_rules([folder]), unreadable, out, once=once)
+    assert [r.id for r in ruleset.rules] == ["a"]
+    assert (status.failures, status.last_ok, status.rules) == (0, True, 1)
