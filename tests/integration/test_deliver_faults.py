@@ -168,8 +168,8 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
     metrics_topic, group = t.topics.metrics, "faults-prom"
     run_cfg = job_config(t, tmp_path)
 
-    # The metrics topic: poison and refused samples, the first run's samples, more of both, the
-    # second run's, more of both: interleaved, every poll of a reader holds some of each.
+    # The metrics topic, interleaved: poison and refused samples, the first run's samples, more
+    # of both, the second run's, more of both.
     lines = [generated(300, seed=seed) for seed in SEEDS]
     extra: list[tuple[int, str]] = []  # (offset, poison reason)
     refused: list[tuple[int, int]] = []  # (offset, samples sent for it)
