@@ -614,3 +614,49 @@ def test_a_start_on_rule_files_that_do_not_validate_runs_the_last_good_set(tmp_p
     ruleset, status = rules_at_start(lambda: load_rules([folder]), unreadable, out, once=once)
     assert [r.id for r in ruleset.rules] == ["a"]
     assert (status.failures, status.last_ok, status.rules) == (0, True, 1)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 53: l2m/state/processor.py's handleExpiredTimer "
+                   "calls l2m.engine.rulesets.select_key (change handed to its owner): "
+                   "drop this mark with it")
+def test_a_timer_whose_key_s_version_was_not_shipped_runs_under_the_first_rules(tmp_path,
+                                                                              monkeypatch):
+    """After a restart a gauge key may name a version this worker cannot read: its timer
+    runs under the rules the query started with — not under the version another key's call
+    left selected on this worker (here one whose gauge g has another name)."""
+    import pyspark
+
+    from l2m.engine import rulesets
+    from l2m.engine.pipeline import RuleTable, routing_option
+    from l2m.engine.rulesets import Versions, routing_file
+    from l2m.state.counters import CounterState
+    from l2m.state.gauges import GaugeState
+    from l2m.state.processor import MetricProcessor
+    from tests.support import tws
+    from tests.unit.test_state_processor import W, _marked, row
+
+    gauge = ("rules:\n  - {id: g, account: a, name: NAME, kind: gauge, query: '*', "
+             "aggregation: max, field: v, group_by: [s]}\n")
+    first, _ = load_text(RULE)
+    files = tmp_path / "files"
+    files.mkdir()
+    for version, name in (("v2", "g"), ("v3", "g_other")):
+        rules, _ = load_text(gauge.replace("NAME", name))
+        (files / routing_file(version)).write_text(routing_option(plan_for(rules)))
+    monkeypatch.setattr(pyspark.SparkFiles, "getRootDirectory", staticmethod(lambda: str(files)))
+    monkeypatch.setattr(rulesets, "_selected", (None, None))
+    versions = Versions("v1", routing_option(plan_for(first)))
+    grace, delay = 1_200_000, 120_000
+    store = tws.Store()
+    fn = MetricProcessor(CounterState(RuleTable(versions.option, "counter", versions),
+                                      ttl_ms=128_000),
+                         GaugeState(RuleTable(versions.option, "gauge", versions),
+                                    recheck_ms=60_000, grace_ms=grace, publish_delay_ms=delay))
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    before = W + 60_000 + delay - grace - 1
+    _marked(fn, store, (0, W), [{**row("g", 0, 3.0, window=W), "ruleset": "v2"}], now=W,
+            watermark=before)
+    (files / routing_file("v2")).unlink()  # a restart that did not ship v2 again
+    rulesets.select("v3", str(files))  # another key's rows on this worker
+    assert _marked(fn, store, (0, W), now=W + 60_000, watermark=before + 1, timer=True) == []
+    assert versions.current() == "v1"
