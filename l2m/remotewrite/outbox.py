@@ -144,7 +144,8 @@ def problem(sample: Any) -> str | None:
     if not isinstance(labels, dict) or not all(isinstance(v, str) and _utf8(v)
                                                for v in labels.values()):
         return MALFORMED
-    if isinstance(value, bool) or not (isinstance(value, int | float) or value in _NUMBERS):
+    if isinstance(value, bool) or not (isinstance(value, int | float) or (
+            isinstance(value, str) and value in _NUMBERS)):
         return MALFORMED
     if type(timestamp) is not int or not _MIN_MS <= timestamp <= _MAX_MS:
         return MALFORMED
