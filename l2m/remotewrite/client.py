@@ -147,6 +147,11 @@ class Sender:
         self._stop = stop
         self._conn: http.client.HTTPConnection | None = None
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The endpoint's headers as sent now (credentials read again after a 401/403)."""
+        return dict(self._headers)
+
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
             host, port = self._parsed.hostname or "", self._parsed.port

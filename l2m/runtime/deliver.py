@@ -308,7 +308,7 @@ class EndpointDelivery:
             return credentials(self.cfg)
         except ConfigError as exc:
             self.log(f"l2m deliver: {self.name}: {exc}")
-            return dict(self.sender.endpoint.headers)
+            return self.sender.headers
 
     def _retried(self) -> None:
         self.tally.retried()
@@ -379,7 +379,7 @@ class EndpointDelivery:
 
     def _scrubbed(self, text: str) -> str:
         """``text`` without the endpoint's header values (an error may quote a header)."""
-        for value in self.sender.endpoint.headers.values():
+        for value in {*self.sender.endpoint.headers.values(), *self.sender.headers.values()}:
             for secret in {value, *value.split()}:
                 if len(secret) >= 4:
                     text = text.replace(secret, "(not shown)")

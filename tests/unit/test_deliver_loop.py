@@ -80,7 +80,8 @@ class Sender:
     def __init__(self, answer: Any = None) -> None:
         self.seen: list[tuple[str | None, bytes]] = []
         self.answer = answer or (lambda body, tenant: Delivery(204, "", 1))
-        self.endpoint = type("E", (), {"headers": {"Authorization": "Bearer s3cret-token"}})()
+        self.endpoint = type("E", (), {"headers": {"Authorization": "Bearer old-token"}})()
+        self.headers = {"Authorization": "Bearer s3cret-token"}  # read again since
 
     def send(self, body: bytes, tenant: str | None = None) -> Delivery:
         self.seen.append((tenant, body))
