@@ -16,7 +16,8 @@ Spark. Output, for each version:
 
 What is kept is read from the checkpoint, never from what this process remembers of the
 query's progress: a version is kept while an offset log entry newer than the last commit names
-it (a replay's), while a batch being planned may still have read it (at most the one after the
+it (a replay's), or the newest entry does (an idle source's tick repeats that offset, its
+version with it), while a batch being planned may still have read it (at most the one after the
 newest planned when the next version was written), and — when it has gauge rules — while a
 gauge window its batches touched may still be open, for that key's timers (until the
 committed watermark has passed those windows' end and a recheck; the bounds in
@@ -237,11 +238,18 @@ class RulesetPublisher:
     def kept(self) -> set[str]:
         """The versions a batch or a gauge key may still need, read from the checkpoint's
         offset and commit logs: the current one; each named by a batch planned and not
-        committed (a replay's); a replaced one while a planning under way may have read it;
-        one with gauge rules while a window its batches touched may be open."""
+        committed (a replay's) or by the newest batch (a tick repeats its offset); a replaced
+        one while a planning under way may have read it; one with gauge rules while a window
+        its batches touched may be open."""
         entries, committed = self._entries()
         keep = {self.version}
         keep |= {v for n, (v, _) in entries.items() if n > committed and v is not None}
+        if entries:
+            # An idle source's tick (l2m.kafka.source.Ticker) is the newest offset again,
+            # its rule set with it: the newest entry's version may name the next batch too.
+            newest = entries[max(entries)][0]
+            if newest is not None:
+                keep.add(newest)
         keep |= {v for v, batch in self._replaced.items() if batch > committed}
         bounds = self._window_bounds()
         changed = False

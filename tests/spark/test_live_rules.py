@@ -25,6 +25,11 @@ rules:
 """
 
 
+# These tests count batches: no idle source's tick between them (one is due when a multiple of
+# the recheck has passed since the last batch; with this one, never while they run).
+NO_TICKS = 10**12
+
+
 def _totals(segments: list[tuple[str, list[bytes]]]) -> dict[tuple[str, Any], float]:
     """Each series' value when every segment's logs are counted with its own rules."""
     out: dict[tuple[str, Any], float] = {}
@@ -48,7 +53,7 @@ def _uncommit(checkpoint: Path, batch: int) -> None:
 
 
 def test_a_replayed_batch_uses_the_rules_it_was_planned_with(spark, tmp_path):
-    st = StreamTest(spark, rules_of(BEFORE), tmp_path)
+    st = StreamTest(spark, rules_of(BEFORE), tmp_path, recheck_ms=NO_TICKS)
     logs = [generated(200, seed=61), generated(200, seed=62), generated(200, seed=63)]
     st.add(logs[0])
     st.process()
@@ -74,7 +79,7 @@ def test_a_replayed_batch_uses_the_rules_it_was_planned_with(spark, tmp_path):
 
 def test_a_rule_set_published_while_the_query_runs_applies_from_the_next_batch(spark,
                                                                              tmp_path):
-    st = StreamTest(spark, rules_of(BEFORE), tmp_path)
+    st = StreamTest(spark, rules_of(BEFORE), tmp_path, recheck_ms=NO_TICKS)
     logs = [generated(200, seed=64), generated(200, seed=65)]
     st.add(logs[0])
     job = st.process()
@@ -95,7 +100,7 @@ def test_batches_planned_while_a_rule_set_is_published_are_replayed_after_a_cras
     them crashes. The next start, with the new rules, replays it with the rules it was planned
     with — their snapshot was kept (it was dropped once the batch before had committed, and
     the start failed with RuleSnapshotError)."""
-    st = StreamTest(spark, rules_of(BEFORE), tmp_path)
+    st = StreamTest(spark, rules_of(BEFORE), tmp_path, recheck_ms=NO_TICKS)
     logs = [generated(200, seed=66), generated(200, seed=67), generated(200, seed=68)]
     st.add(logs[0])
     job = st.process()

@@ -301,6 +301,9 @@ def test_a_rule_set_is_kept_while_a_batch_planned_with_it_may_be_replayed(tmp_pa
     assert sorted(spark.sparkContext.added) == sorted([f"l2m-routing-{c}", f"l2m-routing-{a}"])
     (commits / "1").write_text("v1\n{}")  # the replay committed
     again.tidy(now=True)
+    assert stored() == {a, c}  # an idle source's tick would repeat batch 1's offset
+    batch(2, c, committed=True)
+    again.tidy(now=True)
     assert stored() == {c}
 
 
@@ -434,9 +437,13 @@ def test_a_rule_set_read_by_batches_planned_during_its_publication_survives_a_cr
     assert again.start(sets[2]).version == c
     assert sorted(spark.sparkContext.added) == sorted([f"l2m-routing-{c}", f"l2m-routing-{a}"])
     assert log.stored() == {a, c}  # b: no batch used it, no key can name it
-    log.commit(2)  # the replay committed: a counter-only set no key names
+    log.commit(2)  # the replay committed
     again.tidy(now=True)
-    assert log.stored() == {c}
+    assert log.stored() == {a, c}  # an idle source's tick would repeat batch 2's offset
+    log.plan(3, c)
+    log.commit(3)
+    again.tidy(now=True)
+    assert log.stored() == {c}  # a counter-only set: no key names it
 
 
 def test_a_rule_set_read_by_a_planning_under_way_at_its_replacement_is_kept(tmp_path):
