@@ -82,6 +82,9 @@ STALL_S = 60.0
 # the most (it re-reads from its last commit; the poll that failed is then delivered record by
 # record, so that a record that fails again is skipped instead of failing the loop forever).
 RESTART_MIN_S, RESTART_MAX_S = 1.0, 60.0
+# Once (a run that must end): an endpoint gives up after this many errors in a row without a
+# poll delivered between them, and deliver() raises the last.
+ONCE_ATTEMPTS = 3
 
 
 def _stderr(line: str) -> None:
@@ -252,6 +255,7 @@ class EndpointDelivery:
         self.failing = False
         self._suspect = False  # the next poll is delivered record by record (after an error)
         self._backoff = RESTART_MIN_S  # before the loop starts again after an error
+        self._in_a_row = 0  # errors since the last poll delivered
         self._auth_logged = False
         self._append_logged = False
         self.ready = False  # reading the topic
@@ -347,10 +351,12 @@ class EndpointDelivery:
     def run(self) -> None:
         """The endpoint's loop until ``stop`` (or, once, the topic's end). An unexpected
         error is reported, counted and the loop starts again after a backoff, from the last
-        commit; a :class:`ConfigError` (the topic missing) ends delivery."""
+        commit (once: at most :data:`ONCE_ATTEMPTS` times in a row, then it is this endpoint's
+        error); a :class:`ConfigError` (the topic missing) ends delivery."""
         self._beat = time.monotonic()
         self._running = True
         self._backoff = RESTART_MIN_S
+        self._in_a_row = 0
         try:
             while not self.stop.is_set():
                 try:
@@ -363,6 +369,10 @@ class EndpointDelivery:
                     self.tally.failed(error)
                     self.failing = True
                     self._suspect = True
+                    self._in_a_row += 1
+                    if self.once_idle_s is not None and self._in_a_row >= ONCE_ATTEMPTS:
+                        self.error = exc  # raised by deliver() once the others are done
+                        return
                     self.log(f"l2m deliver: {self.name}: unexpected error ({error}: "
                              f"{self._scrubbed(str(exc))}); the endpoint starts again in "
                              f"{self._backoff:g} s from its last commit")
@@ -498,6 +508,7 @@ class EndpointDelivery:
                     idle_since = time.monotonic()
                 self.failing = False
                 self._backoff = RESTART_MIN_S
+                self._in_a_row = 0
                 self._log_append_time()
                 self._refresh_lag()
                 if not positions and self.once_idle_s is not None and \

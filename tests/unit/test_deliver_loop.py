@@ -218,3 +218,17 @@ def test_a_topic_with_log_append_time_is_said_once_and_its_counters_skipped(monk
     said = [line for line in lines if "LogAppendTime" in line]
     assert len(said) == 1 and "message.timestamp.type=CreateTime" in said[0]
     assert orjson.loads(records[0].value_)["name"] == "x_total"
+
+
+def test_once_an_endpoint_that_keeps_failing_gives_up_with_its_error(monkeypatch):
+    """A run that must end (l2m deliver --once) does not retry for ever: after three errors in
+    a row the endpoint's error is kept for deliver() to raise; the others are not stopped."""
+    delivery, lines, _ = loop([], Sender(), monkeypatch)
+
+    def broken() -> None:
+        raise ConnectionError("broker unreachable")
+
+    monkeypatch.setattr(delivery, "_consumer", broken)
+    delivery.run()
+    assert isinstance(delivery.error, ConnectionError) and not delivery.stop.is_set()
+    assert delivery.tally.errors == {"ConnectionError": 3} and len(lines) == 2
