@@ -30,7 +30,7 @@ from tests.integration.test_deliver_metrics import Samples, _endpoint, _scrape
 from tests.integration.test_prometheus import free_port, promql
 from tests.integration.test_streaming import backfill_samples, generated, run_once
 from tests.support.kafka_helpers import fresh_topics, job_config, job_yaml, produce
-from tests.support.receiver import Receiver
+from tests.support.receiver import Labels, Received, Receiver
 from tests.support.web import get
 
 SEEDS = (53, 54)  # the two runs' logs (tests/support: LogGenerator)
@@ -156,6 +156,23 @@ def _labelled(got: Samples, metric: str) -> dict[tuple[tuple[str, str], ...], fl
     return {labels: value for (name, labels), value in got.items() if name == metric and value}
 
 
+def _expected(got: Samples, poison: list[tuple[int, str]], refused: list[tuple[int, int]],
+              accepted: list[Received]) -> None:
+    """What one ``l2m deliver`` process counted on /metrics (``got``) is exactly what it read:
+    ``poison`` (offset, reason) skipped by reason, ``refused`` (offset, samples) refused as
+    http_400, and the samples of its ``accepted`` requests sent; no unexpected error."""
+    assert _labelled(got, "l2m_remote_write_samples_skipped_total") == {
+        (("reason", reason),): float(n) for reason, n in Counter(r for _, r in poison).items()}
+    assert _labelled(got, "l2m_remote_write_samples_refused_total") == {
+        (("reason", "http_400"), ("tenant", ACCOUNT)): float(sum(n for _, n in refused))}
+    assert got[("l2m_remote_write_samples_sent_total", ())] == sum(r.samples for r in accepted)
+    assert _labelled(got, "l2m_remote_write_errors_total") == {}
+
+
+def _points(requests: list[Received]) -> set[tuple[Labels, int]]:
+    return {(labels, at) for r in requests for labels, points in r.series for at, _ in points}
+
+
 def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
         spark, broker, prometheus, tmp_path: Path):
     print(f"seeds {SEEDS}")  # fixed: the logs, the poison and the script are deterministic
@@ -167,24 +184,30 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
     t = fresh_topics(broker.bootstrap, partitions=2)
     metrics_topic, group = t.topics.metrics, "faults-prom"
     run_cfg = job_config(t, tmp_path)
-
-    # The metrics topic, interleaved: poison and refused samples, the first run's samples, more
-    # of both, the second run's, more of both.
     lines = [generated(300, seed=seed) for seed in SEEDS]
-    extra: list[tuple[int, str]] = []  # (offset, poison reason)
+    poison: list[tuple[int, str]] = []  # (offset, reason)
     refused: list[tuple[int, int]] = []  # (offset, samples sent for it)
-    for chunk in range(3):
-        records = [(value, headers) for value, headers, _ in POISON]
-        made = [_refused(2 * chunk + i) for i in range(2)]
+
+    def chunk(k: int) -> int:
+        """The k-th set of poison records and refused samples, produced: the topic's end
+        after it (tansu's ListOffsets may report less)."""
+        made = [_refused(2 * k + i) for i in range(2)]
         offsets = _produce(t.bootstrap, metrics_topic,
-                           records + [(value, headers) for value, headers, _ in made])
-        extra += [(at, reason) for at, (_, _, reason) in zip(offsets[:len(POISON)], POISON,
-                                                              strict=True)]
-        refused += [(at, n) for at, (_, _, n) in zip(offsets[len(POISON):], made, strict=True)]
-        if chunk < 2:
-            produce(t.bootstrap, t.topics.logs, lines[chunk], t.partitions)
-            run_once(spark, run_cfg, rules)
-    end = offsets[-1] + 1  # the topic's end (tansu's ListOffsets may report less)
+                           [(value, headers) for value, headers, _ in POISON + made])
+        poison.extend((at, reason) for at, (_, _, reason) in zip(offsets, POISON, strict=False))
+        refused.extend((at, n) for at, (_, _, n) in zip(offsets[len(POISON):], made,
+                                                        strict=True))
+        return offsets[-1] + 1
+
+    def run(k: int) -> None:
+        produce(t.bootstrap, t.topics.logs, lines[k], t.partitions)
+        run_once(spark, run_cfg, rules)
+
+    # The metrics topic, interleaved: poison and refused samples, the first run's samples,
+    # more of both; later (below) the same again with the second run.
+    chunk(0)
+    run(0)
+    delivered_first = chunk(1)
 
     port = free_port()
     (tmp_path / "deliver").mkdir()
@@ -198,37 +221,56 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
         command = [sys.executable, "-m", "l2m", "deliver", "--config", str(config)]
         base = f"http://127.0.0.1:{port}"
 
-        # The first process: 5xx for its first two requests, then slow answers (0.3 s, within
-        # its 5 s timeout); killed once three requests got through, in the middle of a poll.
-        receiver.era, receiver.delay_s, receiver.refuse_value = 1, 0.3, REFUSE
+        # The first process (eras 1 and 2): 5xx for its first two requests, 400 for what holds
+        # REFUSE; it delivers and commits what the topic holds, counted exactly once.
+        receiver.era, receiver.refuse_value = 1, REFUSE
         receiver.next.extend([503, 500])
-        first = _start(command, tmp_path / "first.err")
+        first_err = tmp_path / "first.err"
+        first = _start(command, first_err)
         try:
-            _await(first, tmp_path / "first.err",
-                   lambda: sum(r.forwarded for r in receiver.requests(1)) >= 3, 60,
-                   "three requests forwarded")
+            _await(first, first_err,
+                   lambda: _committed(t.bootstrap, group, metrics_topic) == delivered_first,
+                   60, "the first part delivered and committed")
+            _await(first, first_err, lambda: _lag(base) == 0, 30, "lag 0 on /metrics")
+            got = _metrics(base)
+            assert got is not None
+            assert [r.status for r in receiver.requests(1)][:2] == [503, 500]
+            _expected(got, poison, refused, [r for r in receiver.requests(1)
+                                             if r.forwarded and 200 <= r.status < 300])
+
+            # Then the receiver is down (503) while the rest is written; it comes back slow
+            # (0.3 s an answer, within the 5 s timeout), and the process is killed once three
+            # requests got through: in the middle of a poll.
+            receiver.era, receiver.hold = 2, 503
+            chunk(2)
+            run(1)
+            end = chunk(3)
+            receiver.delay_s, receiver.hold = 0.3, None
+            _await(first, first_err,
+                   lambda: sum(r.forwarded for r in receiver.requests(2)) >= 3, 60,
+                   "three requests forwarded after the outage")
         finally:
             first.send_signal(signal.SIGKILL)
             first.wait(timeout=30)
         receiver.delay_s = 0.0
         resumed = _committed(t.bootstrap, group, metrics_topic)
-        assert resumed < end, "killed after its last commit: nothing left to re-read"
-        assert [r.status for r in receiver.requests(1)][:2] == [503, 500]
+        assert delivered_first <= resumed < end  # killed after a commit, before the last
+        assert any(r.status == 503 for r in receiver.requests(2))
 
-        # The restart, under a 401 for a while (a rotated token): retried, nothing committed,
-        # nothing forwarded, the lag stays; then 5xx for three requests, then the receiver
-        # answers (400 to what holds REFUSE).
-        receiver.era, receiver.hold = 2, 401
+        # The restart (era 3), under a 401 for a while (a rotated token): retried, nothing
+        # committed, nothing forwarded, the lag stays; then 5xx for three requests, then the
+        # receiver answers.
+        receiver.era, receiver.hold = 3, 401
         err = tmp_path / "second.err"
         second = _start(command, err)
         try:
-            _await(second, err, lambda: len(receiver.requests(2)) >= 4, 60,
+            _await(second, err, lambda: len(receiver.requests(3)) >= 4, 60,
                    "four requests answered 401")
             _await(second, err, lambda: (_lag(base) or 0) > 0, 30, "the lag on /metrics")
             time.sleep(1.0)  # the 401 phase goes on: still nothing may be committed
             assert _committed(t.bootstrap, group, metrics_topic) == resumed
             assert (_lag(base) or 0) > 0
-            during = receiver.requests(2)
+            during = receiver.requests(3)
             assert {r.status for r in during} == {401} and not any(r.forwarded for r in during)
             # Retried as it was, never split: a 401 is about the credentials, not the samples.
             assert len({r.series for r in during}) == 1
@@ -246,19 +288,14 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
             second.wait(timeout=60)
     assert second.returncode == 0, err.read_text()
 
-    # Counted once, by the process that read past it: every poison record and every refused
-    # sample from the restart's offset on, by reason (none before it: the killed process's).
-    skipped = Counter(reason for at, reason in extra if at >= resumed)
-    assert set(skipped) == {MALFORMED, INVALID_LABEL, INVALID_TENANT}  # not vacuous
-    assert _labelled(got, "l2m_remote_write_samples_skipped_total") == {
-        (("reason", reason),): float(n) for reason, n in skipped.items()}
-    assert _labelled(got, "l2m_remote_write_errors_total") == {}
-    turned_down = sum(n for at, n in refused if at >= resumed)
-    assert _labelled(got, "l2m_remote_write_samples_refused_total") == {
-        (("reason", "http_400"), ("tenant", ACCOUNT)): float(turned_down)}
-    answers = receiver.requests(2)
+    # Counted once by the process that read it: every poison record and every refused sample
+    # from the restart's offset on (those before it: the first process's, checked above).
+    answers = receiver.requests(3)
     accepted = [r for r in answers if r.forwarded and 200 <= r.status < 300]
-    assert got[("l2m_remote_write_samples_sent_total", ())] == sum(r.samples for r in accepted)
+    again = [(at, reason) for at, reason in poison if at >= resumed]
+    assert {reason for _, reason in again} == {MALFORMED, INVALID_LABEL, INVALID_TENANT}
+    turned_down = [(at, n) for at, n in refused if at >= resumed]
+    _expected(got, again, turned_down, accepted)
     # Every answer counted once, as the receiver gave it: 401s as credentials refused (each
     # attempt), 5xx as retried, 400s (the halves of REFUSE's requests) as refused.
     unauthorized = sum(r.status == 401 for r in answers)
@@ -272,17 +309,15 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
     shown = re.search(r"skipped [\d,]+ \(([^)]*)\)", summary)
     assert shown is not None, summary
     assert dict(part.split(": ") for part in shown.group(1).split(", ")) == {
-        reason: f"{n:,}" for reason, n in skipped.items()}, summary
-    assert f"refused {turned_down:,} (http_400 for {ACCOUNT}: {turned_down:,})" in summary
+        reason: f"{n:,}" for reason, n in Counter(r for _, r in again).items()}, summary
+    refused_n = sum(n for _, n in turned_down)
+    assert f"refused {refused_n:,} (http_400 for {ACCOUNT}: {refused_n:,})" in summary
     assert f"credentials refused {unauthorized:,} times" in summary
 
     # Nothing sent twice with two values, though much was sent twice: the killed process's
     # uncommitted requests again by the restart, the refused requests' halves.
     assert receiver.conflicts() == {}
-    once = {(labels, at) for r in receiver.requests(1) if r.forwarded
-            for labels, points in r.series for at, _ in points}
-    again = {(labels, at) for r in accepted for labels, points in r.series for at, _ in points}
-    assert once & again  # the kill landed in a poll the restart read again
+    assert _points([r for r in receiver.requests(2) if r.forwarded]) & _points(accepted)
     assert unauthorized >= 4
 
     # What Prometheus holds of every good series is backfill's, whole: its first point the 0
@@ -300,5 +335,6 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
     assert promql(prometheus, "refused_total") == []
     assert promql(prometheus, '{poison="1"}') == []
     assert _rejected(prometheus) == 0
-    print(f"took {time.monotonic() - started:.1f} s; killed after {len(receiver.requests(1))} "
-          f"requests, resumed at offset {resumed} of {end}; {unauthorized} answered 401")
+    print(f"took {time.monotonic() - started:.1f} s; the first process committed "
+          f"{delivered_first}, killed at {resumed} of {end} after {len(receiver.requests(2))} "
+          f"requests of its second part; {unauthorized} answered 401")
