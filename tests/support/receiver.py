@@ -106,7 +106,8 @@ class Receiver:
     :attr:`url` is where l2m sends. The script is changed by the test at any time:
 
     * :attr:`hold`: a status answered to every request while set (None: off);
-    * :attr:`next`: statuses answered to the next requests, one each, before anything else;
+    * :attr:`next`: statuses answered to the next requests, one each, before anything else
+      (a status, or a status and the headers to answer it with);
     * :attr:`refuse_value`: a 400 to any request holding a series with a label of this value;
     * :attr:`delay_s`: how long each forwarded request waits first (a slow receiver).
 
@@ -116,7 +117,7 @@ class Receiver:
     def __init__(self, target: str) -> None:
         self.target = target
         self.hold: int | None = None
-        self.next: deque[int] = deque()
+        self.next: deque[int | tuple[int, dict[str, str]]] = deque()
         self.refuse_value: str | None = None
         self.delay_s = 0.0
         self.era = 0
@@ -146,12 +147,14 @@ class Receiver:
     def _handle(self, handler: http.server.BaseHTTPRequestHandler) -> None:
         body = handler.rfile.read(int(handler.headers["Content-Length"]))
         series = tuple(decode(body))
+        headers: dict[str, str] = {}
         with self._lock:
             era = self.era
             if self.hold is not None:
                 status: int | None = self.hold
             elif self.next:
-                status = self.next.popleft()
+                scripted = self.next.popleft()
+                status, headers = scripted if isinstance(scripted, tuple) else (scripted, {})
             elif self.refuse_value is not None and any(
                     value == self.refuse_value for labels, _ in series for _, value in labels):
                 status = 400
@@ -175,6 +178,8 @@ class Receiver:
                                           forwarded, era))
         try:
             handler.send_response(status)
+            for name, value in headers.items():
+                handler.send_header(name, value)
             handler.send_header("Content-Length", str(len(text)))
             handler.end_headers()
             handler.wfile.write(text)
