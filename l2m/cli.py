@@ -13,7 +13,7 @@ from l2m import defaults
 from l2m.errors import INTERRUPTED, ConfigError, L2mError, Problem, RuleValidationError
 from l2m.limits import Limits
 from l2m.query.nodes import QueryConfig
-from l2m.tenancy import Tenancy
+from l2m.tenancy import Tenancy, account_problem, shown_account
 
 if TYPE_CHECKING:
     from l2m.config.job import JobConfig
@@ -42,6 +42,11 @@ def _target(text: str) -> tuple[str, str]:
     account, sep, target = text.partition("=")
     if not sep or not account or not target:
         raise argparse.ArgumentTypeError(f"expected ACCOUNT=TARGET, got '{text}'")
+    for name in (account, target):
+        problem = account_problem(name)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(
+                f"account {shown_account(name)} {problem} (docs/rules.md, \"Accounts\")")
     return account, target
 
 

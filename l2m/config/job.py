@@ -26,7 +26,7 @@ from l2m.config.decode import (
 from l2m.errors import ConfigError
 from l2m.limits import Limits, SeriesLimits
 from l2m.query.nodes import QueryConfig
-from l2m.tenancy import Tenancy
+from l2m.tenancy import Tenancy, account_problem, shown_account
 
 # How values are written in the file (l2m.config.decode reads these annotations; in Python
 # they are plain ints and strings).
@@ -170,6 +170,13 @@ def tenant_targets(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
         if not isinstance(targets, list) or not all(isinstance(t, str) and t for t in targets):
             raise Invalid(f"targets of account '{account}': {expected}, got "
                           f"{describe(targets)}")
+        # Each becomes a tenant header and a label value, as a rule's own accounts do
+        # (docs/rules.md, "Accounts"): one the rules could never name is a typo, said here.
+        for name in (str(account), *targets):
+            problem = account_problem(name)
+            if problem is not None:
+                raise Invalid(f"account {shown_account(name)} {problem} (an account is a "
+                              "Mimir tenant ID: docs/rules.md, \"Accounts\")")
         pairs.append((str(account), tuple(targets)))
     return tuple(sorted(pairs))
 

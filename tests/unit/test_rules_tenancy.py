@@ -116,6 +116,33 @@ def test_the_job_config_selects_tenant_mode_and_targets():
     assert job.rule_tenancy.allowed_targets("globex") == ("globex",)
 
 
+@pytest.mark.parametrize(("targets", "shown"), [
+    ({"acme": ["東京"]}, "account '東京' holds '東' (U+6771) at character 1"),
+    ({"acme": ["a\nb"]}, "account 'a\\nb' holds (U+000A) at character 2"),
+    ({"a b": ["shared"]}, "account 'a b' holds (U+0020) at character 2"),
+    ({"acme": [".."]}, "account '..' is reserved"),
+])
+def test_the_job_config_refuses_accounts_a_tenant_header_cannot_carry(targets, shown):
+    from l2m.config.loader import config_from_dict
+    from l2m.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict({"kafka": {"bootstrap.servers": "k:9092"},
+                          "tenancy": {"mode": "accounts", "targets": targets}})
+    assert f"tenancy.targets: {shown} (an account is a Mimir tenant ID" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_validate_refuses_a_tenant_target_a_header_cannot_carry(tmp_path):
+    from tests.support.tools import cli
+
+    res = cli("validate", "--tenants", "--tenant-target", "acme=a b", str(tmp_path))
+    assert res.returncode == 2
+    assert res.stderr.splitlines()[-1] == (
+        "l2m validate: error: argument --tenant-target: account 'a b' holds (U+0020) at "
+        'character 2 (docs/rules.md, "Accounts")')
+
+
 # Run in a fresh interpreter: forking the test process, which may hold the suite's Spark
 # session and its threads, is what load_rules' callers must not do (l2m.cli: validate only).
 _COMPARE = """
