@@ -41,6 +41,10 @@ ERROR_CLASSES: dict[str, str] = {
     "INVALID_ID": "'{value}' must match [a-z0-9][a-z0-9_-]*",
     "DUPLICATE_ID": "'{value}' is already used at {other}",
     "INVALID_NAME": "'{value}' is not a valid metric name [a-zA-Z_:][a-zA-Z0-9_:]*",
+    "RESERVED_ID": (
+        "'{value}' starts with l2m-: rule ids starting with l2m- are l2m's own "
+        "(l2m-late, l2m-label-cut, …), whose counts they would share"
+    ),
     "RESERVED_NAME": (
         "'{value}' {reason}: metric names starting with l2m_ are l2m's own "
         "(l2m_input_logs_total, l2m_late_logs_total, …), written to the same metrics topic"

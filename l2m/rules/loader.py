@@ -43,6 +43,7 @@ from l2m.rules.model import (
     MAX_LABELS,
     NAME_RE,
     REQUIRED,
+    RESERVED_ID_PREFIX,
     RESERVED_LABEL_PREFIX,
     RESERVED_NAME_PREFIX,
     UNIT_RE,
@@ -581,6 +582,8 @@ class _RuleReader:
         rid = self.string("id", scalar_ok=True)
         if rid is not None and not ID_RE.fullmatch(rid):
             self.bad("INVALID_ID", "id", value=rid)
+        elif rid is not None and rid.startswith(RESERVED_ID_PREFIX):
+            self.bad("RESERVED_ID", "id", value=rid)
         name = self.string("name")
         if name is not None and not NAME_RE.fullmatch(name):
             self.bad("INVALID_NAME", "name", value=name)

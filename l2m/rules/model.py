@@ -61,6 +61,9 @@ MAX_LABELS = 30
 # l2m_late_logs_total, …; docs/metrics.md): a rule writing one would interleave its samples
 # with l2m's own under one series.
 RESERVED_NAME_PREFIX = "l2m_"
+# Rule ids of l2m's own counters (l2m-late, l2m-label-cut, l2m-series-refused-window, …): a
+# rule with one would share their per-rule counts and state sections in open mode.
+RESERVED_ID_PREFIX = "l2m-"
 # Label names l2m adds to samples: the overflow series' l2m_overflow, the account label of
 # `l2m deliver` (l2m_account by default, docs/prometheus.md).
 RESERVED_LABEL_PREFIX = "l2m_"

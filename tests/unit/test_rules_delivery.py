@@ -149,3 +149,13 @@ def test_label_names_starting_with_l2m_are_l2m_s_own():
         "f.yaml:2:79: rule 'r1': labels: label 'l2m_x' starts with l2m_, reserved for the "
         "labels l2m adds (l2m_overflow, l2m deliver's l2m_account) [LABEL_CLASH]"]
     assert errors("labels: {l2m: y, l2maccount: z}") == []
+
+
+def test_an_id_of_l2m_s_own_counters_is_refused():
+    _, found = load_text("rules:\n  - {id: l2m-late, name: m1, kind: counter, query: '*', "
+                         "aggregation: count}\n", "f.yaml")
+    assert [str(p) for p in found if p.severity == "error"] == [
+        "f.yaml:2:10: rule 'l2m-late': id: 'l2m-late' starts with l2m-: rule ids starting with "
+        "l2m- are l2m's own (l2m-late, l2m-label-cut, …), whose counts they would share "
+        "[RESERVED_ID]"]
+    assert errors("labels: {a: b}") == []  # an id such as l2m1 or l2m_x stays allowed
