@@ -216,7 +216,7 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
             t, tmp_path / "deliver", f"rules: [{rules_file}]",
             f"remote_write: {{group_id: faults, poll: 200 ms, endpoints: [{{url: "
             f'"{receiver.url}", name: prom, tenant_header: X-Scope-OrgID, default_tenant: l2m, '
-            "max_samples_per_send: 8, timeout: 5 seconds}]}",
+            "max_samples_per_send: 3, timeout: 5 seconds}]}",
             f"monitoring: {{port: {port}, host: 127.0.0.1}}")
         command = [sys.executable, "-m", "l2m", "deliver", "--config", str(config)]
         base = f"http://127.0.0.1:{port}"
@@ -336,5 +336,6 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
     assert promql(prometheus, '{poison="1"}') == []
     assert _rejected(prometheus) == 0
     print(f"took {time.monotonic() - started:.1f} s; the first process committed "
-          f"{delivered_first}, killed at {resumed} of {end} after {len(receiver.requests(2))} "
-          f"requests of its second part; {unauthorized} answered 401")
+          f"{delivered_first} records, was killed at {resumed} of {end} after forwarding "
+          f"{sum(r.forwarded for r in receiver.requests(2))} requests of its second part; the "
+          f"restart had {unauthorized} answered 401, {len(accepted)} accepted")
