@@ -60,11 +60,11 @@ def _sample(**fields: Any) -> dict[str, Any]:
             "value": 1.0, "timestamp": T0, "account": ACCOUNT, "rule": "poison", **fields}
 
 
-# (value, headers, reason): records no receiver can take, each skipped and counted.
+# (value, headers, reason): records delivery cannot send, each skipped and counted.
 POISON: list[tuple[bytes, list[tuple[str, bytes]] | None, str]] = [
     (b'{"name": "not JSON', None, MALFORMED),
     (b"[1, 2, 3]", None, MALFORMED),  # JSON, not an object
-    (orjson.dumps(_sample(account=42)), None, MALFORMED),  # beside strings: sorted() failed
+    (orjson.dumps(_sample(account=42)), None, MALFORMED),  # beside strings, sorted() raised
     (orjson.dumps(_sample(account=[ACCOUNT])), None, MALFORMED),
     (orjson.dumps(_sample(account="")), None, MALFORMED),
     (orjson.dumps(_sample(name="")), None, MALFORMED),
