@@ -70,6 +70,7 @@ POISON: list[tuple[bytes, list[tuple[str, bytes]] | None, str]] = [
     (orjson.dumps(_sample(name="")), None, MALFORMED),
     (orjson.dumps(_sample(labels={"poison": 1})), None, MALFORMED),  # not a string
     (orjson.dumps(_sample(value="many")), None, MALFORMED),
+    (orjson.dumps(_sample(value=[1.0])), None, MALFORMED),
     (orjson.dumps(_sample(timestamp="soon")), None, MALFORMED),
     (orjson.dumps(_sample(kind="summary")), None, MALFORMED),
     (orjson.dumps(_sample(labels={"poison": "1", "bad-name": "x"})), None, INVALID_LABEL),
