@@ -260,20 +260,6 @@ def emitted(samples: list[dict[str, Any]], activity: Accumulator[Tally] | None,
     yield samples_frame(samples, batch_ms, mark)
 
 
-def select_stored(version: str | None, table: Any) -> None:
-    """A call without rows (a timer): the rule set the key's state says it is under, when
-    this process has it — a version from before the job's last start is not shipped again:
-    the key is then under the job's current rules, as a restart makes it."""
-    versions = getattr(table, "versions", None)
-    if not version or versions is None:
-        return
-    from pyspark import SparkFiles
-
-    files = SparkFiles.getRootDirectory()
-    if versions.has(version, files):
-        select(version, files)
-
-
 def versioned(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     """The frames as they are, once the rule set they were planned with is selected for the
     state stage's tables (:func:`l2m.engine.rulesets.select`): before any rule is looked up."""

@@ -68,6 +68,7 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 from l2m.collector import collector_paused
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, account_shard
 from l2m.engine.partials import Partial
+from l2m.engine.rulesets import select_key
 from l2m.engine.samples import CORRECTION, FINAL
 from l2m.engine.status import STATUS_RULE
 from l2m.errors import StateFormatError
@@ -89,7 +90,6 @@ from l2m.state.function import (
     counted,
     emitted,
     refusal_rows,
-    select_stored,
     unpacked,
     versioned,
 )
@@ -654,13 +654,25 @@ class MetricProcessor(StatefulProcessor):
             watermark = timerValues.getCurrentWatermarkInMs()
             with collector_paused():
                 meta = self._meta()
-                select_stored(meta.get("rs"), self.gauges.rules)
+                self._select_key(meta.get("rs"))
                 out = self._publish(window, watermark, now, meta)
                 if GaugeState.closed(window, watermark):
                     self._close(shard, window)
                 else:
                     self._schedule(now, meta)
         return iter(out)
+
+    def _select_key(self, version: str | None) -> None:
+        """A call with timers only: the rule set the key was last written under (its meta's
+        ``rs``), else — a version this worker cannot read, as after a restart that did not
+        ship it — the rules the query started with, never the one another key's call left
+        selected (:func:`l2m.engine.rulesets.select_key`)."""
+        versions = getattr(self.gauges.rules, "versions", None)
+        if versions is None:
+            return
+        from pyspark import SparkFiles
+
+        select_key(versions, version, SparkFiles.getRootDirectory())
 
     # --- shared -------------------------------------------------------------------------
 

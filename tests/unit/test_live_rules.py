@@ -623,9 +623,6 @@ def test_a_start_on_rule_files_that_do_not_validate_runs_the_last_good_set(tmp_p
     assert (status.failures, status.last_ok, status.rules) == (0, True, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 53: l2m/state/processor.py's handleExpiredTimer "
-                   "calls l2m.engine.rulesets.select_key (change handed to its owner): "
-                   "drop this mark with it")
 def test_a_timer_whose_key_s_version_was_not_shipped_runs_under_the_first_rules(tmp_path,
                                                                               monkeypatch):
     """After a restart a gauge key may name a version this worker cannot read: its timer
