@@ -40,6 +40,7 @@ AUTH_RETRY, AUTH_REFUSE = "retry", "refuse"
 _TENANT = re.compile(r"[\x21-\x7e]+")
 # A header value (a token, an extra header): visible ASCII, inner spaces and tabs allowed.
 _HEADER_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?")
+_RETRY_AFTER = re.compile(r"[0-9]{1,9}")  # delay-seconds; bounded, the wait is capped anyway
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
 
 
@@ -122,6 +123,14 @@ def retriable(status: int, text: str = "") -> bool:
     return status == 429
 
 
+def retry_seconds(header: str | None) -> float | None:
+    """A ``Retry-After`` header's delay in seconds, or None: only ASCII digits count
+    (``str.isdigit`` takes "²", which ``float`` refuses); an HTTP-date is ignored."""
+    if header is None or _RETRY_AFTER.fullmatch(header.strip()) is None:
+        return None
+    return float(header.strip())
+
+
 class Sender:
     """Requests to one endpoint over one kept-alive connection (reopened after a failure).
     ``sleep`` is injectable for tests; ``stop`` ends a retry loop early (the
@@ -176,8 +185,10 @@ class Sender:
             self._conn = None
 
     def _post(self, body: bytes, headers: Mapping[str, str]) -> tuple[int, str, str | None]:
-        conn = self._connection()
         try:
+            # Inside the try: a CA file missing mid-rotation or a certificate that does not
+            # load is a failed connection, retried with backoff — not an error of the data.
+            conn = self._connection()
             conn.request("POST", self._path, body=body, headers=dict(headers))
             response = conn.getresponse()
             text = response.read().decode(errors="replace")
@@ -211,7 +222,8 @@ class Sender:
             else:
                 self._on_retry()
             wait = backoff
-            if retry_after is not None and retry_after.strip().isdigit():
-                wait = max(wait, float(retry_after))
+            seconds = retry_seconds(retry_after)
+            if seconds is not None:
+                wait = max(wait, seconds)
             self._sleep(min(wait, self.endpoint.max_backoff_s))
             backoff = min(backoff * 2, self.endpoint.max_backoff_s)

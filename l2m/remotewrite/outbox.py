@@ -60,7 +60,7 @@ ACCOUNT_LABEL_TAKEN = "account_label_taken"
 # A counter in a record stamped by the broker (LogAppendTime) without l2m's time header: its
 # time is when the broker appended it, which a replayed batch would move (docs/prometheus.md).
 LOG_APPEND_TIME = "log_append_time"
-ERROR = "error"  # a record whose delivery raised an unexpected error twice (l2m.runtime.deliver)
+ERROR = "error"  # a record whose building raised an unexpected error twice (l2m.runtime.deliver)
 OTHER_ACCOUNT = "other_account"  # an account this endpoint does not take
 NO_TENANT = "no_tenant"  # no account, and no default tenant for such samples
 SKIP_REASONS = (NOT_FINAL, CORRECTED, MALFORMED, INVALID_LABEL, INVALID_TENANT,

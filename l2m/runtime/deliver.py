@@ -17,7 +17,8 @@ holds back only its own endpoint — its requests are retried with backoff for a
 outage lasts (spec 1.0), or its credentials are refused (401/403) — never ``l2m run`` nor
 the other endpoints (one thread and one consumer each). Nothing a record holds stops it (it
 is skipped and counted), and an unexpected error restarts only its endpoint's loop, which
-then delivers that poll record by record, skipping a record that fails again. Partitions
+then builds that poll's requests record by record, skipping a record whose building fails
+again; an error while sending (the endpoint's, not a record's) skips nothing. Partitions
 are assigned, not subscribed (no group rebalancing; the group only keeps the offsets): run
 one ``l2m deliver`` per configuration.
 
@@ -79,8 +80,9 @@ WATERMARK_TIMEOUT_S = 5.0
 # attempt may take that) is stuck: /healthz says so.
 STALL_S = 60.0
 # An endpoint's loop that failed unexpectedly starts again after this backoff, doubling up to
-# the most (it re-reads from its last commit; the poll that failed is then delivered record by
-# record, so that a record that fails again is skipped instead of failing the loop forever).
+# the most (it re-reads from its last commit; the poll that failed is then built record by
+# record, so that a record whose building fails again is skipped instead of failing the loop
+# forever; an error while sending skips nothing: it is the endpoint's).
 RESTART_MIN_S, RESTART_MAX_S = 1.0, 60.0
 # Once (a run that must end): an endpoint gives up after this many errors in a row without a
 # poll delivered between them, and deliver() raises the last.
@@ -253,7 +255,7 @@ class EndpointDelivery:
         self.error: BaseException | None = None  # a failure that ends delivery (ConfigError)
         # Since an unexpected error, until a poll is delivered and committed: /healthz fails.
         self.failing = False
-        self._suspect = False  # the next poll is delivered record by record (after an error)
+        self._suspect = False  # the next poll is built record by record (after an error)
         self._backoff = RESTART_MIN_S  # before the loop starts again after an error
         self._in_a_row = 0  # errors since the last poll delivered
         self._auth_logged = False
@@ -441,37 +443,48 @@ class EndpointDelivery:
 
     def _deliver(self, records: list[Any]) -> bool:
         """A poll's records, sent; False when stopped meanwhile. After an unexpected error
-        the poll is delivered in parts, halved down to single records: a record whose
-        delivery raises again is skipped (counted as ``error``) and the rest delivered."""
+        the poll's requests are first built in parts, halved down to single records: a record
+        whose building (its sample read, its requests encoded) raises is skipped (counted as
+        ``error``), and the others are built together and sent. An error while sending is
+        about the endpoint (its connection, its TLS files), never a record's: it is raised,
+        and the loop starts again with its backoff, nothing skipped nor committed."""
         if not self._suspect:
             outbox = self._outbox()
             for record in records:
                 self._add(outbox, record)
             return self._send(outbox.requests())
+        bad: list[tuple[Any, BaseException]] = []
         parts = [records] if records else []
         while parts:
             part = parts.pop(0)
-            scratch = Tally()  # its skips count once its records are delivered
             try:
-                outbox = self._outbox(scratch)
-                for record in part:
-                    self._add(outbox, record)
-                if not self._send(outbox.requests()):
-                    return False
+                self._build(part, Tally())
             except Exception as exc:
                 if len(part) > 1:
                     middle = len(part) // 2
                     parts[:0] = [part[:middle], part[middle:]]
-                    continue
-                error = type(exc).__name__
-                self.tally.skip(ERROR)
-                self.log(f"l2m deliver: {self.name}: record {part[0].partition()}:"
-                         f"{part[0].offset()} skipped: its delivery failed twice ({error}: "
-                         f"{self._scrubbed(str(exc))})")
-                continue
-            self.tally.merge(scratch)
+                else:
+                    bad.append((part[0], exc))
+        skipped = {id(record) for record, _ in bad}
+        scratch = Tally()  # its skips count once the poll is delivered
+        requests = self._build([r for r in records if id(r) not in skipped], scratch)
+        if not self._send(requests):
+            return False
+        self.tally.merge(scratch)
+        for record, failure in bad:
+            self.tally.skip(ERROR)
+            self.log(f"l2m deliver: {self.name}: record {record.partition()}:"
+                     f"{record.offset()} skipped: building its request failed twice "
+                     f"({type(failure).__name__}: {self._scrubbed(str(failure))})")
         self._suspect = False
         return True
+
+    def _build(self, records: list[Any], tally: Tally) -> list[Request]:
+        """The records' requests, their skips counted in ``tally``."""
+        outbox = self._outbox(tally)
+        for record in records:
+            self._add(outbox, record)
+        return outbox.requests()
 
     def _run(self) -> None:
         from confluent_kafka import KafkaError, TopicPartition

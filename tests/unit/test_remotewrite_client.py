@@ -105,3 +105,27 @@ def test_each_retry_is_reported_before_its_backoff(receiver):
                  sleep=lambda s: events.append(f"sleep {s}"),
                  on_retry=lambda: events.append("retry")).send(b"x")
     assert got.sent and events == ["retry", "sleep 0.03", "retry", "sleep 0.06"]
+
+
+def test_a_connection_that_cannot_be_made_is_retried_not_raised(tmp_path):
+    """A CA file missing mid-rotation (or a certificate that does not load) fails the
+    connection, which is retried with backoff like any other, until the sender is stopped."""
+    waits: list[float] = []
+    stops = iter([False, True])
+    got = Sender(Endpoint("https://127.0.0.1:9/w", ca_file=str(tmp_path / "ca.pem")),
+                 sleep=waits.append, stop=lambda: next(stops)).send(b"x", "acme")
+    assert (got.sent, got.status, got.attempts) == (False, 0, 2)
+    assert got.reason.startswith("FileNotFoundError: ") and waits == [0.03]
+
+
+@pytest.mark.parametrize(("header", "wait"), [
+    ("\xb2", 0.03),  # "²".isdigit() is True; float() refuses it
+    ("Wed, 21 Oct 2026 07:28:00 GMT", 0.03),  # an HTTP-date: ignored
+    ("1e3", 0.03), ("-1", 0.03), ("1234567890", 0.03),
+    (" 2 ", 2.0), ("9", 5.0),  # capped by max_backoff_s
+])
+def test_retry_after_counts_only_ascii_seconds(receiver, header, wait):
+    receiver.answers = [(503, {"Retry-After": header})]
+    waits: list[float] = []
+    got = sender(receiver, waits).send(b"x", "acme")
+    assert got.sent and waits == [wait]
