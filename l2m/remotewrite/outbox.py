@@ -406,7 +406,10 @@ class Outbox:
             if not _MIN_MS <= at <= _MAX_MS:
                 self.tally.skip(MALFORMED)
                 return
-        labels: dict[str, str] = sample["labels"]
+        # An empty value is no label to Prometheus (the encoder drops it): dropped before the
+        # series key, so {"user": ""} and {} are one series (the later record's value
+        # stands, as in a replay), and an empty account label does not count as taken.
+        labels: dict[str, str] = {k: v for k, v in sample["labels"].items() if v}
         if account is not None and self.route.labelled(tenant if isinstance(tenant, str)
                                                        else None):
             name = self.route.account_label

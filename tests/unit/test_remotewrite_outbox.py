@@ -184,3 +184,20 @@ def test_a_refused_request_splits_into_halves_that_keep_each_series_order_and_me
     assert first.metadata == request.metadata and second.metadata == ()
     one, _ = first.halves()
     assert one.samples == 1 and not splittable(one, 400)
+
+
+def test_an_empty_label_value_is_no_label_so_one_series_in_a_request():
+    """Prometheus has no empty label: {"user": ""} and {} are one series, so one sample at one
+    time (the later record's value, as a replay), never two identical series in a request."""
+    box = Outbox(Route(), 100, Tally())
+    box.add(sample(value=1.0, user=""), record_ms=W, mark=None)
+    box.add(sample(value=2.0), record_ms=W, mark=None)
+    box.add(sample(value=3.0, user="", region="eu"), record_ms=W + 1, mark=None)
+    assert sent(box) == [("acme", [({"__name__": "x_total"}, [(W, 2.0)]),
+                                 ({"__name__": "x_total", "region": "eu"}, [(W + 1, 3.0)])])]
+    # An empty account label is no label either: the account's is added, nothing skipped.
+    tally = Tally()
+    box = Outbox(Route(tenant_header=False, account_label="l2m_account", shared=None), 100, tally)
+    box.add(sample(l2m_account=""), record_ms=W, mark=None)
+    assert tally.skipped == {}
+    assert sent(box) == [(None, [({"__name__": "x_total", "l2m_account": "acme"}, [(W, 1.0)])])]
