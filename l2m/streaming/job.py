@@ -175,11 +175,8 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     the job's live rules (:mod:`l2m.streaming.rulesets`), started with ``rules``; without
     one, the rules are fixed for the query's life. ``recheck_ms``: how often a window key
     with no new logs is looked at, an idle source ticking for it (docs/streaming.md, "Ticks");
-    ``once`` (``Trigger.AvailableNow``): state formats 4 and later look at every open window
-    key in each batch, and the source ticks once after the data, so the run's last batch
-    publishes every window final by then."""
-    if once and state_format >= MAP_FORMAT:
-        recheck_ms = 1
+    ``once`` (``Trigger.AvailableNow``): :func:`timers`."""
+    recheck_ms, tick_ms = timers(once, state_format, recheck_ms)
     if publisher is not None:
         versions = publisher.start(rules)
     else:
@@ -188,7 +185,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
         versions = Versions(ruleset_version(snapshot(rules), cfg), routing_option(routing))
     option = versions.option
     options = rule_options(cfg, versions, publisher.current_file if publisher else None,
-                           state_format, recheck_ms)
+                           state_format, tick_ms)
     read = source(options) if source is not None else source_frame(spark, cfg, options)
     status = F.col("rule") == F.lit(STATUS_RULE)
     # Only the times of logs the rules see move the watermark: a malformed or future-dated
@@ -222,6 +219,21 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
             processor.deferred(), OUTPUT_SCHEMA, "Update", "ProcessingTime")
     return partials.groupBy(*keys).applyInPandasWithState(
         state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)
+
+
+def timers(once: bool, state_format: int, recheck_ms: int) -> tuple[int, int]:
+    """How often a window key without logs is looked at, and how often an idle source ticks
+    for it (0: never), for a query of the checkpoint's ``state_format``. ``once``: formats 4
+    and later look at every open window key in each batch and the source ticks once after
+    the data, so the run's last batch publishes every window final by then; formats 1 to 3
+    publish no final windows (docs/prometheus.md, "Limits of this version") and their
+    timeouts last a whole recheck from the key's last look, so a tick right after the data
+    would run none: no tick, no batch for nothing."""
+    if not once:
+        return recheck_ms, recheck_ms
+    if state_format >= MAP_FORMAT:
+        return 1, 1
+    return recheck_ms, 0
 
 
 def shard_column(shards: int, state_format: int) -> Column:

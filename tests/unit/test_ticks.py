@@ -18,8 +18,11 @@ from l2m.kafka.options import SourceOptions
 from l2m.kafka.source import TICKS_PER_IDLE, KafkaStreamReader, ticked
 from l2m.rules.loader import load_text
 from l2m.state.counters import CounterState
+from l2m.state.format import STATE_FORMAT
+from l2m.state.function import MAP_FORMAT
 from l2m.state.gauges import GaugeState
 from l2m.state.processor import MetricProcessor
+from l2m.streaming.job import timers
 from tests.support import tws
 from tests.unit.test_state_processor import COUNTERS, GAUGES, W, row
 
@@ -170,3 +173,16 @@ def test_window_timers_are_due_on_multiples_of_the_recheck():
     once.init(tws.Handle(store))  # type: ignore[arg-type]
     tws.call(once, store, (0, W), [row("g", 1, window=W)], now=W + R + 10)
     assert store.timers[(0, W)] == {W + R + 11}
+
+
+def test_once_ticks_only_for_state_formats_that_publish_windows():
+    """``--once``: formats 4 and later look at every window key in each batch (a 1 ms
+    recheck) and the source ticks once after the data; formats 1 to 3 publish no final
+    windows and their minute-long timeouts would not run in that tick: no tick. A continuous
+    run ticks on its recheck whatever the format (formats 1 to 3: to let closed windows go)."""
+    assert timers(True, STATE_FORMAT, R) == (1, 1)
+    assert timers(True, MAP_FORMAT, R) == (1, 1)
+    for old in (1, 2, 3):
+        assert timers(True, old, R) == (R, 0)
+        assert timers(False, old, R) == (R, R)
+    assert timers(False, STATE_FORMAT, R) == (R, R)
