@@ -20,9 +20,11 @@ it (a replay's), or the newest entry does (an idle source's tick repeats that of
 version with it), while a batch being planned may still have read it (at most the one after the
 newest planned when the next version was written), and — when it has gauge rules — while a
 gauge window its batches touched may still be open, for that key's timers (until the
-committed watermark has passed those windows' end and a recheck; the bounds in
-``rulesets/windows``). On start the job ships, besides its own rules, every kept version,
-restored from its snapshot: a replay's (required) and those gauge keys may still name."""
+committed watermark has passed those windows' end, and a committed batch started a recheck
+after that was seen — a key's timer is due in processing time, which a draining backlog's
+watermark outruns; both in ``rulesets/windows``). On start the job ships, besides its own
+rules, every kept version, restored from its snapshot: a replay's (required) and those gauge
+keys may still name."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from pyspark.sql import SparkSession
 
@@ -53,11 +55,15 @@ FOLDER = "rulesets"  # under the checkpoint: the snapshots
 CURRENT = "CURRENT"  # under the local folder: the version new batches are planned with
 LAST_GOOD = "current"  # under the checkpoint's folder: the version last published
 WINDOWS = "windows"  # under the checkpoint's folder: each kept version's window bound
+WINDOWS_FORMAT = 2  # its format: 1 (no "format" key) held the event-time bounds only
 TIDY_S = 10.0  # kept snapshots are looked at again at most this often (a listing each)
-# A gauge window key goes once the watermark has passed its end and its next timer has fired
-# (l2m.state.gauges' recheck, a minute): what a version's window bound adds to the newest
-# event time its batches may have seen.
-WINDOW_MARGIN_MS = MINUTE_MS + 60_000
+# A gauge window ends at most a minute after the newest event time its batches may have seen:
+# what a version's window bound adds to it (event time).
+WINDOW_MARGIN_MS = MINUTE_MS
+# … and its key goes once its next timer has fired after that: due in processing time (Spark's
+# batch time) at most one recheck after the key was last looked at — never later than this,
+# the longest recheck a job runs with (l2m.streaming.job.RECHECK_MS; --once's is 1 ms).
+RECHECK_MARGIN_MS = 60_000
 # A snapshot with a gauge rule (canonical JSON: never inside a string, where quotes are
 # escaped): only gauge window keys name their version in their state.
 _GAUGE = '"kind":"gauge"'
@@ -101,8 +107,11 @@ class RulesetPublisher:
         # still have given it (the newest planned, read after the new version was written,
         # plus one); kept until that batch has committed.
         self._replaced: dict[str, int] = {}
-        self._log: dict[int, tuple[str | None, int]] = {}  # offset log: (version, watermark)
-        self._bounds: dict[str, int] | None = None  # WINDOWS, once read
+        # The offset log: each planned batch's (version, watermark, batch time).
+        self._log: dict[int, tuple[str | None, int, int]] = {}
+        # WINDOWS, once read: each version's event-time bound, and the batch time at which the
+        # committed watermark was first seen past it (None: not yet).
+        self._bounds: dict[str, tuple[int, int | None]] | None = None
         self._gauges: dict[str, bool] = {}  # whether a version has gauge rules
         self._dirty = True  # tidy has something to look at
         self._tidied = 0.0
@@ -134,7 +143,7 @@ class RulesetPublisher:
         # A replay's version must be shipped (a RuleSnapshotError when it is not stored);
         # every other kept one is, for the timers of gauge keys that may still name it.
         entries, committed = self._entries()
-        replays = {v for n, (v, _) in entries.items() if n > committed and v is not None}
+        replays = {v for n, (v, _, _) in entries.items() if n > committed and v is not None}
         for name in self.files.names(self.store):
             kept = name.removesuffix(".json")
             if name.endswith(".json") and kept != version and kept not in replays:
@@ -217,20 +226,20 @@ class RulesetPublisher:
         done = _numbered(self.files.names(self.commits))
         return (planned[-1] if planned else -1), (done[-1] if done else -1)
 
-    def _entries(self) -> tuple[dict[int, tuple[str | None, int]], int]:
+    def _entries(self) -> tuple[dict[int, tuple[str | None, int, int]], int]:
         """The offset log as Spark keeps it — each planned batch's (rule set version,
-        watermark), an entry read once: Spark never rewrites one — and the newest committed
-        batch (-1: none)."""
+        watermark, batch time), an entry read once: Spark never rewrites one — and the newest
+        committed batch (-1: none)."""
         numbers = _numbered(self.files.names(self.offsets))
         done = _numbered(self.files.names(self.commits))
-        log: dict[int, tuple[str | None, int]] = {}
+        log: dict[int, tuple[str | None, int, int]] = {}
         for n in numbers:
             entry = self._log.get(n)
             if entry is None:
                 text = self.files.read(f"{self.offsets}/{n}")
                 if text is None:  # purged by Spark meanwhile
                     continue
-                entry = (ruleset_of(text), watermark_of(text))
+                entry = (ruleset_of(text), watermark_of(text), batch_time_of(text))
             log[n] = entry
         self._log = log
         return log, (done[-1] if done else -1)
@@ -240,10 +249,13 @@ class RulesetPublisher:
         offset and commit logs: the current one; each named by a batch planned and not
         committed (a replay's) or by the newest batch (a tick repeats its offset); a replaced
         one while a planning under way may have read it; one with gauge rules while a window
-        its batches touched may be open."""
+        its batches touched may be open: until the committed watermark has passed its bound,
+        and then until a committed batch started more than :data:`RECHECK_MARGIN_MS` (batch
+        time) after the one at which that was first seen — by then every timer its keys had
+        pending was due, so the key of each window past the bound was looked at and closed."""
         entries, committed = self._entries()
         keep = {self.version}
-        keep |= {v for n, (v, _) in entries.items() if n > committed and v is not None}
+        keep |= {v for n, (v, _, _) in entries.items() if n > committed and v is not None}
         if entries:
             # An idle source's tick (l2m.kafka.source.Ticker) is the newest offset again,
             # its rule set with it: the newest entry's version may name the next batch too.
@@ -256,7 +268,7 @@ class RulesetPublisher:
         # A window a batch touched ends at most a minute after the newest event time it
         # saw: the next batch's watermark plus the grace (Spark's watermark is the newest
         # event time so far less the delay, l2m's grace).
-        for n, (version, _) in entries.items():
+        for n, (version, _, _) in entries.items():
             if version in (None, self.version) or n > committed or \
                     not self._has_gauges(str(version)):
                 continue
@@ -265,25 +277,30 @@ class RulesetPublisher:
                 keep.add(version)
                 continue
             bound = after[1] + self.cfg.grace_ms + WINDOW_MARGIN_MS
-            if bound > bounds.get(version, -1):
-                bounds[version], changed = bound, True
-        watermark = entries[committed][1] if committed in entries else 0
-        keep |= {v for v, bound in bounds.items() if watermark < bound}
+            if bound > bounds.get(version, (-1, None))[0]:  # a later batch: its clock anew
+                bounds[version], changed = (bound, None), True
+        _, watermark, at = entries.get(committed, (None, 0, 0))
+        for version, (bound, passed) in list(bounds.items()):
+            if watermark < bound:
+                keep.add(version)
+            elif passed is None:
+                # Seen now, perhaps batches after the watermark passed: later, never earlier.
+                bounds[version], changed = (bound, at), True
+                keep.add(version)
+            elif at <= passed + RECHECK_MARGIN_MS:
+                # A draining backlog moves the watermark hours a minute: a key whose timer
+                # is not due yet still names the version.
+                keep.add(version)
         for version in [v for v in bounds if v not in keep]:
             del bounds[version]
             changed = True
         if changed:
-            self.files.write(f"{self.store}/{WINDOWS}", json.dumps(bounds, sort_keys=True))
+            self.files.write(f"{self.store}/{WINDOWS}", _windows_text(bounds))
         return keep
 
-    def _window_bounds(self) -> dict[str, int]:
+    def _window_bounds(self) -> dict[str, tuple[int, int | None]]:
         if self._bounds is None:
-            try:
-                found = json.loads(self.files.read(f"{self.store}/{WINDOWS}") or "{}")
-            except ValueError:  # a torn write: the offset log gives the bounds again
-                found = {}
-            self._bounds = {str(v): int(b) for v, b in found.items()
-                            if isinstance(b, int)} if isinstance(found, dict) else {}
+            self._bounds = windows_of(self.files.read(f"{self.store}/{WINDOWS}"))
         return self._bounds
 
     def _has_gauges(self, version: str) -> bool:
@@ -339,16 +356,63 @@ def last_good_rules(cfg: JobConfig) -> tuple[str, tuple[Rule, ...]] | None:
     return version, restore(text.encode(), cfg.query_config)
 
 
+def windows_of(text: str | None) -> dict[str, tuple[int, int | None]]:
+    """The window bounds ``rulesets/windows`` holds (``text``; None: no file): each version's
+    event-time bound and the batch time at which the committed watermark was first seen past
+    it (None: not yet). Format 2 is ``{"format": 2, "versions": {version: {"bound": ms,
+    "passed": ms}}}`` (``passed`` once seen); format 1, ``{version: bound}``, reads as bounds
+    not seen passed yet (their time is taken at the next look). A torn write or a format this
+    release does not know reads as none: the offset log gives the bounds again."""
+    try:
+        found: Any = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    if "format" not in found:
+        return {str(v): (b, None) for v, b in found.items() if _ms(b)}
+    versions = found.get("versions")
+    if found["format"] != WINDOWS_FORMAT or not isinstance(versions, dict):
+        return {}
+    bounds: dict[str, tuple[int, int | None]] = {}
+    for version, entry in versions.items():
+        if isinstance(entry, dict) and _ms(entry.get("bound")):
+            passed = entry.get("passed")
+            bounds[str(version)] = (entry["bound"], passed if _ms(passed) else None)
+    return bounds
+
+
+def _windows_text(bounds: dict[str, tuple[int, int | None]]) -> str:
+    versions = {v: {"bound": b} if passed is None else {"bound": b, "passed": passed}
+                for v, (b, passed) in bounds.items()}
+    return json.dumps({"format": WINDOWS_FORMAT, "versions": versions}, sort_keys=True)
+
+
+def _ms(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def watermark_of(offset_log_entry: str) -> int:
     """The watermark a batch ran with (ms; 0: none yet), from its offset log entry's
     metadata line (Spark's ``batchWatermarkMs``)."""
+    return _metadata_ms(offset_log_entry, "batchWatermarkMs")
+
+
+def batch_time_of(offset_log_entry: str) -> int:
+    """A batch's processing time (ms since the epoch; 0: not written), from its offset log
+    entry's metadata line (Spark's ``batchTimestampMs``): the clock of the state's
+    processing-time timers, a replay's the same as its first attempt's."""
+    return _metadata_ms(offset_log_entry, "batchTimestampMs")
+
+
+def _metadata_ms(offset_log_entry: str, field: str) -> int:
     lines = offset_log_entry.splitlines()
     try:
         meta: Any = json.loads(lines[1]) if len(lines) > 1 else {}
     except ValueError:
         return 0
-    value = meta.get("batchWatermarkMs") if isinstance(meta, dict) else None
-    return int(value) if isinstance(value, int) else 0
+    value = meta.get(field) if isinstance(meta, dict) else None
+    return value if _ms(value) else 0
 
 
 def ruleset_of(offset_log_entry: str) -> str | None:

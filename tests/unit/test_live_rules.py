@@ -4,6 +4,7 @@ the reload watcher's decisions, the offset log's rule set version, the partials'
 from __future__ import annotations
 
 import io
+import json
 import os
 import textwrap
 import time
@@ -383,9 +384,11 @@ class _Log:
         self.commits.mkdir(parents=True)
         self.store = checkpoint / "rulesets"
 
-    def plan(self, n: int, version: str, watermark: int = 0) -> None:
+    def plan(self, n: int, version: str, watermark: int = 0, at: int = 1) -> None:
+        """Batch ``n`` planned with ``version``, run with ``watermark`` at batch time ``at``
+        (Spark's processing-time clock: the tests' injected time)."""
         (self.offsets / str(n)).write_text(
-            f'v1\n{{"batchWatermarkMs":{watermark},"batchTimestampMs":1,"conf":{{}}}}\n'
+            f'v1\n{{"batchWatermarkMs":{watermark},"batchTimestampMs":{at},"conf":{{}}}}\n'
             f'{{"topic":"logs","partitions":{{"0":{n}}},"ruleset":"{version}"}}')
 
     def commit(self, n: int) -> None:
@@ -393,6 +396,9 @@ class _Log:
 
     def stored(self) -> set[str]:
         return {p.stem for p in self.store.glob("*.json")}
+
+    def windows(self) -> object:
+        return json.loads((self.store / "windows").read_text())
 
 
 def _sets(text: str) -> list[tuple[Rule, ...]]:
@@ -476,10 +482,16 @@ def test_a_rule_set_read_by_a_planning_under_way_at_its_replacement_is_kept(tmp_
 def test_a_rule_set_with_gauges_is_kept_and_shipped_while_its_windows_may_be_open(tmp_path):
     """A gauge key's timers use the rule set of the key's last input (its ``rs``): a replaced
     version with gauge rules stays in the checkpoint until the committed watermark has passed
-    every window its batches touched (the next batch's watermark + grace + a minute, + a
-    recheck), and a restart meanwhile ships it again for those timers."""
+    every window its batches touched (the next batch's watermark + grace + a minute) and a
+    committed batch started more than a recheck after that was seen (batch time), and a
+    restart meanwhile ships it again for those timers."""
     from l2m.config.job import JobConfig
-    from l2m.streaming.rulesets import WINDOW_MARGIN_MS, RulesetPublisher, ruleset_version
+    from l2m.streaming.rulesets import (
+        RECHECK_MARGIN_MS,
+        WINDOW_MARGIN_MS,
+        RulesetPublisher,
+        ruleset_version,
+    )
 
     grace = 1_200_000
     cfg = JobConfig(checkpoint=str(tmp_path / "ck"), grace_ms=grace)
@@ -488,18 +500,18 @@ def test_a_rule_set_with_gauges_is_kept_and_shipped_while_its_windows_may_be_ope
     a, b, c = (ruleset_version(snapshot(r), cfg) for r in sets)
     publisher = RulesetPublisher(_Spark(), cfg, "metrics")  # type: ignore[arg-type]
     publisher.start(sets[0])
-    log.plan(0, a, watermark=0)
+    log.plan(0, a, watermark=0, at=T0)
     log.commit(0)
     publisher.publish(sets[1])
-    log.plan(1, a, watermark=W0)  # planned with a while b was published
+    log.plan(1, a, watermark=W0, at=T0 + 1_000)  # planned with a while b was published
     log.commit(1)
     publisher.tidy(now=True)
     assert log.stored() == {a, b}  # a's windows: no later batch says how far they reach
-    log.plan(2, b, watermark=W0 + 5_000)
+    log.plan(2, b, watermark=W0 + 5_000, at=T0 + 2_000)
     log.commit(2)
     publisher.tidy(now=True)
     bound = W0 + 5_000 + grace + WINDOW_MARGIN_MS
-    assert (log.store / "windows").read_text() == f'{{"{a}": {bound}}}'
+    assert log.windows() == {"format": 2, "versions": {a: {"bound": bound}}}
     assert log.stored() == {a, b}
     # A restart meanwhile (with other rules) ships a again, for its keys' timers.
     spark = _Spark()
@@ -507,23 +519,134 @@ def test_a_rule_set_with_gauges_is_kept_and_shipped_while_its_windows_may_be_ope
     again.start(sets[2])
     assert sorted(spark.sparkContext.added) == sorted(
         f"l2m-routing-{v}" for v in (a, b, c))
-    log.plan(3, c, watermark=bound - 1)
+    log.plan(3, c, watermark=bound - 1, at=T0 + 3_000)
     log.commit(3)
     again.tidy(now=True)
     assert log.stored() == {a, b, c}
-    log.plan(4, c, watermark=bound)
+    log.plan(4, c, watermark=bound, at=T0 + 4_000)
     log.commit(4)
     again.tidy(now=True)
-    # a's windows are closed; b's last batch (2) saw events up to batch 3's watermark + grace
-    assert log.stored() == {b, c}
-    log.plan(5, c, watermark=bound - 1 + grace + WINDOW_MARGIN_MS)
+    # a's windows are past the bound, but a key's timer may be due up to a recheck after
+    # batch 4 started; b's last batch (2) saw events up to batch 3's watermark + grace.
+    bound_b = bound - 1 + grace + WINDOW_MARGIN_MS
+    assert log.windows() == {"format": 2, "versions": {
+        a: {"bound": bound, "passed": T0 + 4_000}, b: {"bound": bound_b}}}
+    assert log.stored() == {a, b, c}
+    log.plan(5, c, watermark=bound, at=T0 + 4_000 + RECHECK_MARGIN_MS)
     log.commit(5)
     again.tidy(now=True)
+    assert log.stored() == {a, b, c}
+    log.plan(6, c, watermark=bound, at=T0 + 4_001 + RECHECK_MARGIN_MS)
+    log.commit(6)
+    again.tidy(now=True)
+    assert log.stored() == {b, c}  # every timer pending at batch 4 was due in batch 6
+    log.plan(7, c, watermark=bound_b, at=T0 + 70_000 + RECHECK_MARGIN_MS)
+    log.commit(7)
+    again.tidy(now=True)
+    assert log.stored() == {b, c}
+    log.plan(8, c, watermark=bound_b, at=T0 + 70_001 + 2 * RECHECK_MARGIN_MS)
+    log.commit(8)
+    again.tidy(now=True)
     assert log.stored() == {c}
-    assert (log.store / "windows").read_text() == "{}"
+    assert log.windows() == {"format": 2, "versions": {}}
+
+
+def test_a_gauge_rule_set_outlives_a_draining_backlog_s_watermark_until_its_timers_fired(
+        tmp_path):
+    """Issue 53 follow-up: a backlog drains, the watermark moving an hour a batch, batches a
+    second apart. The committed watermark passes a replaced gauge version's window bound long
+    before a key's timer (processing time, a recheck) has fired: the version is kept — and
+    shipped by a restart in that gap, for the timer-only call that publishes the window with
+    a rule the new set removed — until a committed batch started more than a recheck after
+    the bound was seen passed. Before, it went at once, and the restart fell back to the
+    first rules (l2m.engine.rulesets.select_key): that window was never published."""
+    from l2m.config.job import JobConfig
+    from l2m.streaming.rulesets import RECHECK_MARGIN_MS, RulesetPublisher, ruleset_version
+
+    hour = 3_600_000
+    cfg = JobConfig(checkpoint=str(tmp_path / "ck"), grace_ms=0)
+    log = _Log(tmp_path / "ck")
+    sets = _sets(GAUGE)
+    a, b, c = (ruleset_version(snapshot(r), cfg) for r in sets)
+    publisher = RulesetPublisher(_Spark(), cfg, "metrics")  # type: ignore[arg-type]
+    publisher.start(sets[0])
+    log.plan(0, a, watermark=W0, at=T0)
+    log.commit(0)
+    publisher.publish(sets[1])  # a's rule g removed: b's is gb
+    for n in range(1, 6):  # the backlog drains under b
+        log.plan(n, b, watermark=W0 + n * hour, at=T0 + n * 1_000)
+        log.commit(n)
+        publisher.tidy(now=True)
+        assert log.stored() == {a, b}, n
+    assert log.windows() == {"format": 2, "versions": {
+        a: {"bound": W0 + hour + 60_000, "passed": T0 + 2_000}}}
+    # The driver dies 5 s after a's bound was seen passed; the restart ships a again.
+    spark = _Spark()
+    again = RulesetPublisher(spark, cfg, "metrics")  # type: ignore[arg-type]
+    again.start(sets[2])
+    assert f"l2m-routing-{a}" in spark.sparkContext.added
+    log.plan(6, c, watermark=W0 + 6 * hour, at=T0 + 2_000 + RECHECK_MARGIN_MS)
+    log.commit(6)
+    again.tidy(now=True)
+    assert log.stored() == {a, b, c}
+    log.plan(7, c, watermark=W0 + 7 * hour, at=T0 + 2_001 + RECHECK_MARGIN_MS)
+    log.commit(7)
+    again.tidy(now=True)
+    assert log.stored() == {b, c}
+
+
+def test_window_bounds_of_format_1_load_and_their_time_is_taken_at_the_next_look(tmp_path):
+    """``rulesets/windows`` as the release before wrote it (``{version: bound}``, no batch
+    time): each bound loads, and once the committed watermark is past it the version is kept
+    for a recheck from the batch at which that was seen — from the first look, by then."""
+    from l2m.config.job import JobConfig
+    from l2m.streaming.rulesets import RECHECK_MARGIN_MS, RulesetPublisher, ruleset_version
+
+    cfg = JobConfig(checkpoint=str(tmp_path / "ck"))
+    log = _Log(tmp_path / "ck")
+    sets = _sets(GAUGE)
+    a, b, _ = (ruleset_version(snapshot(r), cfg) for r in sets)
+    first = RulesetPublisher(_Spark(), cfg, "metrics")  # type: ignore[arg-type]
+    first.start(sets[0])
+    log.store.joinpath("windows").write_text(json.dumps({a: W0}))
+    log.plan(7, b, watermark=W0, at=T0)  # the offset log before it is purged
+    log.commit(7)
+    spark = _Spark()
+    again = RulesetPublisher(spark, cfg, "metrics")  # type: ignore[arg-type]
+    again.start(sets[1])
+    assert f"l2m-routing-{a}" in spark.sparkContext.added
+    assert log.stored() == {a, b}
+    assert log.windows() == {"format": 2, "versions": {a: {"bound": W0, "passed": T0}}}
+    log.plan(8, b, watermark=W0, at=T0 + RECHECK_MARGIN_MS + 1)
+    log.commit(8)
+    again.tidy(now=True)
+    assert log.stored() == {b}
+
+
+@pytest.mark.parametrize("text, bounds", [
+    (None, {}),
+    ('{"v1": 5, "v2": "6", "v3": true}', {"v1": (5, None)}),
+    ('{"format": 2, "versions": {"v1": {"bound": 5, "passed": 9}, "v2": {"bound": 6}, '
+     '"v3": {"passed": 1}}}', {"v1": (5, 9), "v2": (6, None)}),
+    ('{"format": 3, "versions": {"v1": {"bound": 5}}}', {}),  # a later release's: unknown
+    ('{"format": 2, "vers', {}),  # a torn write
+    ("[1]", {}),
+])
+def test_window_bounds_are_read_in_both_formats_and_nothing_else(text, bounds):
+    from l2m.streaming.rulesets import windows_of
+
+    assert windows_of(text) == bounds
+
+
+def test_the_recheck_margin_covers_the_job_s_recheck():
+    from l2m.streaming.job import RECHECK_MS
+    from l2m.streaming.rulesets import RECHECK_MARGIN_MS
+
+    assert RECHECK_MARGIN_MS >= RECHECK_MS
 
 
 W0 = 1_796_000_000_000  # a watermark (ms)
+T0 = 1_796_100_000_000  # a batch time (ms)
 
 
 def test_a_timer_only_call_selects_its_key_s_own_version_or_the_query_s_first(tmp_path,
