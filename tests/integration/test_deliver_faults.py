@@ -5,8 +5,8 @@ the streaming job's good ones on the metrics topic, and a kill -9 of ``l2m deliv
 middle of a poll, then a restart. What PromQL reads of every good series equals
 ``l2m backfill``; every poison record is skipped and counted once, by its reason, by the
 process that delivered past it (on ``/metrics`` and in the summary line); no (series,
-timestamp) is ever sent with two values; the 401 phase commits nothing while it lasts, then
-everything is delivered."""
+timestamp) is ever sent with two values; the 401 phase (until l2m reads its rotated token)
+commits nothing while it lasts, then everything is delivered."""
 
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ rules:
 # Skip reasons (docs/prometheus.md, "Delivery guarantees and what is counted").
 MALFORMED, INVALID_LABEL, INVALID_TENANT = "malformed", "invalid_label", "invalid_tenant"
 REFUSE = "refuse-me"  # the label value the receiver answers 400 for
+OLD_TOKEN, NEW_TOKEN = "s3cr3t-old-2c9f", "s3cr3t-new-7a41"  # l2m's bearer token, rotated
 T0 = 1_795_341_600_000
 
 
@@ -212,12 +213,14 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
 
     port = free_port()
     (tmp_path / "deliver").mkdir()
+    token = tmp_path / "token"
+    token.write_text(f"{OLD_TOKEN}\n")
     with Receiver(f"{prometheus}/api/v1/write") as receiver:
         config = job_yaml(
             t, tmp_path / "deliver", f"rules: [{rules_file}]",
             f"remote_write: {{group_id: faults, poll: 200 ms, endpoints: [{{url: "
             f'"{receiver.url}", name: prom, tenant_header: X-Scope-OrgID, default_tenant: l2m, '
-            "max_samples_per_send: 3, timeout: 5 seconds}]}",
+            f"max_samples_per_send: 3, timeout: 5 seconds, bearer_token_file: {token}}}]}}",
             f"monitoring: {{port: {port}, host: 127.0.0.1}}")
         command = [sys.executable, "-m", "l2m", "deliver", "--config", str(config)]
         base = f"http://127.0.0.1:{port}"
@@ -258,10 +261,11 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
         assert delivered_first <= resumed < end  # killed after a commit, before the last
         assert any(r.status == 503 for r in receiver.requests(2))
 
-        # The restart (era 3), under a 401 for a while (a rotated token): retried, nothing
-        # committed, nothing forwarded, the lag stays; then 5xx for three requests, then the
-        # receiver answers.
-        receiver.era, receiver.hold = 3, 401
+        # The restart (era 3), under a 401 for a while: the receiver takes a new token, l2m
+        # still has the old one. Retried, nothing committed, nothing forwarded, the lag stays;
+        # then the token file is rotated, and l2m's next retry carries the new one; 5xx for
+        # three requests, then the receiver answers.
+        receiver.era, receiver.token = 3, NEW_TOKEN
         err = tmp_path / "second.err"
         second = _start(command, err)
         try:
@@ -276,7 +280,9 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
             # Retried as it was, never split: a 401 is about the credentials, not the samples.
             assert len({r.series for r in during}) == 1
             receiver.next.extend([503, 502, 500])
-            receiver.hold = None
+            rotated = token.with_suffix(".new")
+            rotated.write_text(f"{NEW_TOKEN}\n")
+            rotated.replace(token)  # atomically, as a Secret volume is updated
 
             _await(second, err, lambda: _committed(t.bootstrap, group, metrics_topic) == end, 60,
                    "every record delivered and committed")
@@ -284,10 +290,13 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
             got = _metrics(base)
             assert got is not None
             assert get(f"{base}/healthz") == (200, "ok\n")
+            shown_metrics = get(f"{base}/metrics")[1]
         finally:
             second.send_signal(signal.SIGTERM)
             second.wait(timeout=60)
     assert second.returncode == 0, err.read_text()
+    for secret in (OLD_TOKEN, NEW_TOKEN):  # no credential in any output
+        assert secret not in err.read_text() + first_err.read_text() + shown_metrics
 
     # Counted once by the process that read it: every poison record and every refused sample
     # from the restart's offset on (those before it: the first process's, checked above).

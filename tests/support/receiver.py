@@ -106,6 +106,8 @@ class Receiver:
     :attr:`url` is where l2m sends. The script is changed by the test at any time:
 
     * :attr:`hold`: a status answered to every request while set (None: off);
+    * :attr:`token`: when set, a 401 to every request without ``Authorization: Bearer
+      <token>`` (l2m's credentials refused until it reads the rotated token);
     * :attr:`next`: statuses answered to the next requests, one each, before anything else
       (a status, or a status and the headers to answer it with);
     * :attr:`refuse_value`: a 400 to any request holding a series with a label of this value;
@@ -117,6 +119,7 @@ class Receiver:
     def __init__(self, target: str) -> None:
         self.target = target
         self.hold: int | None = None
+        self.token: str | None = None
         self.next: deque[int | tuple[int, dict[str, str]]] = deque()
         self.refuse_value: str | None = None
         self.delay_s = 0.0
@@ -152,6 +155,9 @@ class Receiver:
             era = self.era
             if self.hold is not None:
                 status: int | None = self.hold
+            elif self.token is not None and \
+                    handler.headers.get("Authorization") != f"Bearer {self.token}":
+                status = 401
             elif self.next:
                 scripted = self.next.popleft()
                 status, headers = scripted if isinstance(scripted, tuple) else (scripted, {})
