@@ -181,12 +181,19 @@ def client_endpoint(cfg: RemoteWriteEndpoint) -> Endpoint:
                     cfg.tls.insecure_skip_verify, auth_failures=cfg.auth_failures)
 
 
+# In shared_tenants' lists: whatever account is named like the tenant (without an
+# ``accounts:`` list the endpoint takes every account, and they cannot be listed here).
+UNLISTED = "any account named "
+
+
 def shared_tenants(cfg: RemoteWriteEndpoint) -> dict[str, list[str]]:
-    """The tenants the configuration sends two accounts (or an account and the samples
+    """The tenants the configuration may send two accounts (or an account and the samples
     without one) to, with those accounts: two keys of ``tenants`` mapped to one tenant, a key
     mapped to the tenant of an account of ``accounts`` (itself), ``default_tenant`` the
-    tenant of a named account. Accounts the configuration does not name are their own
-    tenants; one named like another's tenant shares it unnoticed (docs/prometheus.md)."""
+    tenant of an account. Without an ``accounts`` list every account is taken and none can
+    be enumerated, so a value of ``tenants`` (or ``default_tenant``) that is not itself a key
+    of ``tenants`` is also the tenant of whatever account bears its name (:data:`UNLISTED`
+    in the list): such a tenant is shared as soon as one key maps to it."""
     allowed = set(cfg.accounts) or None
     by_tenant: dict[str, set[str]] = {}
     for account, tenant in cfg.tenants.items():
@@ -195,19 +202,30 @@ def shared_tenants(cfg: RemoteWriteEndpoint) -> dict[str, list[str]]:
     for account in cfg.accounts:
         if account not in cfg.tenants:
             by_tenant.setdefault(account, set()).add(account)
-    shared = {t: sorted(a) for t, a in by_tenant.items() if len(a) > 1}
+    if allowed is None:
+        named = {*cfg.tenants.values(), *([cfg.default_tenant] if cfg.default_tenant else [])}
+        for tenant in named - set(cfg.tenants):
+            by_tenant.setdefault(tenant, set()).add(UNLISTED + tenant)
+    shared = {t: _listed(a) for t, a in by_tenant.items() if len(a) > 1}
     if cfg.default_tenant is not None and cfg.default_tenant in by_tenant:
-        shared[cfg.default_tenant] = [*sorted(by_tenant[cfg.default_tenant]),
+        shared[cfg.default_tenant] = [*_listed(by_tenant[cfg.default_tenant]),
                                       "(samples without an account)"]
     return shared
+
+
+def _listed(accounts: set[str]) -> list[str]:
+    """Accounts in order, the :data:`UNLISTED` one last."""
+    return sorted(accounts, key=lambda a: (a.startswith(UNLISTED), a))
 
 
 def route(cfg: RemoteWriteEndpoint) -> Route:
     """The endpoint's :class:`Route`. Accounts that share a tenant keep their series apart
     by ``account_label``: every account's samples carry it when there is no tenant header
-    (unless ``accounts`` names a single one), else those of a tenant that accounts share
-    (:func:`shared_tenants`, and ``default_tenant``). With ``account_label: null`` such a
-    configuration is a :class:`ConfigError` naming the accounts."""
+    (unless ``accounts`` names a single one), else those of a tenant that accounts may share
+    (:func:`shared_tenants`: without an ``accounts`` list, every value of ``tenants`` an
+    account of that name could also reach; and ``default_tenant``). With
+    ``account_label: null`` such a configuration is a :class:`ConfigError` naming the
+    tenant and its accounts."""
     name = endpoint_name(cfg)
     single = len(cfg.accounts) == 1
     if cfg.account_label is None:
@@ -219,12 +237,17 @@ def route(cfg: RemoteWriteEndpoint) -> Route:
                 "or list the one account to send under accounts")
         folded = shared_tenants(cfg)
         if cfg.tenant_header is not None and folded:
-            tenant, accounts = sorted(folded.items())[0]
+            # A fold the configuration spells out (two accounts it names) before one that
+            # only an unlisted account would make.
+            tenant, accounts = min(folded.items(), key=lambda ta: (
+                sum(not a.startswith(UNLISTED) for a in ta[1]) < 2, ta[0]))
+            hint = ("give each account its own tenant" if
+                    sum(not a.startswith(UNLISTED) for a in accounts) >= 2 else
+                    "list the endpoint's accounts under accounts")
             raise ConfigError(
                 f"remote_write endpoint {name}: accounts {', '.join(accounts)} go to one "
                 f"tenant, {tenant}, where their series of one name and labels would merge; "
-                "set account_label (l2m_account by default) to keep them apart, or give each "
-                "account its own tenant")
+                f"set account_label (l2m_account by default) to keep them apart, or {hint}")
     if cfg.tenant_header is None:
         shared: frozenset[str] | None = frozenset() if single else None
     else:

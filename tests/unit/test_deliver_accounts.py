@@ -42,14 +42,45 @@ def test_only_the_tenants_accounts_share_carry_the_label_and_its_name_is_configu
     cfg = RemoteWriteEndpoint(url="http://x/", tenants={"acme": "shared", "globex": "shared",
                                                         "initech": "ini"},
                               default_tenant="ops", account_label="team")
-    assert shared_tenants(cfg) == {"shared": ["acme", "globex"]}
-    got, _ = _deliver(cfg, "acme", "globex", "initech", "umbrella", None)
+    # Without an accounts list, an account named like a tenant of the map reaches it too.
+    assert shared_tenants(cfg) == {
+        "shared": ["acme", "globex", "any account named shared"],
+        "ini": ["initech", "any account named ini"],
+        "ops": ["any account named ops", "(samples without an account)"]}
+    got, _ = _deliver(cfg, "acme", "globex", "initech", "umbrella", "ini", None)
     assert got == [
-        ("ini", [{"__name__": "x_total", "service": "api"}]),
+        ("ini", [{"__name__": "x_total", "service": "api", "team": "ini"},
+                 {"__name__": "x_total", "service": "api", "team": "initech"}]),
         ("ops", [{"__name__": "x_total", "service": "api"}]),
         ("shared", [{"__name__": "x_total", "service": "api", "team": "acme"},
                     {"__name__": "x_total", "service": "api", "team": "globex"}]),
         ("umbrella", [{"__name__": "x_total", "service": "api"}])]
+    # With one, only the folds it allows: ini is initech's alone.
+    listed = RemoteWriteEndpoint(url="http://x/", tenants=cfg.tenants, account_label="team",
+                                 accounts=("acme", "globex", "initech", "umbrella"))
+    assert shared_tenants(listed) == {"shared": ["acme", "globex"]}
+
+
+def test_an_account_not_named_but_named_like_a_tenant_never_merges_with_its_accounts():
+    """tenants: {acme: globex} without accounts: account globex goes to tenant globex too, so
+    both carry the label; with account_label: null the configuration is refused."""
+    got, _ = _deliver(RemoteWriteEndpoint(url="http://x/", tenants={"acme": "globex"}),
+                      "acme", "globex")
+    assert got == [("globex", [
+        {"__name__": "x_total", "service": "api", "l2m_account": "acme"},
+        {"__name__": "x_total", "service": "api", "l2m_account": "globex"}])]
+    with pytest.raises(ConfigError) as refused:
+        route(RemoteWriteEndpoint(url="http://x/", name="m", account_label=None,
+                                  tenants={"acme": "globex"}))
+    assert str(refused.value) == (
+        "remote_write endpoint m: accounts acme, any account named globex go to one tenant, "
+        "globex, where their series of one name and labels would merge; set account_label "
+        "(l2m_account by default) to keep them apart, or list the endpoint's accounts under "
+        "accounts")
+    # A key mapped to itself, or listed accounts that cannot collide: nothing shared.
+    assert shared_tenants(RemoteWriteEndpoint(url="http://x/", tenants={"acme": "acme"})) == {}
+    assert route(RemoteWriteEndpoint(url="http://x/", account_label=None, accounts=("acme",),
+                                     tenants={"acme": "globex"})).account_label is None
     # An account whose tenant is the default tenant shares it with l2m's own samples.
     got, _ = _deliver(RemoteWriteEndpoint(url="http://x/", default_tenant="ops",
                                           tenants={"acme": "ops"}), "acme", None)
@@ -72,7 +103,8 @@ def test_a_sample_that_already_has_the_label_is_skipped():
      "tenant"),
     (RemoteWriteEndpoint(url="http://x/", name="m", account_label=None,
                          tenants={"acme": "t", "globex": "t", "initech": "i"}),
-     "remote_write endpoint m: accounts acme, globex go to one tenant, t, where"),
+     "remote_write endpoint m: accounts acme, globex, any account named t go to one tenant, "
+     "t, where"),
     (RemoteWriteEndpoint(url="http://x/", name="m", account_label=None,
                          tenants={"acme": "globex"}, accounts=("acme", "globex")),
      "accounts acme, globex go to one tenant, globex"),
@@ -88,7 +120,7 @@ def test_with_account_label_null_a_folding_configuration_is_refused_naming_the_a
 
 def test_account_label_null_is_fine_where_nothing_folds_and_a_bad_name_is_refused():
     r = route(RemoteWriteEndpoint(url="http://x/", account_label=None,
-                                  tenants={"acme": "acme-prod"}))
+                                  tenants={"acme": "acme-prod"}, accounts=("acme", "globex")))
     assert r.account_label is None
     assert route(RemoteWriteEndpoint(url="http://x/", tenant_header=None, account_label=None,
                                      accounts=("acme",))).account_label is None
