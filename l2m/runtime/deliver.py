@@ -94,17 +94,13 @@ def _stderr(line: str) -> None:
 
 
 def endpoint_name(cfg: RemoteWriteEndpoint) -> str:
-    """The endpoint's name: as configured, else its URL's host and port (never its user
-    info: the name is a label, a consumer group and part of every line printed)."""
+    """The endpoint's name: as configured, else its URL's host and port as written (never
+    its user info: the name is a label, a consumer group and part of every line printed).
+    The host keeps its case — the name before user info was refused, so an existing
+    deployment's consumer group ``<group_id>-<name>`` stays the same."""
     if cfg.name:
         return cfg.name
-    try:
-        parsed = urllib.parse.urlsplit(cfg.url)
-        port = f":{parsed.port}" if parsed.port is not None else ""
-    except ValueError:
-        return "endpoint"
-    host = parsed.hostname or ""
-    return (f"[{host}]" if ":" in host else host) + port or "endpoint"
+    return urllib.parse.urlsplit(cfg.url).netloc.rpartition("@")[2] or "endpoint"
 
 
 def _secret(what: str, file: str | None, env: str | None, name: str,

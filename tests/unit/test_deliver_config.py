@@ -17,6 +17,11 @@ from l2m.runtime.deliver import client_endpoint, deliver, endpoint_name, route
 def test_an_endpoint_is_named_by_its_host_unless_named():
     assert endpoint_name(RemoteWriteEndpoint(url="https://mimir:8080/api/v1/push")) == "mimir:8080"
     assert endpoint_name(RemoteWriteEndpoint(url="http://x/", name="ops")) == "ops"
+    # As before user info was refused: the host's case kept, so the consumer group
+    # <group_id>-<name> of an existing deployment is unchanged.
+    assert endpoint_name(RemoteWriteEndpoint(url="http://Prom.Example:9090/api/v1/write")) == \
+        "Prom.Example:9090"
+    assert endpoint_name(RemoteWriteEndpoint(url="http://u:p@w@[::1]:9/w")) == "[::1]:9"
 
 
 def test_credentials_come_from_a_file_or_the_environment(tmp_path: Path, monkeypatch):
