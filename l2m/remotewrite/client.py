@@ -137,14 +137,20 @@ class Sender:
     job stopping): the request is then reported with status 0, not sent. ``on_retry`` is
     called before each backoff: an attempt failed (a 5xx, a 429, no answer) and will be
     made again; ``on_auth`` instead when it was answered 401 or 403, and ``credentials``
-    (when given) then gives the headers to send from now on (read again: a rotated token)."""
+    (when given) then gives the headers to send from now on (read again: a rotated token).
+    ``auth_attempts``: a 401 or 403 answered that many times in a row is returned (for a
+    run that must end), else it is retried until ``stop``."""
 
     def __init__(self, endpoint: Endpoint, sleep: Callable[[float], None] = time.sleep,
                  stop: Callable[[], bool] = lambda: False,
                  on_retry: Callable[[], None] = lambda: None,
                  on_auth: Callable[[int], None] = lambda status: None,
-                 credentials: Callable[[], Mapping[str, str]] | None = None) -> None:
+                 credentials: Callable[[], Mapping[str, str]] | None = None,
+                 auth_attempts: int | None = None) -> None:
         self.endpoint = endpoint
+        # A run that must end (l2m deliver --once): a 401/403 this many times in a row is
+        # returned even under auth_failures: retry (None: retried until stopped).
+        self._auth_attempts = auth_attempts
         self._headers = dict(endpoint.headers)
         self._on_retry = on_retry
         self._on_auth = on_auth
@@ -201,16 +207,18 @@ class Sender:
         """POST ``body`` until it is answered with anything but a 5xx or 429 (or a failed
         connection), backing off between attempts."""
         backoff = self.endpoint.min_backoff_s
-        attempts = 0
+        attempts = refused = 0
         while True:
             attempts += 1
             headers = {**HEADERS, **self._headers}
             if tenant is not None and self.endpoint.tenant_header:
                 headers[self.endpoint.tenant_header] = tenant
             status, reason, retry_after = self._post(body, headers)
+            refused = refused + 1 if status in AUTH_STATUSES else 0
             if status in AUTH_STATUSES:
                 self._on_auth(status)
-                if self.endpoint.auth_failures == AUTH_REFUSE:
+                if self.endpoint.auth_failures == AUTH_REFUSE or (
+                        self._auth_attempts is not None and refused >= self._auth_attempts):
                     return Delivery(status, reason, attempts)
             elif status and not retriable(status, reason):
                 return Delivery(status, reason, attempts)

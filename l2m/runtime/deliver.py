@@ -41,8 +41,10 @@ from typing import Any
 
 from l2m.config.decode import Invalid
 from l2m.config.job import JobConfig, RemoteWriteEndpoint, remote_write_url
-from l2m.errors import ConfigError
+from l2m.errors import ConfigError, RemoteWriteError
 from l2m.remotewrite.client import (
+    AUTH_REFUSE,
+    AUTH_STATUSES,
     Endpoint,
     Sender,
     valid_header_name,
@@ -87,6 +89,14 @@ RESTART_MIN_S, RESTART_MAX_S = 1.0, 60.0
 # Once (a run that must end): an endpoint gives up after this many errors in a row without a
 # poll delivered between them, and deliver() raises the last.
 ONCE_ATTEMPTS = 3
+# Once: a request whose credentials are refused (401/403) this many times in a row, under
+# auth_failures: retry, ends the endpoint with an error (about 4 s of backoff: a token file
+# being rotated is read again before each attempt), nothing committed.
+ONCE_AUTH_ATTEMPTS = 8
+
+
+class CredentialsRefused(RemoteWriteError):
+    """Once: the receiver kept refusing l2m's credentials; the endpoint ends with it."""
 
 
 def _stderr(line: str) -> None:
@@ -270,7 +280,9 @@ class EndpointDelivery:
         self.route = route(self.cfg)
         self.sender = Sender(client_endpoint(self.cfg), stop=self.stop.is_set,
                              on_retry=self._retried, on_auth=self._auth_failed,
-                             credentials=self._credentials)
+                             credentials=self._credentials,
+                             auth_attempts=ONCE_AUTH_ATTEMPTS if self.once_idle_s is not None
+                             else None)
         self.error: BaseException | None = None  # a failure that ends delivery (ConfigError)
         # Since an unexpected error, until a poll is delivered and committed: /healthz fails.
         self.failing = False
@@ -373,7 +385,8 @@ class EndpointDelivery:
         """The endpoint's loop until ``stop`` (or, once, the topic's end). An unexpected
         error is reported, counted and the loop starts again after a backoff, from the last
         commit (once: at most :data:`ONCE_ATTEMPTS` times in a row, then it is this endpoint's
-        error); a :class:`ConfigError` (the topic missing) ends delivery."""
+        error; credentials refused :data:`ONCE_AUTH_ATTEMPTS` times in a row are its error at
+        once); a :class:`ConfigError` (the topic missing) ends delivery."""
         self._beat = time.monotonic()
         self._running = True
         self._backoff = RESTART_MIN_S
@@ -385,6 +398,9 @@ class EndpointDelivery:
                     return
                 except ConfigError:
                     raise
+                except CredentialsRefused as exc:  # once: this endpoint's end, not the others'
+                    self.error = exc
+                    return
                 except Exception as exc:  # reported; the loop starts again
                     error = type(exc).__name__
                     self.tally.failed(error)
@@ -440,6 +456,13 @@ class EndpointDelivery:
             answer = self.sender.send(request.body, request.tenant)
             if answer.status == 0:  # stopped while retrying: nothing committed
                 return False
+            if answer.status in AUTH_STATUSES and self.cfg.auth_failures != AUTH_REFUSE:
+                # Once, the sender gave up: about the endpoint, so nothing is committed.
+                raise CredentialsRefused(
+                    f"remote_write endpoint {self.name}: the receiver refused l2m's "
+                    f"credentials (HTTP {answer.status}, {ONCE_AUTH_ATTEMPTS} times in a "
+                    "row); "
+                    "nothing was committed: mend them and run again")
             self.tally.answered(answer.status, time.time())
             self._auth_logged = self._auth_logged and not answer.sent
             self._beat = time.monotonic()

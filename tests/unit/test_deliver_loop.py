@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
 
 from l2m.config.job import JobConfig, RemoteWriteConfig, RemoteWriteEndpoint
+from l2m.errors import RemoteWriteError
 from l2m.remotewrite.client import Delivery
 from l2m.remotewrite.outbox import ERROR, LOG_APPEND_TIME, Request
 from l2m.runtime import deliver as deliver_module
@@ -220,7 +221,8 @@ def _request(n: int) -> Request:
 ])
 def test_what_a_refusal_of_2000_samples_costs(status, text, requests, reason, monkeypatch):
     sender = Sender(_refusing(status, text))
-    delivery, _, _ = loop([], sender, monkeypatch)
+    # A 401/403 is final here only with auth_failures: refuse (else it is retried).
+    delivery, _, _ = loop([], sender, monkeypatch, auth_failures="refuse")
     assert delivery._send([_request(2000)])
     assert len(sender.seen) == requests
     assert delivery.tally.refused == {(reason, "acme"): 2000}
@@ -271,3 +273,39 @@ def test_once_an_endpoint_that_keeps_failing_gives_up_with_its_error(monkeypatch
     delivery.run()
     assert isinstance(delivery.error, ConnectionError) and not delivery.stop.is_set()
     assert delivery.tally.errors == {"ConnectionError": 3} and len(lines) == 2
+
+
+def test_once_credentials_refused_end_the_endpoint_with_an_error_naming_it(monkeypatch):
+    """l2m deliver --once must end: a receiver that keeps answering 401 (auth_failures:
+    retry) ends the endpoint with an error naming it and the status — never a credential —
+    and nothing is committed."""
+    from tests.unit.test_remotewrite_client import Receiver
+
+    monkeypatch.setattr(deliver_module, "ONCE_AUTH_ATTEMPTS", 3)
+    server = Receiver([(401, {})] * 10)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        delivery, lines, consumers = loop([Record(sample(account="acme"), 0)], Sender(),
+                                          monkeypatch)
+        real = EndpointDelivery(delivery.job, RemoteWriteEndpoint(
+            url=f"http://127.0.0.1:{server.server_address[1]}/w", name="ep",
+            headers={"Authorization": "Bearer s3cret-token"}), threading.Event(),
+            once_idle_s=0.0, log=lines.append)
+        monkeypatch.setattr(real, "_consumer", delivery._consumer)
+        running = threading.Thread(target=real.run, daemon=True)
+        running.start()
+        running.join(10)
+        ended = not running.is_alive()
+        real.stop.set()  # (before the fix it never ended)
+        running.join(10)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert ended
+    assert str(real.error) == ("remote_write endpoint ep: the receiver refused l2m's "
+                               "credentials (HTTP 401, 3 times in a row); nothing was "
+                               "committed: mend them and run again")
+    assert isinstance(real.error, RemoteWriteError)
+    assert len(server.seen) == 3 and [c.commits for c in consumers] == [[]]
+    assert real.tally.requests["auth_failed"] == 3 and real.tally.errors == {}
+    assert not any("s3cret" in line for line in lines)

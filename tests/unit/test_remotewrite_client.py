@@ -129,3 +129,14 @@ def test_retry_after_counts_only_ascii_seconds(receiver, header, wait):
     waits: list[float] = []
     got = sender(receiver, waits).send(b"x", "acme")
     assert got.sent and waits == [wait]
+
+
+def test_a_bounded_sender_returns_credentials_refused_that_many_times_in_a_row(receiver):
+    """What l2m deliver --once uses: a 401/403 answered auth_attempts times in a row is
+    returned; a 5xx between them starts the count again."""
+    receiver.answers = [(401, {}), (503, {}), (403, {}), (401, {}), (401, {})]
+    waits: list[float] = []
+    host, port = receiver.server_address[:2]
+    got = Sender(Endpoint(f"http://{host}:{port}/w"), sleep=waits.append,
+                 auth_attempts=2).send(b"x")
+    assert (got.sent, got.status, got.attempts) == (False, 401, 4) and len(waits) == 3
