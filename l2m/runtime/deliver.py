@@ -41,7 +41,7 @@ from typing import Any
 
 from l2m.config.decode import Invalid
 from l2m.config.job import JobConfig, RemoteWriteEndpoint, remote_write_url
-from l2m.errors import ConfigError, RemoteWriteError
+from l2m.errors import ConfigError, KafkaUnavailableError, RemoteWriteError
 from l2m.remotewrite.client import (
     AUTH_REFUSE,
     AUTH_STATUSES,
@@ -308,16 +308,24 @@ class EndpointDelivery:
         return not self._running or time.monotonic() - self._beat < self._stall_s
 
     def _consumer(self) -> Any:
-        from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
+        from confluent_kafka import OFFSET_STORED, Consumer, KafkaError, TopicPartition
 
         group = f"{self.job.remote_write.group_id}-{self.name}"
         consumer = Consumer({**self.job.sink, "group.id": group, "enable.auto.commit": False,
                              "auto.offset.reset": "earliest", "log_level": "3"})
         topic = self.job.topics.metrics
         found = consumer.list_topics(topic, timeout=30).topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
+        if found is None or (found.error is not None and
+                             found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             consumer.close()
             raise ConfigError(f"remote_write: metrics topic {topic} not found")
+        if found.error is not None or not found.partitions:
+            # Transient (LEADER_NOT_AVAILABLE while a broker restarts, a topic still being
+            # created): this endpoint's loop starts again with its backoff, the others go on.
+            consumer.close()
+            why = found.error.str() if found.error is not None else "no partitions yet"
+            raise KafkaUnavailableError(f"remote_write: metrics topic {topic}: metadata not "
+                                        f"available ({why})")
         self._partitions = sorted(found.partitions)
         consumer.assign([TopicPartition(topic, p, OFFSET_STORED) for p in self._partitions])
         # Where delivery resumes: the group's offsets, else (auto.offset.reset: earliest)

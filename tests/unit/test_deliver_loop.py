@@ -309,3 +309,49 @@ def test_once_credentials_refused_end_the_endpoint_with_an_error_naming_it(monke
     assert len(server.seen) == 3 and [c.commits for c in consumers] == [[]]
     assert real.tally.requests["auth_failed"] == 3 and real.tally.errors == {}
     assert not any("s3cret" in line for line in lines)
+
+
+class _Metadata:
+    """What Consumer.list_topics answers for the metrics topic: ``error`` (a KafkaError
+    code, or None) and its partitions."""
+
+    def __init__(self, code: int | None, partitions: dict[int, Any]) -> None:
+        from confluent_kafka import KafkaError
+        self.error = KafkaError(code) if code is not None else None
+        self.partitions = partitions
+
+
+@pytest.mark.parametrize(("code", "partitions", "error", "stops"), [
+    ("LEADER_NOT_AVAILABLE", {0: None}, "KafkaUnavailableError", False),  # a broker restart
+    (None, {}, "KafkaUnavailableError", False),  # a topic being created
+    ("UNKNOWN_TOPIC_OR_PART", {}, "ConfigError", True),  # missing: a configuration error
+])
+def test_only_a_missing_topic_stops_delivery_a_transient_metadata_error_is_retried(
+        code, partitions, error, stops, monkeypatch):
+    import confluent_kafka
+    from confluent_kafka import KafkaError
+
+    monkeypatch.setattr(deliver_module, "RESTART_MIN_S", 0.0)
+    made: list[str] = []
+
+    class Consumer:
+        def __init__(self, conf: dict[str, Any]) -> None:
+            made.append(conf["group.id"])
+
+        def list_topics(self, topic: str, timeout: float) -> Any:
+            found = _Metadata(getattr(KafkaError, code) if code else None, partitions)
+            return type("M", (), {"topics": {topic: found}})()
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Consumer)
+    endpoint = RemoteWriteEndpoint(url="http://x/", name="ep")
+    job = JobConfig(remote_write=RemoteWriteConfig(endpoints=(endpoint,)))
+    lines: list[str] = []
+    delivery = EndpointDelivery(job, endpoint, threading.Event(), once_idle_s=0.0,
+                                log=lines.append)
+    delivery.run()
+    assert type(delivery.error).__name__ == error and delivery.stop.is_set() == stops
+    # Retried with the loop's backoff (once: three times, then the endpoint's error).
+    assert len(made) == (1 if stops else 3)
