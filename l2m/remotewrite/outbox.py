@@ -299,10 +299,17 @@ class Tally:
             self.errors[error] = self.errors.get(error, 0) + 1
 
     def merge(self, other: Tally) -> None:
-        """Add ``other``'s skipped samples and corrections (an outbox's scratch tally, kept
-        only once its records were delivered)."""
+        """Add ``other``'s samples sent, refused and skipped, corrections and requests (a
+        poll's scratch tally, kept only once the poll was delivered: a poll delivered again
+        after an error counts once); its ``last_success`` if later."""
         other = other.snapshot()
         with self._lock:
+            self.sent += other.sent
+            self.last_success = max(self.last_success, other.last_success)
+            for key, n in other.refused.items():
+                self.refused[key] = self.refused.get(key, 0) + n
+            for outcome, n in other.requests.items():
+                self.requests[outcome] = self.requests.get(outcome, 0) + n
             for reason, n in other.skipped.items():
                 self.skipped[reason] = self.skipped.get(reason, 0) + n
             for rule, n in other.corrections.items():

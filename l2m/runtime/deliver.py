@@ -454,9 +454,11 @@ class EndpointDelivery:
         outbox.add(record.value(), None if kind == TIMESTAMP_NOT_AVAILABLE else at, mark,
                    batch, appended=kind == TIMESTAMP_LOG_APPEND_TIME)
 
-    def _send(self, requests: list[Request]) -> bool:
+    def _send(self, requests: list[Request], tally: Tally | None = None) -> bool:
         """Send the requests to their final answers, split when their samples may be what
-        was refused; False when stopped meanwhile (nothing to commit)."""
+        was refused, their outcomes counted in ``tally`` (the endpoint's by default); False
+        when stopped meanwhile (nothing to commit)."""
+        tally = tally or self.tally
         # Each request with, for a newer part of a request refused as too old, its older part.
         pending: list[tuple[Request, Request | None]] = [(r, None) for r in requests]
         while pending:
@@ -471,7 +473,7 @@ class EndpointDelivery:
                     f"credentials (HTTP {answer.status}, {ONCE_AUTH_ATTEMPTS} times in a "
                     "row); "
                     "nothing was committed: mend them and run again")
-            self.tally.answered(answer.status, time.time())
+            tally.answered(answer.status, time.time())
             self._auth_logged = self._auth_logged and not answer.sent
             self._beat = time.monotonic()
             too_old = not answer.sent and refusal_reason(answer.status, answer.reason) == TOO_OLD
@@ -479,7 +481,7 @@ class EndpointDelivery:
                 # Each of its samples is at most as new as one refused as too old: too old as
                 # well, and refused without being sent (the TSDB's limit only moves on).
                 pending = [(r, o) for r, o in pending if r is not older]
-                settle(self.tally, older, answer.status, answer.reason)
+                settle(tally, older, answer.status, answer.reason)
             if splittable(request, answer.status, answer.reason):
                 if too_old:
                     # The newer half first: refused too, it says the older one is too.
@@ -488,7 +490,7 @@ class EndpointDelivery:
                 else:
                     pending[:0] = [(half, None) for half in request.halves()]
                 continue
-            settle(self.tally, request, answer.status, answer.reason)
+            settle(tally, request, answer.status, answer.reason)
         return True
 
     def _deliver(self, records: list[Any]) -> bool:
@@ -498,11 +500,15 @@ class EndpointDelivery:
         ``error``), and the others are built together and sent. An error while sending is
         about the endpoint (its connection, its TLS files), never a record's: it is raised,
         and the loop starts again with its backoff, nothing skipped nor committed."""
+        # Everything the poll's delivery counts (samples sent, refused, skipped; requests
+        # answered) is kept only once it is delivered: a poll delivered again after an error
+        # counts once. (Retries and credentials refused count as they happen.)
+        scratch = Tally()
         if not self._suspect:
-            outbox = self._outbox()
-            for record in records:
-                self._add(outbox, record)
-            return self._send(outbox.requests())
+            if not self._send(self._build(records, scratch), scratch):
+                return False
+            self.tally.merge(scratch)
+            return True
         bad: list[tuple[Any, BaseException]] = []
         parts = [records] if records else []
         while parts:
@@ -516,9 +522,8 @@ class EndpointDelivery:
                 else:
                     bad.append((part[0], exc))
         skipped = {id(record) for record, _ in bad}
-        scratch = Tally()  # its skips count once the poll is delivered
         requests = self._build([r for r in records if id(r) not in skipped], scratch)
-        if not self._send(requests):
+        if not self._send(requests, scratch):
             return False
         self.tally.merge(scratch)
         for record, failure in bad:

@@ -355,3 +355,25 @@ def test_only_a_missing_topic_stops_delivery_a_transient_metadata_error_is_retri
     assert type(delivery.error).__name__ == error and delivery.stop.is_set() == stops
     # Retried with the loop's backoff (once: three times, then the endpoint's error).
     assert len(made) == (1 if stops else 3)
+
+
+def test_a_poll_delivered_again_after_an_error_counts_once(monkeypatch):
+    """What a poll's delivery counts is kept once the poll is delivered: the request sent
+    before the error is sent again (at least once) but counted once, as are the skips."""
+    records = [Record(sample(account="acme", i="1"), 0), Record(sample(account="globex"), 1),
+               Record(b"not json", 2)]
+    calls: list[str | None] = []
+
+    def answer(body: bytes, tenant: str | None) -> Delivery:
+        calls.append(tenant)
+        if len(calls) == 2:
+            raise OSError("connection reset")
+        return Delivery(204, "", 1)
+
+    delivery, _, consumers = loop(records, Sender(answer), monkeypatch)
+    delivery.run()
+    assert calls == ["acme", "globex", "acme", "globex"]
+    assert [c.commits for c in consumers] == [[], [3]]
+    tally = delivery.tally
+    assert (tally.sent, tally.requests["sent"], tally.skipped) == (2, 2, {"malformed": 1})
+    assert tally.last_success > 0
