@@ -12,7 +12,7 @@ like Kafka offsets. Output: with ``routing``, the task's partials (``PARTIAL_SCH
 ``_status``, ``_error``) — by the same read task as the Kafka reader's
 (:class:`l2m.engine.readtask.ReadTask`), with the record timestamps as fallback; one task per
 partition with new records, so tasks run in parallel. Option ``tickMs``: ticks as the Kafka
-source's (:class:`l2m.kafka.source.Ticker`), ``tick`` in the offsets.
+source's (:class:`l2m.kafka.source.Ticker`), ``tick`` and ``timers`` in the offsets.
 
 ``read()`` is stateless — it needs only the folder and the offsets in its partition — because
 Spark pickles the reader to a Python worker that is not the driver's."""
@@ -116,14 +116,16 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # No admission control: a test decides batch sizes by when it calls process().
         self._latest = self._target if self._target is not None else self._offsets()
         if self._latest == {p: int(o) for p, o in start["partitions"].items()}:
-            return ticked(start) if self.ticker.due(self._target is not None) else start
+            if not self.ticker.due(self._target is not None, start):
+                return start
+            return self.ticker.stamp(ticked(start), start)
         self.ticker.data()
         out: dict[str, Any] = {"partitions": self._latest}
         if self.versions is not None:
             out["ruleset"] = planned_version(self.ruleset_file, self.versions.version)
         if start.get("tick"):
             out["tick"] = start["tick"]
-        return out
+        return self.ticker.stamp(out, start)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._latest is None else {"partitions": self._latest}

@@ -15,7 +15,8 @@ confluent-kafka (``format("l2m-kafka")``; options: :mod:`l2m.kafka.options`).
   seen when the query started.
 * Ticks (option ``tickMs``, :class:`Ticker`): an idle topic's offset gains a ``tick`` when the
   state's timers are due, so that a batch without rows runs them; an offset without ``tick``
-  (written before ticks) is at tick 0.
+  (written before ticks) is at tick 0. Each offset says by when its batch's timers are due
+  (``timers``), for a later available-now run's tick.
 * With ``routing`` (the job's rules, :func:`l2m.engine.pipeline.routing_option`) each task parses,
   routes and pre-aggregates what it reads (:class:`l2m.engine.pipeline.TaskPipeline`) and yields
   only partials (``PARTIAL_SCHEMA``); with ``parsePlan`` (a JSON
@@ -74,6 +75,13 @@ RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset big
 # crossed between planning that batch and its batch time. Without new data the watermark
 # stands still, so no window can become final after them: an idle job then runs no batch.
 TICKS_PER_IDLE = 2
+# A batch's time — which its state's timers are set from — is taken after its offsets are
+# planned, by a few ms: a planned offset's ``timers`` allow this much.
+BATCH_SLACK_MS = 2_000
+# The longest an available-now run's tick waits for an earlier run's timers: a job's recheck
+# is a minute (l2m.streaming.job.RECHECK_MS); timers further ahead are a test's whose source
+# never ticks, not waited for.
+LONGEST_WAIT_MS = 2 * 60_000
 
 
 class Ticker:
@@ -87,7 +95,12 @@ class Ticker:
     has passed since the last batch, :data:`TICKS_PER_IDLE` times after data at most. Under
     ``Trigger.AvailableNow`` one tick follows the data: the run's last batch, in which the state
     publishes every window final by then (its timers are due at once in such a run).
-    ``every_ms`` None or 0: never."""
+    ``every_ms`` None or 0: never.
+
+    Every offset planned says by when the timers set up to its batch are due (``timers``,
+    :meth:`stamp`), so that an available-now run after a continuous one — whose keys
+    without new logs keep timers up to a recheck ahead, and a timer runs only once due —
+    plans its tick only once they are (:meth:`due`: it waits, a minute at most)."""
 
     def __init__(self, every_ms: int | None) -> None:
         self.every_ms = every_ms or 0
@@ -100,12 +113,17 @@ class Ticker:
         self.last_ms = _now_ms()
         self.left = TICKS_PER_IDLE
 
-    def due(self, available_now: bool) -> bool:
-        """Whether the idle source ticks now (and counts the tick if so)."""
+    def due(self, available_now: bool, start: dict[str, Any] | None = None) -> bool:
+        """Whether the idle source ticks now (and counts the tick if so); ``start``: the
+        offset it would tick from. Available-now: its one tick waits for the timers
+        ``start`` names (:meth:`stamp`), if a minute or two ahead at most."""
         if not self.every_ms:
             return False
         if available_now:
             due, self.final = not self.final, True
+            ahead = int((start or {}).get("timers", 0)) - _now_ms()
+            if due and 0 < ahead <= LONGEST_WAIT_MS:
+                _sleep_ms(ahead + 1)  # timers run once past due: after it, not at it
             return due
         now = _now_ms()
         if self.left <= 0 or now // self.every_ms <= self.last_ms // self.every_ms:
@@ -113,6 +131,18 @@ class Ticker:
         self.left -= 1
         self.last_ms = now
         return True
+
+
+    def stamp(self, offset: dict[str, Any], start: dict[str, Any]) -> dict[str, Any]:
+        """``offset`` (a batch's: data or a tick, planned from ``start``) with ``timers``:
+        when every window timer set up to its batch is due, at the latest — this batch's at
+        the next multiple of the recheck after its time, earlier batches' by ``start``'s.
+        Keys the batch does not look at keep theirs, so it never goes back."""
+        if not self.every_ms:
+            return offset
+        ahead = min(BATCH_SLACK_MS, self.every_ms)
+        mine = ((_now_ms() + ahead) // self.every_ms + 1) * self.every_ms
+        return {**offset, "timers": max(mine, int(start.get("timers", 0)))}
 
 
 def ticked(offset: dict[str, Any]) -> dict[str, Any]:
@@ -123,6 +153,10 @@ def ticked(offset: dict[str, Any]) -> dict[str, Any]:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _sleep_ms(ms: int) -> None:
+    time.sleep(ms / 1000)
 
 
 class KafkaInputPartition(InputPartition):
@@ -297,11 +331,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if end == begin:
             # No new data: no batch, whatever the rules (no version change) — but a tick when
             # the state's timers are due (Ticker): a batch of no rows.
-            return ticked(start) if self.ticker.due(self._target is not None) else start
+            if not self.ticker.due(self._target is not None, start):
+                return start
+            return self.ticker.stamp(ticked(start), start)
         self.ticker.data()
         # The batch's rules are part of its offset: Spark writes it to the offset log before
         # the batch runs, and a replay reads it back, so a replay gets the same rules.
-        return self._encode(end, self._ruleset(), start.get("tick"))
+        return self.ticker.stamp(self._encode(end, self._ruleset(), start.get("tick")), start)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._encode(self._latest) if self._latest is not None else None

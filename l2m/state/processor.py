@@ -1096,7 +1096,8 @@ class MetricProcessor(StatefulProcessor):
             self._schedule(now, meta)
         elif meta["timer"] > self._next_check(now):
             # Set by a run with a longer recheck (a continuous run before `run --once`):
-            # looked at on this run's clock instead.
+            # looked at on this run's clock instead. (A key without rows in that run is
+            # looked at when its timer is due: the run's tick waits for it, Ticker.due.)
             self.handle.deleteTimer(meta["timer"])
             self._schedule(now, meta)
         rules = self.gauges.rules

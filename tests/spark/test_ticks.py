@@ -73,3 +73,27 @@ def test_run_once_publishes_every_window_final_at_its_end(stream_test):
     harness.run_once()
     assert finals(harness) == [(T0, 7.0), (T0 + MIN, 1.0)]
     assert len(harness.marked) == before
+
+
+def test_run_once_right_after_a_continuous_run_publishes_windows_without_new_logs(
+        stream_test):
+    """A window key with no logs in a ``--once`` run keeps the continuous run's timer (the
+    next recheck boundary, up to a recheck ahead), and a timer runs only once due: the
+    run's tick waits for it, so the window final by the run's logs is published."""
+    recheck = 30_000
+    harness = stream_test(RULES, recheck_ms=recheck, grace_ms=2 * MIN, publish_delay_ms=0)
+    harness.add([log(T0 + 1_000, 3.0), log(T0 + 2_000, 7.0)], record_ts=T0 + 2_000)
+    harness.process()  # T0's window key: its timer at the next 30 s boundary
+    looked = time.time() * 1000
+    # the once run's only log is in the next window: T0's key gets no rows, only the tick
+    harness.add([log(T0 + MIN, 1.0)], record_ts=T0 + MIN)
+    started = time.monotonic()
+    harness.run_once()
+    took = time.monotonic() - started
+    assert finals(harness) == [(T0, 7.0)], (took, looked % recheck)
+    assert took < recheck / 1000 + 15  # waited a recheck at most, plus the run
+    # the next --once run finds every timer on its own 1 ms clock: no wait
+    started = time.monotonic()
+    harness.run_once()
+    assert finals(harness) == [(T0, 7.0)]
+    assert time.monotonic() - started < 15

@@ -32,15 +32,21 @@ R = 60_000
 class Clock:
     def __init__(self, now: int) -> None:
         self.now = now
+        self.slept: list[int] = []
 
     def __call__(self) -> int:
         return self.now
+
+    def sleep(self, ms: int) -> None:
+        self.slept.append(ms)
+        self.now += ms
 
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock(W + 10)
     monkeypatch.setattr(source_module, "_now_ms", clock)
+    monkeypatch.setattr(source_module, "_sleep_ms", clock.sleep)
     return clock
 
 
@@ -59,25 +65,28 @@ def test_an_idle_kafka_source_ticks_once_a_boundary_has_passed_twice_at_most(mon
     src = kafka_reader(monkeypatch, ends)
     old = {"topic": "logs", "partitions": {"0": 0, "1": 0}}  # written before ticks
     first = src.latestOffset(old, source_module.ReadAllAvailable())
-    assert first == {"topic": "logs", "partitions": {"0": 5, "1": 3}}
+    # its batch's timers: due at the next minute boundary
+    assert first == {"topic": "logs", "partitions": {"0": 5, "1": 3}, "timers": W + R}
     clock.now = W + R - 1  # idle, no boundary passed since the data
     assert src.latestOffset(first, source_module.ReadAllAvailable()) is first
     clock.now = W + R
     tick1 = src.latestOffset(first, source_module.ReadAllAvailable())
-    assert tick1 == {**first, "tick": 1}
+    assert tick1 == {**first, "tick": 1, "timers": W + 2 * R}
     assert src.latestOffset(tick1, source_module.ReadAllAvailable()) is tick1  # same minute
     clock.now = W + 2 * R + 5
     tick2 = src.latestOffset(tick1, source_module.ReadAllAvailable())
-    assert tick2 == {**first, "tick": 2} and TICKS_PER_IDLE == 2
+    assert tick2 == {**first, "tick": 2, "timers": W + 3 * R} and TICKS_PER_IDLE == 2
     clock.now = W + 10 * R  # ticked twice since the data: the watermark stands still
     assert src.latestOffset(tick2, source_module.ReadAllAvailable()) is tick2
     # data again: its offset carries the ticks on; the next idle boundary ticks again
     ends[0] = 9
     data = src.latestOffset(tick2, source_module.ReadAllAvailable())
-    assert data == {"topic": "logs", "partitions": {"0": 9, "1": 3}, "tick": 2}
+    assert data == {"topic": "logs", "partitions": {"0": 9, "1": 3}, "tick": 2,
+                    "timers": W + 11 * R}
     assert src._decode(data) == {0: 9, 1: 3}
     clock.now = W + 11 * R
-    assert src.latestOffset(data, source_module.ReadAllAvailable()) == {**data, "tick": 3}
+    assert src.latestOffset(data, source_module.ReadAllAvailable()) == {
+        **data, "tick": 3, "timers": W + 12 * R}
     # the planned tasks of a tick: none
     assert src.partitions(data, {**data, "tick": 3}) == []
 
@@ -90,18 +99,50 @@ def test_without_a_tick_interval_an_idle_source_never_ticks(monkeypatch, clock):
 
 
 def test_available_now_ends_with_one_tick_after_the_data(monkeypatch, clock):
-    src = kafka_reader(monkeypatch, {0: 5})
+    src = kafka_reader(monkeypatch, {0: 5}, tick_ms=1)  # --once: a 1 ms recheck (job.timers)
     src.prepareForTriggerAvailableNow()
     start = {"topic": "logs", "partitions": {"0": 0}}
     data = src.latestOffset(start, source_module.ReadAllAvailable())
-    assert data == {"topic": "logs", "partitions": {"0": 5}}
+    assert data == {"topic": "logs", "partitions": {"0": 5}, "timers": W + 12}
+    clock.now += 50
     last = src.latestOffset(data, source_module.ReadAllAvailable())  # no boundary needed
-    assert last == {**data, "tick": 1}
+    assert last == {**data, "tick": 1, "timers": W + 62}
     assert src.latestOffset(last, source_module.ReadAllAvailable()) is last  # the run ends
     # a run with nothing new: its one batch is the tick
-    again = kafka_reader(monkeypatch, {0: 5})
+    clock.now += 50
+    again = kafka_reader(monkeypatch, {0: 5}, tick_ms=1)
     again.prepareForTriggerAvailableNow()
-    assert again.latestOffset(last, source_module.ReadAllAvailable()) == {**data, "tick": 2}
+    assert again.latestOffset(last, source_module.ReadAllAvailable()) == {
+        **data, "tick": 2, "timers": W + 112}
+    assert clock.slept == []  # the timers of earlier batches were all due
+
+
+def test_available_now_ticks_once_a_continuous_runs_timers_are_due(monkeypatch, clock):
+    """A ``--once`` run within a minute of a continuous run: window keys without new logs
+    keep the continuous run's timers (the next minute boundary), and a timer runs only once
+    due, so the run's tick waits for them — then the tick batch runs every one (and looks at
+    them again on the 1 ms clock)."""
+    live = kafka_reader(monkeypatch, {0: 5})
+    last = live.latestOffset({"topic": "logs", "partitions": {"0": 0}},
+                             source_module.ReadAllAvailable())
+    assert last["timers"] == W + R
+    clock.now = W + 20_000  # stopped; --once starts
+    ends = {0: 7}
+    once = kafka_reader(monkeypatch, ends, tick_ms=1)
+    once.prepareForTriggerAvailableNow()
+    data = once.latestOffset(last, source_module.ReadAllAvailable())
+    assert data == {"topic": "logs", "partitions": {"0": 7}, "timers": W + R}  # carried on
+    assert clock.slept == []  # data does not wait
+    tick = once.latestOffset(data, source_module.ReadAllAvailable())
+    assert clock.slept == [R - 20_000 + 1] and clock.now == W + R + 1
+    assert tick == {**data, "tick": 1, "timers": W + R + 3}
+    assert once.latestOffset(tick, source_module.ReadAllAvailable()) is tick
+    # timers far past a minute or two (a test's recheck that never ticks): not waited for
+    far = kafka_reader(monkeypatch, ends, tick_ms=1)
+    far.prepareForTriggerAvailableNow()
+    assert far.latestOffset({**tick, "timers": clock.now + 10 * R},
+                            source_module.ReadAllAvailable())["tick"] == 2
+    assert clock.slept == [R - 20_000 + 1]
 
 
 def test_a_stopping_source_does_not_tick(monkeypatch, clock, tmp_path):
@@ -136,19 +177,22 @@ def test_the_memory_source_ticks_as_the_kafka_source(tmp_path, clock):
     src = memory_reader(tmp_path)
     start = src.initialOffset()
     data = src.latestOffset(start, None)
-    assert data == {"partitions": {"0": 1}}
+    assert data == {"partitions": {"0": 1}, "timers": W + R}
     assert src.latestOffset(data, None) is data
     clock.now = W + R
     tick = src.latestOffset(data, None)
-    assert tick == {"partitions": {"0": 1}, "tick": 1}
+    assert tick == {"partitions": {"0": 1}, "tick": 1, "timers": W + 2 * R}
     assert src.partitions(data, tick) == []
     append(tmp_path, 0, [b"{}"], [W])
-    assert src.latestOffset(tick, None) == {"partitions": {"0": 2}, "tick": 1}
-    once = memory_reader(tmp_path)
+    assert src.latestOffset(tick, None) == {"partitions": {"0": 2}, "tick": 1,
+                                            "timers": W + 2 * R}
+    once = memory_reader(tmp_path, tick_ms=1)
     once.prepareForTriggerAvailableNow()
-    end = {"partitions": {"0": 2}, "tick": 1}
-    assert once.latestOffset(end, None) == {**end, "tick": 2}
-    assert once.latestOffset({**end, "tick": 2}, None) == {**end, "tick": 2}
+    end = {"partitions": {"0": 2}, "tick": 1, "timers": W + 2 * R}
+    last = once.latestOffset(end, None)
+    assert clock.slept == [R + 1]  # the continuous run's timers were due first
+    assert last == {**end, "tick": 2, "timers": W + 2 * R + 3}
+    assert once.latestOffset(last, None) is last
 
 
 def test_window_timers_are_due_on_multiples_of_the_recheck():
