@@ -118,6 +118,11 @@ def env_sources(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in container.get("env", [])}
 
 
+# Secret values the kubelet would set that must have a shape (a URL is checked at load);
+# the others are "secret:<name>/<key>".
+SECRET_VALUES = {("l2m-remote-write", "url"): "https://tsdb.example/api/v1/push"}
+
+
 def pod_env(name: str, pod: dict[str, Any] | None = None) -> dict[str, str]:
     """The driver container's (or ``pod``'s) environment as the kubelet would set it (fake pod
     name, IP, secret values)."""
@@ -132,7 +137,8 @@ def pod_env(name: str, pod: dict[str, Any] | None = None) -> dict[str, str]:
             env[var] = {"metadata.name": POD_NAME, "metadata.namespace": d["namespace"],
                         "status.podIP": POD_IP}[ref["fieldRef"]["fieldPath"]]
         elif "secretKeyRef" in ref:
-            env[var] = f"secret:{ref['secretKeyRef']['name']}/{ref['secretKeyRef']['key']}"
+            secret = (ref["secretKeyRef"]["name"], ref["secretKeyRef"]["key"])
+            env[var] = SECRET_VALUES.get(secret, f"secret:{secret[0]}/{secret[1]}")
         else:
             raise AssertionError(f"{name}: env {var}: unexpected source {ref}")
     return env
@@ -920,7 +926,7 @@ def test_the_deliver_pod_runs_l2m_deliver_on_its_own_config(tmp_path: Path,
     cfg = load_config(tmp_path / "etc/l2m/topology/deliver.yaml")
     assert "$" not in json.dumps([cfg.kafka, [e.url for e in cfg.remote_write.endpoints]])
     (endpoint,) = cfg.remote_write.endpoints
-    assert endpoint.url == "secret:l2m-remote-write/url"
+    assert endpoint.url == SECRET_VALUES["l2m-remote-write", "url"]
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     mounts = {m["mountPath"]: volumes[m["name"]] for m in pod["container"]["volumeMounts"]}
     token = Path(endpoint.bearer_token_file or "")
