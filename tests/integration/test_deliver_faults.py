@@ -279,7 +279,9 @@ def test_delivery_through_faults_poison_and_a_kill_9_lands_as_backfill(
             assert {r.status for r in during} == {401} and not any(r.forwarded for r in during)
             # Retried as it was, never split: a 401 is about the credentials, not the samples.
             assert len({r.series for r in during}) == 1
-            receiver.next.extend([503, 502, 500])
+            # A Retry-After that is no delay ("²": str.isdigit takes it, float does not) is
+            # ignored, never an error of the endpoint.
+            receiver.next.extend([503, (503, {"Retry-After": "\u00b2"}), 500])
             rotated = token.with_suffix(".new")
             rotated.write_text(f"{NEW_TOKEN}\n")
             rotated.replace(token)  # atomically, as a Secret volume is updated
