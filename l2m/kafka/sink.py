@@ -145,6 +145,10 @@ class _Producing:
 
         plain = functools.partial(delivered, [])
 
+        # Each (time, mark)'s produce() arguments and report, built once: a task's samples
+        # share their micro-batch's time and a few marks, and building them per record (the
+        # headers, the time's digits, a partial) cost ≈ 1 µs a sample, a fifth of the sink.
+        stamps: dict[tuple[int | None, str | None], tuple[dict[str, Any], Any]] = {}
         producer = self._producer()
         rows = 0
         try:
@@ -157,11 +161,15 @@ class _Producing:
                 marks = batch.column("mark").to_pylist() if "mark" in names \
                     else [None] * len(keys)
                 for key, value, at, mark in zip(keys, values, times, marks, strict=True):
-                    stamp = _stamp(at, mark)
-                    headers = stamp.get("headers")
-                    # A partial per record (≈ 0.1 µs): the report is the one place to know a
-                    # refused record's headers again.
-                    report = plain if headers is None else functools.partial(delivered, headers)
+                    cached = stamps.get((at, mark))
+                    if cached is None:
+                        stamp = _stamp(at, mark)
+                        headers = stamp.get("headers")
+                        # The report is the one place to know a refused record's headers
+                        # again: they are bound to it.
+                        cached = stamps[at, mark] = (stamp, plain if headers is None else
+                                                     functools.partial(delivered, headers))
+                    stamp, report = cached
                     try:
                         produce(producer, self.topic, value=value, key=key,
                                 on_delivery=report, **stamp)
