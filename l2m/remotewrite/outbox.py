@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,11 +61,18 @@ ACCOUNT_LABEL_TAKEN = "account_label_taken"
 # A counter in a record stamped by the broker (LogAppendTime) without l2m's time header: its
 # time is when the broker appended it, which a replayed batch would move (docs/prometheus.md).
 LOG_APPEND_TIME = "log_append_time"
+# A sample stamped more than FUTURE_MS past the wall clock. A TSDB that took it would measure
+# its out-of-order window from it (Prometheus: from the newest sample of the whole database)
+# and refuse every later sample of every tenant as too old; the job itself never writes one
+# (logs more than max_future_skew ahead are dead-lettered), so it comes from elsewhere.
+FUTURE = "future"
+# Mimir's creation grace period (-validation.create-grace-period), the same bound.
+FUTURE_MS = 10 * 60_000
 ERROR = "error"  # a record whose building raised an unexpected error twice (l2m.runtime.deliver)
 OTHER_ACCOUNT = "other_account"  # an account this endpoint does not take
 NO_TENANT = "no_tenant"  # no account, and no default tenant for such samples
 SKIP_REASONS = (NOT_FINAL, CORRECTED, MALFORMED, INVALID_LABEL, INVALID_TENANT,
-                ACCOUNT_LABEL_TAKEN, LOG_APPEND_TIME, ERROR, OTHER_ACCOUNT, NO_TENANT)
+                ACCOUNT_LABEL_TAKEN, LOG_APPEND_TIME, FUTURE, ERROR, OTHER_ACCOUNT, NO_TENANT)
 _SKIPPED = object()
 _KINDS = frozenset({"counter", "gauge"})
 _NUMBERS = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
@@ -357,8 +365,10 @@ class Outbox:
     the metadata sent with the samples of each rule (:func:`metadata`)."""
 
     def __init__(self, route: Route, max_samples: int, tally: Tally,
-                 families: Mapping[str, Metadata] | None = None) -> None:
+                 families: Mapping[str, Metadata] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.route = route
+        self._clock = clock  # Unix seconds: what FUTURE_MS is measured from
         self.max_samples = max_samples
         self.tally = tally
         self.families = families or {}
@@ -413,6 +423,9 @@ class Outbox:
             if not _MIN_MS <= at <= _MAX_MS:
                 self.tally.skip(MALFORMED)
                 return
+        if at > self._clock() * 1000 + FUTURE_MS:
+            self.tally.skip(FUTURE)
+            return
         # An empty value is no label to Prometheus (the encoder drops it): dropped before the
         # series key, so {"user": ""} and {} are one series (the later record's value
         # stands, as in a replay), and an empty account label does not count as taken.
