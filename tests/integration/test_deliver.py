@@ -69,6 +69,17 @@ def _stored(base: str, sample: dict[str, Any]) -> list[tuple[int, float]]:
     return [(round(float(t) * 1000), float(v)) for t, v in found[0]["values"]] if found else []
 
 
+def _stored_whole(base: str, sample: dict[str, Any]) -> list[tuple[int, float]]:
+    """The sample's stored points, asserted whole: present, strictly increasing in time, the
+    first the 0 just before its first value (PromQL counts it), the last backfill's value."""
+    points = _stored(base, sample)
+    assert points, sample
+    times = [at for at, _ in points]
+    assert times == sorted(set(times)), (sample, points)
+    assert points[0][1] == 0.0 and points[-1][1] == sample["value"], (sample, points)
+    return points
+
+
 def _increase(base: str, sample: dict[str, Any], at: float) -> list[float]:
     """increase() over the sample's series in the hour before ``at`` (s)."""
     labels = {**sample["labels"], "__name__": sample["name"]}
@@ -116,13 +127,7 @@ def test_counters_land_in_prometheus_with_backfill_s_values_and_ordered_timestam
     assert expected
     last = 0
     for sample in expected:
-        points = _stored(prometheus, sample)
-        assert points, sample
-        times = [at for at, _ in points]
-        assert times == sorted(set(times)), (sample, points)
-        # A series' first point is the 0 just before its first value (PromQL counts it).
-        assert points[0][1] == 0.0 and points[-1][1] == sample["value"], (sample, points)
-        last = max(last, times[-1])
+        last = max(last, _stored_whole(prometheus, sample)[-1][0])
     # increase() over each counter — across the restart between the runs, without a false
     # reset — is backfill's total; histogram_quantile over the histogram rule equals the
     # quantile of backfill's buckets.
