@@ -10,6 +10,7 @@ import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
@@ -24,6 +25,11 @@ from l2m.rules.model import Rule
 from l2m.rules.snapshot import SNAPSHOT_FORMAT, restore, snapshot, version_of
 from l2m.runtime.reload import RuleWatcher, fingerprint
 from l2m.streaming.rulesets import ruleset_of
+
+if TYPE_CHECKING:
+    from l2m.engine.rulesets import Versions
+    from l2m.state.processor import MetricProcessor
+    from tests.support import tws
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "ruleset-v1.json"
 GOLDEN_RULES = """\
@@ -199,19 +205,45 @@ def test_rules_in_a_configmap_volume_are_read_by_their_visible_names(tmp_path):
         ("a", "a_total", str(folder / "a.yaml"))]
 
 
-def test_a_timer_publishes_a_window_with_the_rules_of_its_last_input(tmp_path, monkeypatch):
-    """A gauge rule added live: its window's final is published by a timer in a task with no
-    rows — maybe on a worker that has only seen the query's first rules. The key remembers the
-    rule set of its last input and the timer uses it, so the window is published whole."""
+
+GRACE_MS, DELAY_MS = 1_200_000, 120_000
+
+
+def _versioned_processor(monkeypatch: pytest.MonkeyPatch, files: Path, first: list[Rule]
+                         ) -> tuple[MetricProcessor, tws.Store, Versions]:
+    """A state processor whose workers' files are ``files`` (the versions shipped) and whose
+    query started with rule set v1 = ``first``, on a fresh store: (processor, store, the
+    query's versions)."""
     import pyspark
 
     from l2m.engine import rulesets
     from l2m.engine.pipeline import RuleTable, routing_option
-    from l2m.engine.rulesets import Versions, routing_file
+    from l2m.engine.rulesets import Versions
     from l2m.state.counters import CounterState
     from l2m.state.gauges import GaugeState
     from l2m.state.processor import MetricProcessor
     from tests.support import tws
+
+    monkeypatch.setattr(pyspark.SparkFiles, "getRootDirectory", staticmethod(lambda: str(files)))
+    monkeypatch.setattr(rulesets, "_selected", (None, None))
+    versions = Versions("v1", routing_option(plan_for(first)))
+    store = tws.Store()
+    fn = MetricProcessor(CounterState(RuleTable(versions.option, "counter", versions),
+                                      ttl_ms=128_000),
+                         GaugeState(RuleTable(versions.option, "gauge", versions),
+                                    recheck_ms=60_000, grace_ms=GRACE_MS,
+                                    publish_delay_ms=DELAY_MS))
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    return fn, store, versions
+
+def test_a_timer_publishes_a_window_with_the_rules_of_its_last_input(tmp_path, monkeypatch):
+    """A gauge rule added live: its window's final is published by a timer in a task with no
+    rows — maybe on a worker that has only seen the query's first rules. The key remembers the
+    rule set of its last input and the timer uses it, so the window is published whole."""
+
+    from l2m.engine import rulesets
+    from l2m.engine.pipeline import routing_option
+    from l2m.engine.rulesets import routing_file
     from tests.unit.test_state_processor import W, _marked, row
 
     first, _ = load_text("rules:\n  - {id: c, account: a, name: c_total, kind: counter, "
@@ -221,16 +253,8 @@ def test_a_timer_publishes_a_window_with_the_rules_of_its_last_input(tmp_path, m
     files = tmp_path / "files"
     files.mkdir()
     (files / routing_file("v2")).write_text(routing_option(plan_for([*first, *added])))
-    monkeypatch.setattr(pyspark.SparkFiles, "getRootDirectory", staticmethod(lambda: str(files)))
-    monkeypatch.setattr(rulesets, "_selected", (None, None))
-    versions = Versions("v1", routing_option(plan_for(first)))
-    grace, delay = 1_200_000, 120_000
-    store = tws.Store()
-    fn = MetricProcessor(CounterState(RuleTable(versions.option, "counter", versions),
-                                      ttl_ms=128_000),
-                         GaugeState(RuleTable(versions.option, "gauge", versions),
-                                    recheck_ms=60_000, grace_ms=grace, publish_delay_ms=delay))
-    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    fn, store, _ = _versioned_processor(monkeypatch, files, first)
+    grace, delay = GRACE_MS, DELAY_MS
     before = W + 60_000 + delay - grace - 1
     rows = [{**row("g", i, float(i + 1), window=W), "ruleset": "v2"} for i in range(2)]
     assert [m for m, *_ in _marked(fn, store, (0, W), rows, now=W, watermark=before)] == [
@@ -751,15 +775,10 @@ def test_a_timer_whose_key_s_version_was_not_shipped_runs_under_the_first_rules(
     """After a restart a gauge key may name a version this worker cannot read: its timer
     runs under the rules the query started with — not under the version another key's call
     left selected on this worker (here one whose gauge g has another name)."""
-    import pyspark
 
     from l2m.engine import rulesets
-    from l2m.engine.pipeline import RuleTable, routing_option
-    from l2m.engine.rulesets import Versions, routing_file
-    from l2m.state.counters import CounterState
-    from l2m.state.gauges import GaugeState
-    from l2m.state.processor import MetricProcessor
-    from tests.support import tws
+    from l2m.engine.pipeline import routing_option
+    from l2m.engine.rulesets import routing_file
     from tests.unit.test_state_processor import W, _marked, row
 
     gauge = ("rules:\n  - {id: g, account: a, name: NAME, kind: gauge, query: '*', "
@@ -770,16 +789,8 @@ def test_a_timer_whose_key_s_version_was_not_shipped_runs_under_the_first_rules(
     for version, name in (("v2", "g"), ("v3", "g_other")):
         rules, _ = load_text(gauge.replace("NAME", name))
         (files / routing_file(version)).write_text(routing_option(plan_for(rules)))
-    monkeypatch.setattr(pyspark.SparkFiles, "getRootDirectory", staticmethod(lambda: str(files)))
-    monkeypatch.setattr(rulesets, "_selected", (None, None))
-    versions = Versions("v1", routing_option(plan_for(first)))
-    grace, delay = 1_200_000, 120_000
-    store = tws.Store()
-    fn = MetricProcessor(CounterState(RuleTable(versions.option, "counter", versions),
-                                      ttl_ms=128_000),
-                         GaugeState(RuleTable(versions.option, "gauge", versions),
-                                    recheck_ms=60_000, grace_ms=grace, publish_delay_ms=delay))
-    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    fn, store, versions = _versioned_processor(monkeypatch, files, first)
+    grace, delay = GRACE_MS, DELAY_MS
     before = W + 60_000 + delay - grace - 1
     _marked(fn, store, (0, W), [{**row("g", 0, 3.0, window=W), "ruleset": "v2"}], now=W,
             watermark=before)
