@@ -30,7 +30,7 @@ import orjson
 
 from benchmarks.peer_env import ensure_site, peer_environment
 from benchmarks.predicates import CompiledRules
-from l2m.values import lookup, parse_timestamp
+from l2m.semantics.values import lookup, parse_timestamp
 
 ROOT = Path(__file__).resolve().parent.parent
 

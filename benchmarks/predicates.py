@@ -5,12 +5,13 @@ instead of walking the query tree for every log.
 Each compiled query node (:mod:`l2m.query.compiler`) becomes a closure ``pred(doc) -> bool`` built
 from its children's closures, with field paths pre-split, numbers pre-parsed and patterns
 precompiled. The semantics are exactly those of the reference evaluator
-(``tests/support/reference.py``, SPEC §2–4) and of the value helpers of :mod:`l2m.values`:
+(``tests/support/reference.py``, SPEC §2–4) and of the value helpers of :mod:`l2m.semantics.values`:
 
-* field lookup, string form and numbers are :func:`~l2m.values.lookup`,
-  :func:`~l2m.values.string_form` and :func:`~l2m.values.number`, with the common cases
+* field lookup, string form and numbers are :func:`~l2m.semantics.values.lookup`,
+  :func:`~l2m.semantics.values.string_form` and :func:`~l2m.semantics.values.number`, with the
+  common cases
   (a top-level key, a ``str``, an ``int``/``float``) inlined;
-* text fields are the lower-cased ``\\w+`` tokens of :func:`~l2m.values.text_tokens`. A
+* text fields are the lower-cased ``\\w+`` tokens of :func:`~l2m.semantics.values.text_tokens`. A
   phrase or a wildcard over word characters is searched in the lower-cased text with a
   token-bounded regex (``(?<!\\w)connection\\W+refused(?!\\w)``): tokens are the maximal
   ``\\w`` runs, so this is the token-sequence test without splitting the text;
@@ -54,7 +55,7 @@ from l2m.query.nodes import (
     TextWildcard,
 )
 from l2m.rules.model import Rule
-from l2m.values import TOKEN, label_name, lookup, number, string_form
+from l2m.semantics.values import TOKEN, label_name, lookup, number, string_form
 
 Pred = Callable[[dict[str, Any]], bool]
 Getter = Callable[[dict[str, Any]], Any]
@@ -64,7 +65,7 @@ Getter = Callable[[dict[str, Any]], Any]
 
 
 def getter(path: str) -> Getter:
-    """:func:`l2m.values.lookup` for one path: one- and two-part paths unrolled."""
+    """:func:`l2m.semantics.values.lookup` for one path: one- and two-part paths unrolled."""
     if "." not in path:
         return lambda doc: doc.get(path)
     parts = tuple(path.split("."))
@@ -84,12 +85,12 @@ def getter(path: str) -> Getter:
 
 
 def _text(value: Any) -> str | None:
-    """:func:`l2m.values.string_form`, with the common ``str`` case first."""
+    """:func:`l2m.semantics.values.string_form`, with the common ``str`` case first."""
     return value if value.__class__ is str else string_form(value)
 
 
 def _number(value: Any) -> float | None:
-    """:func:`l2m.values.number`, with the common ``int``/``float`` cases first."""
+    """:func:`l2m.semantics.values.number`, with the common ``int``/``float`` cases first."""
     cls = value.__class__
     if cls is float:
         return value if math.isfinite(value) else None

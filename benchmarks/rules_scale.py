@@ -25,9 +25,9 @@ from benchmarks.drain import DrainCase, run_drain
 from benchmarks.load import Skew
 from benchmarks.tenants import RULES_PER_ACCOUNT, write_rules, write_tenant_dirs
 from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.policy.tenancy import Tenancy
 from l2m.rules.loader import load_rules
 from l2m.rules.model import Rule
-from l2m.tenancy import Tenancy
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from l2m import defaults
 from l2m.errors import INTERRUPTED, ConfigError, L2mError, Problem, RuleValidationError
-from l2m.limits import Limits
+from l2m.policy.limits import Limits
+from l2m.policy.tenancy import Tenancy, account_problem, shown_account
 from l2m.query.nodes import QueryConfig
-from l2m.tenancy import Tenancy, account_problem, shown_account
 
 if TYPE_CHECKING:
     from l2m.config.job import JobConfig

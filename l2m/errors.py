@@ -101,7 +101,7 @@ ERROR_CLASSES: dict[str, str] = {
         "{reserved} (Mimir's tenant IDs: it becomes the tenant header X-Scope-OrgID and a "
         "label value)"
     ),
-    # series limits (SPEC §7, l2m.limits)
+    # series limits (SPEC §7, l2m.policy.limits)
     "MAX_SERIES_ABOVE_ACCOUNT": (
         "max_series {value} is above account '{account}''s cap of {cap} series "
         "(limits.max_series_per_account, or its limits.accounts override)"

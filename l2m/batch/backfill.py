@@ -71,9 +71,9 @@ from l2m.engine.pipeline import routing_from_option, routing_option
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing, plan_for
 from l2m.errors import ConfigError, InputError
-from l2m.limits import Limits
+from l2m.policy.limits import Limits
 from l2m.rules.model import Rule
-from l2m.windows import MINUTE_MS
+from l2m.semantics.windows import MINUTE_MS
 
 DEFAULT_LIMITS = Limits()
 

@@ -29,7 +29,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from l2m.batch.packs import pack, unpack
-from l2m.collector import collector_paused
 from l2m.engine.admission import OVERFLOW_SERIES, RuleCaps, admitted_table
 from l2m.engine.labels import CUT_RULE
 from l2m.engine.partials import PARTIAL_ARROW, Partial, merge, nonfinite_text, partial_rows
@@ -41,6 +40,7 @@ from l2m.engine.samples import (
     series_labels,
 )
 from l2m.engine.status import STATUS_RULE, status_label
+from l2m.process.collector import collector_paused
 from l2m.rules.model import Aggregation, Rule
 
 FINAL_ARROW = pa.schema([("rank", pa.int32()), ("sort", pa.binary()), ("line", pa.binary()),

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Annotated, Any, Literal, Protocol
 
-from l2m.text import closest
+from l2m.yamlio.suggest import closest
 
 JAVA_INT_MAX = 2**31 - 1  # counts and limits reach Spark and Kafka as Java ints
 # Past this a duration is a typo (and far past it, Spark's millisecond longs overflow).

@@ -24,9 +24,9 @@ from l2m.config.decode import (
     describe,
 )
 from l2m.errors import ConfigError
-from l2m.limits import Limits, SeriesLimits
+from l2m.policy.limits import Limits, SeriesLimits
+from l2m.policy.tenancy import Tenancy, account_problem, shown_account
 from l2m.query.nodes import QueryConfig
-from l2m.tenancy import Tenancy, account_problem, shown_account
 
 # How values are written in the file (l2m.config.decode reads these annotations; in Python
 # they are plain ints and strings).

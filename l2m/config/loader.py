@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from l2m import yamlsafe
 from l2m.config.decode import Decoder, Invalid, parse_duration_ms, shown
 from l2m.config.job import JobConfig
 from l2m.errors import ConfigError
+from l2m.yamlio import yamlsafe
 
 
 def duration_ms(text: str | int | float, key: str = "duration") -> int:
@@ -120,7 +120,7 @@ def _compose(path: Path, text: str) -> yaml.Node | None:
 _MERGE = "tag:yaml.org,2002:merge"
 # PyYAML quotes names it did not understand: an alias (`sasl.password: *s3cret`), an anchor,
 # a tag handle — pieces of the text, which may be a secret. Single characters and token
-# names ('<stream end>') say what is wrong without that risk; l2m.yamlsafe's limits name the
+# names ('<stream end>') say what is wrong without that risk; l2m.yamlio.yamlsafe's limits name the
 # alias too.
 _QUOTED = re.compile(r"'([^']*)'")
 _HARMLESS = re.compile(r"\\?.|\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|<[a-z ]+>")

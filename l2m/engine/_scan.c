@@ -578,7 +578,7 @@ static inline int digits(const unsigned char *p, int n, int *out) {
 
 /* Epoch milliseconds of the usual ISO time, YYYY-MM-DDTHH:MM:SS, then .fff or .ffffff or
  * nothing, then Z or +HH:MM or -HH:MM, exactly as datetime.fromisoformat and
- * l2m.values.parse_timestamp read it (an aware time, floored to the millisecond, years
+ * l2m.semantics.values.parse_timestamp read it (an aware time, floored to the millisecond, years
  * 0001-9999 in UTC). 0 when read; -1 for anything else, which Python then parses (a
  * valid time in another shape, or nothing). */
 static int iso_time(const unsigned char *p, Py_ssize_t n, int64_t *out) {

@@ -1,13 +1,13 @@
 """Series caps enforced (SPEC §7): which new series a state domain admits, and where the logs
 of the others go.
 
-Input: the rules and the job's :class:`~l2m.limits.Limits` (:func:`rule_caps`, where the
+Input: the rules and the job's :class:`~l2m.policy.limits.Limits` (:func:`rule_caps`, where the
 caps are first needed); then, per state domain — a counter key, or one gauge window of a key
 — the live series each rule holds there and the series a micro-batch brings
 (:class:`Admission`). Output: per new series, admitted or the :class:`Limit` that refused
 it; a refused series' partials are merged into its rule's overflow series
 (:data:`OVERFLOW_SERIES`, labels: the rule's static labels and
-:data:`~l2m.limits.OVERFLOW_LABEL` in place of every group-by label), and the logs refused
+:data:`~l2m.policy.limits.OVERFLOW_LABEL` in place of every group-by label), and the logs refused
 are counted per (rule, account, limit). :class:`Admission` decides series by series (the
 state stage, :mod:`l2m.state`); backfill decides whole domains at once on Arrow, the same
 way (:func:`admitted_table`), after each read task has collapsed what a per-rule cap refuses
@@ -40,8 +40,8 @@ import pyarrow.compute as pc
 
 from l2m.engine.labels import one_value_series
 from l2m.engine.partials import Partial, merge
-from l2m.limits import Limits
-from l2m.records import FieldValues
+from l2m.policy.limits import Limits
+from l2m.process.records import FieldValues
 from l2m.rules.model import Rule
 
 # A rule's overflow series key: never an encoded series key (those are empty or start with a

@@ -90,7 +90,7 @@ _PYTHON_KIND = {TRUE: True, FALSE: False}
 
 class Composite:
     """An object or array the scanner met where a rule reads a value: present, with no string
-    form, number or time (:mod:`l2m.values`), which is all a rule can ask of it."""
+    form, number or time (:mod:`l2m.semantics.values`), which is all a rule can ask of it."""
 
     __slots__ = ()
 

@@ -41,7 +41,7 @@ from l2m.engine.routing import Routing, Shape, shape_of
 from l2m.engine.status import ROUTED, STATUS_NAMES, STATUS_RULE, status_series
 from l2m.query.nodes import Node
 from l2m.rules.model import Aggregation, Kind, Rule
-from l2m.windows import MINUTE_MS
+from l2m.semantics.windows import MINUTE_MS
 
 MATCH_SCHEMA = pa.schema([
     pa.field("rule", pa.string()),

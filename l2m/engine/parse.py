@@ -3,7 +3,8 @@
 Each line is decoded once, and only its referenced fields (:mod:`l2m.engine.decoding`, with
 orjson's definition of a valid log); for every such field only the forms some rule needs are
 extracted, column by column (string form, number, presence, text tokens —
-:class:`~l2m.query.compiler.FieldUse`), with the semantics of :mod:`l2m.values`. The same function
+:class:`~l2m.query.compiler.FieldUse`), with the semantics of :mod:`l2m.semantics.values`. The
+same function
 serves the batch backfill (inside ``mapInArrow``) and the streaming source (inside the Kafka
 reader), so both see identical values. Malformed lines are rows with a status and a reason,
 never an exception.
@@ -38,7 +39,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from l2m.collector import collector_paused
 from l2m.defaults import MAX_FUTURE_MS, TIMESTAMP_FIELD
 from l2m.engine.decoding import (
     FLOAT,
@@ -52,9 +52,10 @@ from l2m.engine.decoding import (
     json_int,
 )
 from l2m.engine.status import Status
+from l2m.process.collector import collector_paused
 from l2m.query.nodes import FieldUse
 from l2m.query.patterns import match_any_token, match_whole
-from l2m.values import (
+from l2m.semantics.values import (
     MAX_TIMESTAMP_MS,
     MIN_TIMESTAMP_MS,
     number,
@@ -373,7 +374,7 @@ def event_times(raw: list[Any]) -> list[int | None]:
 
 
 def event_time_column(raw: Column) -> pa.Array:
-    """:func:`~l2m.values.parse_timestamp` of every value.
+    """:func:`~l2m.semantics.values.parse_timestamp` of every value.
 
     Scanned in C, the usual times were read there (:mod:`l2m.engine._scan`: the ISO shape
     with milliseconds or microseconds and a zone, and epoch milliseconds); any other value is
@@ -506,7 +507,7 @@ _SHORT_INTEGER = r"^-?[0-9]{1,15}$"
 def _numbers_and_strings(values: pa.Array, strings: pa.Array) -> pa.Array:
     """Numbers (``values``, doubles) with numeric strings among them (``strings``: an HTTP
     status written either way): short integer strings in Arrow, any other string by
-    :func:`~l2m.values.number`."""
+    :func:`~l2m.semantics.values.number`."""
     short = pc.fill_null(pc.match_substring_regex(strings, _SHORT_INTEGER), False)
     values = pc.coalesce(values, pc.cast(pc.if_else(short, strings,
                                                     pa.scalar(None, pa.string())), pa.float64()))

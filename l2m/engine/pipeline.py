@@ -26,12 +26,12 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from l2m.collector import collector_paused
 from l2m.engine.admission import RuleCaps
 from l2m.engine.fanout import fan_out
 from l2m.engine.partials import PARTIAL_ARROW, merge
 from l2m.engine.preaggregate import preaggregate
 from l2m.engine.routing import Delegating, Routing, plain_caps
+from l2m.process.collector import collector_paused
 from l2m.rules.model import Rule
 
 V = TypeVar("V")

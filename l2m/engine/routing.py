@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from l2m.collector import collector_paused
 from l2m.defaults import MAX_FUTURE_MS, MAX_LABEL_VALUE_LENGTH, TIMESTAMP_FIELD
 from l2m.engine.admission import RuleCaps, rule_caps
 from l2m.engine.parse import ParsePlan
-from l2m.limits import Limits
+from l2m.policy.limits import Limits
+from l2m.process.collector import collector_paused
 from l2m.query.nodes import FieldUse, Node
 from l2m.rules.model import Aggregation, Rule
 

@@ -18,7 +18,7 @@ import orjson
 from l2m.engine.admission import OVERFLOW_SERIES
 from l2m.engine.columns import PACK_COLUMN, SAMPLE_COLUMNS
 from l2m.engine.partials import ARROW_TYPES, Partial, nonfinite_text
-from l2m.limits import OVERFLOW_LABEL
+from l2m.policy.limits import OVERFLOW_LABEL
 from l2m.rules.model import Rule
 
 if TYPE_CHECKING:

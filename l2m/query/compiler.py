@@ -58,7 +58,7 @@ from l2m.query.patterns import (
     wildcard_positions,
     wildcard_regex,
 )
-from l2m.values import NUMERIC_STRING, TOKEN, text_tokens
+from l2m.semantics.values import NUMERIC_STRING, TOKEN, text_tokens
 
 # ply's parser keeps state on the module-level object: one parse at a time.
 _PARSE_LOCK = threading.Lock()

@@ -264,7 +264,8 @@ def match_whole(values: pa.Array, regex: str) -> pa.Array:
 
 def match_any_token(padded: pa.Array, regex: str) -> pa.Array:
     """Per row: does any token of a padded token string (``" a b "``, see
-    :func:`l2m.values.padded_tokens`) match ``regex`` whole? ``False`` for null rows and rows
+    :func:`l2m.semantics.values.padded_tokens`) match ``regex`` whole? ``False`` for null rows
+    and rows
     without tokens."""
     tokens = pc.split_pattern(padded, " ")
     flat = pc.list_flatten(tokens)

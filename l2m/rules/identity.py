@@ -30,7 +30,7 @@ from itertools import islice
 
 from l2m.errors import Problem, render
 from l2m.rules.model import Aggregation, Rule
-from l2m.values import label_name
+from l2m.semantics.values import label_name
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 # Problems reported per later rule: its first collisions in load order. A rule colliding with

@@ -24,10 +24,10 @@ from typing import Any
 
 import yaml
 
-from l2m import yamlsafe
-from l2m.collector import collector_paused
 from l2m.errors import Problem, QueryError, RuleValidationError, render
-from l2m.limits import OVERFLOW_LABEL, Limits
+from l2m.policy.limits import OVERFLOW_LABEL, Limits
+from l2m.policy.tenancy import Tenancy, invalid_account
+from l2m.process.collector import collector_paused
 from l2m.query.compiler import parse_query
 from l2m.query.nodes import CompiledQuery, QueryConfig
 from l2m.rules.identity import HISTOGRAM_SUFFIXES, collisions
@@ -53,9 +53,9 @@ from l2m.rules.model import (
     RuleSet,
     share_values,
 )
-from l2m.tenancy import Tenancy, invalid_account
-from l2m.text import similar
-from l2m.values import label_name, string_form
+from l2m.semantics.values import label_name, string_form
+from l2m.yamlio import yamlsafe
+from l2m.yamlio.suggest import similar
 
 # --- YAML with positions -------------------------------------------------------------------
 
@@ -195,7 +195,7 @@ def _file_problem(code: str, file: str, **params: object) -> Problem:
 def read_rule_file(path: Path) -> tuple[str | None, Problem | None]:
     """The text of one rule file, or the problem that stops it being read.
 
-    Never blocks and never reads more than :data:`l2m.yamlsafe.MAX_FILE_BYTES` (+1): the file
+    Never blocks and never reads more than :data:`l2m.yamlio.yamlsafe.MAX_FILE_BYTES` (+1): the file
     is opened non-blocking (a FIFO named ``*.yaml`` would hang ``l2m validate``), must be a
     regular file, and is read up to the cap — its size on disk is not trusted, it may grow
     between the check and the read, and files under ``/proc`` report 0."""
@@ -235,7 +235,7 @@ def load_rules(paths: Iterable[str | Path], config: QueryConfig | None = None,
                workers: int = 1) -> RuleSet:
     """Load and validate rule files; raise :class:`RuleValidationError` listing every error
     of every file. Warnings ride along on the returned :class:`RuleSet`. With ``tenancy``
-    each path is a root of account directories (:class:`~l2m.tenancy.Tenancy`): every rule
+    each path is a root of account directories (:class:`~l2m.policy.tenancy.Tenancy`): every rule
     is bound to its directory's account (:func:`_bind`). With ``limits`` a rule's
     ``max_series`` may not exceed its account's cap (:func:`_above_account`). ``workers``:
     processes reading the files (:func:`_read_files`; only where the caller has no threads
@@ -754,7 +754,7 @@ class _RuleReader:
 
     def account(self, key: str) -> str | None:
         """``account`` or ``target_account``: a string (a number in its string form) in the
-        accounts' alphabet (:func:`l2m.tenancy.account_problem`)."""
+        accounts' alphabet (:func:`l2m.policy.tenancy.account_problem`)."""
         value = self.string(key, scalar_ok=True)
         if value is not None and (params := invalid_account(value)) is not None:
             self.bad("INVALID_ACCOUNT", key, **params)

@@ -17,7 +17,7 @@ from typing import Any
 
 from l2m.errors import Problem
 from l2m.query.nodes import CompiledQuery
-from l2m.values import label_name
+from l2m.semantics.values import label_name
 
 
 class Kind(StrEnum):

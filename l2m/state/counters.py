@@ -29,9 +29,9 @@ from l2m.engine.samples import (
 )
 from l2m.engine.status import STATUS_RULE, status_label
 from l2m.rules.model import Aggregation, Kind, Rule
+from l2m.semantics.windows import window_closed
 from l2m.state.format import dump_blob, load_blob
 from l2m.state.tally import CutCount, InputCount, LateCount, SeriesCount, Tally
-from l2m.windows import window_closed
 
 # The input counter l2m keeps about itself: logs per parse status (ok, malformed, …).
 INPUT_RULE = Rule(id="l2m-input", name="l2m_input_logs_total", kind=Kind.COUNTER, query="*",

@@ -24,10 +24,10 @@ from l2m.engine.admission import REFUSED_GROUP_BY, Admission, redirected
 from l2m.engine.partials import Partial, frame_partials
 from l2m.engine.samples import rule_samples, samples_frame, series_labels
 from l2m.rules.model import Aggregation, Kind, Rule
+from l2m.semantics.windows import window_closed, window_final
 from l2m.state.counters import REFUSED_RULE, same_signature, signature
 from l2m.state.format import dump_blob, load_blob
 from l2m.state.tally import SeriesCount, Tally
-from l2m.windows import window_closed, window_final
 
 # Logs a gauge rule counted into its overflow series in one one-minute window because they
 # would have opened a series past a cap in that window (l2m.engine.admission), in the window
@@ -57,7 +57,7 @@ class GaugeState:
     publish_delay_ms: int = 0
 
     def final(self, window: int, watermark: int) -> bool:
-        """The window's value is published now (:func:`l2m.windows.window_final`)."""
+        """The window's value is published now (:func:`l2m.semantics.windows.window_final`)."""
         return self.grace_ms is not None and \
             window_final(window, watermark, self.grace_ms, self.publish_delay_ms)
 

@@ -65,13 +65,13 @@ from pyspark import Accumulator
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
-from l2m.collector import collector_paused
 from l2m.engine.admission import OVERFLOW_SERIES, Admission, RuleCaps, account_shard
 from l2m.engine.partials import Partial
 from l2m.engine.rulesets import select_key
 from l2m.engine.samples import CORRECTION, FINAL
 from l2m.engine.status import STATUS_RULE
 from l2m.errors import StateFormatError
+from l2m.process.collector import collector_paused
 from l2m.rules.model import Rule
 from l2m.state.counters import (
     INTERNAL_RULES,

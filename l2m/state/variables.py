@@ -21,7 +21,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from l2m.collector import task_paused, task_resumed
+from l2m.process.collector import task_paused, task_resumed
 
 # The state variables' schemas as types, not DDL strings: pyspark sends each string to the JVM
 # to be parsed, a round trip per schema in every state task's init (14 calls instead of 5).
@@ -92,7 +92,7 @@ class Deferred(StatefulProcessor):
         return self._impl
 
     # The collector is paused from a task's first call to its end (close):
-    # l2m.collector.task_paused.
+    # l2m.process.collector.task_paused.
     def handleInputRows(self, key: Any, rows: Iterator[Any],
                         timerValues: TimerValues) -> Iterator[Any]:
         task_paused()

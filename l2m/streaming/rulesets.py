@@ -40,16 +40,16 @@ from typing import Any, TypeGuard
 
 from pyspark.sql import SparkSession
 
-from l2m.collector import collector_paused
 from l2m.config.job import JobConfig
 from l2m.engine.pipeline import routing_option
 from l2m.engine.routing import plan_for
 from l2m.engine.rulesets import Versions, routing_file
 from l2m.errors import RuleSnapshotError
+from l2m.process.collector import collector_paused
 from l2m.rules.model import Rule
 from l2m.rules.snapshot import restore, snapshot, version_of
+from l2m.semantics.windows import MINUTE_MS
 from l2m.state.checkpoint import Files, LocalFiles, local_checkpoint
-from l2m.windows import MINUTE_MS
 
 FOLDER = "rulesets"  # under the checkpoint: the snapshots
 CURRENT = "CURRENT"  # under the local folder: the version new batches are planned with

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from l2m.batch.backfill import run_backfill
 from l2m.config.job import LimitsConfig
+from l2m.policy.tenancy import Tenancy
 from l2m.rules.loader import load_rules
 from l2m.rules.model import Rule
 from l2m.state.tally import RefusedCount
-from l2m.tenancy import Tenancy
 
 T0 = 1795341600000  # 2026-11-22T10:00:00Z, a window start
 LIMITS = LimitsConfig(max_series_per_rule=100)
@@ -123,7 +123,7 @@ def test_backfill_collapsing_past_rule_caps_on_the_executors_decides_as_the_driv
     import random
 
     import l2m.batch.backfill as backfill
-    from l2m.limits import Limits, SeriesLimits
+    from l2m.policy.limits import Limits, SeriesLimits
 
     seed = 2026
     print(f"seed {seed}")

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from l2m.batch.backfill import run_backfill
+from l2m.policy.tenancy import Tenancy
 from l2m.rules.loader import load_rules
-from l2m.tenancy import Tenancy
 
 T0 = 1795341600000  # 2026-11-22T10:00:00Z
 

@@ -1,6 +1,6 @@
 """A slow, obvious, pure-Python implementation of SPEC §2–4, written from the spec and not
 from the Spark code: differential tests compare the Spark pipeline against it. It shares
-only the rule loader, the compiled query tree and the value helpers of :mod:`l2m.values`.
+only the rule loader, the compiled query tree and the value helpers of :mod:`l2m.semantics.values`.
 
 Regular expressions run on RE2, the engine the rules are specified for (SPEC §2), called
 through pyarrow one value at a time and anchored with ``\\A``/``\\z`` (the pipeline uses
@@ -37,7 +37,7 @@ from l2m.query.nodes import (
     TextWildcard,
 )
 from l2m.rules.model import Rule
-from l2m.values import (
+from l2m.semantics.values import (
     label_name,
     lookup,
     number,
@@ -46,7 +46,7 @@ from l2m.values import (
     string_form,
     text_tokens,
 )
-from l2m.windows import window_start
+from l2m.semantics.windows import window_start
 
 
 def field_forms(doc: dict[str, Any], plan: ParsePlan) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from l2m.engine.admission import (
 from l2m.engine.partials import PARTIAL_ARROW, Partial, merge
 from l2m.engine.samples import series_labels
 from l2m.errors import RuleValidationError
-from l2m.limits import Limits, SeriesLimits
+from l2m.policy.limits import Limits, SeriesLimits
 from l2m.rules.loader import load_rules, load_text
 from tests.support.configs import KAFKA, config_error
 

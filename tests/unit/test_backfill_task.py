@@ -14,7 +14,7 @@ from l2m.engine.admission import OVERFLOW_SERIES
 from l2m.engine.partials import PARTIAL_ARROW
 from l2m.engine.pipeline import routing_option
 from l2m.engine.routing import plan_for
-from l2m.limits import Limits, SeriesLimits
+from l2m.policy.limits import Limits, SeriesLimits
 from l2m.rules.loader import load_text
 
 RULES, _ = load_text("""\

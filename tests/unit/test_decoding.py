@@ -15,7 +15,7 @@ from l2m.engine import parse
 from l2m.engine.decoding import decode, field_decoder, json_int
 from l2m.engine.parse import BLANK, MALFORMED, OK, ParsePlan, parse_lines
 from l2m.query.nodes import FieldUse
-from l2m.values import lookup, parse_timestamp
+from l2m.semantics.values import lookup, parse_timestamp
 from tests.support.reference import field_forms
 
 PATHS = ("a", "a.b", "a.b.c", "n", "s", "@timestamp")

@@ -17,8 +17,8 @@ from l2m.engine.routing import plan_for
 from l2m.engine.samples import series_labels
 from l2m.rules.loader import load_rules, load_text
 from l2m.rules.model import Rule
-from l2m.values import lookup, parse_timestamp
-from l2m.windows import window_start
+from l2m.semantics.values import lookup, parse_timestamp
+from l2m.semantics.windows import window_start
 from tests.support import reference
 from tests.support.rulesets import SCOPED_RULES
 

@@ -17,8 +17,8 @@ PACKAGE = ROOT / "l2m"
 # Lowest first. A module may import its own layer and the layers below; the groups of one
 # layer (e.g. rules and config) may not import each other.
 LAYERS: list[list[str]] = [
-    ["l2m.errors", "l2m.values", "l2m.windows", "l2m.defaults", "l2m.yamlsafe", "l2m.text",
-     "l2m.version", "l2m.tenancy", "l2m.limits", "l2m.records", "l2m.collector"],
+    ["l2m.errors", "l2m.defaults", "l2m.version", "l2m.semantics", "l2m.policy", "l2m.yamlio",
+     "l2m.process"],
     ["l2m.query"],
     ["l2m.rules", "l2m.config"],
     ["l2m.engine"],

@@ -353,7 +353,7 @@ def test_an_accounts_cap_counts_the_series_of_rules_added_live(tmp_path, monkeyp
     from l2m.engine import rulesets
     from l2m.engine.pipeline import CapsTable, RuleTable, routing_option
     from l2m.engine.rulesets import Versions, routing_file
-    from l2m.limits import Limits, SeriesLimits
+    from l2m.policy.limits import Limits, SeriesLimits
     from l2m.state.counters import CounterState
     from l2m.state.function import CUMULATIVE
     from l2m.state.gauges import GaugeState

@@ -1,5 +1,6 @@
 """Parse stage without Spark: statuses, the generated extractor against the reference
-semantics of l2m.values (property test), fallback timestamps, and the pattern columns (RE2):
+semantics of l2m.semantics.values (property test), fallback timestamps, and the pattern
+columns (RE2):
 deduplicated, null-safe, equal to RE2 per value, and linear on hostile patterns."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from l2m.engine.parse import BLANK, KAFKA_TIME, MALFORMED, NO_TIMESTAMP, OK, ParsePlan, parse_lines
 from l2m.query.nodes import FieldUse
 from l2m.query.patterns import regex_problem, wildcard_regex
-from l2m.values import text_tokens
+from l2m.semantics.values import text_tokens
 from tests.support.reference import field_forms
 
 PLAN = ParsePlan.merge([
@@ -198,7 +199,7 @@ iso = st.tuples(
                 max_size=12))
 def test_event_times_equal_the_full_parse(values):
     from l2m.engine.parse import event_times
-    from l2m.values import parse_timestamp
+    from l2m.semantics.values import parse_timestamp
 
     assert event_times(values) == [parse_timestamp(v) for v in values]
 
@@ -242,7 +243,7 @@ def test_epoch_millisecond_event_times_at_the_bounds():
     """Integers are epoch milliseconds in years 0001-9999, converted in Arrow: the bounds,
     one past them, bools (not integers here), past int64, beside ISO times."""
     from l2m.engine.parse import event_times
-    from l2m.values import MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, parse_timestamp
+    from l2m.semantics.values import MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, parse_timestamp
 
     values = [MIN_TIMESTAMP_MS - 1, MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS, MAX_TIMESTAMP_MS + 1,
               True, False, 0, -1, 1.5, "2026-11-22T10:00:00.060Z", None]

@@ -30,7 +30,7 @@ from l2m.engine.partials import PARTIAL_ARROW
 from l2m.engine.pipeline import TaskPipeline, routing_from_option, routing_option
 from l2m.engine.preaggregate import exact_values, preaggregate
 from l2m.engine.routing import plan_for
-from l2m.limits import Limits, SeriesLimits
+from l2m.policy.limits import Limits, SeriesLimits
 from l2m.query.nodes import FieldUse, KeywordEquals
 from l2m.rules.loader import load_rules, load_text
 from l2m.rules.model import Aggregation, Kind, Rule

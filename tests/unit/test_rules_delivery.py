@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from l2m.errors import RuleValidationError
+from l2m.policy.tenancy import Tenancy, account_problem, invalid_account
 from l2m.rules.loader import load_rules, load_text
-from l2m.tenancy import Tenancy, account_problem, invalid_account
 
 RULE = "  - {{id: r1, name: m1, kind: counter, query: '*', aggregation: count, {extra}}}\n"
 WHY = ("; an account is 1 to 150 characters of A-Z a-z 0-9 ! - _ . * ' ( ), not '.', '..' or "

@@ -13,7 +13,7 @@ import pytest
 
 from l2m.errors import RuleValidationError
 from l2m.rules.loader import load_rules, load_text
-from l2m.yamlsafe import MAX_FILE_BYTES
+from l2m.yamlio.yamlsafe import MAX_FILE_BYTES
 from tests.unit.test_rules import rule_yaml
 
 BOMB = """\

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from l2m.errors import RuleValidationError
+from l2m.policy.tenancy import Tenancy
 from l2m.rules.loader import load_rules
-from l2m.tenancy import Tenancy
 
 COUNT = "kind: counter, query: 'level:error', aggregation: count"
 
@@ -150,7 +150,7 @@ import json, sys
 from pathlib import Path
 from l2m.errors import RuleValidationError
 from l2m.rules.loader import load_rules
-from l2m.tenancy import Tenancy
+from l2m.policy.tenancy import Tenancy
 
 def load(workers):
     try:
@@ -176,7 +176,7 @@ def test_files_read_by_several_processes_give_what_one_process_gives(tmp_path):
     not parse, a YAML error, another account named, an id twice, a file past the size limit
     — as one process reading them in turn."""
     from l2m.rules.loader import PARALLEL_FILES
-    from l2m.yamlsafe import MAX_FILE_BYTES
+    from l2m.yamlio.yamlsafe import MAX_FILE_BYTES
 
     accounts = [f"a{i:04d}" for i in range(4 * PARALLEL_FILES + 3)]
     for i, account in enumerate(accounts):

@@ -15,7 +15,7 @@ import pytest
 from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.engine import _scan  # type: ignore[attr-defined]
 from l2m.engine.decoding import COMPOSITE, decode, field_decoder
-from l2m.values import lookup
+from l2m.semantics.values import lookup
 from tests.unit.test_decoding import HOSTILE
 
 PATHS = ("a", "a.b", "a.b.c", "n", "s", "@timestamp", "x.y")
@@ -173,7 +173,7 @@ def _time_string(rng: random.Random) -> str:
 
 def test_event_times_read_in_c_are_what_parse_timestamp_reads():
     from l2m.engine.parse import event_time_column
-    from l2m.values import MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, parse_timestamp
+    from l2m.semantics.values import MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, parse_timestamp
 
     seed = random.randrange(2**32)
     print(f"seed {seed}")

@@ -656,7 +656,8 @@ def test_the_query_is_given_a_deferred_processor_that_decides_exactly_as_the_pro
     assert tws.fire(wrapped, store, now=W + 120_000, watermark=W + 60_000) == \
         tws.fire(direct, expected, now=W + 120_000, watermark=W + 60_000)
     assert store.data == expected.data and store.timers == expected.timers
-    assert not gc.isenabled()  # paused from the task's first call (l2m.collector.task_paused)…
+    # paused from the task's first call (l2m.process.collector.task_paused)…
+    assert not gc.isenabled()
     wrapped.close()
     assert gc.isenabled()  # … to its end
     assert store.ttls == expected.ttls == {

@@ -1,4 +1,4 @@
-from l2m.values import (
+from l2m.semantics.values import (
     label_name,
     lookup,
     number,
@@ -7,7 +7,7 @@ from l2m.values import (
     string_form,
     text_tokens,
 )
-from l2m.windows import window_start
+from l2m.semantics.windows import window_start
 
 
 def test_lookup_prefers_literal_dotted_key_then_nested_path():

@@ -39,7 +39,7 @@ _SCALAR_TAGS = {f"{_STD}{t}" for t in ("str", "int", "float", "bool", "null", "t
 
 
 class YamlLimitError(yaml.MarkedYAMLError):
-    """A limit of :mod:`l2m.yamlsafe` was passed; ``code`` is the error class."""
+    """A limit of :mod:`l2m.yamlio.yamlsafe` was passed; ``code`` is the error class."""
 
     def __init__(self, code: str, problem: str, mark: yaml.Mark | None) -> None:
         super().__init__(None, None, problem, mark)
