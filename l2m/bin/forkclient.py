@@ -18,7 +18,7 @@ import sys
 
 VERSION = "1"
 # The signals a child takes as ignored when they are ignored here (the server's SIGNALS, and
-# VERSION its VERSION: tests/unit/test_forkserver.py checks both); all but SIGCHLD, which
+# VERSION its VERSION: tests/unit/runtime/test_forkserver.py checks both); all but SIGCHLD, which
 # is about this process's own children, are passed on to the child.
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
            signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD)

@@ -1,5 +1,5 @@
 """Layer 4 — the Arrow engine: everything l2m does per log, without a JVM (no pyspark import;
-checked by tests/unit/test_layers.py).
+checked by tests/unit/project/test_layers.py).
 
     records → parse (decoding, parse) → route (routing, match, fanout)
             → pre-aggregate (preaggregate) → partials (partials) → samples (samples)

@@ -164,7 +164,7 @@ def recorded_telemetry() -> Any:
         SampleCount,
         SeriesCount,
     )
-    from tests.unit.test_telemetry import CFG, PROGRESS, RULES, counts
+    from tests.unit.runtime.test_telemetry import CFG, PROGRESS, RULES, counts
 
     t = Telemetry(CFG, RULES)
     t.started(counts(100, 10, {MatchCount("a"): 60},

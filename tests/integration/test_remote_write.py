@@ -54,7 +54,7 @@ def test_prometheus_stores_what_the_encoder_sends_and_refuses_a_rewritten_timest
             ({"__name__": "l2m_test_latency_ms", "service": "cart"}, 0.25)]
         # Metadata is accepted with the samples; Prometheus 2.42 does not keep what remote
         # write sends (its /api/v1/metadata shows scraped targets' only), so its encoding is
-        # checked in tests/unit/test_remotewrite.py.
+        # checked in tests/unit/remotewrite/test_remotewrite.py.
         # The same sample again is accepted; a new value at a written timestamp is not.
         again = [Series(series[0].labels, [(now - 30_000, 18.0)])]
         assert sent.send(body(again)).status == 204

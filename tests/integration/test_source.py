@@ -1,5 +1,6 @@
 """The Kafka source against the real broker: split and unsplit plans read the same rows, data
-loss fails clearly or is skipped (planning and fetch handling: tests/unit/test_kafka_source.py)."""
+loss fails clearly or is skipped (planning and fetch handling:
+tests/unit/kafka/test_kafka_source.py)."""
 
 from __future__ import annotations
 

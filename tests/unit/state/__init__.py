@@ -1,0 +1,1 @@
+"""Unit tests of test_accounts.py."""

@@ -1,0 +1,879 @@
+"""State format 4 (:mod:`l2m.state.processor`) without a JVM, on a stand-in state server
+(:mod:`tests.support.tws`): a batch reads and writes only the series it touches; it decides
+exactly as format 3's blobs do (same samples, same caps); idle counters expire by TTL without a
+rewrite and stop counting against caps; a signature change restarts a rule without touching its
+old entries; a gauge window goes when the watermark passes it."""
+
+from __future__ import annotations
+
+import base64
+import gc
+import random
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+import pytest
+from pyspark import cloudpickle
+
+import l2m.state.processor as processor_module
+from l2m.engine.admission import OVERFLOW_SERIES, RuleCaps
+from l2m.errors import StateFormatError
+from l2m.rules.loader import load_text
+from l2m.rules.model import Aggregation
+from l2m.state.counters import CounterState
+from l2m.state.function import CUMULATIVE, MetricState
+from l2m.state.gauges import GaugeState
+from l2m.state.processor import (
+    GROUP_PREFIX,
+    GROUP_SERIES,
+    SMALL_RULE,
+    MetricProcessor,
+    bucket_count,
+    bucket_key,
+    bucket_of,
+)
+from l2m.state.variables import BUCKETS
+from tests.support import tws
+from tests.support.outputs import output_rows, output_samples
+from tests.unit.state.test_counter_state import group_state, partial
+from tests.unit.state.test_gauge_state import group_state as gauge_group_state
+
+W = 1_795_341_600_000
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "golden"
+TTL = 128_000  # BUCKETS buckets of 1 s
+RULES, _ = load_text("""\
+rules:
+  - {id: c, account: a, name: c_total, kind: counter, query: "*", aggregation: count,
+     group_by: [s]}
+  - {id: d, account: a, name: c_total, kind: counter, query: "*", aggregation: sum,
+     field: v, group_by: [s]}
+  - {id: g, account: a, name: g, kind: gauge, query: "*", aggregation: max, field: v,
+     group_by: [s]}
+""")
+BY_ID = {r.id: r for r in RULES}
+COUNTERS = {k: v for k, v in BY_ID.items() if v.kind == "counter"}
+GAUGES = {k: v for k, v in BY_ID.items() if v.kind == "gauge"}
+
+
+def name(i: int) -> str:
+    text = f"s{i}"
+    return f"{len(text)}:{text}"
+
+
+def row(rule: str, i: int, value: float = 1.0, window: int | None = None, ts: int = W) -> dict:
+    return {**partial(name(i), None, 1, value, ts), "rule": rule, "window": window,
+            "min": value, "max": value}
+
+
+@pytest.fixture(autouse=True)
+def _small_rule():
+    yield
+    processor_module.SMALL_RULE = SMALL_RULE
+    processor_module.GROUP_SERIES = GROUP_SERIES
+
+
+def processor(caps: dict[str, RuleCaps] | None = None, rules: dict | None = None,
+              small: int = 0) -> tuple[MetricProcessor, tws.Store]:
+    """A processor on a fresh stand-in store; ``small``: the series a rule keeps inside its
+    own entry before it has one entry per series (0: one per series from the first)."""
+    processor_module.SMALL_RULE = small
+    store = tws.Store()
+    fn = MetricProcessor(CounterState(rules or COUNTERS, ttl_ms=TTL),
+                         GaugeState(rules or GAUGES, recheck_ms=60_000), caps=caps)
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    return fn, store
+
+
+def group_of(store: tws.Store, state: str, key: tuple, account: str = "a") -> dict:
+    """An account's group: in its bucket (format 6, by the key's meta), or in an entry of its
+    own (format 5)."""
+    live = store.live(state)
+    buckets = store.live("meta")[key, None].get("nb")
+    if buckets is None:
+        return live[key, (GROUP_PREFIX + account,)]
+    return live[key, (bucket_key(bucket_of(account, buckets)),)]["a"][account]
+
+
+def rule_entry(store: tws.Store, state: str, key: tuple, rule: str, account: str = "a"
+               ) -> dict:
+    """A rule's entry: its own, or its account's group's member."""
+    live = store.live(state)
+    if (key, (rule,)) in live:
+        return live[key, (rule,)]
+    return group_of(store, state, key, account)["r"][rule]
+
+
+def values(samples: list[dict]) -> dict:
+    return {(s["rule"], tuple(sorted(s["labels"].items()))): s["value"] for s in samples}
+
+
+def test_a_batch_reads_and_writes_only_the_series_it_touches():
+    fn, store = processor()
+    call = tws.call
+    call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(1000)], now=W)
+    store.reset()
+    out = call(fn, store, (0, CUMULATIVE), [row("c", 3), row("c", 7)], now=W + 500)
+    assert values(out) == {("c", (("s", "s3"),)): 2.0, ("c", (("s", "s7"),)): 2.0}
+    # two series read and written; the account's group (which lists the rule as having an
+    # entry of its own), the rule's entry and the key's meta read
+    assert (store.reads, store.writes) == (5, 2)
+    assert len(store.live("counter_series")) == 1000
+    store.reset()  # in the next last-touch bucket the rule's counts move: its entry written,
+    # and its account's group, which must outlive it (once per bucket)
+    call(fn, store, (0, CUMULATIVE), [row("c", 3)], now=W + 1000)
+    assert (store.reads, store.writes) == (4, 3)
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["n"] == {
+        str(W // 1000): 999, str(W // 1000 + 1): 1}
+
+
+@pytest.mark.parametrize("small", [0, 512])
+def test_a_new_key_reads_nothing_but_its_meta(small):
+    # Every key with entries has a meta, written in the call that wrote its first entries:
+    # without one there is nothing to read (a new gauge window, a new checkpoint's keys).
+    caps = {r: RuleCaps(2, account_name="a") for r in ("c", "d")}
+    fn, store = processor(caps=caps, small=small)
+    call = tws.call
+    out = call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(5)] + [row("d", 1)],
+               now=W)
+    assert store.reads == 1  # the meta
+    # caps still decide: two series admitted, the rest to the rule's overflow series
+    assert sorted(s["labels"].get("s", "") for s in out if s["rule"] == "c") == \
+        ["", "s0", "s1"]
+    store.reset()
+    out = call(fn, store, (0, CUMULATIVE), [row("c", 0), row("c", 9)], now=W + 100)
+    assert store.reads > 1  # no longer new: what it holds is read
+    assert values(out)[("c", (("s", "s0"),))] == 2.0
+
+
+def _random_batches(seed: int) -> list[list[dict]]:
+    rnd = random.Random(seed)
+    batches = []
+    for b in range(6):
+        rows = []
+        for _ in range(rnd.randint(1, 30)):
+            rule = rnd.choice(["c", "d"])
+            rows.append(row(rule, rnd.randint(0, 40), float(rnd.randint(1, 9)),
+                            ts=W + b * 1000))
+        batches.append(rows)
+    return batches
+
+
+@pytest.mark.parametrize("small", [0, 512, 4])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_counters_and_caps_decide_exactly_as_format_3(seed, small):
+    """In either layout of a rule's series, and across the move from one to the other."""
+    print("seed", seed)
+    caps = {"c": RuleCaps(6, 9, 11, "a", "c_total"), "d": RuleCaps(8, 9, 11, "a", "c_total")}
+    fn, store = processor(caps, small=small)
+    overflowed = False
+    old = MetricState(CounterState(COUNTERS, ttl_ms=TTL), GaugeState(GAUGES), caps=caps,
+                      state_format=3)
+    blob = None
+    for b, rows in enumerate(_random_batches(seed)):
+        now = W + b * 1000
+        state = group_state(blob, now=now)
+        expected = output_samples(old((0, CUMULATIVE), iter([pd.DataFrame(rows)]), state))
+        blob = state.get[0]
+        got = tws.call(fn, store, (0, CUMULATIVE), rows, now=now)
+        assert values(got) == values(expected), b
+        overflowed |= any(s["labels"].get("l2m_overflow") for s in got)
+    assert overflowed
+    per_series = {k[1][1] for k in store.live("counter_series")}
+    assert (OVERFLOW_SERIES in per_series) == (small < 6)  # moved to one entry per series
+
+
+@pytest.mark.parametrize("small", [0, 512, 4])
+@pytest.mark.parametrize("seed", range(40))
+def test_the_caps_shortcut_admits_exactly_what_counting_every_series_admits(
+        seed, small, monkeypatch):
+    # Bounds on the live counts (expired series not yet swept count) decide only when no cap
+    # can be reached; near the caps, and with series expiring between batches, the exact
+    # counts decide: the same samples and refusals either way. The two rules' account and
+    # metric caps differ (rule_caps never makes them so, but Admission checks each rule's).
+    rnd = random.Random(seed)
+    print("seed", seed)
+    caps = {"c": RuleCaps(rnd.randint(1, 9), rnd.randint(0, 12), rnd.randint(0, 15), "a",
+                          "c_total"),
+            "d": RuleCaps(rnd.randint(1, 9), rnd.randint(0, 12), rnd.randint(0, 15), "a",
+                          "c_total")}
+    batches = [(W + b * rnd.choice([300, 1000, TTL // 2]),
+                [row(rnd.choice(["c", "d"]), rnd.randint(0, 25), 1.0) for _ in
+                 range(rnd.randint(1, 12))]) for b in range(8)]
+    batches = [(sum(t - W for t, _ in batches[:i + 1]) + W, rows)
+               for i, (_t, rows) in enumerate(batches)]
+    outs = []
+    for exact in (False, True):
+        if exact:
+            monkeypatch.setattr(MetricProcessor, "_below_caps", lambda *a: False)
+        fn, store = processor(caps, small=small)
+        outs.append([sorted(orjson.dumps(s, option=orjson.OPT_SORT_KEYS)
+                            for s in tws.call(fn, store, (0, CUMULATIVE), rows, now=now))
+                     for now, rows in batches])
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("small", [0, 512])
+def test_gauges_decide_exactly_as_format_3_and_close_with_the_watermark(small):
+    caps = {"g": RuleCaps(3, 0, 0, "a", "g")}
+    fn, store = processor(caps, small=small)
+    old = MetricState(CounterState(COUNTERS, ttl_ms=TTL), GaugeState(GAUGES), caps=caps,
+                      state_format=3)
+    blob = None
+    for b in range(3):
+        rows = [row("g", i, float(b + i), window=W) for i in range(b, b + 3)]
+        state = gauge_group_state(blob, watermark=0)
+        expected = output_samples(old((0, W), iter([pd.DataFrame(rows)]), state))
+        blob = state.get[0]
+        assert values(tws.call(fn, store, (0, W), rows, now=W + b)) == values(expected)
+    assert store.timers[(0, W)] == {W + 60_000}
+    tws.fire(fn, store, now=W + 60_000, watermark=W + 30_000)  # not closed yet: again later
+    assert store.timers[(0, W)] == {W + 120_000}
+    assert store.live("gauge_series" if not small else "gauge_rules")
+    tws.fire(fn, store, now=W + 120_000, watermark=W + 60_000)
+    assert not store.live("gauge_series") and not store.live("gauge_rules")
+    assert not store.timers[(0, W)] and not store.live("meta")
+
+
+def test_idle_series_expire_by_ttl_and_stop_counting_against_the_cap_a_bucket_later():
+    caps = {"c": RuleCaps(2, 0, 0, "a", "c_total")}
+    fn, store = processor(caps)  # one entry per series: Spark's TTL
+    bucket = TTL // BUCKETS
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 2)], now=W)
+    store.reset()
+    # expired for reads (no rewrite happened), but counted until its bucket has gone by
+    later = W + TTL
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 3)], now=later)
+    assert values(out) == {("c", (("l2m_overflow", "true"),)): 1.0,
+                           ("l2m-series-refused", (("account", "a"), ("limit", "rule"),
+                                                   ("rule", "c"))): 1.0}
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W + TTL + bucket)
+    assert values(out) == {("c", (("s", "s1"),)): 1.0}  # restarted at 0: a counter reset
+
+
+def test_a_small_rule_s_idle_series_expire_when_it_is_next_touched():
+    caps = {"c": RuleCaps(2, 0, 0, "a", "c_total")}
+    fn, store = processor(caps, small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 2)], now=W)
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 2), row("c", 3)], now=W + TTL + 1)
+    assert values(out) == {("c", (("s", "s2"),)): 1.0, ("c", (("s", "s3"),)): 1.0}
+    assert sorted(rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["s"]) == [
+        name(2), name(3)]
+
+
+def test_a_small_rule_is_one_read_and_one_write_per_batch_whatever_it_touches():
+    fn, store = processor(small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(100)], now=W)
+    store.reset()
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 3), row("c", 7)], now=W + 500)
+    assert values(out) == {("c", (("s", "s3"),)): 2.0, ("c", (("s", "s7"),)): 2.0}
+    assert (store.reads, store.writes) == (2, 1)  # the rule's entry (and the key's meta)
+    assert not store.live("counter_series")
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(100, 600)],
+             now=W + 600)  # past SMALL_RULE: one entry per series from now on
+    assert len(store.live("counter_series")) == 600
+    entry = rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")
+    assert "s" not in entry and entry["n"] == {str(W // 1000): 600}
+
+
+def test_a_changed_signature_restarts_the_rule_without_rewriting_its_entries():
+    fn, store = processor()
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(50)], now=W)
+    changed = {**COUNTERS, "c": replace(BY_ID["c"], aggregation=Aggregation.SUM,
+                                          field="v")}
+    fn2 = MetricProcessor(CounterState(changed, ttl_ms=TTL), GaugeState(GAUGES))
+    fn2.init(tws.Handle(store))  # type: ignore[arg-type]
+    store.reset()
+    out = tws.call(fn2, store, (0, CUMULATIVE), [row("c", 1, 5.0)], now=W + 1000)
+    assert values(out) == {("c", (("s", "s1"),)): 5.0}
+    assert store.writes == 3  # the series, the rule's entry, its group (a new bucket)
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["gen"] == 1
+
+
+def test_an_untouched_rule_restarted_by_its_signature_counts_none_of_its_old_series():
+    # Bounded as stored (its old 6 series keep the caps' shortcut off), counted exactly as
+    # its new generation (none): the account's other rule gets all 9 series the cap allows.
+    caps = {r: RuleCaps(0, 0, 9, "a", "c_total") for r in ("c", "d")}
+    fn, store = processor(caps, small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(6)], now=W)
+    changed = {**COUNTERS, "c": replace(BY_ID["c"], aggregation=Aggregation.SUM,
+                                          field="v")}
+    fn2 = MetricProcessor(CounterState(changed, ttl_ms=TTL), GaugeState(GAUGES), caps=caps)
+    fn2.init(tws.Handle(store))  # type: ignore[arg-type]
+    out = tws.call(fn2, store, (0, CUMULATIVE), [row("d", i) for i in range(9)],
+                   now=W + 1000)
+    assert values(out) == {("d", (("s", f"s{i}"),)): 1.0 for i in range(9)}
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["gen"] == 1
+
+
+def test_an_entry_of_another_format_is_refused():
+    fn, store = processor()
+    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 8}',), None)
+    with pytest.raises(StateFormatError, match="format 8"):
+        tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W)
+
+
+# Format 5's golden state (tests/golden/state-v5-*.json): an account's small rules (c, g) in
+# its group, its rules past the small size (d, k) in entries of their own that the group lists,
+# and a rule without an account (b) in its own entry.
+GOLDEN5_RULES = {r.id: r for r in load_text("""\
+rules:
+  - {id: b, name: bytes_total, kind: counter, query: "*", aggregation: sum, field: b,
+     group_by: [svc]}
+  - {id: c, account: acme, name: c_total, kind: counter, query: "*", aggregation: count,
+     group_by: [svc]}
+  - {id: d, account: acme, name: d_total, kind: counter, query: "*", aggregation: sum,
+     field: v, group_by: [svc]}
+  - {id: g, account: acme, name: g, kind: gauge, query: "*", aggregation: max, field: v,
+     group_by: [svc]}
+  - {id: k, account: acme, name: k, kind: gauge, query: "*", aggregation: count,
+     group_by: [svc]}
+""")[0]}
+GOLDEN5_CAPS = {"b": RuleCaps(0), "c": RuleCaps(0, 0, 100, "acme", "c_total"),
+                "d": RuleCaps(4, 0, 100, "acme", "d_total"),
+                "g": RuleCaps(0, 0, 100, "acme", "g"), "k": RuleCaps(0, 0, 100, "acme", "k")}
+
+
+def golden5_row(rule: str, series: str, value: float, window: int | None = None,
+                ts: int = W + 100) -> dict:
+    return {**partial(series, None, 1, value, ts), "rule": rule, "window": window,
+            "min": value, "max": value}
+
+
+def _golden_store(kind: str, version: int = 4) -> tuple[tws.Store, tuple[int, int], int]:
+    """A store holding one key's format 4 (or later) state as pinned in tests/golden (written
+    with a 7-day TTL, by the rules of :mod:`tests.unit.state.test_state_format`, format 5's by
+    :data:`GOLDEN5_RULES`, format 6's and 7's by :data:`GOLDEN6_RULES`). Format 7's values are
+    the stored bytes themselves (base64: some are LZ4 frames), earlier formats' their JSON."""
+    doc = orjson.loads(GOLDEN_DIR.joinpath(f"state-v{version}-{kind}.json").read_bytes())
+    key = tuple(doc["key"])
+    store = tws.Store()
+    for name, entries in doc["state"].items():
+        if name == "timers":
+            store.timers[key] = set(entries)
+            continue
+        for user, value in entries:
+            raw = base64.b64decode(value) if version >= 7 else orjson.dumps(value)
+            store.data[(name, key, tuple(user) if user is not None else None)] = ((raw,), None)
+    return store, key, doc["now"]  # type: ignore[return-value]
+
+
+def _golden_processor(store: tws.Store) -> MetricProcessor:
+    from tests.unit.state.test_state_format import BY_ID as GOLDEN_RULES
+
+    fn = MetricProcessor(
+        CounterState({k: v for k, v in GOLDEN_RULES.items() if v.kind == "counter"},
+                     ttl_ms=7 * 86_400_000),
+        GaugeState({k: v for k, v in GOLDEN_RULES.items() if v.kind == "gauge"}),
+        caps={"b": RuleCaps(2), "g": RuleCaps(1)})
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    return fn
+
+
+def test_v4_counter_state_continues_exactly_caps_late_logs_and_infinite_sum_included():
+    store, key, now = _golden_store("counter")
+    fn = _golden_processor(store)
+    rows = [{**partial("3:web", None, 1, 0.5, now + 100), "rule": "b"},
+            {**partial("-", None, 1, 1.0, now + 100), "rule": "b"},
+            {**partial("2:ok", str(now), 1, 1.0, now + 100), "rule": "__status__"}]
+    out = tws.call(fn, store, key, rows, now=now + 1000, watermark=now + 120_000)
+    assert values(out) == {
+        ("b", (("l2m_overflow", "true"),)): 7.0,  # web is still over the cap of 2
+        ("b", ()): "+Inf",  # series "-": svc missing
+        ("l2m-input", (("status", "ok"),)): 4.0,
+        ("l2m-late", ()): 4.0,
+        ("l2m-series-refused", (("account", ""), ("limit", "rule"), ("rule", "b"))): 3.0}
+
+
+@pytest.mark.parametrize("layout", ["", "-small"])
+def test_v4_gauge_state_continues_its_window_and_closes_on_its_timer(layout):
+    store, key, now = _golden_store(f"gauge{layout}")
+    fn = _golden_processor(store)
+    row = {"rule": "h", "series": "", "le": "10", "window": key[1], "matches": 1, "n": 1,
+           "sum": 1.0, "exact_sum": None, "exact_n": 0, "min": 1.0, "max": 1.0, "ts": now}
+    out = tws.call(fn, store, key, [row], now=now + 1000)
+    assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
+        ("ms_bucket", "10", 2.0), ("ms_bucket", "100", 3.0), ("ms_bucket", "+Inf", 3.0),
+        ("ms_sum", None, 53.0), ("ms_count", None, 3.0)]
+    tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 60_000)
+    assert store.data == {}
+
+
+def test_a_full_capped_rule_fed_unique_ids_reads_only_its_own_series():
+    caps = {"c": RuleCaps(3, 0, 0, "a", "c_total")}
+    fn, store = processor(caps)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(3)], now=W)
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["m"] == [
+        name(0), name(1), name(2)]
+    store.reset()
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)] + [row("c", 1000 + i)
+                                                               for i in range(200)], now=W + 500)
+    assert values(out) == {("c", (("s", "s1"),)): 2.0,
+                           ("c", (("l2m_overflow", "true"),)): 200.0,
+                           ("l2m-series-refused", (("account", "a"), ("limit", "rule"),
+                                                   ("rule", "c"))): 200.0}
+    # the account's group, the rule's entry, its one listed series, its overflow series, the
+    # refusal count, meta
+    assert store.reads == 6
+
+
+def test_a_listed_series_that_expired_is_new_again_and_the_list_is_pruned():
+    caps = {"c": RuleCaps(100, 0, 0, "a", "c_total")}
+    fn, store = processor(caps)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(80)], now=W)
+    later = W + TTL + TTL // BUCKETS  # all 80 expired, their bucket gone, the entry kept
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 500)], now=later)
+    assert values(out) == {("c", (("s", "s1"),)): 1.0, ("c", (("s", "s500"),)): 1.0}
+    entry = rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")
+    assert entry["m"] == [name(1), name(500)]  # 79 expired names pruned (79 > 2 × 2 + 64)
+
+
+def test_counting_an_account_s_other_rules_keeps_their_series_lists():
+    caps = {"c": RuleCaps(5, 0, 50, "a", "c_total"), "d": RuleCaps(5, 0, 50, "a", "c_total")}
+    fn, store = processor(caps)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("d", 2)], now=W)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 3)], now=W + 10)  # counts d's series too
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["m"] == [name(1), name(3)]
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "d")["m"] == [name(2)]
+
+
+@pytest.mark.parametrize("layout", ["", "-small"])
+def test_v4_counter_state_of_either_layout_continues_exactly(layout):
+    """The same state as a small rule's entry (``-small``) and as one entry per series."""
+    store, key, now = _golden_store(f"counter{layout}")
+    fn = _golden_processor(store)
+    processor_module.SMALL_RULE = SMALL_RULE
+    rows = [{**partial("3:web", None, 1, 0.5, now + 100), "rule": "b"},
+            {**partial("-", None, 1, 1.0, now + 100), "rule": "b"}]
+    out = tws.call(fn, store, key, rows, now=now + 1000, watermark=now + 120_000)
+    assert values(out) == {("b", (("l2m_overflow", "true"),)): 7.0, ("b", ()): "+Inf",
+                           ("l2m-series-refused", (("account", ""), ("limit", "rule"),
+                                                   ("rule", "b"))): 3.0}
+
+
+def _golden_rules_processor(store: tws.Store, rules: dict, caps: dict, shards: int = 1
+                            ) -> MetricProcessor:
+    """A processor on ``store`` with the rules its golden state was written by (a 7-day TTL,
+    a minute's grace)."""
+    fn = MetricProcessor(
+        CounterState({k: v for k, v in rules.items() if v.kind == "counter"},
+                     ttl_ms=7 * 86_400_000),
+        GaugeState({k: v for k, v in rules.items() if v.kind == "gauge"}, grace_ms=60_000),
+        caps=caps, shards=shards)
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    return fn
+
+
+def _golden5_processor(store: tws.Store) -> MetricProcessor:
+    return _golden_rules_processor(store, GOLDEN5_RULES, GOLDEN5_CAPS)
+
+
+def test_v5_counter_state_continues_exactly_groups_own_entries_and_caps_included():
+    store, key, now = _golden_store("counter", version=5)
+    fn = _golden5_processor(store)
+    rows = [golden5_row("c", "3:web", 1.0, ts=now + 100),
+            golden5_row("c", "3:dns", 1.0, ts=now + 100),
+            golden5_row("d", "3:web", 3.0, ts=now + 100),  # still over d's cap of 4
+            golden5_row("d", "2:db", 1.5, ts=now + 100),
+            golden5_row("b", "3:web", 0.5, ts=now + 100)]
+    store.reset()
+    out = tws.call(fn, store, key, rows, now=now + 1000)
+    assert values(out) == {
+        ("b", (("svc", "web"),)): 3.0, ("c", (("svc", "web"),)): 2.0,
+        ("c", (("svc", "dns"),)): 1.0, ("d", (("svc", "db"),)): 3.5,
+        ("d", (("l2m_overflow", "true"),)): 4.0,
+        ("l2m-series-refused", (("account", "acme"), ("limit", "rule"), ("rule", "d"))): 2.0}
+    # meta, the account's group, d's and b's own entries, the one of d's series its entry
+    # lists (3:web is known to be new), its overflow series, the refusal count
+    assert store.reads == 7
+    group = group_of(store, "counter_rules", key, "acme")
+    assert sorted(group["r"]["c"]["s"]) == ["3:api", "3:dns", "3:web"] and group["own"] == ["d"]
+
+
+def test_v5_gauge_state_continues_its_window_and_publishes_every_series_once():
+    store, key, now = _golden_store("gauge", version=5)
+    fn = _golden5_processor(store)
+    rows = [golden5_row("g", "3:web", 9.0, window=key[1], ts=now + 100),
+            golden5_row("k", "3:web", 1.0, window=key[1], ts=now + 100)]
+    out = tws.call(fn, store, key, rows, now=now + 1000)
+    assert values(out) == {("g", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0}
+    final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
+    assert values(output_samples(final)) == {
+        ("g", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0,
+        ("k", (("svc", "api"),)): 1.0, ("k", (("svc", "db"),)): 1.0}
+    assert store.data == {}
+
+
+def test_a_format_4_key_continues_and_its_small_account_rules_move_into_their_group():
+    """Format 4 kept every rule in its own entry and no groups: an account without a group
+    has its rules' own entries read, and the small ones join the group it gets."""
+    store, key, now = _golden_store("counter", version=5)
+    rules = store.data
+    group = orjson.loads(rules.pop(("counter_rules", key, (GROUP_PREFIX + "acme",)))[0][0])
+    rules[("counter_rules", key, ("c",))] = ((orjson.dumps(group["r"]["c"]),), None)
+    meta = orjson.loads(rules[("meta", key, None)][0][0])
+    rules[("meta", key, None)] = ((orjson.dumps({"v": 4, "swept": meta["swept"]}),), None)
+    fn = _golden5_processor(store)
+    out = tws.call(fn, store, key, [golden5_row("c", "3:web", 1.0, ts=now + 100)],
+                   now=now + 1000)
+    assert values(out) == {("c", (("svc", "web"),)): 2.0}
+    assert ("c",) not in {u for (n, _k, u) in store.data if n == "counter_rules"}
+    group = group_of(store, "counter_rules", key, "acme")
+    assert sorted(group["r"]) == ["c"] and group["own"] == ["d"]
+    out = tws.call(fn, store, key, [golden5_row("d", "2:mq", 1.0, ts=now + 200)],
+                   now=now + 2000)
+    assert values(out) == {("d", (("svc", "mq"),)): 2.0}
+    tws.call(fn, store, key, [], now=now + 61_000)  # swept: format 7 now, groups in buckets
+    meta = store.live("meta")[key, None]
+    assert (meta["v"], meta["nb"]) == (7, 1) and "g" not in meta
+    assert sorted(u for (n, _k, u) in store.data if n == "counter_rules") == [
+        (bucket_key(0),), ("b",), ("d",)]
+    group = group_of(store, "counter_rules", key, "acme")
+    assert sorted(group["r"]) == ["c"] and group["own"] == ["d"]
+
+
+def test_an_account_s_small_rules_are_one_read_and_one_write_per_batch_together():
+    fn, store = processor(small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("d", 2)], now=W)
+    store.reset()
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("d", 3)], now=W + 500)
+    assert values(out) == {("c", (("s", "s1"),)): 2.0, ("d", (("s", "s3"),)): 1.0}
+    assert (store.reads, store.writes) == (2, 1)  # meta and the group; the group
+    assert sorted(store.live("counter_rules")) == [((0, CUMULATIVE), (bucket_key(0),))]
+
+
+def test_caps_over_an_account_read_its_group_once():
+    caps = {r: RuleCaps(0, 0, 3, "a", "c_total") for r in ("c", "d")}
+    fn, store = processor(caps, small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", 1), row("d", 2)], now=W)
+    store.reset()
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 3), row("c", 4)], now=W + 500)
+    assert values(out) == {("c", (("s", "s3"),)): 1.0, ("c", (("l2m_overflow", "true"),)): 1.0,
+                           ("l2m-series-refused", (("account", "a"), ("limit", "account"),
+                                                   ("rule", "c"))): 1.0}
+    assert store.reads == 3  # meta, the group (c's overflow series is in it), refusal count
+
+
+def test_a_group_past_its_bound_moves_its_largest_rules_to_entries_of_their_own():
+    processor_module.GROUP_SERIES = 5
+    fn, store = processor(small=512)
+    tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(4)]
+             + [row("d", i) for i in range(3)], now=W)
+    group = group_of(store, "counter_rules", (0, CUMULATIVE))
+    assert sorted(group["r"]) == ["d"] and group["own"] == ["c"]
+    own = rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")
+    assert own["o"] == 1 and len(own["s"]) == 4  # still small, in its own entry for good
+    out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 0), row("d", 0)], now=W + 500)
+    assert values(out) == {("c", (("s", "s0"),)): 2.0, ("d", (("s", "s0"),)): 2.0}
+    assert group_of(store, "counter_rules", (0, CUMULATIVE))["own"] == ["c"]
+
+
+def _marked(fn, store, key, rows=None, now=0, watermark=0, timer=False) -> list[tuple]:
+    """(mark, rule, labels, value) of every sample a call emits, in order."""
+    store.key, store.now = key, now
+    tv = tws.TimerValues(now, watermark)
+    if timer:
+        frames = fn.handleExpiredTimer(key, tv, tws.ExpiredTimerInfo(now))
+    else:
+        frames = fn.handleInputRows(key, iter([pd.DataFrame(rows)] if rows else []), tv)
+    out = []
+    for _key, value, _time, mark in output_rows(frames):
+        s = orjson.loads(value)
+        out.append((mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
+    return out
+
+
+@pytest.mark.parametrize("small", [0, 512])
+def test_a_gauge_window_is_published_once_final_and_later_updates_are_corrections(small):
+    """Published when the newest event time (watermark + grace) passes the window's end by
+    the publish delay: every series of the key — the overflow series and l2m's refusal gauge
+    too — marked final, once; updates after that are marked corrections; a window that gets
+    no more logs is published by its timer."""
+    caps = {"g": RuleCaps(2, 0, 0, "a", "g")}
+    processor_module.SMALL_RULE = small
+    store = tws.Store()
+    grace, delay = 1_200_000, 120_000
+    fn = MetricProcessor(CounterState(COUNTERS, ttl_ms=TTL),
+                         GaugeState(GAUGES, recheck_ms=60_000, grace_ms=grace,
+                                    publish_delay_ms=delay), caps=caps)
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    before = W + 60_000 + delay - grace - 1  # the watermark just short of publishing
+    rows = [row("g", i, float(i + 1), window=W) for i in range(3)]
+    first = _marked(fn, store, (0, W), rows, now=W, watermark=before)
+    assert {m for m, *_ in first} == {None}
+    s = (("s", "s1"),)
+    out = _marked(fn, store, (0, W), [row("g", 1, 9.0, window=W)], now=W + 1,
+                  watermark=before + 1)
+    assert out[0] == (None, "g", s, 9.0)  # the batch's own update, then the window, final
+    finals = {(r, labels): v for m, r, labels, v in out[1:] if m == "final"}
+    assert len(finals) == len(out) - 1
+    assert finals == {("g", (("s", "s0"),)): 1.0, ("g", s): 9.0,
+                      ("g", (("l2m_overflow", "true"),)): 3.0,
+                      ("l2m-series-refused-window",
+                       (("account", "a"), ("limit", "rule"), ("rule", "g"))): 1.0}
+    later = _marked(fn, store, (0, W), [row("g", 0, 5.0, window=W)], now=W + 2,
+                    watermark=before + 2)
+    assert later == [("correction", "g", (("s", "s0"),), 5.0)]
+    # Another window: published by its timer, with no more logs.
+    w2 = W + 60_000
+    _marked(fn, store, (0, w2), [row("g", 0, 7.0, window=w2)], now=W + 3, watermark=before + 2)
+    assert _marked(fn, store, (0, w2), now=W + 60_003, watermark=before + 2, timer=True) == []
+    assert _marked(fn, store, (0, w2), now=W + 120_003, watermark=before + 60_001,
+                   timer=True) == [("final", "g", (("s", "s0"),), 7.0)]
+    assert _marked(fn, store, (0, w2), now=W + 180_003, watermark=before + 60_002,
+                   timer=True) == []
+
+
+def test_a_counter_series_first_sample_is_marked_new():
+    fn, store = processor()
+    first = _marked(fn, store, (0, CUMULATIVE), [row("c", 0), row("c", 1)], now=W)
+    assert [(m, labels) for m, _, labels, _ in first] == [
+        ("new", (("s", "s0"),)), ("new", (("s", "s1"),))]
+    again = _marked(fn, store, (0, CUMULATIVE), [row("c", 1), row("c", 2)], now=W + 1)
+    assert [(m, labels) for m, _, labels, _ in again] == [
+        (None, (("s", "s1"),)), ("new", (("s", "s2"),))]
+
+
+def test_the_query_is_given_a_deferred_processor_that_decides_exactly_as_the_processor():
+    """Spark's driver runs only the wrapper's init (the variables); each task unpickles the
+    wrapper, and its first call rebuilds the processor on the variables init declared."""
+    caps = {"c": RuleCaps(5, 0, 0, "a", "c"), "g": RuleCaps(3, 0, 0, "a", "g")}
+    direct, expected = processor(caps)
+    made = MetricProcessor(CounterState(COUNTERS, ttl_ms=TTL),
+                           GaugeState(GAUGES, recheck_ms=60_000), caps=caps)
+    wrapped = cloudpickle.loads(cloudpickle.dumps(made.deferred()))
+    store = tws.Store()
+    wrapped.init(tws.Handle(store))
+    assert wrapped._impl is None  # nothing rebuilt until a call needs it
+    for b in range(3):
+        counters = [row("c", i, ts=W + b) for i in range(b, b + 4)]
+        gauges = [row("g", i, float(b + i), window=W) for i in range(b, b + 3)]
+        for key, rows in (((0, CUMULATIVE), counters), ((0, W), gauges)):
+            assert tws.call(wrapped, store, key, rows, now=W + b) == \
+                tws.call(direct, expected, key, rows, now=W + b)
+    assert tws.fire(wrapped, store, now=W + 120_000, watermark=W + 60_000) == \
+        tws.fire(direct, expected, now=W + 120_000, watermark=W + 60_000)
+    assert store.data == expected.data and store.timers == expected.timers
+    # paused from the task's first call (l2m.process.collector.task_paused)…
+    assert not gc.isenabled()
+    wrapped.close()
+    assert gc.isenabled()  # … to its end
+    assert store.ttls == expected.ttls == {
+        "counter_series": TTL, "counter_rules": TTL + 2 * (TTL // BUCKETS),
+        "gauge_series": None, "gauge_rules": None, "meta": None}
+
+
+# Format 6's golden state (tests/golden/state-v6-*.json): format 5's, with a second account
+# (zeta: e, h) whose group shares the bucket of acme's — the key was written by format 5 and
+# bucketed by its sweep (counters) or made by format 6 (the gauge window).
+GOLDEN6_RULES = {**GOLDEN5_RULES, **{r.id: r for r in load_text("""\
+rules:
+  - {id: e, account: zeta, name: e_total, kind: counter, query: "*", aggregation: count,
+     group_by: [svc]}
+  - {id: h, account: zeta, name: h, kind: gauge, query: "*", aggregation: max, field: v,
+     group_by: [svc]}
+""")[0]}}
+GOLDEN6_CAPS = {**GOLDEN5_CAPS, "e": RuleCaps(0, 0, 100, "zeta", "e_total"),
+                "h": RuleCaps(0, 0, 100, "zeta", "h")}
+
+
+def _golden6_processor(store: tws.Store) -> MetricProcessor:
+    return _golden_rules_processor(store, GOLDEN6_RULES, GOLDEN6_CAPS)
+
+
+def test_bucket_of_is_pinned_and_bucket_count_a_power_of_two_near_one_per_8_accounts():
+    """Stored buckets are found by this hash: it must never change."""
+    assert [bucket_of(a, 1024) for a in ("acme", "zeta", "tenant-0001", "")] == [
+        706, 918, 747, 274]
+    assert [bucket_count(n) for n in (0, 1, 8, 12, 24, 100, 2_500, 25_000)] == [
+        1, 1, 1, 2, 4, 16, 256, 4_096]
+
+
+def test_v6_counter_state_continues_exactly_two_accounts_read_in_one_bucket():
+    store, key, now = _golden_store("counter", version=6)
+    fn = _golden6_processor(store)
+    rows = [golden5_row("c", "3:web", 1.0, ts=now + 100),
+            golden5_row("d", "3:web", 3.0, ts=now + 100),  # still over d's cap of 4
+            golden5_row("d", "2:db", 1.5, ts=now + 100),
+            golden5_row("e", "3:web", 1.0, ts=now + 100),
+            golden5_row("e", "2:db", 1.0, ts=now + 100)]
+    store.reset()
+    out = tws.call(fn, store, key, rows, now=now + 1000)
+    assert values(out) == {
+        ("c", (("svc", "web"),)): 2.0, ("d", (("svc", "db"),)): 3.5,
+        ("d", (("l2m_overflow", "true"),)): 4.0, ("e", (("svc", "web"),)): 2.0,
+        ("e", (("svc", "db"),)): 1.0,
+        ("l2m-series-refused", (("account", "acme"), ("limit", "rule"), ("rule", "d"))): 2.0}
+    # meta, the bucket (both accounts' groups), d's own entry, the one of d's series its
+    # entry lists, its overflow series, the refusal count
+    assert store.reads == 6
+    assert sorted(group_of(store, "counter_rules", key, "zeta")["r"]["e"]["s"]) == [
+        "2:db", "3:web"]
+
+
+def test_v6_gauge_state_continues_its_window_and_publishes_every_series_once():
+    store, key, now = _golden_store("gauge", version=6)
+    fn = _golden6_processor(store)
+    rows = [golden5_row("h", "3:web", 9.0, window=key[1], ts=now + 100),
+            golden5_row("k", "3:web", 1.0, window=key[1], ts=now + 100)]
+    out = tws.call(fn, store, key, rows, now=now + 1000)
+    assert values(out) == {("h", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0}
+    final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
+    assert values(output_samples(final)) == {
+        ("g", (("svc", "web"),)): 7.0, ("h", (("svc", "web"),)): 9.0,
+        ("k", (("svc", "web"),)): 2.0, ("k", (("svc", "api"),)): 1.0,
+        ("k", (("svc", "db"),)): 1.0}
+    assert store.data == {}
+
+
+# Format 7's golden state (tests/golden/state-v7-*.json, every value as its stored bytes):
+# format 6's counter key continued with 24 more series of zeta's rule e, and a gauge window
+# with 24 series of g and of h — each key's bucket past 1 KiB, stored as an LZ4 frame.
+GOLDEN7_SERIES = [f"5:svc{i:02d}" for i in range(24)]
+
+
+def test_v7_counter_state_continues_exactly_from_a_framed_bucket():
+    store, key, now = _golden_store("counter", version=7)
+    bucket = (bucket_key(0),)
+    assert store.data[("counter_rules", key, bucket)][0][0][:1] == b"\x00"  # framed
+    fn = _golden6_processor(store)
+    rows = [golden5_row("e", "5:svc00", 1.0, ts=now + 100),
+            golden5_row("e", "3:web", 1.0, ts=now + 100),
+            golden5_row("c", "3:web", 1.0, ts=now + 100)]
+    store.reset()
+    out = tws.call(fn, store, key, rows, now=now + 1000)
+    assert values(out) == {("c", (("svc", "web"),)): 2.0, ("e", (("svc", "web"),)): 2.0,
+                           ("e", (("svc", "svc00"),)): 2.0}
+    assert (store.reads, store.writes) == (2, 1)  # meta and the bucket; the bucket
+    assert store.data[("counter_rules", key, bucket)][0][0][:1] == b"\x00"  # framed again
+    assert sorted(group_of(store, "counter_rules", key, "zeta")["r"]["e"]["s"]) == sorted(
+        ["3:web", *GOLDEN7_SERIES])
+
+
+def test_v7_gauge_state_publishes_every_series_of_a_framed_bucket_once():
+    store, key, now = _golden_store("gauge", version=7)
+    fn = _golden6_processor(store)
+    out = tws.call(fn, store, key, [golden5_row("h", "5:svc03", 9.0, window=key[1],
+                                                ts=now + 100)], now=now + 1000)
+    assert values(out) == {("h", (("svc", "svc03"),)): 9.0}
+    final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
+    published = output_samples(final)
+    expected = {("g", (("svc", s[2:]),)): 7.0 for s in GOLDEN7_SERIES}
+    expected |= {("h", (("svc", s[2:]),)): 5.0 for s in GOLDEN7_SERIES}
+    expected |= {("h", (("svc", "svc03"),)): 9.0}
+    expected |= {("k", (("svc", s),)): 1.0 for s in ("web", "api", "db")}
+    assert len(published) == 51 and values(published) == expected
+    assert store.data == {}
+
+
+def test_a_counter_key_re_buckets_on_its_sweep_when_the_accounts_grow_fourfold():
+    """A key made with 1 bucket; the rule set grows to 41 accounts in the key's shard (of 2):
+    4 buckets wanted. The next sweep moves every group to its new bucket, and the values go
+    on exactly."""
+    store, key, now = _golden_store("counter", version=6)
+    more = {f"x{i}": replace(GOLDEN6_RULES["e"], id=f"x{i}", account=f"t{i}")
+            for i in range(80)}
+    fn = _golden_rules_processor(store, {**GOLDEN6_RULES, **more}, {
+        **GOLDEN6_CAPS, **{r: RuleCaps(0, 0, 100, more[r].account, r) for r in more}}, shards=2)
+    out = tws.call(fn, store, key, [golden5_row("e", "3:web", 1.0, ts=now + 100)],
+                   now=now + 1000)
+    assert values(out) == {("e", (("svc", "web"),)): 2.0}
+    assert store.live("meta")[key, None]["nb"] == 1  # not swept yet
+    tws.call(fn, store, key, [golden5_row("c", "3:web", 1.0, ts=now + 100)], now=now + 61_000)
+    assert store.live("meta")[key, None]["nb"] == 4
+    buckets = sorted(u[0] for (n, _k, u) in store.data if n == "counter_rules"
+                     and u[0].startswith("@"))
+    assert buckets == sorted({bucket_key(bucket_of(a, 4)) for a in ("acme", "zeta")})
+    out = tws.call(fn, store, key, [golden5_row("e", "3:web", 1.0, ts=now + 100),
+                                    golden5_row("c", "3:web", 1.0, ts=now + 100)],
+                   now=now + 62_000)
+    assert values(out) == {("e", (("svc", "web"),)): 3.0, ("c", (("svc", "web"),)): 3.0}
+
+
+def _fuzz_rules(rnd: random.Random, accounts: list[str], start: int
+                ) -> tuple[dict[str, Any], dict[str, RuleCaps]]:
+    """Random small rules of ``accounts`` (1–3 each, counters and gauges, random caps) and a
+    rule without an account."""
+    specs = []
+    for n, account in enumerate(accounts):
+        for k in range(rnd.randint(1, 3)):
+            kind = rnd.choice(["counter", "counter", "gauge"])
+            agg = rnd.choice(["count", "sum"]) if kind == "counter" else rnd.choice(["max", "sum"])
+            field = "" if agg == "count" else ", field: v"
+            specs.append((f"r{start + n}x{k}", account, kind, agg, field))
+    text = "rules:\n" + "".join(
+        f"  - {{id: {i}, account: '{a}', name: m_{i}, kind: {kind}, query: '*', "
+        f"aggregation: {agg}{field}, group_by: [s]}}\n" for i, a, kind, agg, field in specs)
+    text += f"  - {{id: free{start}, name: free_{start}, kind: counter, query: '*', " \
+            "aggregation: count, group_by: [s]}\n"
+    rules = {r.id: r for r in load_text(text)[0]}
+    caps = {r.id: RuleCaps(rnd.choice([0, 0, rnd.randint(1, 8)]), 0,
+                           rnd.choice([0, rnd.randint(3, 30)]), r.account, r.name)
+            for r in rules.values() if r.account is not None}
+    caps[f"free{start}"] = RuleCaps(rnd.choice([0, 5]))
+    return rules, caps
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_buckets_emit_exactly_what_a_group_per_account_emits_and_continue_it(seed, capsys):
+    """Format 6 against format 5's layout (``buckets=False``), and a key written as format 5
+    then continued as format 6, over random rule sets that grow eightfold (re-bucketing),
+    batches past sweeps and the TTL, counters and gauge windows with their timers, small
+    bounds: the same samples, marks included, every call."""
+    with capsys.disabled():
+        print(f"seed {seed}")
+    rnd = random.Random(seed)
+    processor_module.SMALL_RULE = rnd.choice([0, 2, 8, 512])
+    processor_module.GROUP_SERIES = rnd.choice([3, 12, 2_048])
+    accounts = [rnd.choice([f"t{i}", str(i)]) for i in range(40)]
+    first = _fuzz_rules(rnd, accounts[:4], 0)
+    grown = _fuzz_rules(rnd, accounts[4:], 100)
+    stores = {name: tws.Store() for name in ("groups", "buckets", "upgraded")}
+    upgrade_at = rnd.randint(1, 8)
+
+    def made(name: str, batch: int) -> MetricProcessor:
+        rules, caps = first if batch < 6 else ({**first[0], **grown[0]}, {**first[1], **grown[1]})
+        fn = MetricProcessor(
+            CounterState({k: v for k, v in rules.items() if v.kind == "counter"}, ttl_ms=TTL),
+            GaugeState({k: v for k, v in rules.items() if v.kind == "gauge"},
+                       recheck_ms=60_000, grace_ms=60_000), caps=caps,
+            buckets=name == "buckets" or (name == "upgraded" and batch >= upgrade_at))
+        fn.init(tws.Handle(stores[name]))  # type: ignore[arg-type]
+        return fn
+
+    now = W
+    for batch in range(14):
+        now += rnd.choice([300, 20_000, 61_000, TTL // 2, TTL + 3_000])
+        rules = first[0] if batch < 6 else {**first[0], **grown[0]}
+        window = now // 60_000 * 60_000
+        rows = {(0, CUMULATIVE): [], (0, window): []}
+        for _ in range(rnd.randint(1, 60)):
+            rule = rules[rnd.choice(sorted(rules))]
+            if rule.kind == "gauge":
+                rows[0, window].append(row(rule.id, rnd.randint(0, 9), float(rnd.randint(1, 5)),
+                                           window=window, ts=now - 100))
+            else:
+                rows[0, CUMULATIVE].append(row(rule.id, rnd.randint(0, 9), ts=now - 100))
+        outs = {}
+        for name, store in stores.items():
+            fn = made(name, batch)
+            out = [_marked(fn, store, key, key_rows, now=now, watermark=now - 90_000)
+                   for key, key_rows in sorted(rows.items()) if key_rows]
+            out.append(_marked_timers(fn, store, now, now - 90_000))
+            outs[name] = out
+        assert outs["buckets"] == outs["groups"] == outs["upgraded"], (seed, batch)
+    meta = stores["buckets"].live("meta")
+    assert meta[(0, CUMULATIVE), None]["nb"] >= 2  # re-bucketed as the accounts grew
+
+
+def _marked_timers(fn: MetricProcessor, store: tws.Store, now: int, watermark: int
+                   ) -> list[tuple]:
+    """(mark, rule, labels, value) of every sample the timers due at ``now`` emit."""
+    out = []
+    for _key, value, _time, mark in output_rows(tws.fire(fn, store, now=now,
+                                                          watermark=watermark)):
+        s = orjson.loads(value)
+        out.append((mark, s["rule"], tuple(sorted(s["labels"].items())), s["value"]))
+    return out

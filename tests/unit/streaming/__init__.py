@@ -1,0 +1,1 @@
+"""Unit tests of test_live_rules.py."""
