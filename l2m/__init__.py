@@ -13,8 +13,21 @@ Every error l2m raises for a user is an :class:`L2mError` with a stable ``code``
 
 Names are imported on first use: Spark's Python workers import ``l2m.<stage>`` modules, and
 importing this package must not pull in pyspark or the rule compiler before they need it
-(:mod:`l2m.runtime.daemon` removes Spark's zipped pyspark from the path first). The package
-layout and its layers are described in ``docs/architecture.md``."""
+(:mod:`l2m.runtime.daemon` removes Spark's zipped pyspark from the path first).
+
+Its packages, by layer (``docs/architecture.md``; a module imports its own layer and those
+below it):
+
+1. base — :mod:`l2m.errors`, :mod:`l2m.defaults`, :mod:`l2m.version`, :mod:`l2m.semantics`,
+   :mod:`l2m.policy`, :mod:`l2m.yamlio`, :mod:`l2m.process`;
+2. :mod:`l2m.query`; 3. :mod:`l2m.rules`, :mod:`l2m.config`; 4. :mod:`l2m.engine`;
+5. :mod:`l2m.state`, :mod:`l2m.kafka`, :mod:`l2m.batch`, :mod:`l2m.remotewrite`;
+6. :mod:`l2m.streaming`; 7. :mod:`l2m.runtime`; 8. :mod:`l2m.dev`;
+
+and the entry points: :mod:`l2m.cli` (the ``l2m`` command), :mod:`l2m.__main__`
+(``python -m l2m``), and the shims that outside configurations name, :mod:`l2m.daemon` and
+:mod:`l2m.jvmcache`. ``l2m/bin`` is not a package: it holds the scripts Spark's interpreter
+wrapper runs by path (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -84,7 +84,7 @@ ERROR_CLASSES: dict[str, str] = {
         "its series would carry {count} labels (static labels, group_by fields and a "
         "histogram's le); the limit is {limit}"
     ),
-    # tenant mode (SPEC §7, l2m.rules.model.Tenancy)
+    # tenant mode (SPEC §7, l2m.policy.tenancy.Tenancy)
     "TENANT_ROOT": "in tenant mode a rules path is a directory of account directories",
     "RULE_OUTSIDE_ACCOUNT": (
         "in tenant mode every rule file lies in an account's directory (<rules>/<account>/)"

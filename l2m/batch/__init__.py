@@ -2,4 +2,8 @@
 
 * :mod:`l2m.batch.backfill` — the job and its summary;
 * :mod:`l2m.batch.lines` — each task's split of the files, read in Python;
+* :mod:`l2m.batch.packs` — Arrow tables through Spark's shuffle and collect as a few binary
+  values instead of row by row;
+* :mod:`l2m.batch.finals` — the last stage, on the executors: whole admission domains'
+  partials → sample lines with their output order, and the run's tallies;
 * :mod:`l2m.batch.progress` — task progress on stderr."""

@@ -3,15 +3,15 @@
 Each line is decoded once, and only its referenced fields (:mod:`l2m.engine.decoding`, with
 orjson's definition of a valid log); for every such field only the forms some rule needs are
 extracted, column by column (string form, number, presence, text tokens —
-:class:`~l2m.query.compiler.FieldUse`), with the semantics of :mod:`l2m.semantics.values`. The
-same function
-serves the batch backfill (inside ``mapInArrow``) and the streaming source (inside the Kafka
-reader), so both see identical values. Malformed lines are rows with a status and a reason,
-never an exception.
+:class:`~l2m.query.nodes.FieldUse`), with the semantics of :mod:`l2m.semantics.values`. The
+same function serves the batch backfill (inside ``mapInArrow``) and the streaming source
+(inside the Kafka reader), so both see identical values. Malformed lines are rows with a
+status and a reason, never an exception.
 
 Input: JSON lines (bytes or str, ``None`` for a Kafka tombstone) and, in streaming, each
 record's Kafka timestamp. Output: one Arrow batch with ``ParsePlan.schema()`` — the field
-columns, ``_ts`` (event time, ms), ``_status`` (:data:`STATUS_NAMES`) and ``_error``.
+columns, ``_ts`` (event time, ms), ``_status`` (:data:`~l2m.engine.status.STATUS_NAMES`) and
+``_error``.
 
 Patterns (regexes and wildcards) are evaluated here too, vectorised with RE2
 (:mod:`l2m.query.patterns`): one boolean column per distinct (field, pattern), which the route

@@ -118,8 +118,9 @@ class Clauses(Node):
 @dataclass(frozen=True)
 class FieldUse:
     """What the parse stage must extract for one field path. Patterns are RE2 regexes (see
-    :func:`pattern_of`) the parse stage evaluates into one boolean column each: against the
-    whole string form (``keyword_patterns``) or against each token (``text_patterns``)."""
+    :func:`~l2m.query.compiler.pattern_of`) the parse stage evaluates into one boolean column
+    each: against the whole string form (``keyword_patterns``) or against each token
+    (``text_patterns``)."""
 
     path: str
     string: bool = False  # string form

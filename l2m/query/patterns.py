@@ -49,7 +49,7 @@ def anchored(regex: str) -> str:
 
 def wildcard_regex(parts: tuple[str, ...]) -> str:
     """RE2 regex (to be :func:`anchored`) for wildcard parts: literals and ``*``/``?`` items,
-    as :class:`~l2m.query.compiler.KeywordWildcard` holds them. ``?`` is one code point."""
+    as :class:`~l2m.query.nodes.KeywordWildcard` holds them. ``?`` is one code point."""
     out: list[str] = []
     for part in parts:
         if part == "*":

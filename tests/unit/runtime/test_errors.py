@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from l2m.errors import (
+    OPERATOR_ERRORS,
     ConfigError,
     DataLossError,
     InputError,
     KafkaUnavailableError,
+    RuleSnapshotError,
     SinkError,
     SparkError,
     StateFormatError,
@@ -53,6 +55,23 @@ def test_l2m_errors_inside_spark_failures_keep_their_class_and_message():
     assert error.message == "Kafka did not acknowledge 3 of 3 samples for topic 'metrics'"
     assert retriable(error)
     assert not retriable(failure(QUERY_FAILURE.replace("SinkError", "StateFormatError")))
+
+
+def test_every_error_a_worker_can_raise_is_recognised_in_spark_s_failure_text():
+    """An l2m error raised in a Python worker reaches the driver as text: those it may raise
+    are known by name, so each keeps its own code (RuleSnapshotError was once missing and
+    would have been reported as [SPARK])."""
+    assert sorted(OPERATOR_ERRORS) == [
+        "BrokerError", "ConfigError", "DataLossError", "InputError", "KafkaUnavailableError",
+        "RuleSnapshotError", "SinkError", "StateFormatError"]
+    rendered = {name: failure(QUERY_FAILURE.replace("SinkError", name)).render()
+                for name in OPERATOR_ERRORS}
+    message = "Kafka did not acknowledge 3 of 3 samples for topic 'metrics'"
+    assert rendered == {name: f"l2m: error [{cls('x').code}]: {message}"
+                        for name, cls in OPERATOR_ERRORS.items()}
+    assert rendered["RuleSnapshotError"] == f"l2m: error [RULE_SNAPSHOT]: {message}"
+    assert isinstance(failure(QUERY_FAILURE.replace("SinkError", "RuleSnapshotError")),
+                      RuleSnapshotError)
 
 
 def test_a_java_cause_is_found_under_py4j_wrappers():
