@@ -114,7 +114,8 @@ def _best(run: Callable[[], dict[str, Any]], key: str = "per_s") -> dict[str, An
 def cpu_model() -> str:
     """The processor's model name (``/proc/cpuinfo``; the platform's processor elsewhere):
     the ratio targets move with it, since l2m's per-log work is mostly interpreted Python
-    and the ceilings it is compared with are C (benchmarks/README.md, session 14)."""
+    and the ceilings it is compared with are C (interpreted Python ran 1.5–2.5× slower on
+    one 2-core Xeon than on one 2-core EPYC, the C ceilings about the same)."""
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:
@@ -339,9 +340,10 @@ def state_targets(r: dict[str, Any], limit: dict[str, Any]) -> list[dict[str, An
         (limit.get("consume_parse") or {}).get("per_s")
     if once and ceiling:
         # Graded on the plan issue 21's own figures were measured with: `l2m run --once` as
-        # shipped (no cap per micro-batch), which def2d50 re-run beside this code reproduces
-        # and the profile's 160,000-log micro-batches do not (benchmarks/README.md,
-        # "Session 28"). Those micro-batches stay in the table as a reference.
+        # shipped (no cap per micro-batch). def2d50 re-run beside this code reproduces them
+        # so (whole 0.158–0.181 against the issue's 0.165), not in the profile's 160,000-log
+        # micro-batches (0.134–0.154: six more batches' fixed costs). Those micro-batches
+        # stay in the table as a reference.
         shipped = once.get("shipped")
         if shipped:
             rate = batches_rate(shipped["batches"])
@@ -555,7 +557,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                      + (f" {t.get('full_goal', '')} |" if quick else ""))
     if any(t["met"] is False for t in result["targets"]):
         lines += ["", "What limits the missed targets, and where the time goes: "
-                  "[benchmarks/README.md](../README.md#where-the-time-goes-profiles-2-cores)."]
+                  "[benchmarks/README.md](README.md#where-the-time-goes-profiles-2-cores)."]
     lim = result["limit"]
     lines += [
         "",
@@ -863,7 +865,7 @@ def issue21_markdown(r: dict[str, Any]) -> list[str]:
                          f"{_runs(once['shipped'])}), its micro-batches "
                          f"{batches_rate(once['shipped']['batches']):,} logs/s — the plan "
                          "issue 21's targets are graded on (benchmarks/README.md, "
-                         "\"Session 28\")."
+                         "\"Which plan is graded\")."
                          if once.get("shipped") else "")]
     return lines
 

@@ -328,7 +328,7 @@ def run_backfills(spark: SparkSession, rules: list[Rule], workdir: Path,
                   ) -> dict[str, Any]:
     """Backfill ``path`` with the example rules and with ``rules``, alternating ``repeats``
     times; each one's fastest run (every run's time under ``runs_s``: this machine's speed
-    drifts by tens of percent within minutes, benchmarks/README.md)."""
+    drifts by tens of percent within minutes)."""
     from l2m.batch.backfill import run_backfill
 
     out: dict[str, Any] = {"logs": logs, "bytes": path.stat().st_size}

@@ -9,8 +9,9 @@ steady rate — the logs of every micro-batch after the first divided by their d
 (Spark's ``triggerExecution``, read from the progress lines ``l2m run`` prints) — for the
 profile's micro-batches; and the wall time and batch of runs over the same backlog with the
 source as shipped (no cap per micro-batch: one batch), what ``l2m run --once`` costs a user
-who sets no cap — the plan issue 21's targets are graded on (benchmarks/README.md,
-"Session 28"). Each plan's faster run of ``rounds``, alternating."""
+who sets no cap — the plan issue 21's targets are graded on, the one with which def2d50
+reproduces the issue's own figures. Each plan's faster run of ``rounds``, alternating: this
+machine's speed moves by a third within minutes."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def run_once(bootstrap: str, workdir: Path, records: int, partitions: int, per_b
 
     # As shipped: the image builds the driver JVM's class-data archive
     # (k8s/scripts/jvm-cache.sh), and any `l2m run` leaves one for the next start. Without it
-    # the JVM's start and first job took about 9 s longer here (benchmarks/README.md).
+    # the JVM's start and first job took about 9 s longer here.
     archive = jvmcache.archive()
     if archive is not None and not archive.exists():
         build(archive)

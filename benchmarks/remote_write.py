@@ -43,7 +43,7 @@ from l2m.engine.samples import NEW, series_key
 from l2m.kafka.sink import write_batch
 from l2m.rules.model import Rule
 from l2m.runtime.deliver import deliver
-from l2m.state.function import OUTPUT_SCHEMA
+from l2m.state.output import OUTPUT_SCHEMA
 from l2m.streaming.job import register
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,8 +241,8 @@ def run_drain_alongside(spark: SparkSession, bootstrap: str, case: DrainCase,
             delivered += counts.requests - before
     if not delivered:
         raise RuntimeError("the drain with delivery on sent no remote-write request")
-    # Medians: this machine's drains vary by ±15% run to run (benchmarks/README.md), more
-    # than what a best-of-few could tell apart.
+    # Medians: this machine's drains vary by ±15% run to run, more than what a best-of-few
+    # could tell apart.
     return {"case": replace(case).name, "records": case.records, "off": off, "on": on,
             "off_median": statistics.median(off), "on_median": statistics.median(on),
             "ratio": round(statistics.median(on) / statistics.median(off), 3),

@@ -3,7 +3,7 @@
 Backfill's partials go from the read tasks through a shuffle to the last stage, and its
 samples from there to the driver. Row by row, the JVM converts every row from Arrow to its
 own rows and back (the unique-id backfill: 458,000 partials and 350,000 sample lines of
-88 MB, ≈ 2 CPU-s of JVM work; benchmarks/README.md). Packed, a task's rows for one
+88 MB, ≈ 2 CPU-s of JVM work). Packed, a task's rows for one
 destination are one Arrow IPC stream (LZ4, :mod:`l2m.engine.ipc`) in one binary value, which the
 JVM copies as it is.
 

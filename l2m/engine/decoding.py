@@ -56,8 +56,7 @@ from l2m.engine import _scan  # type: ignore[attr-defined]
 _NUMBER_PAST_DOUBLE = r"[ \t\r\n]*-?(?:[0-9]{210}|[0-9]+(?:\.[0-9]+)?[eE]\+?0*[1-9][0-9]{2})"
 # One pattern per separator: RE2 skips to a pattern's single literal first byte (memchr),
 # where one pattern starting with the class [:,\[] made it step through every byte. The
-# three together: 0.75 against 1.03 µs per log (2 cores, Xeon; benchmarks/README.md,
-# session 14).
+# three together: 0.75 against 1.03 µs per log.
 _OVERFLOW_AFTER = tuple(re.escape(sep) + _NUMBER_PAST_DOUBLE for sep in ":,[")
 
 # orjson reads integers outside these bounds as doubles.

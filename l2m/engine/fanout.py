@@ -53,8 +53,8 @@ MATCH_SCHEMA = pa.schema([
 ])
 # The same rows as the read task builds them: rule, series and le dictionary-encoded, each
 # part with its own dictionary — a shape's series are its group-by fields' distinct keys taken
-# by code, not a string per match row — so that the pre-aggregation groups integers
-# (:func:`l2m.engine.preaggregate.preaggregate`; benchmarks/README.md, session 14).
+# by code, not a string per match row — so that the pre-aggregation
+# (:func:`l2m.engine.preaggregate.preaggregate`) groups integers, not strings, per row.
 _CODED = pa.dictionary(pa.int32(), pa.string())
 CODED_MATCH_SCHEMA = pa.schema([
     pa.field("rule", _CODED),

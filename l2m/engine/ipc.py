@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 # LZ4: a pack of 95,000 partials is 9.8 MB plain, 2.0 MB compressed, for ≈ 7 ms more to write
-# and read (benchmarks/README.md, "Session 19"); on a cluster the bytes cross the network.
+# and read; on a cluster the bytes cross the network.
 OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 PACK_ROWS = 50_000  # rows per stream at most: a stream is one value, and a value is < 2 GiB
 BATCH_BYTES = 1 << 30  # a batch's values together at most (a binary column's offsets: 32-bit)

@@ -41,7 +41,7 @@ def exact_values(v: pa.Array) -> pa.Array:
         # Values repeat (status codes, byte counts, durations to the millisecond): converting
         # each distinct one once is most of this stage's saving. One hash pass gives both the
         # distinct values and each row's (unique + index_in: two; 15 → 10.5 ms for a 40,000-log
-        # task's 348,000 rows, benchmarks/README.md "Session 27").
+        # task's 348,000 rows).
         if isinstance(v, pa.ChunkedArray):
             v = v.combine_chunks()
         encoded = pc.dictionary_encode(v)

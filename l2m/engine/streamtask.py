@@ -59,10 +59,10 @@ def packed(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     themselves. l2m's own rows (Spark places them by hash) and the keys of fewer than
     :data:`MIN_PACK_ROWS` rows pass as they are.
 
-    Why (benchmarks/README.md, "Session 19"): pyspark hands ``transformWithStateInPandas`` its
+    Why: pyspark hands ``transformWithStateInPandas`` its
     rows one by one (a tuple per row, a pandas frame built from the tuples per key), and the
     JVM converts each row on the way; a pack is decoded at once by
-    :func:`l2m.state.function.unpacked`. The 100,000-rule drain: 22,198 and 22,425 → 24,286
+    :func:`l2m.state.rows.unpacked`. The 100,000-rule drain: 22,198 and 22,425 → 24,286
     and 24,283 logs/s (alternating runs)."""
     table = pa.Table.from_batches(batches, schema=STREAM_PARTIAL_ARROW)
     placed = pc.is_valid(table.column(PLACE_COLUMN))

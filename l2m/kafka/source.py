@@ -65,8 +65,8 @@ if TYPE_CHECKING:
 # rules) is imported in `read`, not here: Spark's driver runs this module in Python processes
 # of its own, started one after another on every query start (the source's lookup and
 # creation, its runner, the read planning), which only plan offsets — 0.06-0.15 s of imports
-# less each, on the start's critical path (benchmarks/README.md, "The whole `l2m run
-# --once`"). Executors' workers have them pre-imported (l2m.runtime.daemon).
+# less each, on the start's critical path. Executors' workers have them pre-imported
+# (l2m.runtime.daemon).
 
 RAW_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, "
               "timestamp bigint")

@@ -31,9 +31,9 @@ _PAUSED: list[bool] = []  # the collector's state when a task paused it (empty: 
 def task_paused() -> None:
     """No cyclic collection from now until :func:`task_resumed` (a state task's calls: one
     per key). Paused per call instead, each call's end let the collector scan what the call
-    left alive — 0.3–0.4 s of a 100,000-rule state task's 3.3 s (benchmarks/README.md,
-    "Session 20"). Spark runs a full collection after every task of a reused worker, and a
-    failed task's worker is not reused."""
+    left alive — 0.3–0.4 s of a 100,000-rule state task's 3.3 s. Spark runs a full
+    collection after every task of a reused worker, and a failed task's worker is not
+    reused."""
     if not _PAUSED:
         _PAUSED.append(gc.isenabled())
         gc.disable()

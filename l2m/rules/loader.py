@@ -320,8 +320,9 @@ def _read_files(sources: list[Source], config: QueryConfig, tenancy: Tenancy | N
     """Each file read and checked (:func:`_read`), in order; with ``workers`` > 1 and enough
     files, by that many forked processes, each given runs of consecutive files. A pool that
     breaks (a process killed) leaves the files it did not give back to this process: the
-    result is the same either way. 100,000 tenant rules in 10,000 files on 2 cores:
-    benchmarks/README.md, session 14."""
+    result is the same either way. Files are independent and reading one is CPU-bound Python
+    (YAML, safety checks, queries compiled): 100,000 tenant rules in 10,000 files on 2 cores,
+    34.5 → 21.7–23.3 s."""
     # No more processes than runs of PARALLEL_FILES files: a process each costs more.
     workers = min(workers, len(sources) // PARALLEL_FILES)
     done = 0

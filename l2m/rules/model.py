@@ -120,7 +120,7 @@ class Rule:
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Rules travel to every Python worker inside the compiled routing, pickled: as their
         # field values in order, not a dict of names and cached properties per rule (100,000
-        # rules: 24 → 19.5 MB, 0.40 → 0.27 s to unpickle in each worker; benchmarks/README.md).
+        # rules: 24 → 19.5 MB, 0.40 → 0.27 s to unpickle in each worker).
         return _restore_rule, _rule_values(self)
 
 
@@ -158,7 +158,7 @@ def share_values(rules: Iterable[Rule]) -> None:
     """Make equal values of these rules one object (:data:`_SHARED_FIELDS`), in place: the
     rules are what they were, but the routing pickles each value once instead of once per
     rule (100,000 tenant rules: 19.7 → 12.5 MB, a third less time to pickle on the driver and
-    to unpickle in every Python worker; benchmarks/README.md, "Session 21")."""
+    to unpickle in every Python worker)."""
     seen: dict[Any, Any] = {}
     for rule in rules:
         values = rule.__dict__  # a frozen dataclass: its fields are set around __setattr__

@@ -9,8 +9,8 @@ descriptors). Output: a child forked from this server running that module exactl
 Why: on every query start Spark runs l2m's code in fresh Python processes, one after another
 (the source's creation and runner, the state processor's ``init``, read planning, the sink's
 writer and commit, then the executors' worker daemons), and each spends 0.13–0.45 s starting
-an interpreter and importing pyspark, Arrow and l2m before it does milliseconds of work
-(benchmarks/README.md, "The whole ``l2m run --once``"). This server is started beside the JVM
+an interpreter and importing pyspark, Arrow and l2m before it does milliseconds of work, on
+the start's critical path. This server is started beside the JVM
 (:func:`start`), imports all of that once while the JVM starts, and forks each of them.
 
 A request the server cannot run exactly as a fresh interpreter would (other interpreter

@@ -42,7 +42,7 @@ def _identity() -> str | None:
     and is refused (silently: :data:`QUIET`) once that changes — and a JDK's base archive is
     rewritten in place, by a package's post-install step or ``java -Xshare:dump``, with the
     binary unchanged. Without the base in the name, one such rewrite left every later start
-    without an archive (session 2.4 → 4 s)."""
+    without an archive (the Spark session's start 2.4 → 4 s)."""
     import pyspark
 
     java = _java()

@@ -44,9 +44,9 @@ BATCH_JIT = "-XX:-DontCompileHugeMethods"
 # compiler threads run at the lowest priority: the JIT compiles on a core the workers leave
 # idle (between stages, between batches) instead of taking turns with them. `l2m run --once`
 # of 1,000,000 logs on 2 cores: faster in 13 of 14 alternating pairs, 0.4-0.6 s on average,
-# the first batch most (benchmarks/README.md). Executors' JVMs are left as they are: renicing
-# local-cluster's made no difference. Their priority is only ever lowered: no privilege is
-# needed, nothing is printed.
+# the first batch most. Executors' JVMs are left as they are: renicing local-cluster's made
+# no difference. Their priority is only ever lowered: no privilege is needed, nothing is
+# printed.
 COMPILER_NICE = 19
 COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")  # HotSpot's names, cut to 15
 
@@ -171,8 +171,8 @@ def _start_fork_server(master: str) -> None:
     name), unless ``L2M_FORKSERVER=off``, or this process's server or an earlier session's JVM
     is already there. A server named by an inherited ``L2M_FORKSERVER`` is forgotten either
     way. It imports pyspark, Arrow and l2m while the JVM starts, and forks each
-    Python process Spark asks for: ≈ 2 s less on every ``l2m run`` start
-    (benchmarks/README.md)."""
+    Python process Spark asks for instead of starting an interpreter for each: ≈ 2 s less on
+    every ``l2m run`` start."""
     from l2m.runtime import forkserver
 
     global _fork_server
@@ -239,16 +239,15 @@ def _without_sigterm(launch: Callable[[], SparkSession]) -> SparkSession:
 def stop_at_exit(spark: SparkSession) -> None:
     """Stop Spark as the last thing before the process exits. ``spark.stop()`` waits for
     pyspark's accumulator server to notice its shutdown, which polls its connection once a
-    second: 0.87 s of every ``l2m run --once`` and ``l2m backfill`` (benchmarks/README.md).
-    Its thread is a daemon, so it is only told to end and left to end with the process;
-    the JVM's context stops as ever.
+    second: 0.87 s of every ``l2m run --once`` and ``l2m backfill``. Its thread is a daemon,
+    so it is only told to end and left to end with the process; the JVM's context stops as
+    ever.
 
     Then py4j's gateway is shut down: the driver JVM exits when this process does (its stdin
     closes), and the JVM's exit waits up to 0.3 s for threads inside native code to leave it —
     the gateway's server thread sits in ``accept()`` until its socket is closed. Whatever
     reads the command's output (a pipe, a log collector) saw its end ≈ 0.44 s after the
-    process exited, ≈ 0.12 s with the gateway shut down (benchmarks/README.md). No Spark call
-    can follow."""
+    process exited, ≈ 0.12 s with the gateway shut down. No Spark call can follow."""
     context = spark.sparkContext
     gateway = getattr(context, "_gateway", None)
     server = getattr(context, "_accumulatorServer", None)

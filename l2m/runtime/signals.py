@@ -7,7 +7,7 @@ Why: a Python signal handler runs in the main thread between two bytecodes — a
 thread holds a lock the handler needs. ``threading.Event.set()`` takes the Event's condition
 lock, which the main thread holds on its way into and out of ``Event.wait()``: a SIGTERM
 landing there waits forever for its own thread, and a second signal, handled nested inside that
-wait, finds the Event still clear. A CI run of the Kubernetes SIGTERM test (session 27) printed
+wait, finds the Event still clear. A CI run of the Kubernetes SIGTERM test printed
 "SIGTERM received" twice and was killed 30 s later. ``queue.SimpleQueue.put`` is reentrant —
 documented safe to call from a signal handler — so a handler here only puts."""
 

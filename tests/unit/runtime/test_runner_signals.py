@@ -32,7 +32,7 @@ def restored_signals():
     for number, handler in before.items():
         signal.signal(number, handler)
     # A hard stop left armed ends the test process HARD_STOP_S later with os._exit(130):
-    # the whole suite, after every test had passed (CI, session 17).
+    # the whole suite, after every test had passed (seen in CI).
     armed = [t for t in threading.enumerate() if t.name == "l2m-hard-stop" and t.is_alive()]
     assert not armed, "a test left the runner's hard stop armed"
 
