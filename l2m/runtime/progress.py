@@ -3,8 +3,8 @@
 Input: a progress event of the streaming query (``StreamingQuery.recentProgress``: a dict
 with offsets as JSON text or dicts, rates, durations, state operators, event time). Output:
 records read (offset ranges, not Spark's row count: the read tasks emit only partials),
-record rates, per-partition offsets, lag, event times in seconds, and the one progress line
-``l2m run`` prints per micro-batch (:func:`describe`)."""
+whether a batch ran, record rates, per-partition offsets, lag, event times in seconds, and
+the one progress line ``l2m run`` prints per micro-batch (:func:`describe`)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,14 @@ def input_records(progress: dict[str, Any]) -> int:
             return int(progress.get("numInputRows") or 0)
         total += sum(max(0, int(o) - int(start.get(p, 0))) for p, o in end.items())
     return total if progress.get("sources") else int(progress.get("numInputRows") or 0)
+
+
+def ran_a_batch(progress: dict[str, Any]) -> bool:
+    """Whether the progress is of a micro-batch that ran. A trigger that finds no new data
+    runs none, yet Spark reports it (at once the first time, then every 10 s while idle)
+    under the id of the batch it would run next: the batch that then runs carries the same
+    id. Only a batch that ran has an ``addBatch`` duration."""
+    return "addBatch" in (progress.get("durationMs") or {})
 
 
 def input_rates(progress: dict[str, Any]) -> tuple[float, float]:

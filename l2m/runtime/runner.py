@@ -29,7 +29,7 @@ from l2m.config.job import JobConfig
 from l2m.errors import INTERRUPTED, L2mError
 from l2m.rules.model import Rule
 from l2m.runtime.failures import failure, retriable
-from l2m.runtime.progress import describe
+from l2m.runtime.progress import describe, ran_a_batch
 from l2m.runtime.reload import ReloadStatus, RuleWatcher
 from l2m.runtime.session import build_session
 from l2m.runtime.signals import SignalRelay
@@ -83,7 +83,10 @@ class Runner:
     _signalled: Iterator[int] = field(default_factory=itertools.count)
     _now_requested: bool = False
     _relay: SignalRelay | None = None  # where the handler hands its work (lock-free)
-    _seen: dict[str, int] = field(default_factory=dict)
+    # Per query, the last progress reported: (batch id, whether it ran a batch). Spark also
+    # reports a trigger that found no data, under the id of the batch it would run next,
+    # so the batch that then runs under that id is new although its id was seen.
+    _seen: dict[str, tuple[int, bool]] = field(default_factory=dict)
     _counted: tuple[int, int, int] = (0, 0, 0)
     _progressed: bool = False
     _signals: bool = False  # install_signals was called: keep them installed
@@ -336,10 +339,10 @@ class Runner:
         for query in self.job.queries:
             name = (query.name or "query").removeprefix("l2m-")
             for progress in query.recentProgress:
-                batch = int(progress.get("batchId", -1))
-                if batch <= self._seen.get(name, -1):
+                seen = (int(progress.get("batchId", -1)), ran_a_batch(progress))
+                if seen <= self._seen.get(name, (-1, True)):
                     continue
-                self._seen[name] = batch
+                self._seen[name] = seen
                 self._progressed = True
                 rows_in, rows_out, late = self._counts()
                 self._observe(progress)

@@ -247,7 +247,9 @@ class Telemetry:
         if watermark is not None and watermark > 0:
             self.watermark.set(watermark)
         newest = epoch_seconds(event.get("max"))
-        if newest is not None and rows:
+        # A log the rules do not see (blank, malformed, future) carries event time 0 to the
+        # watermark: a batch of only those reports the epoch as its newest, not a time.
+        if newest is not None and newest > 0 and rows:
             self.event_max.set(newest)
             self.event_delay.set(max(0.0, self.clock() - newest))
 
