@@ -17,7 +17,7 @@ from l2m.query.nodes import QueryConfig
 
 if TYPE_CHECKING:
     from l2m.config.job import JobConfig
-    from l2m.rules.model import Rule, RuleSet
+    from l2m.rules.model import RuleSet
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -165,23 +165,11 @@ def _backfill_settings(args: argparse.Namespace
 def cmd_backfill(args: argparse.Namespace) -> int:
     query, tenancy, ts_field, label_limit, limits = _backfill_settings(args)
     ruleset = _rules(args.rules, query, tenancy, limits)
-    from l2m.batch.backfill import check_label_limit, check_paths, run_backfill
-    from l2m.runtime.session import BATCH_JIT, build_session, stop_at_exit
+    from l2m.runtime.app import BackfillOptions, backfill_job
 
-    check_paths(args.input, args.output)
-    check_label_limit(label_limit)
-    spark = build_session(args.master, "l2m-backfill", jit=BATCH_JIT)
-    try:
-        summary = run_backfill(spark, ruleset.rules, args.input, args.output,
-                               ts_field, progress=not args.quiet,
-                               strict=args.strict,
-                               max_label_value_length=label_limit, limits=limits)
-    finally:
-        stop_at_exit(spark)
-    if not args.quiet:
-        print(summary.render(), file=sys.stderr)
-    print(f"wrote {summary.samples} samples to {args.output}", file=sys.stderr)
-    return 0
+    return backfill_job(ruleset.rules, args.input, args.output, BackfillOptions(
+        master=args.master, timestamp_field=ts_field, max_label_value_length=label_limit,
+        limits=limits, progress=not args.quiet, strict=args.strict))
 
 
 def _load_config(path: str) -> JobConfig:
@@ -190,109 +178,41 @@ def _load_config(path: str) -> JobConfig:
     return load_config(path)
 
 
-def _rules_for(cfg: JobConfig) -> RuleSet:
-    return _rules(cfg.rules, cfg.query_config, cfg.rule_tenancy, cfg.limits.series)
+def _job_config(args: argparse.Namespace) -> JobConfig:
+    """``--config``'s job configuration, ``--bootstrap`` (run, deliver) overriding its
+    ``bootstrap.servers``."""
+    cfg = _load_config(args.config)
+    if getattr(args, "bootstrap", None):
+        cfg = cfg.with_bootstrap(args.bootstrap)
+    return cfg
+
+
+def _prepare_next_start() -> None:
+    # l2m.dev.jvmarchive: a layer above l2m.runtime.app, so handed to it from here.
+    from l2m.dev.jvmarchive import build_in_background
+
+    build_in_background()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from l2m.runtime.runner import Runner
-    from l2m.runtime.session import stop_at_exit
+    from l2m.runtime.app import RunOptions, run_job
 
-    cfg = _load_config(args.config)
-    if args.bootstrap:
-        cfg = cfg.with_bootstrap(args.bootstrap)
-    # Continuous and --once alike: on rule files that do not validate, the last good set the
-    # checkpoint keeps, said on stderr and on /metrics; exit 1 without one.
-    from l2m.runtime.reload import rules_at_start
-
-    def last_good() -> tuple[str, tuple[Rule, ...]] | None:
-        from l2m.streaming.rulesets import last_good_rules  # only then: the engine's imports
-
-        return last_good_rules(cfg)
-
-    ruleset, status = rules_at_start(lambda: _rules_for(cfg), last_good, sys.stderr,
-                                     once=args.once)
-    watcher = None
-    if not args.once:  # live rules (docs/streaming.md "Live rule changes")
-        from l2m.runtime.reload import RuleWatcher
-
-        watcher = RuleWatcher(cfg.rules, lambda: _rules_for(cfg), cfg.rules_poll_ms / 1000,
-                              out=sys.stderr, status=status)
-        watcher.started(ruleset)
-    runner = Runner(cfg, ruleset.rules, once=args.once, watcher=watcher, rules_status=status)
-    runner.install_signals()
-    endpoint = None
-    if cfg.monitoring.port is not None:
-        from l2m.runtime.endpoint import Endpoint
-        from l2m.runtime.telemetry import Telemetry
-
-        runner.telemetry = Telemetry(cfg, ruleset.enabled)
-        telemetry = runner.telemetry
-        telemetry.reload = status
-        if watcher is not None:
-            watcher.on_change = lambda changed: telemetry.rules_changed(changed.rules)
-        # Before Spark starts: probes get answers (not ready yet) during the slow start.
-        endpoint = Endpoint(runner.telemetry, cfg.monitoring.host, cfg.monitoring.port,
-                            reload=watcher.ask if watcher is not None else None)
-    print(f"l2m run: {len(ruleset.enabled)} rules, topic {cfg.topics.logs} on "
-          f"{cfg.kafka['bootstrap.servers']}, checkpoint {cfg.checkpoint}"
-          + (" (once)" if args.once else "")
-          + (f", metrics on :{endpoint.port}/metrics" if endpoint else ""),
-          file=sys.stderr, flush=True)
-    try:
-        runner.start()
-        if not args.once:
-            # For the next start (a roll-out, a restart): about 4 s sooner (l2m/dev/jvmarchive.py).
-            from l2m.dev.jvmarchive import build_in_background
-
-            build_in_background()
-        code = runner.wait(duration=args.duration)
-        if args.once:
-            # After the run, not beside it (it would take a core from the run): the next
-            # `--once` (a scheduled catch-up) starts without it about 9 s sooner.
-            from l2m.dev.jvmarchive import build_in_background
-
-            build_in_background()
-        return code
-    finally:
-        if runner.spark is not None:
-            stop_at_exit(runner.spark)
-        runner.closed()
-        if endpoint is not None:
-            endpoint.close()
+    return run_job(_job_config(args), RunOptions(once=args.once, duration=args.duration,
+                                                 prepare_next_start=_prepare_next_start))
 
 
 def cmd_deliver(args: argparse.Namespace) -> int:
-    import signal
-    import threading
+    from l2m.runtime.app import deliver_job
 
-    from l2m.runtime.deliver import deliver, endpoint_name
-    from l2m.runtime.signals import setting
-
-    cfg = _load_config(args.config)
-    if args.bootstrap:
-        cfg = cfg.with_bootstrap(args.bootstrap)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, setting(stop))  # never Event.set in a handler
-    # Named as its metrics label it (never the URL: it may hold credentials).
-    names = ", ".join(endpoint_name(e) for e in cfg.remote_write.endpoints)
-    print(f"l2m deliver: topic {cfg.topics.metrics} on {cfg.sink['bootstrap.servers']} → "
-          f"{names or 'no endpoints'}" + (" (once)" if args.once else ""),
-          file=sys.stderr, flush=True)
-    rules = _rules_for(cfg).rules  # their metadata goes with their samples
-    try:
-        deliver(cfg, once=args.once, stop=stop, rules=rules)
-    except KeyboardInterrupt:
-        stop.set()
-    return 0
+    return deliver_job(_job_config(args), once=args.once)
 
 
 def cmd_topology(args: argparse.Namespace) -> int:
+    from l2m.runtime.app import job_rules
     from l2m.streaming.topology import describe
 
     cfg = _load_config(args.config)
-    ruleset = _rules_for(cfg)
-    text = describe(cfg, ruleset.rules)
+    text = describe(cfg, job_rules(cfg).rules)
     print(text, end="")  # the document ends with its own newline
     if args.write:
         Path(args.write).write_text(text)

@@ -34,7 +34,7 @@ from l2m.runtime.reload import ReloadStatus, RuleWatcher
 from l2m.runtime.session import build_session
 from l2m.runtime.signals import SignalRelay
 from l2m.runtime.sparkstatus import BatchTasks, ExecutorLoad
-from l2m.runtime.telemetry import Telemetry
+from l2m.runtime.telemetry import RunObserver
 from l2m.state.checkpoint import check_checkpoint
 from l2m.state.tally import RefusedCount
 from l2m.streaming.job import QUERY, Job, start_job, stop_file, streaming_conf
@@ -70,7 +70,9 @@ class Runner:
     max_backoff_s: float = 60.0
     error: L2mError | None = None  # why the job failed, when it did
     restarts: int = 0
-    telemetry: Telemetry | None = None  # the driver's metrics (docs/metrics.md)
+    # Told of starts, ticks, batches, failures and stops: the driver's metrics
+    # (docs/metrics.md, :class:`~l2m.runtime.telemetry.Telemetry`) or, by default, nobody.
+    telemetry: RunObserver = field(default_factory=RunObserver)
     watcher: RuleWatcher | None = None  # live rules: changed rule files applied while running
     # What /metrics shows of the rules (the watcher's own when there is one; --once: the
     # start's, a refusal of the rule files among it).
@@ -121,8 +123,7 @@ class Runner:
             status.version = self.job.rulesets.version
             status.loaded_at = self.job.rulesets.loaded_at
         self._counted = (0, 0, 0)  # a new query has new accumulators
-        if self.telemetry is not None:
-            self.telemetry.started(self.job.counts)
+        self.telemetry.started(self.job.counts)
         return self.job
 
     def install_signals(self) -> None:
@@ -260,16 +261,14 @@ class Runner:
                 return 0
             self._report()
             self._reload()
-            if self.telemetry is not None:
-                self.telemetry.tick()
+            self.telemetry.tick()
             if on_tick is not None:
                 on_tick()
             failed = [q for q in self.job.queries if q.exception() is not None]
             if failed:
                 error = failure(failed[0].exception())
                 self._shutdown()
-                if self.telemetry is not None:
-                    self.telemetry.failed_batch(error.code)
+                self.telemetry.failed_batch(error.code)
                 if not (self.retry and retriable(error)):
                     return self._failed(error)
                 self._say(f"l2m: {error.code.lower().replace('_', ' ')}: {error.message}; "
@@ -279,8 +278,7 @@ class Runner:
                     return 0
                 backoff = min(backoff * 2, self.max_backoff_s)
                 self.restarts += 1
-                if self.telemetry is not None:
-                    self.telemetry.restarted(error.code)
+                self.telemetry.restarted(error.code)
                 try:
                     self.start()
                 except Exception as exc:  # Kafka still down while the query starts
@@ -325,8 +323,7 @@ class Runner:
     def _failed(self, error: L2mError) -> int:
         """Record and say why the job stops; the exit code."""
         self.error = error
-        if self.telemetry is not None:
-            self.telemetry.failed_job()
+        self.telemetry.failed_job()
         self._say(error.render())
         return 1
 
@@ -356,8 +353,10 @@ class Runner:
                             print(line, file=self.out, flush=True)
 
     def _observe(self, progress: dict[str, Any]) -> None:
-        """Hand a completed batch to the metrics, with what each executor did in it."""
-        if self.telemetry is None:
+        """Hand a completed batch to the metrics, with what each executor did in it (read
+        only when they use it)."""
+        if not self.telemetry.per_executor:
+            self.telemetry.batch(progress)
             return
         loads: dict[str, ExecutorLoad] | None = None
         registered = None
@@ -388,8 +387,7 @@ class Runner:
         complete — their samples flushed and acknowledged by the sink before they commit —
         then the queries stop."""
         assert self.job is not None
-        if self.telemetry is not None:
-            self.telemetry.stopping()
+        self.telemetry.stopping()
         marker = Path(stop_file(self.cfg))
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()

@@ -44,15 +44,55 @@ DEAD_LETTER_REASONS = tuple(STATUS_NAMES[c] for c in DEAD_LETTERED)
 STALL_S = 60.0
 
 
-class Telemetry:
+class RunObserver:
+    """What the runner (:class:`l2m.runtime.runner.Runner`) tells about the job it runs: a
+    query started, a tick of its watch loop, a completed micro-batch, a failure, a restart,
+    a stop. This base ignores all of it — a runner without metrics (``--once`` tests, the
+    demo, the benchmarks) is given one —, :class:`Telemetry` turns it into metrics."""
+
+    # Whether :meth:`batch` wants each executor's work in the batch, which the runner reads
+    # from Spark's status store (not free): only when something is done with it.
+    per_executor: bool = False
+
+    def started(self, counts: Any) -> None:
+        """A (new) query is running; ``counts`` are its accumulators
+        (:class:`l2m.streaming.job.Counts` or None)."""
+
+    def tick(self) -> None:
+        """The watch loop is alive."""
+
+    def batch(self, progress: dict[str, Any],
+              executors: dict[str, ExecutorLoad] | None = None,
+              registered: int | None = None) -> None:
+        """A completed micro-batch: its progress, and (with :attr:`per_executor`) what each
+        executor did in it and how many executors are registered."""
+
+    def failed_batch(self, code: str) -> None:
+        """A query failed with this error code."""
+
+    def restarted(self, code: str) -> None:
+        """The query was started again after a retriable failure with this code."""
+
+    def failed_job(self) -> None:
+        """The job failed for good: the runner exits."""
+
+    def stopping(self) -> None:
+        """The query is stopping or being restarted."""
+
+
+class Telemetry(RunObserver):
     """The job's metrics. :meth:`batch` after each completed micro-batch; the runner marks
     start, restarts, failures and each tick of its watch loop; ``/healthz`` and ``/readyz``
     read :meth:`healthy` and :attr:`ready`. Thread-safe: the HTTP server collects from its
-    own threads."""
+    own threads. ``reload``: what live rules last did (:mod:`l2m.runtime.reload`), shown
+    as the ``l2m_rules_*`` metrics; None: rules not watched."""
+
+    per_executor = True
 
     def __init__(self, cfg: JobConfig, rules: Sequence[Rule],
                  registry: CollectorRegistry | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 reload: ReloadStatus | None = None) -> None:
         self.cfg = cfg
         self.rules = [r.id for r in rules]
         self.accounts = {r.id: r.account for r in rules}
@@ -142,7 +182,7 @@ class Telemetry:
         self.rule_count = gauge("l2m_rules", "Rules the job runs.")
         self.rule_count.set(len(self.rules))
         # Live rules (l2m.runtime.reload): what the watcher last did; None: not watched.
-        self.reload: ReloadStatus | None = None
+        self.reload = reload
         gauge("l2m_build_info", "l2m's version.", ("version",)).labels(__version__).set(1)
         self._seen_executors: set[str] = set()
         self._seen_partitions: set[str] = set()

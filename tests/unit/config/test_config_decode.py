@@ -170,7 +170,8 @@ def test_run_with_port_zero_prints_the_port_it_serves(tmp_path, monkeypatch, cap
     served: list[int] = []
 
     class NoJob:
-        def __init__(self, cfg, rules, once=False, watcher=None, rules_status=None):
+        def __init__(self, cfg, rules, once=False, watcher=None, rules_status=None,
+                     telemetry=None):
             self.cfg, self.spark, self.telemetry = cfg, None, None
 
         def install_signals(self) -> None:
