@@ -38,6 +38,11 @@ GRACE_MS = 20 * 60_000
 # time has passed its end by this much; corrections after that stay on the Kafka topic only
 # (docs/prometheus.md). At most the grace.
 PUBLISH_DELAY_MS = 2 * 60_000
+# How often a gauge window key that gets no logs is looked at again (the *recheck*: published
+# once final, dropped once closed), on multiples of it; an idle source ticks then
+# (docs/streaming.md, "Ticks"). Also the longest a job may set: live rules keep a rule set's
+# version for one recheck past its windows (l2m.streaming.rulesets.RECHECK_MARGIN_MS).
+RECHECK_MS = 60_000
 # Event times further ahead of their record's Kafka time are counted as `future` and
 # dead-lettered instead of moving the watermark.
 MAX_FUTURE_MS = 5 * 60_000

@@ -22,6 +22,7 @@ from l2m.config.decode import (
     Parse,
     Range,
     describe,
+    parse_duration_ms,
 )
 from l2m.errors import ConfigError
 from l2m.policy.limits import Limits, SeriesLimits
@@ -69,6 +70,18 @@ def starting_offsets(value: Any) -> str:
     if per_topic:
         return json.dumps({str(t): {str(p): o for p, o in ps.items()} for t, ps in value.items()})
     return json.dumps({str(p): o for p, o in value.items()})
+
+
+def recheck_ms(value: Any) -> int:
+    """The ``recheck`` duration, ms: 1 second to :data:`l2m.defaults.RECHECK_MS` (live rules
+    keep a rule set's version for one recheck past its windows); else :class:`Invalid`."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise Invalid(f"expected a duration, got {describe(value)}")
+    ms = parse_duration_ms(value)
+    if not 1_000 <= ms <= defaults.RECHECK_MS:
+        raise Invalid(f"must be between 1 second and {defaults.RECHECK_MS // 60_000} minute "
+                      f"(live rules keep a rule set for one past its windows), got {value}")
+    return ms
 
 
 @dataclass(frozen=True)
@@ -333,6 +346,8 @@ class JobConfig:
     # docs/prometheus.md: when a gauge window's value is final (at most the grace; unset:
     # defaults.PUBLISH_DELAY_MS, or the grace if that is shorter — see publish_delay).
     publish_delay_ms: Annotated[int | None, DURATION, Key("publish_delay")] = None
+    # docs/streaming.md "Ticks": how often a window without logs is looked at (≤ 1 minute).
+    recheck_ms: Annotated[int, Parse(recheck_ms), Key("recheck")] = defaults.RECHECK_MS
     # Event times further ahead of their record's Kafka time are counted as `future` and
     # dead-lettered instead of moving the watermark.
     max_future_ms: Annotated[Duration, Key("max_future_skew")] = defaults.MAX_FUTURE_MS

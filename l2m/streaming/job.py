@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
+from l2m import defaults
 from l2m.config.job import JobConfig
 from l2m.engine.columns import PLACE_COLUMN
 from l2m.engine.pipeline import CapsTable, RuleTable, routing_option
@@ -70,7 +71,7 @@ from l2m.streaming.rulesets import RulesetPublisher, ruleset_version
 QUERY = "metrics"  # the query's name (l2m-metrics) and its checkpoint directory
 # How often a gauge window key with no new logs is looked at (to publish it once final and
 # to close it), on multiples of this; an idle source ticks then (l2m.kafka.source.Ticker).
-RECHECK_MS = 60_000
+RECHECK_MS = defaults.RECHECK_MS  # the default; a job's is cfg.recheck_ms (key `recheck`)
 # Series keys (l2m.engine.fanout: length-prefixed) of the input statuses whose logs are routed.
 ROUTED_STATUS_SERIES = sorted({status.series for status in ROUTED})
 
@@ -318,10 +319,12 @@ class Job:
 
 def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
               once: bool = False, source: Source | None = None,
-              sink: Sink | None = None, recheck_ms: int = RECHECK_MS) -> Job:
+              sink: Sink | None = None, recheck_ms: int | None = None) -> Job:
     """Start the query; ``once`` processes what is available now and stops. ``source`` and
     ``sink`` replace Kafka (the in-memory test harness, :mod:`l2m.dev.memory`);
-    ``recheck_ms``: :func:`metrics_frame`'s (tests shorten it)."""
+    ``recheck_ms``: :func:`metrics_frame`'s, by default the job's (``cfg.recheck_ms``)."""
+    if recheck_ms is None:
+        recheck_ms = cfg.recheck_ms
     register(spark)
     remote = local_checkpoint(cfg.checkpoint) is None
     state_format = check_checkpoint(cfg.checkpoint, QUERY, HadoopFiles(spark) if remote else None)
@@ -433,4 +436,3 @@ def streaming_conf(checkpoint: str) -> dict[str, str]:
     """The Spark settings of a streaming job whose checkpoint is ``checkpoint``."""
     local = local_checkpoint(checkpoint) is not None
     return {**STREAMING_CONF, **(LOCAL_CHECKPOINT_CONF if local else {})}
-
