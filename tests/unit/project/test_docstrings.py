@@ -39,6 +39,9 @@ DOTTED = re.compile(r"(?<![\w./-])l2m(?:\.[A-Za-z_]\w*)+")
 # a path inside the package: l2m/state/format.py, l2m/engine/
 PATH = re.compile(r"(?<![\w./-])l2m/[\w/.-]*\w")
 OUTSIDE = re.compile(r"\.\./shared|shared/SPEC\.md")
+# benchmarks/README.md cited by a name in quotes, or linked to one of its headings
+BENCH_CITED = re.compile(r'benchmarks/README\.md[,)]?\s+"([^"\s][^"]*)"')
+BENCH_LINK = re.compile(r"(?:benchmarks/|\()README\.md#([\w-]+)")
 
 
 @dataclass
@@ -320,3 +323,32 @@ def test_nothing_in_the_repository_cites_the_contract_outside_it():
         if OUTSIDE.search(data.decode(errors="replace")):
             outside.append(str(path.relative_to(ROOT)))
     assert outside == [], "\n".join(outside)
+
+
+def _plain(text: str) -> str:
+    """Text as read: comment markers, line breaks and doubled backticks gone, lower case."""
+    text = re.sub(r"\n\s*#\s*", " ", text).replace("``", "`")
+    return " ".join(text.split()).lower()
+
+
+def test_citations_of_the_benchmarks_write_up_resolve():
+    """A cited name ("Session 26", "State layouts") is in benchmarks/README.md, and a link to
+    one of its headings finds the heading: the write-up is organised by question, and a
+    reorganisation must not leave citations pointing at nothing."""
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    text = _plain(readme)
+    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", readme, re.M)}
+    broken = []
+    for path in _repository_files():
+        if path.suffix not in (".py", ".md", ".sh", ".yaml") or path.name == "CHANGELOG.md":
+            continue
+        source = path.read_text(errors="replace")
+        where = str(path.relative_to(ROOT))
+        broken += [f"{where}: \"{name}\"" for name in BENCH_CITED.findall(source)
+                   if _plain(name) not in text]
+        # a link from benchmarks/ itself may be relative (`(README.md#…)`)
+        local = path.parent.name == "benchmarks"
+        broken += [f"{where}: #{a}" for a in BENCH_LINK.findall(source)
+                   if a not in anchors and (local or f"benchmarks/README.md#{a}" in source)]
+    assert broken == [], "\n".join(broken)
