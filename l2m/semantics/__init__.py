@@ -1,4 +1,4 @@
-"""Layer 1 — what a log's values and times mean (SPEC §2–4), once for every stage:
+"""Layer 1 — what a log's values and times mean (SPEC §2–3), once for every stage:
 
 * :mod:`l2m.semantics.values` — field lookup, string form, numbers, text tokens, event time;
 * :mod:`l2m.semantics.windows` — the one-minute window: its start and when the watermark
