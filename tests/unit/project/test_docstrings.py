@@ -245,7 +245,7 @@ def broken_references(text: Text, module: str) -> Iterator[str]:
             continue  # another library's name, e.g. :class:`pyarrow.Table`
         elif not _local(name, module):
             yield f"{where}: :{role}:`{target}`"
-    for name in DOTTED.findall(re.sub(r"\.\s+(?=\w)", ".", text.text)):
+    for name in DOTTED.findall(re.sub(r"\.\n\s*(?=[a-z_])", ".", text.text)):
         if name not in seen and name not in literals() and not resolves(name):
             yield f"{where}: {name}"
     for path in PATH.findall(text.text):
@@ -282,6 +282,9 @@ def test_no_docstring_or_comment_names_what_does_not_exist():
             continue
         for text in texts(path):
             broken += broken_references(text, name)
+    for script in sorted(SCRIPTS.iterdir()):  # not modules: their whole text, names qualified
+        if script.is_file():
+            broken += broken_references(Text(script, 1, script.read_text()), "l2m")
     assert broken == [], "\n".join(broken)
 
 
@@ -295,6 +298,19 @@ def test_the_resolver_tells_names_that_exist_from_names_that_do_not():
     assert not resolves("l2m.rules.model.Tenancy")
     assert not resolves("l2m.runtime.jvm.build")
     assert not resolves("l2m.text")
+
+
+def test_the_checker_finds_each_kind_of_stale_name():
+    text = Text(PACKAGE / "engine" / "parse.py", 1, (
+        "See :class:`~l2m.query.compiler.FieldUse`, :func:`no_such_function`, "
+        ":data:`~l2m.engine.status.STATUS_NAMES`, l2m.state.nosuch.CUMULATIVE, "
+        "l2m/state/nosuch.py, l2m/engine/parse.py, :class:`dict`, :class:`pyarrow.Table` "
+        "and the ``l2m.json`` marker."))
+    assert list(broken_references(text, "l2m.engine.parse")) == [
+        "l2m/engine/parse.py:1: :class:`~l2m.query.compiler.FieldUse`",
+        "l2m/engine/parse.py:1: :func:`no_such_function`",
+        "l2m/engine/parse.py:1: l2m.state.nosuch.CUMULATIVE",
+        "l2m/engine/parse.py:1: l2m/state/nosuch.py"]
 
 
 def _repository_files() -> Iterator[Path]:
