@@ -214,7 +214,7 @@ def column_list(frame: Any, name: str) -> list[Any]:
 
 def frame_partials(frame: Any) -> Iterator[tuple[str, str, Partial]]:
     """(series, le or "", partial) of each row of a pandas frame or an Arrow table of partial
-    rows (the state stage's input, :func:`l2m.state.function.unpacked`)."""
+    rows (the state stage's input, :func:`l2m.state.rows.unpacked`)."""
     parts = _values([column_list(frame, c) for c in _VALUE_COLUMNS])
     for name, le, part in zip(column_list(frame, "series"), column_list(frame, "le"), parts,
                               strict=True):

@@ -22,7 +22,7 @@ import hashlib
 import pickle
 import zlib
 from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -33,6 +33,26 @@ from l2m.engine.preaggregate import preaggregate
 from l2m.engine.routing import Delegating, Routing, plain_caps
 from l2m.process.collector import collector_paused
 from l2m.rules.model import Rule
+
+
+class RuleVersion(Protocol):
+    """The rule set a state call runs under (:class:`l2m.engine.rulesets.RuleVersion`, which
+    imports this module: described here by what a table reads of it)."""
+
+    @property
+    def version(self) -> str:
+        """The rule set's version."""
+
+
+class Versions(Protocol):
+    """How a worker finds a rule set's routing (:class:`l2m.engine.rulesets.Versions`)."""
+
+    @property
+    def version(self) -> str:
+        """The rules the query started with."""
+
+    def routing_at(self, at: Any) -> Routing:
+        """The routing of the rule set ``at`` (None: the query's first)."""
 
 V = TypeVar("V")
 # Logs pre-aggregated at a time. A task's chunks are merged at its end, a grouping over all
@@ -132,13 +152,13 @@ class RoutingTable(Delegating[V]):
     the state function for every task (ten thousand rules took 0.5 s per task that way), and
     kept once built (a lookup per series must not re-hash the option).
 
-    The rules change while the job runs: ``versions`` finds the routing of the version the
-    state stage's current rows were planned with (:func:`l2m.engine.rulesets.select`); without
-    it, the table is the option's rules."""
+    The rules change while the job runs: ``versions`` finds the routing of the version a state
+    call runs under, which the call passes (:meth:`at`); without ``versions``, the table is the
+    option's rules. As a mapping, the table is the query's first rules."""
 
-    def __init__(self, option: str, versions: Any = None) -> None:
+    def __init__(self, option: str, versions: Versions | None = None) -> None:
         self.option = option
-        self.versions = versions  # l2m.engine.rulesets.Versions (a layer above: not typed)
+        self.versions = versions
         self._built: dict[str | None, Mapping[str, V]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -147,31 +167,28 @@ class RoutingTable(Delegating[V]):
     def _build(self, routing: Routing) -> Mapping[str, V]:
         raise NotImplementedError
 
-    def current(self) -> str | None:
-        """The version the table reads now (None: fixed rules)."""
-        return None if self.versions is None else str(self.versions.current())
-
     def _table(self) -> Mapping[str, V]:
-        version = None if self.versions is None else self.versions.current()
-        built = self._built.get(version)
+        return self.at(None)
+
+    def at(self, version: RuleVersion | None) -> Mapping[str, V]:
+        """The table of the rule set ``version`` (None: the query's first), as a plain mapping:
+        a call's hot loops look rules up hundreds of thousands of times."""
+        key = None if self.versions is None else \
+            version.version if version is not None else self.versions.version
+        built = self._built.get(key)
         if built is None:
             routing = routing_from_option(self.option) if self.versions is None \
-                else self.versions.selected_routing()
+                else self.versions.routing_at(version)
             if len(self._built) >= KEEP_ROUTINGS:
                 self._built.clear()
-            built = self._built[version] = self._build(routing)
+            built = self._built[key] = self._build(routing)
         return built
-
-    def now(self) -> Mapping[str, V]:
-        """The table of the version at hand, as a plain mapping: for a call's hot loops, once
-        its rows have selected their version."""
-        return self._table()
 
 
 class RuleTable(RoutingTable[Rule]):
     """The job's rules of one kind (``counter``, ``gauge``) by id."""
 
-    def __init__(self, option: str, kind: str, versions: Any = None) -> None:
+    def __init__(self, option: str, kind: str, versions: Versions | None = None) -> None:
         super().__init__(option, versions)
         self.kind = kind
 

@@ -3,10 +3,12 @@
 planned with.
 
 Input: a version (:func:`l2m.rules.snapshot.version_of`) — from the batch's source offset
-(read tasks) or the ``ruleset`` column of its partials (the state stage) — and the folder where
-Spark put the files the driver shipped (``SparkFiles``' root: the caller's, since the engine
-never imports pyspark). Output: the version a source plans its next batch with, and that
-version's :class:`~l2m.engine.routing.Routing`, decoded once per process
+(read tasks), the ``ruleset`` column of its partials or a key's stored version (the state
+stage) — and the folder where Spark put the files the driver shipped (``SparkFiles``' root:
+the caller's, since the engine never imports pyspark). Output: the version a source plans its
+next batch with; for the state stage the :class:`RuleVersion` a call runs under, which the
+call passes to the tables it reads (no version is kept between calls); and a version's
+:class:`~l2m.engine.routing.Routing`, decoded once per process
 (:func:`~l2m.engine.pipeline.routing_from_option`). The read tasks' side (the partials tagged
 with their version and shard) is :mod:`l2m.engine.streamtask`.
 
@@ -62,48 +64,41 @@ class Versions:
             files_dir is not None and os.path.exists(os.path.join(files_dir,
                                                                   routing_file(version))))
 
-    def current(self) -> str:
-        """The version the state stage's rows at hand were planned with (:func:`select`)."""
-        return _selected[0] or self.version
+    def routing_at(self, at: RuleVersion | None) -> Routing:
+        """The routing of the rule set a state call runs under (None: the query's first)."""
+        if at is None:
+            return self.routing(None, None)
+        return self.routing(at.version, at.files_dir)
 
-    def selected_routing(self) -> Routing:
-        """The routing of :meth:`current`."""
-        return self.routing(_selected[0], _selected[1])
+    def for_rows(self, version: str | None, files_dir: str | None) -> RuleVersion:
+        """The state stage: the rule set its rows at hand were planned with (their ``ruleset``
+        column; None: the query's first); Spark's shipped files are in ``files_dir``."""
+        return RuleVersion(version or self.version, files_dir)
+
+    def for_key(self, version: str | None, files_dir: str | None) -> RuleVersion:
+        """The state stage, a call with timers only (no rows to name their rule set): the rule
+        set the key's state says it was last written under (``version``, the key's stored
+        ``rs``), which the driver ships again after a restart
+        (:meth:`l2m.streaming.rulesets.RulesetPublisher.start`).
+
+        Raises nothing. When this worker cannot read ``version`` (none stored, or a version
+        the checkpoint no longer kept) the key is under the rules the query started with, as
+        a restart puts it."""
+        try:
+            found = bool(version) and self.has(str(version), files_dir)
+        except (OSError, ValueError):  # an odd path in the state: the fallback, never a failure
+            found = False
+        return RuleVersion(str(version) if found else self.version, files_dir)
 
 
-# The rule set the state stage's current call reads (set from its rows' ``ruleset``, or for
-# a call with timers only from the key's state: select_key), and where shipped files are.
-_selected: tuple[str | None, str | None] = (None, None)
+@dataclass(frozen=True)
+class RuleVersion:
+    """The rule set one state call runs under, passed to every table the call reads
+    (:meth:`l2m.engine.pipeline.RoutingTable.at`): the version and where Spark put the
+    files the driver shipped (None: not a Spark worker)."""
 
-
-def select(version: str | None, files_dir: str | None) -> None:
-    """The state stage: the rows at hand were planned with ``version``; Spark's shipped files
-    are in ``files_dir``."""
-    global _selected
-    if version is not None:
-        _selected = (version, files_dir)
-
-
-def select_key(versions: Versions | None, version: str | None,
-               files_dir: str | None) -> str | None:
-    """The state stage, a call with timers only (no rows to name their rule set): select the
-    rule set the key's state says it was last written under (``version``, the key's stored
-    ``rs``), which the driver ships again after a restart
-    (:meth:`l2m.streaming.rulesets.RulesetPublisher.start`); the selected version.
-
-    Raises nothing. When this worker cannot read ``version`` (none stored, or a version the
-    checkpoint no longer kept) the key is under the rules the query started with, as a
-    restart puts it — never under whatever version another key's call left selected. None:
-    fixed rules (``versions`` None), nothing to select."""
-    global _selected
-    if versions is None:
-        return None
-    try:
-        found = bool(version) and versions.has(str(version), files_dir)
-    except (OSError, ValueError):  # an odd path in the state: the fallback, never a failed task
-        found = False
-    _selected = (str(version), files_dir) if found else (versions.version, files_dir)
-    return _selected[0]
+    version: str
+    files_dir: str | None
 
 
 def planned_version(ruleset_file: str | None, first: str) -> str:

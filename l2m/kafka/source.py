@@ -91,7 +91,7 @@ class Ticker:
     moved (the job turns ``noDataMicroBatches`` off, docs/streaming.md "Ticks").
 
     ``every_ms`` is the state's recheck interval; its timers are due on multiples of it
-    (:meth:`l2m.state.processor.MetricProcessor._schedule`), so a tick is due once a multiple
+    (:meth:`l2m.state.windowkeys.WindowCall.schedule`), so a tick is due once a multiple
     has passed since the last batch, :data:`TICKS_PER_IDLE` times after data at most. Under
     ``Trigger.AvailableNow`` one tick follows the data: the run's last batch, in which the state
     publishes every window final by then (its timers are due at once in such a run).

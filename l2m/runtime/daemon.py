@@ -39,7 +39,7 @@ _without_bundled_zips()
 # it forks the daemon): l2m's stages with pandas, pyarrow, orjson and confluent-kafka, and
 # pyarrow.acero, which pyarrow's group_by imports on first use (30 ms).
 STAGES = ("pyarrow.acero", "l2m.batch.backfill", "l2m.engine.readtask", "l2m.engine.streamtask",
-          "l2m.kafka.sink", "l2m.kafka.source", "l2m.state.function", "l2m.state.processor")
+          "l2m.kafka.sink", "l2m.kafka.source", "l2m.state.format2", "l2m.state.processor")
 
 
 def preload() -> None:

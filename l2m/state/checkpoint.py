@@ -3,9 +3,10 @@ Spark starts, so a checkpoint this l2m cannot continue is refused with ``[STATE_
 what to do, instead of failing inside a task.
 
 Input: a checkpoint location (a local path, a ``file://`` URI or an object-store URI) and the
-query's folder name. Output: the checkpoint's state format (a new local checkpoint is marked
+query's folder name. Output: the checkpoint's state format, 2 or 7 (a new checkpoint is marked
 with :data:`~l2m.state.format.STATE_FORMAT` in ``l2m.json``), or
-:class:`~l2m.errors.StateFormatError`."""
+:class:`~l2m.errors.StateFormatError` for formats 0, 1 and 3 to 6
+(:func:`l2m.state.format.refusal`)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from pathlib import Path
 from typing import Protocol
 
 from l2m.errors import StateFormatError
-from l2m.state.format import READABLE, STATE_FORMAT, UPGRADE_HINT, UPGRADES
+from l2m.state.format import BLOB_FORMAT, READABLE, STATE_FORMAT, refusal
 
 CHECKPOINT_MARKER = "l2m.json"
-# The format of a started object-store checkpoint without a marker: releases before format 4
-# marked local checkpoints only, and wrote format 3 there.
-UNMARKED_OBJECT_STORE_FORMAT = 3
+# The format of a started object-store checkpoint without a marker: the releases that marked
+# local checkpoints only (0.1.0, 0.2.0) wrote format 2. Left unmarked: a development build
+# of that time wrote format 3 there, and its blobs, which carry their format, are refused at
+# the first batch (l2m.state.format.load_blob).
+UNMARKED_OBJECT_STORE_FORMAT = BLOB_FORMAT
 
 
 def local_checkpoint(checkpoint: str) -> str | None:
@@ -85,8 +88,7 @@ def check_checkpoint(checkpoint: str, query_dir: str, files: Files | None = None
     checkpoint is taken for :data:`STATE_FORMAT` unread. A checkpoint with a query folder but
     no ``l2m.json``: on a local disk it was written before state versions (or by the
     two-query layout) and is refused; on an object store by a release that marked only local
-    checkpoints, of format 3 (whose blobs carry their version: a format 2 one is refused at
-    its first batch)."""
+    checkpoints (0.1.0, 0.2.0), of format 2 (:data:`UNMARKED_OBJECT_STORE_FORMAT`)."""
     local = local_checkpoint(checkpoint)
     if local is None and files is None:
         return STATE_FORMAT
@@ -99,21 +101,13 @@ def check_checkpoint(checkpoint: str, query_dir: str, files: Files | None = None
         except (ValueError, AttributeError):
             found = "unreadable"
         if found not in READABLE:
-            raise StateFormatError(
-                f"checkpoint {checkpoint} holds state format {found}; this l2m reads formats "
-                f"{', '.join(map(str, READABLE))}. {UPGRADE_HINT}")
-        if found in UPGRADES:
-            files.write(f"{root}/{CHECKPOINT_MARKER}",
-                        json.dumps({"state_format": UPGRADES[found]}) + "\n")
-            return UPGRADES[found]
+            raise StateFormatError(refusal(found, f"checkpoint {checkpoint}"))
         return int(found)
     started = files.is_dir(f"{root}/{query_dir}/offsets") or files.is_dir(f"{root}/counters") \
         or files.is_dir(f"{root}/gauges")
     if started and local is None:
         return UNMARKED_OBJECT_STORE_FORMAT
     if started:
-        raise StateFormatError(
-            f"checkpoint {checkpoint} was written by an l2m before state format versions "
-            f"(format 0); this l2m reads format {STATE_FORMAT}. {UPGRADE_HINT}")
+        raise StateFormatError(refusal(0, f"checkpoint {checkpoint}"))
     files.write(f"{root}/{CHECKPOINT_MARKER}", json.dumps({"state_format": STATE_FORMAT}) + "\n")
     return STATE_FORMAT

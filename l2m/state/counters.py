@@ -1,37 +1,34 @@
 """Counters stage (SPEC §3): cumulative totals per (rule, series) since first seen; idle
 series expire after the TTL.
 
-Input: one rule's stored section of a counter key (state format 2 keys by shard, with one
-section per rule — :mod:`l2m.state.function`; format 1 by (rule, shard), one rule per key)
-and its partials of this micro-batch. Output: the new section and the samples of the series
-the batch touched; for the input statuses also the late-log count."""
+Input: one rule's counters in a counter key — a format 2 blob's section
+(:mod:`l2m.state.format2`) or the entries format 7 fetched for it (:mod:`l2m.state.counterkeys`),
+as ``{"sig", "series"[, "late"]}`` — and its partials of this micro-batch. Output: the new
+content and the samples of the series the batch touched; for the input statuses also the
+late-log count. Also what both formats share about counters: l2m's own counter rules, a
+rule's signature, what a rule's counters tell the driver (:func:`tallied`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
 from pyspark import Accumulator
-from pyspark.sql.streaming.state import GroupState
 
 from l2m.engine.admission import REFUSED_GROUP_BY, Admission, redirected
 from l2m.engine.labels import CUT_RULE
-from l2m.engine.partials import Partial, frame_partials
-from l2m.engine.samples import (
-    MARK_KEY,
-    NEW,
-    rule_samples,
-    samples_frame,
-    series_labels,
-    series_samples,
-)
+from l2m.engine.partials import Partial
+from l2m.engine.samples import MARK_KEY, NEW, rule_samples, series_labels, series_samples
 from l2m.engine.status import STATUS_RULE, status_label
 from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.semantics.windows import window_closed
-from l2m.state.format import dump_blob, load_blob
 from l2m.state.tally import CutCount, InputCount, LateCount, SeriesCount, Tally
+
+# How often a counter key re-checks its untouched rules: format 2 drops their idle series,
+# format 7 re-counts every rule's live series for the driver's metrics (series expire without
+# a call).
+SWEEP_MS = 60_000
 
 # The input counter l2m keeps about itself: logs per parse status (ok, malformed, …).
 INPUT_RULE = Rule(id="l2m-input", name="l2m_input_logs_total", kind=Kind.COUNTER, query="*",
@@ -72,10 +69,9 @@ def same_signature(stored: Any, rule: Rule) -> bool:
 
 @dataclass
 class CounterState:
-    """Counter sections of the state function (:meth:`update`), and format 1's (rule, shard)
-    keys whole (:meth:`__call__`).
+    """One rule's counters in a key (:meth:`update`), for either format.
 
-    A rule's section: ``{"sig": signature, "series": {series: [last_seen_ms, {le:
+    A rule's counters: ``{"sig": signature, "series": {series: [last_seen_ms, {le:
     partial}]}}`` (layouts: :mod:`l2m.state.format`), so many series are updated per Python
     call and the state schema does not depend on the rules. Series idle for longer than the TTL are
     dropped (a later log restarts them at 0, a counter reset for PromQL).
@@ -93,27 +89,6 @@ class CounterState:
     # key its exact per-status and late counts.
     tally: Accumulator[Tally] | None = None
 
-    def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
-                 state: GroupState) -> Iterator[pd.DataFrame]:
-        """A (rule, shard) key of state format 1."""
-        rule_id = key[0]
-        stored = load_blob(state.get[0]) if state.exists else {}
-        rows = [] if state.hasTimedOut else [p for frame in frames
-                                             for p in frame_partials(frame)]
-        # Only the input statuses read the watermark (a test's GroupState may have none).
-        watermark = state.getCurrentWatermarkMs() if rule_id == STATUS_RULE and rows else 0
-        content, samples = self.update(rule_id, stored, rows, state.getCurrentProcessingTimeMs(),
-                                       watermark, sweep=True)
-        if content is None:
-            state.remove()
-        else:
-            state.update((dump_blob(content, version=1),))
-            state.setTimeoutDuration(self.ttl_ms)
-        if self.tally is not None:
-            self.tally.add(tallied(rule_id, key[1], key[2], content))
-        if samples:
-            yield samples_frame(samples, state.getCurrentProcessingTimeMs())
-
     def update(self, rule_id: str, stored: dict[str, Any],
                rows: list[tuple[str, str, Partial]], now: int, watermark: int,
                sweep: bool = True, admission: Admission | None = None, marked: bool = False
@@ -123,7 +98,7 @@ class CounterState:
         samples of the series this batch touched. ``sweep``: drop series idle past the TTL.
         ``admission``: new series past a cap go to the rule's overflow series. ``marked``: the
         samples of a series' first batch *with a value* carry :data:`~l2m.engine.samples.NEW`
-        (state format 4, for remote write): a series started by logs without one (a missing
+        (state format 7, for remote write): a series started by logs without one (a missing
         or non-numeric ``field``) is stored with no sample, and its first sample, in a later
         batch, is the one remote write must precede with a 0; so is the late-log count's
         first (docs/prometheus.md)."""

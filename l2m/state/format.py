@@ -1,85 +1,65 @@
-"""The stored form of streaming state: versioned blobs, every layout ever written.
+"""The stored form of streaming state: the two formats this l2m continues, their keys and
+layouts, and the refusal of every other.
 
-Input: a blob from the state store (bytes). Output: its mapping, checked for a version this
-l2m reads, or :class:`~l2m.errors.StateFormatError`.
+Input: a blob of format 2 or a map entry of format 7 from the state store (bytes), a
+checkpoint's or a key's format number. Output: the stored mapping, or
+:class:`~l2m.errors.StateFormatError` with one ``[STATE_FORMAT]`` line naming the format found,
+who wrote it and what to do.
 
-State outlives releases: every blob (formats 1–3, :data:`BLOB_FORMATS`) is orjson of a mapping
-with ``"v"``, its format version. :func:`load_blob` reads every blob version l2m has written
-since versions exist (``tests/golden/`` pins each) and refuses anything else with
-``[STATE_FORMAT]``, naming the version it found and what to do. The checkpoint folder carries
-the format in ``l2m.json`` (:func:`l2m.state.checkpoint.check_checkpoint`), so a wrong
-checkpoint is refused before Spark starts.
+State outlives releases. Releases 0.1.0 and 0.2.0 wrote format 2 (:data:`BLOB_FORMAT`); a
+checkpoint of theirs continues in its own layout (:mod:`l2m.state.format2`), a plain restart.
+A new checkpoint is written in format 7 (:data:`STATE_FORMAT`, :mod:`l2m.state.processor`).
+Formats 1 (builds before 0.1.0) and 3 to 6 (0.3.0 development builds) are refused
+(:data:`WRITTEN_BY`), before Spark starts when the checkpoint's ``l2m.json`` names them
+(:func:`l2m.state.checkpoint.check_checkpoint`) and at their first blob or key otherwise;
+format 0 (no version at all) too. ``tests/golden/`` pins both formats read.
 
-Layouts, version 7 (:mod:`l2m.state.processor`): version 6's below, but a map entry's value
-(orjson bytes) longer than :data:`FRAME_BYTES` is stored framed (:func:`dump_entry`): a 0 byte
-(no JSON text starts with it), the JSON's length as 4 bytes little-endian, then the JSON as
-one LZ4 frame — a bucket's JSON is ≈ 2.8× its LZ4 frame, and Spark's state server, RocksDB
-and the checkpoint's changelog handle every byte of every entry a batch touches. Entries
-written unframed (all of version 6's) are read as they are.
+Both formats key the state by (shard, window) (:data:`STATE_KEY`): a counter key by shard with
+window :data:`CUMULATIVE`, a gauge key by (shard, one-minute window).
 
-Version 6: version 5's below, but the groups of several
-accounts share one entry, a *bucket*: ``counter_rules`` / ``gauge_rules`` ``"@" + number`` →
-``{"a": {account: its version 5 group, without "w"}, "w": bucket of the last write}``, the
-account's bucket being :func:`~l2m.state.processor.bucket_of` (a BLAKE2b hash of the account
-modulo the key's buckets). ``meta`` adds ``"nb"``: the key's buckets, a power of two (about one
-per four accounts the rule set places in the key's shard); a key without ``"nb"`` (continued
-from version 5 or 4) keeps a group per account as version 5 does, until a counter key's sweep
-moves them into buckets. A bucket's groups hold at most
-:data:`~l2m.state.processor.GROUP_SERIES` series in all (the largest members past it have own
-entries, marked ``"o"``).
+Format 7 (not blobs: ``transformWithStateInPandas`` state variables of a key,
+:mod:`l2m.state.variables`, each value orjson bytes, stored framed when longer than
+:data:`FRAME_BYTES` — :func:`dump_entry`: a 0 byte (no JSON text starts with it), the JSON's
+length as 4 bytes little-endian, then the JSON as one LZ4 frame; a bucket's JSON is ≈ 2.8× its
+frame, and Spark's state server, RocksDB and the checkpoint's changelog handle every byte of
+every entry a batch touches; shorter values are plain JSON):
 
-Version 5: version 4's below, but a small rule of an
-account (its series in ``"s"``) is not kept under its own id: ``counter_rules`` /
-``gauge_rules`` ``"@" + account`` → ``{"r": {rule: its version 4 entry}, "own": [rule…]["w":
-bucket of the group's last write]}`` — the account's *group*, holding its small rules' entries
-(``"r"``) and listing its rules with an entry of their own (``"own"``: past the small size,
-or moved out of a group past :data:`~l2m.state.processor.GROUP_SERIES` series, such an entry
-marked ``"o": 1``). A rule in neither is new. ``meta`` adds ``"g": 1`` on keys started under
-version 5: every account with an own entry there has a group (a key continued from version 4
-has none, and reads an account's own entries until it has one). A version 4 key is read as a
-version 5 key without groups.
-
-Version 4 (not blobs: ``transformWithStateInPandas`` state variables of a (shard, window)
-key, each value orjson bytes; the key's ``meta`` carries the version):
-
-* ``meta``: ``{"v": 4, "swept": ms}`` (counter keys: when every rule's live series were last
-  re-counted) or ``{"v": 4, "timer": ms[, "published": ms][, "rs": version]}`` (window
-  keys: the pending timer; ``rs``, since live rules: the rule set of the key's last input,
-  which its timers publish with — absent in entries written before, read as the query's
-  first rules);
-* ``counter_series`` (rule, series) → ``[generation, last_seen_ms, {le: partial}]``; the
-  input statuses' late count is (``__status__``, ``"!late"``) → ``[0, last_seen_ms,
+* ``meta``: ``{"v": 7, "g": 1, "nb": buckets, "swept": ms}`` (counter keys: when every rule's
+  live series were last re-counted) or ``{"v": 7, "g": 1, "nb": buckets, "timer": ms[,
+  "published": ms][, "rs": version]}`` (window keys: the pending timer, when the window was
+  published final, and the rule set of the key's last input, which its timers publish with);
+  ``"nb"``: the key's buckets, a power of two (about one per eight accounts the rule set
+  places in the key's shard, :func:`l2m.state.buckets.bucket_count`);
+* ``counter_series`` (rule, series) → ``[generation, last_seen_ms, {le: partial}]``; the input
+  statuses' late count is (``__status__``, :data:`LATE_SERIES`) → ``[0, last_seen_ms,
   partial]``; ``gauge_series`` (rule, series) → ``[generation, {le: partial}]``;
-* ``counter_rules`` rule → ``{"sig": signature, "gen": generation, "n": {bucket: live
-  series}, "w": bucket of the entry's last write[, "s": {series: [last_seen_ms, {le:
-  partial}]}][, "m": [series…]]}`` (bucket: last touch ms // (counter_ttl / 128));
-  ``gauge_rules`` rule → ``{"sig", "gen", "n": live series[, "s": {series: {le: partial}}][,
-  "m"]}``. ``"s"``: a small rule's series, kept in its entry (and not as series entries)
-  until it has more than 512; then they move to series entries for the rest of the
-  generation. ``"m"``: such a moved rule's series, every live one (and expired ones not yet
-  pruned), kept when its per-rule cap is at most 20,000. A series entry whose generation is
-  not its rule's is read as absent, and a counter's last touched more than ``counter_ttl``
-  ago as expired.
+* ``counter_rules`` / ``gauge_rules``: a rule's entry — ``{"sig": signature, "gen":
+  generation, "n": live series (counters: ``{bucket: count}`` by last-touch bucket, bucket =
+  last touch ms // (counter_ttl / 128); gauges: a count), "w": bucket of the entry's last
+  write[, "s": {series: [last_seen_ms, {le: partial}]} (gauges: ``{series: {le: partial}}``)][,
+  "m": [series…]][, "o": 1]}``. ``"s"``: a small rule's series, kept in its entry until it has
+  more than 512; then they move to series entries for the rest of the generation. ``"m"``:
+  such a moved rule's series, every live one (and expired ones not yet pruned), kept when its
+  per-rule cap is at most 20,000. A series entry whose generation is not its rule's reads as
+  absent, a counter's last touched more than ``counter_ttl`` ago as expired. An account's
+  small rules' entries are members of its *group*, ``{"r": {rule: entry}, "own":
+  [rule…]}`` (``"own"``: its rules with an entry of their own — past the small size, or moved
+  out of a group past 2,048 series, marked ``"o"``); the groups of several accounts share one
+  entry, a *bucket*, under :func:`bucket_key` → ``{"a": {account: group}, "w": bucket of the
+  last write}``, the account's bucket a BLAKE2b hash of the account modulo ``"nb"``
+  (:func:`l2m.state.buckets.bucket_of`). Every other rule's entry is its own, keyed by its id.
 
-Version 3: as version 2, but a key's shard is its placement's — every series of
-an account (a rule without an account: of the rule) in one shard
-(:func:`l2m.engine.admission.placement_shard`), so series caps are counted in one key — and a
-section may hold its rule's overflow series (key ``"!overflow"``); the section ``"__refused__"``
-holds l2m's own refusal counts (series: rule, account, limit).
+Format 2 (one blob per key, :func:`dump_blob`): ``{"v": 2, "rules": {rule id: section}}``, a
+counter key adding ``"swept": ms`` (when its idle series were last dropped for every rule;
+touched rules are swept each batch). A section:
 
-Version 2: a key's blob is ``{"v": 2, "rules": {rule id: section}}`` — a counter
-key adds ``"swept": ms`` (when its idle series were last dropped for every rule; touched rules
-are swept each batch) — and each section is what a version 1 blob holds below, without
-``"v"``. Version 1:
-
-* counter key: ``{"v": 1, "sig": signature, "series": {series: [last_seen_ms, {le:
-  partial}]}}``; the input-status key (rule ``__status__``) adds ``"late": partial`` — logs
-  that came after the watermark had closed their window;
-* gauge key: ``{"v": 1, "sig": signature, "series": {series: {le: partial}}}``;
+* counters: ``{"sig": signature, "series": {series: [last_seen_ms, {le: partial}]}}``; the
+  input-status section (rule ``__status__``) adds ``"late": partial`` — logs that came after
+  the watermark had closed their window;
+* gauges: ``{"sig": signature, "series": {series: {le: partial}}}``;
 * partial: ``[matches, n, sum, exact_sum (decimal string or null), min, max, ts]``; a
-  non-finite float is stored as ``"+Inf"``, ``"-Inf"`` or ``"NaN"``.
-
-A partial's stored form is :meth:`l2m.engine.partials.Partial.dump`'s."""
+  non-finite float is stored as ``"+Inf"``, ``"-Inf"`` or ``"NaN"``
+  (:meth:`l2m.engine.partials.Partial.dump`)."""
 
 from __future__ import annotations
 
@@ -90,48 +70,61 @@ import orjson
 
 from l2m.errors import StateFormatError
 
-STATE_FORMAT = 7  # the version a new checkpoint is written in
-READABLE = (1, 2, 3, 4, 5, 6, 7)  # every version this l2m reads (tests/golden pins each)
-# Checkpoints this l2m continues in a newer format: format 4's entries are format 5's own
-# entries, format 5's groups format 6's before they are bucketed, and format 6's entries
-# format 7's unframed ones; the job moves them into groups and buckets, and frames large
-# entries, as it goes (l2m.state.processor), so the marker says 7 from the first start on
-# (a release that reads only formats up to 6 then refuses it).
-UPGRADES = {4: 7, 5: 7, 6: 7}
-# Format 7: an entry's JSON longer than this many bytes is stored as an LZ4 frame
-# (dump_entry); below it the frame's header would eat most of what it saves.
+STATE_FORMAT = 7  # the format a new checkpoint is written in
+BLOB_FORMAT = 2  # the format releases 0.1.0 and 0.2.0 wrote: continued, one blob per key
+READABLE = (BLOB_FORMAT, STATE_FORMAT)  # every format this l2m continues (tests/golden)
+# Who wrote each format this l2m refuses: no release of l2m did.
+WRITTEN_BY = {0: "l2m builds before state format versions",
+              1: "l2m builds before 0.1.0",
+              3: "0.3.0 development builds", 4: "0.3.0 development builds",
+              5: "0.3.0 development builds", 6: "0.3.0 development builds"}
+UPGRADE_HINT = (
+    "Start this release on a new `checkpoint:` path with `source.starting_offsets` set to where "
+    "the old job stopped: counters restart at 0, which PromQL reads as a counter reset; "
+    "rebuild history with `l2m backfill` if needed. See docs/streaming.md, \"Upgrading\".")
+
+STATE_KEY = ("shard", "window")  # the state key's columns, both formats
+CUMULATIVE = -1  # the window of every counter key
+
+# Format 7's key layout.
+LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
+GROUP_PREFIX = "@"  # a bucket's key in a rule map: a rule id never starts with it
+# An entry's JSON longer than this many bytes is stored as an LZ4 frame (dump_entry): below
+# it the frame's header would eat most of what it saves.
 FRAME_BYTES = 1024
 _FRAMED = b"\x00"  # the first byte of a framed entry: never the first of JSON text
-# The formats kept as one blob per state key; formats 4 to 7 keep map entries
-# (l2m.state.processor), which carry no version of their own: the checkpoint's marker and
-# its ``meta`` value do.
-BLOB_FORMATS = (1, 2, 3)
-UPGRADE_HINT = (
-    "Start this release on a new checkpoint (a new `checkpoint:` path): counters restart at 0, "
-    "which PromQL reads as a counter reset; rebuild history with `l2m backfill` if needed. "
-    "Or keep running the release that wrote it. See docs/streaming.md, \"Upgrading\".")
 
 
-def dump_blob(content: dict[str, Any], version: int) -> bytes:
-    """A state blob of ``version``, one of :data:`BLOB_FORMATS` (a checkpoint keeps the format
-    it was started with)."""
-    assert version in BLOB_FORMATS, version
-    return orjson.dumps({"v": version, **content})
+def refusal(found: object, where: str) -> str:
+    """The one line that refuses state of format ``found`` (``where``: what holds it, e.g.
+    "checkpoint s3a://b/cp"): who wrote it, what this l2m continues, what to do."""
+    writer = WRITTEN_BY.get(found) if isinstance(found, int) else None
+    origin = f", which only {writer} wrote" if writer else ""
+    return (f"{where} holds state format {found}{origin}; this l2m continues format "
+            f"{BLOB_FORMAT} (releases 0.1.0 and 0.2.0) and format {STATE_FORMAT}. "
+            f"{UPGRADE_HINT}")
+
+
+def bucket_key(number: int) -> str:
+    """The key of bucket ``number``'s entry in a rule map (format 7)."""
+    return GROUP_PREFIX + str(number)
+
+
+def dump_blob(content: dict[str, Any]) -> bytes:
+    """A state blob of format 2 (a checkpoint keeps the format it was started with)."""
+    return orjson.dumps({"v": BLOB_FORMAT, **content})
 
 
 def load_blob(raw: bytes) -> dict[str, Any]:
-    """The content of a state blob, or :class:`StateFormatError` for a format not read."""
+    """The content of a format 2 state blob, or :class:`StateFormatError` for any other."""
     try:
         content = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise StateFormatError(f"a state blob is not readable ({exc}). {UPGRADE_HINT}") from None
     version = content.get("v", 0) if isinstance(content, dict) else "unknown"
-    if version not in BLOB_FORMATS:
-        raise StateFormatError(
-            f"the checkpoint holds state blobs of format {version}; this l2m reads blobs of "
-            f"format(s) {', '.join(map(str, BLOB_FORMATS))} (and format 4's map entries). "
-            f"{UPGRADE_HINT}")
-    assert isinstance(content, dict)  # checked above: a mapping with a readable version
+    if version != BLOB_FORMAT:
+        raise StateFormatError(refusal(version, "the checkpoint"))
+    assert isinstance(content, dict)  # checked above: a mapping of the format read
     return content
 
 
@@ -154,8 +147,29 @@ def dump_entry(value: Any) -> bytes:
 
 
 def load_entry(raw: bytes) -> Any:
-    """The value of a stored map entry, framed (format 7) or not (formats 4–7)."""
+    """The value of a stored map entry, framed or not (format 7 writes both)."""
     if raw[:1] == _FRAMED:
         raw = _lz4().decompress(raw[5:], decompressed_size=int.from_bytes(raw[1:5], "little"),
                                 asbytes=True)
     return orjson.loads(raw)
+
+
+def dump_value(value: Any) -> tuple[bytes]:
+    """A state variable's value (a one-field row) holding ``value`` as a format 7 entry."""
+    return (dump_entry(value),)
+
+
+def load_value(stored: tuple[Any, ...] | None) -> Any:
+    """The entry a state variable's value holds (None: absent)."""
+    return None if stored is None else load_entry(stored[0])
+
+
+def check_key_meta(meta: dict[str, Any]) -> None:
+    """A format 7 key's stored meta, or :class:`StateFormatError`: a key of another format, or
+    one a development build continued from format 4 or 5 without moving it into buckets (its
+    meta says 7, but it has no buckets, ``"nb"``, or no complete groups, ``"g"``)."""
+    version = meta.get("v")
+    if version == STATE_FORMAT and ("nb" not in meta or meta.get("g") != 1):
+        version = 4 if meta.get("g") != 1 else 5
+    if version != STATE_FORMAT:
+        raise StateFormatError(refusal(version, "a state key of the checkpoint"))

@@ -1,9 +1,9 @@
 """Gauges stage (SPEC §3): one-minute tumbling windows per series.
 
-Input: one rule's stored section of a gauge key (state format 2 keys by (shard, window), one
-section per rule — :mod:`l2m.state.function`; format 1 by (rule, shard, window)) and its
-partials of this micro-batch. Output: the new section and the corrected samples of the series
-the batch touched.
+Input: one rule's open window in a gauge key — a format 2 blob's section
+(:mod:`l2m.state.format2`) or the entries format 7 fetched for it (:mod:`l2m.state.windowkeys`),
+as ``{"sig", "series"}`` — and its partials of this micro-batch. Output: the new content and
+the corrected samples of the series the batch touched.
 
 The watermark is Spark's (``withWatermark`` on the partials' event time: the largest event
 time seen minus the grace, advanced at the end of each micro-batch). A window stays open —
@@ -12,22 +12,19 @@ end; then its state goes, and logs that still arrive for it are dropped and coun
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
 from pyspark import Accumulator
-from pyspark.sql.streaming.state import GroupState
 
 from l2m.engine.admission import REFUSED_GROUP_BY, Admission, redirected
-from l2m.engine.partials import Partial, frame_partials
-from l2m.engine.samples import rule_samples, samples_frame, series_labels
+from l2m.engine.partials import Partial
+from l2m.engine.samples import rule_samples, series_labels
 from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.semantics.windows import window_closed, window_final
 from l2m.state.counters import REFUSED_RULE, same_signature, signature
-from l2m.state.format import dump_blob, load_blob
-from l2m.state.tally import SeriesCount, Tally
+from l2m.state.tally import Tally
 
 # Logs a gauge rule counted into its overflow series in one one-minute window because they
 # would have opened a series past a cap in that window (l2m.engine.admission), in the window
@@ -40,10 +37,9 @@ REFUSED_GAUGE_RULE = Rule(id="l2m-series-refused-window", name="l2m_series_refus
 
 @dataclass
 class GaugeState:
-    """Gauge sections of the state function (:meth:`update`), and format 1's (rule, shard,
-    window) keys whole (:meth:`__call__`).
+    """One rule's open window in a key (:meth:`update`), for either format.
 
-    A rule's section: ``{"sig", "series": {series: {le: partial}}}`` (layouts:
+    A rule's window: ``{"sig", "series": {series: {le: partial}}}`` (layouts:
     :mod:`l2m.state.format`). A key that gets no data is looked at again every ``recheck_ms`` of
     processing time, to let its window go once the watermark has passed."""
 
@@ -51,7 +47,7 @@ class GaugeState:
     recheck_ms: int = 60_000
     # The driver's metrics (l2m.state.tally.Latest): open series per (rule, shard, window) key.
     tally: Accumulator[Tally] | None = None
-    # When a window's value is published as final (state format 4; None: never): the newest
+    # When a window's value is published as final (state format 7; None: never): the newest
     # event time past its end by publish_delay_ms (docs/prometheus.md).
     grace_ms: int | None = None
     publish_delay_ms: int = 0
@@ -60,25 +56,6 @@ class GaugeState:
         """The window's value is published now (:func:`l2m.semantics.windows.window_final`)."""
         return self.grace_ms is not None and \
             window_final(window, watermark, self.grace_ms, self.publish_delay_ms)
-
-    def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
-                 state: GroupState) -> Iterator[pd.DataFrame]:
-        """A (rule, shard, window) key of state format 1."""
-        rule_id, _shard, window = key
-        if self.closed(int(window), state.getCurrentWatermarkMs()) or \
-                rule_id not in self.rules:  # a removed rule: nothing more will come for it
-            self._tally(key, 0)
-            state.remove()
-            return
-        stored = load_blob(state.get[0]) if state.exists else {}
-        rows = [] if state.hasTimedOut else [p for frame in frames
-                                             for p in frame_partials(frame)]
-        content, samples = self.update(rule_id, int(window), stored, rows)
-        state.update((dump_blob(content, version=1),))
-        state.setTimeoutDuration(self.recheck_ms)
-        self._tally(key, len(content["series"]))
-        if samples:
-            yield samples_frame(samples, state.getCurrentProcessingTimeMs())
 
     @staticmethod
     def closed(window: int, watermark: int) -> bool:
@@ -120,7 +97,3 @@ class GaugeState:
         return [s for name in (sorted(series) if names is None else names)
                 for s in rule_samples(rule, series_labels(rule, name), window,
                                       {le: Partial.load(v) for le, v in series[name].items()})]
-
-    def _tally(self, key: tuple[Any, ...], series: int) -> None:
-        if self.tally is not None:
-            self.tally.add({SeriesCount(key[0], key[1], key[2]): series})

@@ -5,7 +5,7 @@ write). Output: each key's value (None when absent), in order; the writes done.
 
 pyspark 4.3's ``MapState.getValue`` and ``updateValue`` each send one request to the JVM's state
 server over a socket and wait for its answer: ≈ 55 µs a series (two calls), most of it the round
-trips (benchmarks/README.md, "State layouts"). The server answers requests in order, one at a
+trips. The server answers requests in order, one at a
 time, so a chunk of requests can be written at once and the answers read after: the wait is
 paid once per chunk. Chunks stay small (:data:`CHUNK`, :data:`CHUNK_BYTES`), so neither side's
 socket buffer fills while the other is not reading.

@@ -17,8 +17,7 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 
 from l2m.process.records import FieldValues
-
-CUMULATIVE = -1  # the window of every counter state key (l2m.state.function)
+from l2m.state.format import CUMULATIVE
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,10 @@
-"""The state processor's variables (formats 4 to 6), declared on Spark's handle, and the light
+"""The state processor's variables (format 7), declared on Spark's handle, and the light
 wrapper the query is given (:class:`Deferred`).
 
 Light on purpose: Spark runs the processor's ``init`` on the driver too, in a Python process of
 its own started on every query start (``transform_with_state_driver_worker``), only to learn the
-variables and their schemas. There it must not import pandas, Arrow or the rules engine (0.36 s
-of imports, on the start's critical path: benchmarks/README.md, "The whole ``l2m run
---once``").
+variables and their schemas. There it must not import pandas, Arrow or the rules engine: 0.36 s
+of imports, on every start's critical path.
 
 Input: Spark's ``StatefulProcessorHandle`` and the counter TTL. Output: the five state variables
 (:class:`Variables`); on executors, the wrapped processor doing the work."""
@@ -44,7 +43,7 @@ class Variables:
     counter_rules: Any  # MapState rule -> entry, outliving the buckets that count its series
     gauge_series: Any  # MapState (rule, series) -> entry
     gauge_rules: Any  # MapState rule -> entry
-    meta: Any  # ValueState: the key's format and groups
+    meta: Any  # ValueState: the key's format, buckets, sweep or timer
 
 
 def declare(handle: StatefulProcessorHandle, ttl_ms: int) -> Variables:

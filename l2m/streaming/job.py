@@ -3,20 +3,22 @@
     read task: consume → parse → route → pre-aggregate (Arrow, l2m.engine.readtask)
     → partials (rule, series, le, window) → watermark → shuffle by (shard, window)
     → state (counters: cumulative, key (shard, CUMULATIVE); gauges: one-minute windows, key
-    (shard, window); one section per rule in each key) → sink
+    (shard, window); all rules in each key) → sink
 
 Input: a :class:`~l2m.config.job.JobConfig` and the rules (or, for the in-memory harness, a
 source and a sink in place of Kafka's). Output: the running query (:class:`Job`) and its
-accumulators (:class:`Counts`); its samples go to the metrics topic each micro-batch. A
-checkpoint of state format 1 keeps its (rule, shard, window) keys (:mod:`l2m.state.format`).
+accumulators (:class:`Counts`); its samples go to the metrics topic each micro-batch. The
+state stage is the checkpoint's format's (:mod:`l2m.state.format`): format 7's processor
+(:mod:`l2m.state.processor`), or format 2's function for a checkpoint of 0.1.0 or 0.2.0
+(:mod:`l2m.state.format2`).
 
 Every log is handled in Python inside the task that reads it; only partials — about one per
 two hundred logs with the benchmark rules — reach the JVM, the shuffle and the state.
 
 Counters and gauges share one query, so each log is read from Kafka, parsed and routed
 once. Spark's own window aggregation cannot share a query with ``applyInPandasWithState`` in
-update mode, so the gauge windows live in the same state function as the counters
-(:mod:`l2m.state.function`), with the same semantics: watermark = largest event time seen − grace,
+update mode, so the gauge windows live in the same state stage as the counters, with the
+same semantics: watermark = largest event time seen − grace,
 corrected windows re-emitted, logs for windows past the watermark dropped and counted.
 """
 
@@ -51,19 +53,12 @@ from l2m.rules.snapshot import snapshot
 from l2m.state.accounts import AccountBook
 from l2m.state.checkpoint import check_checkpoint, local_checkpoint
 from l2m.state.counters import CounterState
-from l2m.state.format import STATE_FORMAT
-from l2m.state.function import (
-    CAPPED_FORMAT,
-    CUMULATIVE,
-    MAP_FORMAT,
-    OUTPUT_SCHEMA,
-    STATE_KEYS,
-    STATE_SCHEMA,
-    MetricState,
-    Reduction,
-)
+from l2m.state.format import CUMULATIVE, STATE_FORMAT, STATE_KEY
+from l2m.state.format2 import STATE_SCHEMA, MetricState
 from l2m.state.gauges import GaugeState
+from l2m.state.output import OUTPUT_SCHEMA
 from l2m.state.processor import MetricProcessor
+from l2m.state.rows import Reduction
 from l2m.state.tally import Latest, Sums, Tally, task_sums
 from l2m.streaming.accountmetrics import ACCOUNT_FLUSH_S, AccountMetrics
 from l2m.streaming.rulesets import RulesetPublisher, ruleset_version
@@ -122,14 +117,14 @@ def rule_options(cfg: JobConfig, versions: Versions, current_file: str | None,
     """The options a source of partials takes for the job's rules: the first rules inline
     (``routing``, their version ``ruleset``), the driver's file naming the version to plan
     with (``rulesetFile``), the state shards partials are placed in (``shards``), whether
-    a state key's partials travel in one row (``pack``: state formats 4 and later, whose
-    state function unpacks them; :func:`l2m.engine.streamtask.packed`), and how often an idle
+    a state key's partials travel in one row (``pack``: state format 7, whose processor
+    unpacks them; :func:`l2m.engine.streamtask.packed`), and how often an idle
     source ticks for the state's timers (``tickMs``, :class:`l2m.kafka.source.Ticker`)."""
     out = {"routing": versions.option, "ruleset": versions.version,
            "shards": str(cfg.counter_shards)}
     if tick_ms:
         out["tickMs"] = str(tick_ms)
-    if state_format >= MAP_FORMAT:
+    if state_format == STATE_FORMAT:
         out["pack"] = "1"
     if current_file:
         out["rulesetFile"] = current_file
@@ -171,8 +166,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                   recheck_ms: int = RECHECK_MS) -> DataFrame:
     """The query's output: ``key, value`` samples of every updated counter series and gauge
     window. ``source`` replaces the Kafka source (the in-memory test harness).
-    ``state_format`` is the checkpoint's (:mod:`l2m.state.function`): format 2 keys the state by
-    (shard, window) for all rules together, format 1 by (rule, shard, window). ``publisher``:
+    ``state_format`` is the checkpoint's, 7 or 2 (:mod:`l2m.state.format`). ``publisher``:
     the job's live rules (:mod:`l2m.streaming.rulesets`), started with ``rules``; without
     one, the rules are fixed for the query's life. ``recheck_ms``: how often a window key
     with no new logs is looked at, an idle source ticking for it (docs/streaming.md, "Ticks");
@@ -203,49 +197,47 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
                         F.coalesce("ts", F.greatest("window", F.lit(0))))))
                 .withWatermark("event_time", f"{cfg.grace_ms} milliseconds"))
     tally = None if counts is None else counts.tally
-    state = MetricState(
-        CounterState(RuleTable(option, "counter", versions),
-                     cfg.counter_ttl_ms, None if counts is None else counts.late, tally),
-        GaugeState(RuleTable(option, "gauge", versions), recheck_ms=recheck_ms, tally=tally,
-                   grace_ms=cfg.grace_ms, publish_delay_ms=cfg.publish_delay),
-        None if counts is None else counts.reduction,
-        caps=CapsTable(option, versions), state_format=state_format,
-        activity=None if counts is None else counts.activity,
-    )
-    keys = STATE_KEYS[state_format]
-    if state_format >= MAP_FORMAT:
-        processor = MetricProcessor(state.counters, state.gauges, state.reduction, state.caps,
-                                    state.activity, cfg.counter_shards)
-        return partials.groupBy(*keys).transformWithStateInPandas(
+    counters = CounterState(RuleTable(option, "counter", versions), cfg.counter_ttl_ms,
+                            None if counts is None else counts.late, tally)
+    gauges = GaugeState(RuleTable(option, "gauge", versions), recheck_ms=recheck_ms,
+                        tally=tally, grace_ms=cfg.grace_ms, publish_delay_ms=cfg.publish_delay)
+    reduction = None if counts is None else counts.reduction
+    activity = None if counts is None else counts.activity
+    if state_format == STATE_FORMAT:
+        processor = MetricProcessor(counters, gauges, reduction, CapsTable(option, versions),
+                                    activity, cfg.counter_shards)
+        return partials.groupBy(*STATE_KEY).transformWithStateInPandas(
             processor.deferred(), OUTPUT_SCHEMA, "Update", "ProcessingTime")
-    return partials.groupBy(*keys).applyInPandasWithState(
-        state, OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.ProcessingTimeTimeout)
+    # Format 2 (0.1.0, 0.2.0): series placed by (rule, series), so no series caps.
+    return partials.groupBy(*STATE_KEY).applyInPandasWithState(
+        MetricState(counters, gauges, reduction, activity), OUTPUT_SCHEMA, STATE_SCHEMA,
+        "update", GroupStateTimeout.ProcessingTimeTimeout)
 
 
 def timers(once: bool, state_format: int, recheck_ms: int) -> tuple[int, int]:
     """How often a window key without logs is looked at, and how often an idle source ticks
-    for it (0: never), for a query of the checkpoint's ``state_format``. ``once``: formats 4
-    and later look at every open window key in each batch and the source ticks once after
-    the data, so the run's last batch publishes every window final by then; formats 1 to 3
-    publish no final windows (docs/prometheus.md, "Limits of this version") and their
-    timeouts last a whole recheck from the key's last look, so a tick right after the data
-    would run none: no tick, no batch for nothing."""
+    for it (0: never), for a query of the checkpoint's ``state_format``. ``once``: format 7
+    looks at every open window key in each batch and the source ticks once after the data,
+    so the run's last batch publishes every window final by then; format 2 publishes no
+    final windows (docs/prometheus.md, "Limits of this version") and its timeouts last a
+    whole recheck from the key's last look, so a tick right after the data would run none:
+    no tick, no batch for nothing."""
     if not once:
         return recheck_ms, recheck_ms
-    if state_format >= MAP_FORMAT:
+    if state_format == STATE_FORMAT:
         return 1, 1
     return recheck_ms, 0
 
 
 def shard_column(shards: int, state_format: int) -> Column:
     """The state shard of each partial (not the input statuses', which share shard 0). State
-    format 3 and later: a rule's series go to its placement's shard
+    format 7: a rule's series go to its placement's shard
     (:func:`l2m.engine.admission.placement_shard`: its account's), so every cap is counted in
     one key — the read task computed it from the rules its batch was planned with (``place``,
     :mod:`l2m.engine.rulesets`), so a rule added while the job runs is placed as at a start;
-    l2m's own rows (label cuts) and formats 1 and 2: hash(rule, series)."""
+    l2m's own rows (label cuts) and format 2: hash(rule, series)."""
     spread = F.pmod(F.hash("rule", "series"), F.lit(shards))
-    if state_format < CAPPED_FORMAT:
+    if state_format != STATE_FORMAT:
         return spread
     own = F.col("rule").startswith("__")  # l2m's own rows (label cuts): spread
     return F.when(own, spread).otherwise(F.col(PLACE_COLUMN))
@@ -328,7 +320,7 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
     register(spark)
     remote = local_checkpoint(cfg.checkpoint) is None
     state_format = check_checkpoint(cfg.checkpoint, QUERY, HadoopFiles(spark) if remote else None)
-    if state_format < CAPPED_FORMAT:
+    if state_format != STATE_FORMAT:
         print(f"l2m run: warning: checkpoint {cfg.checkpoint} holds state format "
               f"{state_format}, whose shards do not hold whole accounts: series caps "
               f"(limits.max_series_*) are not enforced on it. Start a new checkpoint to "
@@ -336,7 +328,7 @@ def start_job(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
 
     counts = Counts.create(spark)
     publisher = RulesetPublisher(spark, cfg, QUERY, HadoopFiles(spark) if remote else None,
-                                 live=state_format >= MAP_FORMAT)
+                                 live=state_format == STATE_FORMAT)
     book = AccountBook(cfg.monitoring.top_accounts)
 
     accounts = AccountMetrics(book, lambda samples: produce_samples(

@@ -147,7 +147,7 @@ class RulesetPublisher:
         for name in self.files.names(self.store):
             kept = name.removesuffix(".json")
             if name.endswith(".json") and kept != version and kept not in replays:
-                # Unreadable by this release: the keys naming it fall back (select_key).
+                # Unreadable by this release: the keys naming it fall back (Versions.for_key).
                 with contextlib.suppress(RuleSnapshotError):
                     self.ship_stored(kept)
         for pending in sorted(replays - {version}):

@@ -20,8 +20,7 @@ from l2m.engine.routing import plan_for
 from l2m.engine.samples import PACK_SAMPLES
 from l2m.kafka.deadletters import DEAD_LETTER_MAX_BYTES
 from l2m.rules.model import Rule
-from l2m.state.format import READABLE, STATE_FORMAT
-from l2m.state.function import CUMULATIVE, STATE_KEYS
+from l2m.state.format import BLOB_FORMAT, CUMULATIVE, STATE_FORMAT, STATE_KEY
 
 
 def _fmt_ms(ms: int) -> str:
@@ -65,7 +64,7 @@ def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
         return "\n".join(["| metric | type | unit | description |", "|---|---|---|---|",
                           *rows, *more])
 
-    keys = ", ".join(STATE_KEYS[STATE_FORMAT])
+    keys = ", ".join(STATE_KEY)
     lim = cfg.limits
     m = _module
     return f"""# l2m streaming topology
@@ -107,8 +106,8 @@ l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
 The state schema does not depend on the rules (rule id, labels and `le` are data): adding,
 changing or removing rules keeps the checkpoint usable. Stored state carries its format
 version (`{m("l2m.state.format")}`): a new checkpoint is written in format {STATE_FORMAT}
-(keys ({keys})); formats {", ".join(map(str, READABLE))} are read (format 1 keeps its keys
-({", ".join(STATE_KEYS[1])})).
+(keys ({keys})); a checkpoint of format {BLOB_FORMAT} (releases 0.1.0 and 0.2.0) continues in
+its own layout, one blob per key; other formats are refused.
 
 Fields parsed: {fields or "(none)"}.
 

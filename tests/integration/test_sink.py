@@ -148,7 +148,7 @@ def test_a_state_call_s_packed_samples_are_produced_one_by_one(spark, broker, tm
     its timestamp, its mark as a header — rows and packs in one micro-batch alike."""
     from l2m.engine.samples import FINAL, MARK_HEADER, MARK_KEY, NEW, PACK_SAMPLES, samples_frame
     from l2m.kafka.sink import write_batch
-    from l2m.state.function import OUTPUT_SCHEMA
+    from l2m.state.output import OUTPUT_SCHEMA
 
     def samples(n: int, rule: str) -> list[dict]:
         return [{"name": f"{rule}_total", "kind": "counter", "labels": {"s": str(i)},

@@ -1,6 +1,7 @@
-"""The counters' state function without Spark: merging partials, histogram families, rule
-signature changes, idle-series TTL. GroupState is PySpark's own class, constructed as the
-worker constructs it."""
+"""The counters without Spark, one rule's series in a format 2 counter key
+(:class:`l2m.state.format2.MetricState`): merging partials, histogram families, rule signature
+changes, idle-series TTL. GroupState is PySpark's own class, constructed as the worker
+constructs it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from l2m.rules.loader import load_text
 from l2m.state.counters import CounterState
+from l2m.state.format import CUMULATIVE
+from l2m.state.format2 import MetricState
+from l2m.state.gauges import GaugeState
 from tests.support.outputs import output_samples
 
 RULES, _ = load_text("""\
@@ -41,13 +45,15 @@ def partial(series: str, le: str | None, n: int, total: float, ts: int) -> dict:
 
 
 def run(fn: CounterState, key: tuple, rows: list[dict], state: GroupState) -> list[dict]:
-    frames = [pd.DataFrame(rows)] if rows else []
-    out = list(fn(key, iter(frames), state))
+    """The rows of rule ``key[0]`` in the counter key of shard ``key[1]``."""
+    frames = [pd.DataFrame([{**r, "rule": key[0]} for r in rows])] if rows else []
+    out = list(MetricState(fn, GaugeState({}))((key[1], CUMULATIVE), iter(frames), state))
     return output_samples(out)
 
 
-def stored(state: GroupState) -> dict:
-    return orjson.loads(state.get[0])
+def stored(state: GroupState, rule: str = "c") -> dict:
+    """Rule ``rule``'s section of the key's blob."""
+    return orjson.loads(state.get[0])["rules"][rule]
 
 
 def test_counts_accumulate_across_batches_and_only_touched_series_are_emitted():
@@ -97,8 +103,9 @@ rules:
 
 def test_state_of_a_removed_rule_is_kept_until_it_expires_and_emits_nothing():
     fn = CounterState({}, ttl_ms=1000)
-    blob = orjson.dumps({"v": 1, "sig": ["count", None, [], ["s"]],
-                         "series": {"1:a": [0, {"": [1, 1, 1.0, "1", None, None, 1]}]}})
+    blob = orjson.dumps({"v": 2, "swept": 0, "rules": {"gone": {
+        "sig": ["count", None, [], ["s"]],
+        "series": {"1:a": [0, {"": [1, 1, 1.0, "1", None, None, 1]}]}}}})
     state = group_state(blob, now=10, timed_out=True)
     assert run(fn, ("gone", 0), [], state) == []
     assert state.exists
@@ -147,4 +154,4 @@ def test_input_statuses_count_logs_whose_window_the_watermark_closed_once_and_ex
     assert {s["name"]: s["value"] for s in out} == {"l2m_input_logs_total": 10.0,
                                                    "l2m_late_logs_total": 7.0}
     assert late.value == 7
-    assert stored(state3)["v"] == 1
+    assert orjson.loads(state3.get[0])["v"] == 2  # the format the checkpoint started with

@@ -11,13 +11,13 @@ import decimal
 
 import pytest
 
-import l2m.state.processor as processor_module
+import l2m.state.keycall as keycall_module
 from l2m.engine.samples import MARK_KEY, NEW
 from l2m.engine.status import STATUS_RULE
 from l2m.rules.loader import load_text
 from l2m.state.counters import CounterState
-from l2m.state.function import CUMULATIVE
-from l2m.state.processor import SMALL_RULE
+from l2m.state.format import CUMULATIVE
+from l2m.state.keycall import SMALL_RULE
 from tests.unit.state.test_counter_state import partial
 from tests.unit.state.test_state_processor import W, _marked, processor, row
 
@@ -34,7 +34,7 @@ BY_ID = {r.id: r for r in RULES}
 @pytest.fixture(autouse=True)
 def _small_rule():
     yield
-    processor_module.SMALL_RULE = SMALL_RULE
+    keycall_module.SMALL_RULE = SMALL_RULE
 
 
 def valueless(rule: str, i: int) -> dict:

@@ -1,4 +1,5 @@
-"""The gauges' state function without Spark: windows accumulate and re-emit corrected values,
+"""The gauges without Spark, one rule's window in a format 2 window key
+(:class:`l2m.state.format2.MetricState`): windows accumulate and re-emit corrected values,
 close when the watermark passes their end, and count what arrives after that."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from l2m.rules.loader import load_text
+from l2m.state.counters import CounterState
+from l2m.state.format2 import MetricState
 from l2m.state.gauges import GaugeState
 from tests.support.outputs import output_samples
 
@@ -42,8 +45,10 @@ def partial(series: str, le: str | None, values: list[float], ts: int) -> dict:
 
 
 def run(fn: GaugeState, key: tuple, rows: list[dict], state: GroupState) -> list[dict]:
-    frames = [pd.DataFrame(rows)] if rows else []
-    return output_samples(fn(key, iter(frames), state))
+    """The rows of rule ``key[0]`` in the window key (``key[1]``, ``key[2]``)."""
+    frames = [pd.DataFrame([{**r, "rule": key[0]} for r in rows])] if rows else []
+    fn2 = MetricState(CounterState({}, ttl_ms=60_000), fn)
+    return output_samples(fn2((key[1], key[2]), iter(frames), state))
 
 
 def test_a_window_accumulates_and_re_emits_its_corrected_value():

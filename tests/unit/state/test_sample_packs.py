@@ -21,7 +21,7 @@ from l2m.engine.samples import (
     series_key,
     unpacked_samples,
 )
-from l2m.state.function import OUTPUT_SCHEMA
+from l2m.state.output import OUTPUT_SCHEMA
 from tests.support.outputs import output_rows
 
 W = 1_795_341_600_000

@@ -1,8 +1,10 @@
-"""State outlives releases: golden blobs pin every state layout l2m has written since format
-versions exist (``tests/golden/state-v<N>-*.json``); each must keep loading and continuing
-exactly. Blobs of an unknown version are refused with ``[STATE_FORMAT]``, naming the version.
+"""State outlives releases: golden state pins both formats l2m continues
+(``tests/golden/state-v<N>-*.json``: format 2, which releases 0.1.0 and 0.2.0 wrote, here;
+format 7's in ``test_state_processor.py``); each must keep loading and continuing exactly.
+Every other format — 0, 1 (builds before 0.1.0) and 3 to 6 (0.3.0 development builds) — is
+refused with one ``[STATE_FORMAT]`` line naming it, who wrote it and what to do.
 
-Adding a format: write its golden blobs here, keep the old ones, add the version to
+Adding a format: write its golden state, keep format 2's, add the version to
 ``l2m.state.format.READABLE`` with the code that reads it."""
 
 from __future__ import annotations
@@ -15,26 +17,27 @@ import orjson
 import pandas as pd
 import pytest
 
-from l2m.engine.admission import RuleCaps
 from l2m.engine.partials import Partial
 from l2m.errors import StateFormatError
 from l2m.rules.loader import load_text
 from l2m.state.checkpoint import check_checkpoint
 from l2m.state.counters import CounterState
 from l2m.state.format import (
-    BLOB_FORMATS,
+    BLOB_FORMAT,
+    CUMULATIVE,
     FRAME_BYTES,
     READABLE,
     STATE_FORMAT,
+    UPGRADE_HINT,
     dump_blob,
     dump_entry,
     load_blob,
     load_entry,
 )
-from l2m.state.function import CUMULATIVE, MetricState
+from l2m.state.format2 import MetricState
 from l2m.state.gauges import GaugeState
 from tests.support.outputs import output_samples
-from tests.unit.state.test_counter_state import group_state, partial, run
+from tests.unit.state.test_counter_state import group_state, partial
 from tests.unit.state.test_gauge_state import group_state as gauge_group_state
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
@@ -50,6 +53,11 @@ rules:
 BY_ID = {r.id: r for r in RULES}
 
 
+def run(fn: MetricState, key: tuple, rows: list[dict], state: object) -> list[dict]:
+    frames = [pd.DataFrame(rows)] if rows else []
+    return output_samples(fn(key, iter(frames), state))  # type: ignore[arg-type]
+
+
 def golden(name: str) -> bytes:
     return (GOLDEN / name).read_bytes()
 
@@ -57,8 +65,10 @@ def golden(name: str) -> bytes:
 def test_every_readable_version_has_golden_blobs():
     for version in READABLE:
         assert sorted(GOLDEN.glob(f"state-v{version}-*.json")), version
-    assert STATE_FORMAT in READABLE
-    assert set(BLOB_FORMATS) < set(READABLE)
+    assert READABLE == (BLOB_FORMAT, STATE_FORMAT) == (2, 7)
+    assert sorted(p.name for p in GOLDEN.glob("state-v*.json")) == [
+        "state-v0-counter.json", "state-v2-counter.json", "state-v2-gauge.json",
+        "state-v7-counter.json", "state-v7-gauge.json"]  # format 0's: the refusal's
 
 
 def test_format_7_frames_an_entry_past_1_kib_and_reads_framed_and_plain_entries():
@@ -75,48 +85,14 @@ def test_format_7_frames_an_entry_past_1_kib_and_reads_framed_and_plain_entries(
         small)) == small
 
 
-def test_v1_counter_blob_continues_exactly_including_an_infinite_sum():
-    fn = CounterState(BY_ID, ttl_ms=10**12)
-    state = group_state(golden("state-v1-counter.json"), now=W + 1000)
-    row = partial("3:web", None, 1, 0.25, W + 3000)
-    out = run(fn, ("b", 0), [row, {**row, "series": "-"}], state)
-    assert [(s["labels"], s["value"], s["timestamp"]) for s in out] == [
-        ({}, "+Inf", W + 3000), ({"svc": "web"}, 6.75, W + 3000)]
-    stored = load_blob(state.get[0])
-    assert stored["v"] == 1  # a checkpoint keeps the format it was started with
-    assert math.isinf(Partial.load(stored["series"]["-"][1][""]).sum)
-
-
-def test_v1_status_blob_keeps_its_late_count():
-    fn = CounterState({}, ttl_ms=10**12)
-    state = group_state(golden("state-v1-status.json"), now=W + 1000, watermark=W + 60_000)
-    out = run(fn, ("__status__", 0), [partial("2:ok", str(W), 1, 1.0, W + 10)], state)
-    assert {s["name"]: s["value"] for s in out} == {"l2m_input_logs_total": 11.0,
-                                                   "l2m_late_logs_total": 3.0}
-
-
-def test_v1_gauge_blob_continues_its_window():
-    fn = GaugeState(BY_ID)
-    state = gauge_group_state(golden("state-v1-gauge.json"), watermark=0)
-    row = {"rule": "h", "series": "", "le": "100", "window": W, "matches": 1, "n": 1,
-           "sum": 50.0, "exact_sum": None, "exact_n": 0, "min": 50.0, "max": 50.0,
-           "ts": W + 1}
-    frames = [pd.DataFrame([row])]
-    out = output_samples(fn(("h", 0, W), iter(frames), state))
-    assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
-        ("ms_bucket", "10", 2.0), ("ms_bucket", "100", 3.0), ("ms_bucket", "+Inf", 4.0),
-        ("ms_sum", None, 559.0), ("ms_count", None, 4.0)]
-
-
-def _state(counters: CounterState | None = None, gauges: GaugeState | None = None,
-           state_format: int = 3, caps: dict[str, RuleCaps] | None = None
+def _state(counters: CounterState | None = None, gauges: GaugeState | None = None
            ) -> MetricState:
     return MetricState(counters or CounterState(BY_ID, ttl_ms=10**12),
-                       gauges or GaugeState(BY_ID), caps=caps, state_format=state_format)
+                       gauges or GaugeState(BY_ID))
 
 
 def test_v2_counter_key_continues_every_rule_in_it():
-    fn = _state(state_format=2, caps={"b": RuleCaps(1)})  # caps are off on format 2
+    fn = _state()
     state = group_state(golden("state-v2-counter.json"), now=W + 1000, watermark=W + 60_000)
     rows = [{**partial("3:web", None, 1, 0.25, W + 3000), "rule": "b"},
             {**partial("2:ok", str(W), 1, 1.0, W + 10), "rule": "__status__"}]
@@ -132,7 +108,7 @@ def test_v2_counter_key_continues_every_rule_in_it():
 
 
 def test_v2_gauge_key_continues_its_window_and_drops_removed_rules():
-    fn = _state(state_format=2)
+    fn = _state()
     state = gauge_group_state(golden("state-v2-gauge.json"), watermark=0)
     row = {"rule": "h", "series": "", "le": "10", "window": W, "matches": 1, "n": 1,
            "sum": 1.0, "exact_sum": None, "exact_n": 0, "min": 1.0, "max": 1.0, "ts": W + 1}
@@ -142,43 +118,16 @@ def test_v2_gauge_key_continues_its_window_and_drops_removed_rules():
         ("ms_sum", None, 510.0), ("ms_count", None, 5.0)]
     assert load_blob(state.get[0])["v"] == 2
     gone = gauge_group_state(golden("state-v2-gauge.json"), watermark=0)
-    assert run(_state(gauges=GaugeState({}), state_format=2), (1, W), [], gone) == []
+    assert run(_state(gauges=GaugeState({})), (1, W), [], gone) == []
     assert not gone.exists  # rule h was removed: its window's state goes
 
 
-def test_v2_counter_key_admits_every_series_whatever_the_caps():
-    fn = _state(state_format=2, caps={"b": RuleCaps(1)})
+def test_v2_counter_key_admits_every_series():
+    fn = _state()
     state = group_state(golden("state-v2-counter.json"), now=W + 1000)
     out = run(fn, (0, CUMULATIVE), [{**partial("3:api", None, 1, 2.0, W + 3000), "rule": "b"}],
               state)
     assert [(s["labels"], s["value"]) for s in out] == [({"svc": "api"}, 2.0)]
-
-
-def test_v3_counter_key_continues_its_overflow_and_refusal_counts():
-    fn = _state(caps={"b": RuleCaps(1)})
-    state = group_state(golden("state-v3-counter.json"), now=W + 1000)
-    rows = [{**partial("3:web", None, 1, 0.25, W + 3000), "rule": "b"},
-            {**partial("3:api", None, 1, 5.0, W + 3500), "rule": "b"}]
-    out = run(fn, (0, CUMULATIVE), rows, state)
-    assert [(s["name"], s["labels"], s["value"], s["timestamp"]) for s in out] == [
-        ("bytes_total", {"l2m_overflow": "true"}, 9.0, W + 3500),
-        ("bytes_total", {"svc": "web"}, 6.75, W + 3000),
-        ("l2m_series_refused_total", {"account": "", "limit": "rule", "rule": "b"}, 3.0,
-         W + 3500)]
-    stored = load_blob(state.get[0])
-    assert stored["v"] == 3 and set(stored["rules"]["b"]["series"]) == {"3:web", "!overflow"}
-
-
-def test_v3_gauge_window_continues_its_overflow_and_refusal_counts():
-    fn = _state(caps={"g": RuleCaps(1)})
-    state = gauge_group_state(golden("state-v3-gauge.json"), watermark=0)
-    row = {"rule": "g", "series": "3:api", "le": "", "window": W, "matches": 1, "n": 1,
-           "sum": 1.0, "exact_sum": None, "exact_n": 0, "min": 1.0, "max": 1.0, "ts": W + 5}
-    out = run(fn, (1, W), [row], state)
-    assert [(s["name"], s["labels"], s["value"], s["timestamp"]) for s in out] == [
-        ("reqs", {"l2m_overflow": "true"}, 2.0, W),
-        ("l2m_series_refused", {"account": "", "limit": "rule", "rule": "g"}, 2.0, W)]
-    assert load_blob(state.get[0])["v"] == 3
 
 
 def test_a_blob_without_a_version_is_refused_naming_what_it_found():
@@ -190,10 +139,38 @@ def test_a_blob_without_a_version_is_refused_naming_what_it_found():
         load_blob(orjson.dumps({"v": 7}))
 
 
-def test_blobs_are_written_in_the_format_asked_for_and_never_as_format_4():
-    assert orjson.loads(dump_blob({"series": {}}, 3)) == {"v": 3, "series": {}}
-    with pytest.raises(StateFormatError, match="blobs of format 4"):
-        load_blob(orjson.dumps({"v": 4, "series": {}}))
+def test_blobs_are_written_in_format_2():
+    assert orjson.loads(dump_blob({"rules": {}})) == {"v": 2, "rules": {}}
+
+
+DEV_BUILDS = "0.3.0 development builds"
+
+
+@pytest.mark.parametrize("found", [1, 3, 4, 5, 6])
+def test_formats_1_and_3_to_6_are_refused_with_who_wrote_them_and_the_upgrade_path(
+        tmp_path, found):
+    """No release wrote them: format 1 only builds before 0.1.0, formats 3 to 6 only 0.3.0
+    development builds. Refused before Spark starts (the marker), and at the first blob or
+    key (an object-store checkpoint without a marker)."""
+    writer = "l2m builds before 0.1.0" if found == 1 else DEV_BUILDS
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    (root / "l2m.json").write_text(f'{{"state_format": {found}}}\n')
+    with pytest.raises(StateFormatError) as err:
+        check_checkpoint(str(root), "metrics")
+    assert err.value.code == "STATE_FORMAT"
+    assert str(err.value) == (
+        f"checkpoint {root} holds state format {found}, which only {writer} wrote; this l2m "
+        f"continues format 2 (releases 0.1.0 and 0.2.0) and format 7. {UPGRADE_HINT}")
+    assert "\n" not in str(err.value)
+    assert "`source.starting_offsets` set to where the old job stopped" in UPGRADE_HINT
+    assert 'docs/streaming.md, "Upgrading"' in UPGRADE_HINT
+    assert json.loads((root / "l2m.json").read_text()) == {"state_format": found}  # untouched
+    with pytest.raises(StateFormatError) as blob:
+        load_blob(orjson.dumps({"v": found, "rules": {}}))
+    assert str(blob.value) == (
+        f"the checkpoint holds state format {found}, which only {writer} wrote; this l2m "
+        f"continues format 2 (releases 0.1.0 and 0.2.0) and format 7. {UPGRADE_HINT}")
 
 
 def test_the_checkpoint_marker_is_written_on_a_new_checkpoint_and_checked(tmp_path):
@@ -201,6 +178,9 @@ def test_the_checkpoint_marker_is_written_on_a_new_checkpoint_and_checked(tmp_pa
     check_checkpoint(str(root), "metrics")
     assert json.loads((root / "l2m.json").read_text()) == {"state_format": STATE_FORMAT}
     check_checkpoint(str(root), "metrics")  # ours: accepted
+    (root / "l2m.json").write_text('{"state_format": 2}')
+    assert check_checkpoint(str(root), "metrics") == 2  # 0.1.0's and 0.2.0's: continued
+    assert json.loads((root / "l2m.json").read_text()) == {"state_format": 2}
     (root / "l2m.json").write_text('{"state_format": 0}')
     with pytest.raises(StateFormatError, match="holds state format 0"):
         check_checkpoint(str(root), "metrics")
@@ -208,28 +188,6 @@ def test_the_checkpoint_marker_is_written_on_a_new_checkpoint_and_checked(tmp_pa
     (legacy / "counters").mkdir(parents=True)  # the two-query layout
     with pytest.raises(StateFormatError, match="before state format versions"):
         check_checkpoint(str(legacy), "metrics")
-
-
-@pytest.mark.parametrize("found", [4, 5, 6])
-def test_a_format_4_5_or_6_checkpoint_continues_as_format_7_and_is_marked_so(tmp_path, found):
-    """Format 4's entries are format 5's own entries, format 5's groups format 6's before they
-    are bucketed, and format 6's entries format 7's unframed ones: the job continues them, and
-    the marker says 7 from then on, so that a release reading only formats up to 6 refuses the
-    checkpoint (its large entries are framed, its small rules' entries move into groups and
-    buckets an older release would not read)."""
-    root = tmp_path / "ckpt"
-    root.mkdir()
-    (root / "l2m.json").write_text(f'{{"state_format": {found}}}\n')
-    assert check_checkpoint(str(root), "metrics") == 7 == STATE_FORMAT
-    assert json.loads((root / "l2m.json").read_text()) == {"state_format": 7}
-    assert check_checkpoint(str(root), "metrics") == 7
-
-
-def test_a_format_2_blob_in_a_job_that_took_its_checkpoint_for_format_3_is_refused():
-    # an object-store checkpoint has no l2m.json: the blob's own version must match
-    state = group_state(golden("state-v2-counter.json"), now=W + 1000)
-    with pytest.raises(StateFormatError, match="holds state format 2 blobs"):
-        run(_state(), (0, CUMULATIVE), [], state)
 
 
 class _ObjectStore:
@@ -248,15 +206,31 @@ class _ObjectStore:
         return path in self.dirs
 
 
-def test_an_object_store_checkpoint_is_marked_and_an_unmarked_started_one_is_format_3():
+def test_an_object_store_checkpoint_is_marked_and_an_unmarked_started_one_is_format_2():
     new = _ObjectStore({}, set())
     assert check_checkpoint("s3a://b/cp/", "metrics", new) == STATE_FORMAT
     assert json.loads(new.files["s3a://b/cp/l2m.json"]) == {"state_format": STATE_FORMAT}
     assert check_checkpoint("s3a://b/cp", "metrics", new) == STATE_FORMAT
-    # started by a release that marked local checkpoints only: format 3, its blobs checked
+    # started by a release that marked local checkpoints only (0.1.0, 0.2.0): format 2, its
+    # blobs checked (a development build's format 3 one is refused at its first batch)
     old = _ObjectStore({}, {"s3a://b/cp/metrics/offsets"})
-    assert check_checkpoint("s3a://b/cp", "metrics", old) == 3 and not old.files
+    assert check_checkpoint("s3a://b/cp", "metrics", old) == 2 and not old.files
     bad = _ObjectStore({"gs://b/cp/l2m.json": '{"state_format": 99}'}, set())
     with pytest.raises(StateFormatError, match="holds state format 99"):
         check_checkpoint("gs://b/cp", "metrics", bad)
     assert check_checkpoint("s3a://b/cp", "metrics") == STATE_FORMAT  # nothing to read with
+
+
+def test_format_7_s_code_never_imports_format_2_s():
+    """Format 2's code (l2m.state.format2) can go with the format: nothing of format 7's
+    depends on it."""
+    import ast
+
+    state = Path(__file__).resolve().parents[3] / "l2m" / "state"
+    for name in ("processor", "counterkeys", "windowkeys", "keycall", "rulebook", "buckets",
+                 "caps", "variables", "mapio", "rows", "output", "counters", "gauges",
+                 "format"):
+        tree = ast.parse((state / f"{name}.py").read_text())
+        imported = {node.module for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module}
+        assert "l2m.state.format2" not in imported, name

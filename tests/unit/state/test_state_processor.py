@@ -1,6 +1,7 @@
-"""State format 4 (:mod:`l2m.state.processor`) without a JVM, on a stand-in state server
+"""State format 7 (:mod:`l2m.state.processor`) without a JVM, on a stand-in state server
 (:mod:`tests.support.tws`): a batch reads and writes only the series it touches; it decides
-exactly as format 3's blobs do (same samples, same caps); idle counters expire by TTL without a
+exactly as one blob per key does (:mod:`tests.support.cappedblobs`: same samples, same caps);
+idle counters expire by TTL without a
 rewrite and stop counting against caps; a signature change restarts a rule without touching its
 old entries; a gauge window goes when the watermark passes it."""
 
@@ -18,25 +19,22 @@ import pandas as pd
 import pytest
 from pyspark import cloudpickle
 
-import l2m.state.processor as processor_module
+import l2m.state.buckets as buckets_module
+import l2m.state.keycall as keycall_module
 from l2m.engine.admission import OVERFLOW_SERIES, RuleCaps
 from l2m.errors import StateFormatError
 from l2m.rules.loader import load_text
 from l2m.rules.model import Aggregation
+from l2m.state.buckets import GROUP_SERIES, bucket_count, bucket_of
+from l2m.state.caps import CallCaps
 from l2m.state.counters import CounterState
-from l2m.state.function import CUMULATIVE, MetricState
+from l2m.state.format import CUMULATIVE, bucket_key
 from l2m.state.gauges import GaugeState
-from l2m.state.processor import (
-    GROUP_PREFIX,
-    GROUP_SERIES,
-    SMALL_RULE,
-    MetricProcessor,
-    bucket_count,
-    bucket_key,
-    bucket_of,
-)
+from l2m.state.keycall import SMALL_RULE
+from l2m.state.processor import MetricProcessor
 from l2m.state.variables import BUCKETS
 from tests.support import tws
+from tests.support.cappedblobs import CappedBlobs
 from tests.support.outputs import output_rows, output_samples
 from tests.unit.state.test_counter_state import group_state, partial
 from tests.unit.state.test_gauge_state import group_state as gauge_group_state
@@ -71,15 +69,15 @@ def row(rule: str, i: int, value: float = 1.0, window: int | None = None, ts: in
 @pytest.fixture(autouse=True)
 def _small_rule():
     yield
-    processor_module.SMALL_RULE = SMALL_RULE
-    processor_module.GROUP_SERIES = GROUP_SERIES
+    keycall_module.SMALL_RULE = SMALL_RULE
+    buckets_module.GROUP_SERIES = GROUP_SERIES
 
 
 def processor(caps: dict[str, RuleCaps] | None = None, rules: dict | None = None,
               small: int = 0) -> tuple[MetricProcessor, tws.Store]:
     """A processor on a fresh stand-in store; ``small``: the series a rule keeps inside its
     own entry before it has one entry per series (0: one per series from the first)."""
-    processor_module.SMALL_RULE = small
+    keycall_module.SMALL_RULE = small
     store = tws.Store()
     fn = MetricProcessor(CounterState(rules or COUNTERS, ttl_ms=TTL),
                          GaugeState(rules or GAUGES, recheck_ms=60_000), caps=caps)
@@ -88,12 +86,9 @@ def processor(caps: dict[str, RuleCaps] | None = None, rules: dict | None = None
 
 
 def group_of(store: tws.Store, state: str, key: tuple, account: str = "a") -> dict:
-    """An account's group: in its bucket (format 6, by the key's meta), or in an entry of its
-    own (format 5)."""
+    """An account's group, in its bucket (by the key's meta)."""
     live = store.live(state)
-    buckets = store.live("meta")[key, None].get("nb")
-    if buckets is None:
-        return live[key, (GROUP_PREFIX + account,)]
+    buckets = store.live("meta")[key, None]["nb"]
     return live[key, (bucket_key(bucket_of(account, buckets)),)]["a"][account]
 
 
@@ -163,14 +158,13 @@ def _random_batches(seed: int) -> list[list[dict]]:
 
 @pytest.mark.parametrize("small", [0, 512, 4])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_counters_and_caps_decide_exactly_as_format_3(seed, small):
+def test_counters_and_caps_decide_exactly_as_one_blob_per_key(seed, small):
     """In either layout of a rule's series, and across the move from one to the other."""
     print("seed", seed)
     caps = {"c": RuleCaps(6, 9, 11, "a", "c_total"), "d": RuleCaps(8, 9, 11, "a", "c_total")}
     fn, store = processor(caps, small=small)
     overflowed = False
-    old = MetricState(CounterState(COUNTERS, ttl_ms=TTL), GaugeState(GAUGES), caps=caps,
-                      state_format=3)
+    old = CappedBlobs(CounterState(COUNTERS, ttl_ms=TTL), GaugeState(GAUGES), caps=caps)
     blob = None
     for b, rows in enumerate(_random_batches(seed)):
         now = W + b * 1000
@@ -207,7 +201,7 @@ def test_the_caps_shortcut_admits_exactly_what_counting_every_series_admits(
     outs = []
     for exact in (False, True):
         if exact:
-            monkeypatch.setattr(MetricProcessor, "_below_caps", lambda *a: False)
+            monkeypatch.setattr(CallCaps, "below_caps", lambda *a: False)
         fn, store = processor(caps, small=small)
         outs.append([sorted(orjson.dumps(s, option=orjson.OPT_SORT_KEYS)
                             for s in tws.call(fn, store, (0, CUMULATIVE), rows, now=now))
@@ -216,11 +210,10 @@ def test_the_caps_shortcut_admits_exactly_what_counting_every_series_admits(
 
 
 @pytest.mark.parametrize("small", [0, 512])
-def test_gauges_decide_exactly_as_format_3_and_close_with_the_watermark(small):
+def test_gauges_decide_exactly_as_one_blob_per_key_and_close_with_the_watermark(small):
     caps = {"g": RuleCaps(3, 0, 0, "a", "g")}
     fn, store = processor(caps, small=small)
-    old = MetricState(CounterState(COUNTERS, ttl_ms=TTL), GaugeState(GAUGES), caps=caps,
-                      state_format=3)
+    old = CappedBlobs(CounterState(COUNTERS, ttl_ms=TTL), GaugeState(GAUGES), caps=caps)
     blob = None
     for b in range(3):
         rows = [row("g", i, float(b + i), window=W) for i in range(b, b + 3)]
@@ -315,10 +308,25 @@ def test_an_entry_of_another_format_is_refused():
         tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W)
 
 
-# Format 5's golden state (tests/golden/state-v5-*.json): an account's small rules (c, g) in
-# its group, its rules past the small size (d, k) in entries of their own that the group lists,
-# and a rule without an account (b) in its own entry.
-GOLDEN5_RULES = {r.id: r for r in load_text("""\
+@pytest.mark.parametrize(("meta", "found"), [
+    (b'{"v": 6, "g": 1, "nb": 1}', 6), (b'{"v": 5, "g": 1}', 5), (b'{"v": 4}', 4),
+    # continued by a development build, which rewrote the version but not the layout
+    (b'{"v": 7, "g": 1}', 5), (b'{"v": 7, "nb": 1}', 4)])
+def test_a_key_of_a_development_build_s_format_is_refused_naming_it(meta, found):
+    fn, store = processor()
+    store.data[("meta", (0, CUMULATIVE), None)] = ((meta,), None)
+    with pytest.raises(StateFormatError) as err:
+        tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W)
+    assert str(err.value).startswith(
+        f"a state key of the checkpoint holds state format {found}, which only 0.3.0 "
+        "development builds wrote; this l2m continues format 2 (releases 0.1.0 and 0.2.0) "
+        "and format 7. Start this release on a new `checkpoint:` path")
+
+
+# The golden state's first account (acme): small rules (c, g) in its group, rules past the
+# small size (d, k) in entries of their own that the group lists; and a rule without an
+# account (b) in its own entry.
+ACME_RULES = {r.id: r for r in load_text("""\
 rules:
   - {id: b, name: bytes_total, kind: counter, query: "*", aggregation: sum, field: b,
      group_by: [svc]}
@@ -331,23 +339,22 @@ rules:
   - {id: k, account: acme, name: k, kind: gauge, query: "*", aggregation: count,
      group_by: [svc]}
 """)[0]}
-GOLDEN5_CAPS = {"b": RuleCaps(0), "c": RuleCaps(0, 0, 100, "acme", "c_total"),
-                "d": RuleCaps(4, 0, 100, "acme", "d_total"),
-                "g": RuleCaps(0, 0, 100, "acme", "g"), "k": RuleCaps(0, 0, 100, "acme", "k")}
+ACME_CAPS = {"b": RuleCaps(0), "c": RuleCaps(0, 0, 100, "acme", "c_total"),
+             "d": RuleCaps(4, 0, 100, "acme", "d_total"),
+             "g": RuleCaps(0, 0, 100, "acme", "g"), "k": RuleCaps(0, 0, 100, "acme", "k")}
 
 
-def golden5_row(rule: str, series: str, value: float, window: int | None = None,
-                ts: int = W + 100) -> dict:
+def golden_row(rule: str, series: str, value: float, window: int | None = None,
+               ts: int = W + 100) -> dict:
     return {**partial(series, None, 1, value, ts), "rule": rule, "window": window,
             "min": value, "max": value}
 
 
-def _golden_store(kind: str, version: int = 4) -> tuple[tws.Store, tuple[int, int], int]:
-    """A store holding one key's format 4 (or later) state as pinned in tests/golden (written
-    with a 7-day TTL, by the rules of :mod:`tests.unit.state.test_state_format`, format 5's by
-    :data:`GOLDEN5_RULES`, format 6's and 7's by :data:`GOLDEN6_RULES`). Format 7's values are
-    the stored bytes themselves (base64: some are LZ4 frames), earlier formats' their JSON."""
-    doc = orjson.loads(GOLDEN_DIR.joinpath(f"state-v{version}-{kind}.json").read_bytes())
+def _golden_store(kind: str) -> tuple[tws.Store, tuple[int, int], int]:
+    """A store holding one key's format 7 state as pinned in tests/golden (written with a
+    7-day TTL by :data:`GOLDEN_RULES`), every value as its stored bytes (base64: some are LZ4
+    frames)."""
+    doc = orjson.loads(GOLDEN_DIR.joinpath(f"state-v7-{kind}.json").read_bytes())
     key = tuple(doc["key"])
     store = tws.Store()
     for name, entries in doc["state"].items():
@@ -355,50 +362,9 @@ def _golden_store(kind: str, version: int = 4) -> tuple[tws.Store, tuple[int, in
             store.timers[key] = set(entries)
             continue
         for user, value in entries:
-            raw = base64.b64decode(value) if version >= 7 else orjson.dumps(value)
+            raw = base64.b64decode(value)
             store.data[(name, key, tuple(user) if user is not None else None)] = ((raw,), None)
     return store, key, doc["now"]  # type: ignore[return-value]
-
-
-def _golden_processor(store: tws.Store) -> MetricProcessor:
-    from tests.unit.state.test_state_format import BY_ID as GOLDEN_RULES
-
-    fn = MetricProcessor(
-        CounterState({k: v for k, v in GOLDEN_RULES.items() if v.kind == "counter"},
-                     ttl_ms=7 * 86_400_000),
-        GaugeState({k: v for k, v in GOLDEN_RULES.items() if v.kind == "gauge"}),
-        caps={"b": RuleCaps(2), "g": RuleCaps(1)})
-    fn.init(tws.Handle(store))  # type: ignore[arg-type]
-    return fn
-
-
-def test_v4_counter_state_continues_exactly_caps_late_logs_and_infinite_sum_included():
-    store, key, now = _golden_store("counter")
-    fn = _golden_processor(store)
-    rows = [{**partial("3:web", None, 1, 0.5, now + 100), "rule": "b"},
-            {**partial("-", None, 1, 1.0, now + 100), "rule": "b"},
-            {**partial("2:ok", str(now), 1, 1.0, now + 100), "rule": "__status__"}]
-    out = tws.call(fn, store, key, rows, now=now + 1000, watermark=now + 120_000)
-    assert values(out) == {
-        ("b", (("l2m_overflow", "true"),)): 7.0,  # web is still over the cap of 2
-        ("b", ()): "+Inf",  # series "-": svc missing
-        ("l2m-input", (("status", "ok"),)): 4.0,
-        ("l2m-late", ()): 4.0,
-        ("l2m-series-refused", (("account", ""), ("limit", "rule"), ("rule", "b"))): 3.0}
-
-
-@pytest.mark.parametrize("layout", ["", "-small"])
-def test_v4_gauge_state_continues_its_window_and_closes_on_its_timer(layout):
-    store, key, now = _golden_store(f"gauge{layout}")
-    fn = _golden_processor(store)
-    row = {"rule": "h", "series": "", "le": "10", "window": key[1], "matches": 1, "n": 1,
-           "sum": 1.0, "exact_sum": None, "exact_n": 0, "min": 1.0, "max": 1.0, "ts": now}
-    out = tws.call(fn, store, key, [row], now=now + 1000)
-    assert [(s["name"], s["labels"].get("le"), s["value"]) for s in out] == [
-        ("ms_bucket", "10", 2.0), ("ms_bucket", "100", 3.0), ("ms_bucket", "+Inf", 3.0),
-        ("ms_sum", None, 53.0), ("ms_count", None, 3.0)]
-    tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 60_000)
-    assert store.data == {}
 
 
 def test_a_full_capped_rule_fed_unique_ids_reads_only_its_own_series():
@@ -439,20 +405,6 @@ def test_counting_an_account_s_other_rules_keeps_their_series_lists():
     assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "d")["m"] == [name(2)]
 
 
-@pytest.mark.parametrize("layout", ["", "-small"])
-def test_v4_counter_state_of_either_layout_continues_exactly(layout):
-    """The same state as a small rule's entry (``-small``) and as one entry per series."""
-    store, key, now = _golden_store(f"counter{layout}")
-    fn = _golden_processor(store)
-    processor_module.SMALL_RULE = SMALL_RULE
-    rows = [{**partial("3:web", None, 1, 0.5, now + 100), "rule": "b"},
-            {**partial("-", None, 1, 1.0, now + 100), "rule": "b"}]
-    out = tws.call(fn, store, key, rows, now=now + 1000, watermark=now + 120_000)
-    assert values(out) == {("b", (("l2m_overflow", "true"),)): 7.0, ("b", ()): "+Inf",
-                           ("l2m-series-refused", (("account", ""), ("limit", "rule"),
-                                                   ("rule", "b"))): 3.0}
-
-
 def _golden_rules_processor(store: tws.Store, rules: dict, caps: dict, shards: int = 1
                             ) -> MetricProcessor:
     """A processor on ``store`` with the rules its golden state was written by (a 7-day TTL,
@@ -464,74 +416,6 @@ def _golden_rules_processor(store: tws.Store, rules: dict, caps: dict, shards: i
         caps=caps, shards=shards)
     fn.init(tws.Handle(store))  # type: ignore[arg-type]
     return fn
-
-
-def _golden5_processor(store: tws.Store) -> MetricProcessor:
-    return _golden_rules_processor(store, GOLDEN5_RULES, GOLDEN5_CAPS)
-
-
-def test_v5_counter_state_continues_exactly_groups_own_entries_and_caps_included():
-    store, key, now = _golden_store("counter", version=5)
-    fn = _golden5_processor(store)
-    rows = [golden5_row("c", "3:web", 1.0, ts=now + 100),
-            golden5_row("c", "3:dns", 1.0, ts=now + 100),
-            golden5_row("d", "3:web", 3.0, ts=now + 100),  # still over d's cap of 4
-            golden5_row("d", "2:db", 1.5, ts=now + 100),
-            golden5_row("b", "3:web", 0.5, ts=now + 100)]
-    store.reset()
-    out = tws.call(fn, store, key, rows, now=now + 1000)
-    assert values(out) == {
-        ("b", (("svc", "web"),)): 3.0, ("c", (("svc", "web"),)): 2.0,
-        ("c", (("svc", "dns"),)): 1.0, ("d", (("svc", "db"),)): 3.5,
-        ("d", (("l2m_overflow", "true"),)): 4.0,
-        ("l2m-series-refused", (("account", "acme"), ("limit", "rule"), ("rule", "d"))): 2.0}
-    # meta, the account's group, d's and b's own entries, the one of d's series its entry
-    # lists (3:web is known to be new), its overflow series, the refusal count
-    assert store.reads == 7
-    group = group_of(store, "counter_rules", key, "acme")
-    assert sorted(group["r"]["c"]["s"]) == ["3:api", "3:dns", "3:web"] and group["own"] == ["d"]
-
-
-def test_v5_gauge_state_continues_its_window_and_publishes_every_series_once():
-    store, key, now = _golden_store("gauge", version=5)
-    fn = _golden5_processor(store)
-    rows = [golden5_row("g", "3:web", 9.0, window=key[1], ts=now + 100),
-            golden5_row("k", "3:web", 1.0, window=key[1], ts=now + 100)]
-    out = tws.call(fn, store, key, rows, now=now + 1000)
-    assert values(out) == {("g", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0}
-    final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
-    assert values(output_samples(final)) == {
-        ("g", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0,
-        ("k", (("svc", "api"),)): 1.0, ("k", (("svc", "db"),)): 1.0}
-    assert store.data == {}
-
-
-def test_a_format_4_key_continues_and_its_small_account_rules_move_into_their_group():
-    """Format 4 kept every rule in its own entry and no groups: an account without a group
-    has its rules' own entries read, and the small ones join the group it gets."""
-    store, key, now = _golden_store("counter", version=5)
-    rules = store.data
-    group = orjson.loads(rules.pop(("counter_rules", key, (GROUP_PREFIX + "acme",)))[0][0])
-    rules[("counter_rules", key, ("c",))] = ((orjson.dumps(group["r"]["c"]),), None)
-    meta = orjson.loads(rules[("meta", key, None)][0][0])
-    rules[("meta", key, None)] = ((orjson.dumps({"v": 4, "swept": meta["swept"]}),), None)
-    fn = _golden5_processor(store)
-    out = tws.call(fn, store, key, [golden5_row("c", "3:web", 1.0, ts=now + 100)],
-                   now=now + 1000)
-    assert values(out) == {("c", (("svc", "web"),)): 2.0}
-    assert ("c",) not in {u for (n, _k, u) in store.data if n == "counter_rules"}
-    group = group_of(store, "counter_rules", key, "acme")
-    assert sorted(group["r"]) == ["c"] and group["own"] == ["d"]
-    out = tws.call(fn, store, key, [golden5_row("d", "2:mq", 1.0, ts=now + 200)],
-                   now=now + 2000)
-    assert values(out) == {("d", (("svc", "mq"),)): 2.0}
-    tws.call(fn, store, key, [], now=now + 61_000)  # swept: format 7 now, groups in buckets
-    meta = store.live("meta")[key, None]
-    assert (meta["v"], meta["nb"]) == (7, 1) and "g" not in meta
-    assert sorted(u for (n, _k, u) in store.data if n == "counter_rules") == [
-        (bucket_key(0),), ("b",), ("d",)]
-    group = group_of(store, "counter_rules", key, "acme")
-    assert sorted(group["r"]) == ["c"] and group["own"] == ["d"]
 
 
 def test_an_account_s_small_rules_are_one_read_and_one_write_per_batch_together():
@@ -557,7 +441,7 @@ def test_caps_over_an_account_read_its_group_once():
 
 
 def test_a_group_past_its_bound_moves_its_largest_rules_to_entries_of_their_own():
-    processor_module.GROUP_SERIES = 5
+    buckets_module.GROUP_SERIES = 5
     fn, store = processor(small=512)
     tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(4)]
              + [row("d", i) for i in range(3)], now=W)
@@ -592,7 +476,7 @@ def test_a_gauge_window_is_published_once_final_and_later_updates_are_correction
     too — marked final, once; updates after that are marked corrections; a window that gets
     no more logs is published by its timer."""
     caps = {"g": RuleCaps(2, 0, 0, "a", "g")}
-    processor_module.SMALL_RULE = small
+    keycall_module.SMALL_RULE = small
     store = tws.Store()
     grace, delay = 1_200_000, 120_000
     fn = MetricProcessor(CounterState(COUNTERS, ttl_ms=TTL),
@@ -665,22 +549,21 @@ def test_the_query_is_given_a_deferred_processor_that_decides_exactly_as_the_pro
         "gauge_series": None, "gauge_rules": None, "meta": None}
 
 
-# Format 6's golden state (tests/golden/state-v6-*.json): format 5's, with a second account
-# (zeta: e, h) whose group shares the bucket of acme's — the key was written by format 5 and
-# bucketed by its sweep (counters) or made by format 6 (the gauge window).
-GOLDEN6_RULES = {**GOLDEN5_RULES, **{r.id: r for r in load_text("""\
+# The rules format 7's golden state was written by: two accounts (acme: c, d, g, k; zeta: e,
+# h) whose groups share one bucket, and a rule without an account (b).
+GOLDEN_RULES = {**ACME_RULES, **{r.id: r for r in load_text("""\
 rules:
   - {id: e, account: zeta, name: e_total, kind: counter, query: "*", aggregation: count,
      group_by: [svc]}
   - {id: h, account: zeta, name: h, kind: gauge, query: "*", aggregation: max, field: v,
      group_by: [svc]}
 """)[0]}}
-GOLDEN6_CAPS = {**GOLDEN5_CAPS, "e": RuleCaps(0, 0, 100, "zeta", "e_total"),
-                "h": RuleCaps(0, 0, 100, "zeta", "h")}
+GOLDEN_CAPS = {**ACME_CAPS, "e": RuleCaps(0, 0, 100, "zeta", "e_total"),
+               "h": RuleCaps(0, 0, 100, "zeta", "h")}
 
 
-def _golden6_processor(store: tws.Store) -> MetricProcessor:
-    return _golden_rules_processor(store, GOLDEN6_RULES, GOLDEN6_CAPS)
+def _golden_processor(store: tws.Store) -> MetricProcessor:
+    return _golden_rules_processor(store, GOLDEN_RULES, GOLDEN_CAPS)
 
 
 def test_bucket_of_is_pinned_and_bucket_count_a_power_of_two_near_one_per_8_accounts():
@@ -691,57 +574,20 @@ def test_bucket_of_is_pinned_and_bucket_count_a_power_of_two_near_one_per_8_acco
         1, 1, 1, 2, 4, 16, 256, 4_096]
 
 
-def test_v6_counter_state_continues_exactly_two_accounts_read_in_one_bucket():
-    store, key, now = _golden_store("counter", version=6)
-    fn = _golden6_processor(store)
-    rows = [golden5_row("c", "3:web", 1.0, ts=now + 100),
-            golden5_row("d", "3:web", 3.0, ts=now + 100),  # still over d's cap of 4
-            golden5_row("d", "2:db", 1.5, ts=now + 100),
-            golden5_row("e", "3:web", 1.0, ts=now + 100),
-            golden5_row("e", "2:db", 1.0, ts=now + 100)]
-    store.reset()
-    out = tws.call(fn, store, key, rows, now=now + 1000)
-    assert values(out) == {
-        ("c", (("svc", "web"),)): 2.0, ("d", (("svc", "db"),)): 3.5,
-        ("d", (("l2m_overflow", "true"),)): 4.0, ("e", (("svc", "web"),)): 2.0,
-        ("e", (("svc", "db"),)): 1.0,
-        ("l2m-series-refused", (("account", "acme"), ("limit", "rule"), ("rule", "d"))): 2.0}
-    # meta, the bucket (both accounts' groups), d's own entry, the one of d's series its
-    # entry lists, its overflow series, the refusal count
-    assert store.reads == 6
-    assert sorted(group_of(store, "counter_rules", key, "zeta")["r"]["e"]["s"]) == [
-        "2:db", "3:web"]
-
-
-def test_v6_gauge_state_continues_its_window_and_publishes_every_series_once():
-    store, key, now = _golden_store("gauge", version=6)
-    fn = _golden6_processor(store)
-    rows = [golden5_row("h", "3:web", 9.0, window=key[1], ts=now + 100),
-            golden5_row("k", "3:web", 1.0, window=key[1], ts=now + 100)]
-    out = tws.call(fn, store, key, rows, now=now + 1000)
-    assert values(out) == {("h", (("svc", "web"),)): 9.0, ("k", (("svc", "web"),)): 2.0}
-    final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
-    assert values(output_samples(final)) == {
-        ("g", (("svc", "web"),)): 7.0, ("h", (("svc", "web"),)): 9.0,
-        ("k", (("svc", "web"),)): 2.0, ("k", (("svc", "api"),)): 1.0,
-        ("k", (("svc", "db"),)): 1.0}
-    assert store.data == {}
-
-
-# Format 7's golden state (tests/golden/state-v7-*.json, every value as its stored bytes):
-# format 6's counter key continued with 24 more series of zeta's rule e, and a gauge window
+# Format 7's golden state (tests/golden/state-v7-*.json, every value as its stored bytes): a
+# counter key with zeta's rule e's 24 series and more, and a gauge window
 # with 24 series of g and of h — each key's bucket past 1 KiB, stored as an LZ4 frame.
 GOLDEN7_SERIES = [f"5:svc{i:02d}" for i in range(24)]
 
 
 def test_v7_counter_state_continues_exactly_from_a_framed_bucket():
-    store, key, now = _golden_store("counter", version=7)
+    store, key, now = _golden_store("counter")
     bucket = (bucket_key(0),)
     assert store.data[("counter_rules", key, bucket)][0][0][:1] == b"\x00"  # framed
-    fn = _golden6_processor(store)
-    rows = [golden5_row("e", "5:svc00", 1.0, ts=now + 100),
-            golden5_row("e", "3:web", 1.0, ts=now + 100),
-            golden5_row("c", "3:web", 1.0, ts=now + 100)]
+    fn = _golden_processor(store)
+    rows = [golden_row("e", "5:svc00", 1.0, ts=now + 100),
+            golden_row("e", "3:web", 1.0, ts=now + 100),
+            golden_row("c", "3:web", 1.0, ts=now + 100)]
     store.reset()
     out = tws.call(fn, store, key, rows, now=now + 1000)
     assert values(out) == {("c", (("svc", "web"),)): 2.0, ("e", (("svc", "web"),)): 2.0,
@@ -753,9 +599,9 @@ def test_v7_counter_state_continues_exactly_from_a_framed_bucket():
 
 
 def test_v7_gauge_state_publishes_every_series_of_a_framed_bucket_once():
-    store, key, now = _golden_store("gauge", version=7)
-    fn = _golden6_processor(store)
-    out = tws.call(fn, store, key, [golden5_row("h", "5:svc03", 9.0, window=key[1],
+    store, key, now = _golden_store("gauge")
+    fn = _golden_processor(store)
+    out = tws.call(fn, store, key, [golden_row("h", "5:svc03", 9.0, window=key[1],
                                                 ts=now + 100)], now=now + 1000)
     assert values(out) == {("h", (("svc", "svc03"),)): 9.0}
     final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
@@ -772,22 +618,22 @@ def test_a_counter_key_re_buckets_on_its_sweep_when_the_accounts_grow_fourfold()
     """A key made with 1 bucket; the rule set grows to 41 accounts in the key's shard (of 2):
     4 buckets wanted. The next sweep moves every group to its new bucket, and the values go
     on exactly."""
-    store, key, now = _golden_store("counter", version=6)
-    more = {f"x{i}": replace(GOLDEN6_RULES["e"], id=f"x{i}", account=f"t{i}")
+    store, key, now = _golden_store("counter")
+    more = {f"x{i}": replace(GOLDEN_RULES["e"], id=f"x{i}", account=f"t{i}")
             for i in range(80)}
-    fn = _golden_rules_processor(store, {**GOLDEN6_RULES, **more}, {
-        **GOLDEN6_CAPS, **{r: RuleCaps(0, 0, 100, more[r].account, r) for r in more}}, shards=2)
-    out = tws.call(fn, store, key, [golden5_row("e", "3:web", 1.0, ts=now + 100)],
+    fn = _golden_rules_processor(store, {**GOLDEN_RULES, **more}, {
+        **GOLDEN_CAPS, **{r: RuleCaps(0, 0, 100, more[r].account, r) for r in more}}, shards=2)
+    out = tws.call(fn, store, key, [golden_row("e", "3:web", 1.0, ts=now + 100)],
                    now=now + 1000)
     assert values(out) == {("e", (("svc", "web"),)): 2.0}
     assert store.live("meta")[key, None]["nb"] == 1  # not swept yet
-    tws.call(fn, store, key, [golden5_row("c", "3:web", 1.0, ts=now + 100)], now=now + 61_000)
+    tws.call(fn, store, key, [golden_row("c", "3:web", 1.0, ts=now + 100)], now=now + 61_000)
     assert store.live("meta")[key, None]["nb"] == 4
     buckets = sorted(u[0] for (n, _k, u) in store.data if n == "counter_rules"
                      and u[0].startswith("@"))
     assert buckets == sorted({bucket_key(bucket_of(a, 4)) for a in ("acme", "zeta")})
-    out = tws.call(fn, store, key, [golden5_row("e", "3:web", 1.0, ts=now + 100),
-                                    golden5_row("c", "3:web", 1.0, ts=now + 100)],
+    out = tws.call(fn, store, key, [golden_row("e", "3:web", 1.0, ts=now + 100),
+                                    golden_row("c", "3:web", 1.0, ts=now + 100)],
                    now=now + 62_000)
     assert values(out) == {("e", (("svc", "web"),)): 3.0, ("c", (("svc", "web"),)): 3.0}
 
@@ -817,29 +663,28 @@ def _fuzz_rules(rnd: random.Random, accounts: list[str], start: int
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_buckets_emit_exactly_what_a_group_per_account_emits_and_continue_it(seed, capsys):
-    """Format 6 against format 5's layout (``buckets=False``), and a key written as format 5
-    then continued as format 6, over random rule sets that grow eightfold (re-bucketing),
-    batches past sweeps and the TTL, counters and gauge windows with their timers, small
-    bounds: the same samples, marks included, every call."""
+def test_a_key_emits_exactly_the_same_whatever_its_buckets_and_across_re_bucketing(seed, capsys):
+    """A key made with one bucket and kept so (the rule set's accounts spread over 64 shards)
+    against one the rule set's accounts in a single shard make and grow eightfold
+    (re-bucketing), over random rule sets, batches past sweeps and the TTL, counters and gauge
+    windows with their timers, small bounds: the same samples, marks included, every call."""
     with capsys.disabled():
         print(f"seed {seed}")
     rnd = random.Random(seed)
-    processor_module.SMALL_RULE = rnd.choice([0, 2, 8, 512])
-    processor_module.GROUP_SERIES = rnd.choice([3, 12, 2_048])
+    keycall_module.SMALL_RULE = rnd.choice([0, 2, 8, 512])
+    buckets_module.GROUP_SERIES = rnd.choice([3, 12, 2_048])
     accounts = [rnd.choice([f"t{i}", str(i)]) for i in range(40)]
     first = _fuzz_rules(rnd, accounts[:4], 0)
     grown = _fuzz_rules(rnd, accounts[4:], 100)
-    stores = {name: tws.Store() for name in ("groups", "buckets", "upgraded")}
-    upgrade_at = rnd.randint(1, 8)
+    shards = {"spread": 64, "together": 1}
+    stores = {name: tws.Store() for name in shards}
 
     def made(name: str, batch: int) -> MetricProcessor:
         rules, caps = first if batch < 6 else ({**first[0], **grown[0]}, {**first[1], **grown[1]})
         fn = MetricProcessor(
             CounterState({k: v for k, v in rules.items() if v.kind == "counter"}, ttl_ms=TTL),
             GaugeState({k: v for k, v in rules.items() if v.kind == "gauge"},
-                       recheck_ms=60_000, grace_ms=60_000), caps=caps,
-            buckets=name == "buckets" or (name == "upgraded" and batch >= upgrade_at))
+                       recheck_ms=60_000, grace_ms=60_000), caps=caps, shards=shards[name])
         fn.init(tws.Handle(stores[name]))  # type: ignore[arg-type]
         return fn
 
@@ -863,8 +708,9 @@ def test_buckets_emit_exactly_what_a_group_per_account_emits_and_continue_it(see
                    for key, key_rows in sorted(rows.items()) if key_rows]
             out.append(_marked_timers(fn, store, now, now - 90_000))
             outs[name] = out
-        assert outs["buckets"] == outs["groups"] == outs["upgraded"], (seed, batch)
-    meta = stores["buckets"].live("meta")
+        assert outs["spread"] == outs["together"], (seed, batch)
+    assert stores["spread"].live("meta")[(0, CUMULATIVE), None]["nb"] == 1
+    meta = stores["together"].live("meta")
     assert meta[(0, CUMULATIVE), None]["nb"] >= 2  # re-bucketed as the accounts grew
 
 

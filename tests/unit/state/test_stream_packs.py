@@ -1,5 +1,5 @@
 """A read task's partials gathered per state key (l2m.engine.streamtask.packed) and read back
-by the state function (l2m.state.function.unpacked), and the tally a task sends."""
+by the state stage (l2m.state.rows.unpacked), and the tally a task sends."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from l2m.engine.columns import PACK_COLUMN, PACK_RULE
 from l2m.engine.ipc import table_of
 from l2m.engine.partials import PARTIAL_ARROW, frame_partials
 from l2m.engine.streamtask import STREAM_PARTIAL_ARROW, packed
-from l2m.state.function import by_rule, counted, unpacked
+from l2m.state.rows import by_rule, counted, unpacked
 from l2m.state.tally import (
     InputCount,
     LateCount,
@@ -189,14 +189,14 @@ def test_a_task_s_tally_travels_as_columns_and_arrives_whole():
             {SampleCount("x"): 1}
 
 
-def test_packs_are_asked_for_with_map_state_formats_only_and_reach_the_kafka_source():
+def test_packs_are_asked_for_with_format_7_only_and_reach_the_kafka_source():
     from l2m.config.job import JobConfig
     from l2m.engine.rulesets import Versions
     from l2m.kafka.options import RUNTIME
     from l2m.streaming.job import rule_options
 
-    options = rule_options(JobConfig(), Versions("v", "o"), "/tmp/current", state_format=5)
+    options = rule_options(JobConfig(), Versions("v", "o"), "/tmp/current", state_format=7)
     assert options["pack"] == "1"
     # source_frame hands the Kafka source every one of them by its field
     assert set(options) <= set(RUNTIME)
-    assert "pack" not in rule_options(JobConfig(), Versions("v", "o"), None, state_format=3)
+    assert "pack" not in rule_options(JobConfig(), Versions("v", "o"), None, state_format=2)

@@ -18,8 +18,7 @@ from l2m.kafka.options import SourceOptions
 from l2m.kafka.source import TICKS_PER_IDLE, KafkaStreamReader, ticked
 from l2m.rules.loader import load_text
 from l2m.state.counters import CounterState
-from l2m.state.format import STATE_FORMAT
-from l2m.state.function import MAP_FORMAT
+from l2m.state.format import BLOB_FORMAT, STATE_FORMAT
 from l2m.state.gauges import GaugeState
 from l2m.state.processor import MetricProcessor
 from l2m.streaming.job import timers
@@ -220,13 +219,12 @@ def test_window_timers_are_due_on_multiples_of_the_recheck():
 
 
 def test_once_ticks_only_for_state_formats_that_publish_windows():
-    """``--once``: formats 4 and later look at every window key in each batch (a 1 ms
-    recheck) and the source ticks once after the data; formats 1 to 3 publish no final
-    windows and their minute-long timeouts would not run in that tick: no tick. A continuous
-    run ticks on its recheck whatever the format (formats 1 to 3: to let closed windows go)."""
+    """``--once``: format 7 looks at every window key in each batch (a 1 ms recheck) and the
+    source ticks once after the data; format 2 publishes no final windows and its minute-long
+    timeouts would not run in that tick: no tick. A continuous run ticks on its recheck
+    whatever the format (format 2: to let closed windows go)."""
     assert timers(True, STATE_FORMAT, R) == (1, 1)
-    assert timers(True, MAP_FORMAT, R) == (1, 1)
-    for old in (1, 2, 3):
+    for old in (BLOB_FORMAT,):
         assert timers(True, old, R) == (R, 0)
         assert timers(False, old, R) == (R, R)
     assert timers(False, STATE_FORMAT, R) == (R, R)

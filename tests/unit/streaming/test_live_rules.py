@@ -216,7 +216,6 @@ def _versioned_processor(monkeypatch: pytest.MonkeyPatch, files: Path, first: li
     query's versions)."""
     import pyspark
 
-    from l2m.engine import rulesets
     from l2m.engine.pipeline import RuleTable, routing_option
     from l2m.engine.rulesets import Versions
     from l2m.state.counters import CounterState
@@ -225,7 +224,6 @@ def _versioned_processor(monkeypatch: pytest.MonkeyPatch, files: Path, first: li
     from tests.support import tws
 
     monkeypatch.setattr(pyspark.SparkFiles, "getRootDirectory", staticmethod(lambda: str(files)))
-    monkeypatch.setattr(rulesets, "_selected", (None, None))
     versions = Versions("v1", routing_option(plan_for(first)))
     store = tws.Store()
     fn = MetricProcessor(CounterState(RuleTable(versions.option, "counter", versions),
@@ -241,9 +239,9 @@ def test_a_timer_publishes_a_window_with_the_rules_of_its_last_input(tmp_path, m
     rows — maybe on a worker that has only seen the query's first rules. The key remembers the
     rule set of its last input and the timer uses it, so the window is published whole."""
 
-    from l2m.engine import rulesets
     from l2m.engine.pipeline import routing_option
     from l2m.engine.rulesets import routing_file
+    from l2m.state.format import CUMULATIVE
     from tests.unit.state.test_state_processor import W, _marked, row
 
     first, _ = load_text("rules:\n  - {id: c, account: a, name: c_total, kind: counter, "
@@ -259,7 +257,8 @@ def test_a_timer_publishes_a_window_with_the_rules_of_its_last_input(tmp_path, m
     rows = [{**row("g", i, float(i + 1), window=W), "ruleset": "v2"} for i in range(2)]
     assert [m for m, *_ in _marked(fn, store, (0, W), rows, now=W, watermark=before)] == [
         None, None]
-    rulesets.select("v1", str(files))  # another task on this worker: the first rules
+    # another key's rows on this worker, of the first rules
+    _marked(fn, store, (0, CUMULATIVE), [{**row("c", 9), "ruleset": "v1"}], now=W + 2)
     finals = _marked(fn, store, (0, W), now=W + 60_000, watermark=before + 1, timer=True)
     assert finals == [("final", "g", (("s", "s0"),), 1.0), ("final", "g", (("s", "s1"),), 2.0)]
     # After a restart the key's rule set may be one this process never shipped: the key is
@@ -268,7 +267,7 @@ def test_a_timer_publishes_a_window_with_the_rules_of_its_last_input(tmp_path, m
     _marked(fn, store, (0, w2), [{**row("g", 0, 3.0, window=w2), "ruleset": "v2"}],
             now=W + 1, watermark=before)
     (files / routing_file("v2")).unlink()
-    rulesets.select("v1", str(files))
+    _marked(fn, store, (0, CUMULATIVE), [{**row("c", 9), "ruleset": "v1"}], now=W + 3)
     assert _marked(fn, store, (0, w2), now=W + 120_000, watermark=before + 60_001,
                    timer=True) == []
 
@@ -350,12 +349,11 @@ def test_an_accounts_cap_counts_the_series_of_rules_added_live(tmp_path, monkeyp
     them rules the job did not start with being among them."""
     import pyspark
 
-    from l2m.engine import rulesets
     from l2m.engine.pipeline import CapsTable, RuleTable, routing_option
     from l2m.engine.rulesets import Versions, routing_file
     from l2m.policy.limits import Limits, SeriesLimits
     from l2m.state.counters import CounterState
-    from l2m.state.function import CUMULATIVE
+    from l2m.state.format import CUMULATIVE
     from l2m.state.gauges import GaugeState
     from l2m.state.processor import MetricProcessor
     from tests.support import tws
@@ -372,7 +370,6 @@ def test_an_accounts_cap_counts_the_series_of_rules_added_live(tmp_path, monkeyp
     files.mkdir()
     (files / routing_file("v2")).write_text(routing_option(plan_for(later, limits=limits)))
     monkeypatch.setattr(pyspark.SparkFiles, "getRootDirectory", staticmethod(lambda: str(files)))
-    monkeypatch.setattr(rulesets, "_selected", (None, None))
     versions = Versions("v1", routing_option(plan_for(first, limits=limits)))
     store = tws.Store()
     fn = MetricProcessor(CounterState(RuleTable(versions.option, "counter", versions),
@@ -583,7 +580,7 @@ def test_a_gauge_rule_set_outlives_a_draining_backlog_s_watermark_until_its_time
     shipped by a restart in that gap, for the timer-only call that publishes the window with
     a rule the new set removed — until a committed batch started more than a recheck after
     the bound was seen passed. Before, it went at once, and the restart fell back to the
-    first rules (l2m.engine.rulesets.select_key): that window was never published."""
+    first rules (l2m.engine.rulesets.Versions.for_key): that window was never published."""
     from l2m.config.job import JobConfig
     from l2m.streaming.rulesets import RECHECK_MARGIN_MS, RulesetPublisher, ruleset_version
 
@@ -673,15 +670,13 @@ W0 = 1_796_000_000_000  # a watermark (ms)
 T0 = 1_796_100_000_000  # a batch time (ms)
 
 
-def test_a_timer_only_call_selects_its_key_s_own_version_or_the_query_s_first(tmp_path,
-                                                                             monkeypatch):
-    """select_key: a state call with timers only runs under the version its key's state names
-    when this worker has it (shipped again after a restart), else under the rules the query
-    started with — never under whatever another key's call left selected, and it never
-    raises."""
-    from l2m.engine import rulesets
-    from l2m.engine.pipeline import routing_option
-    from l2m.engine.rulesets import Versions, routing_file, select, select_key
+def test_a_timer_only_call_runs_under_its_key_s_own_version_or_the_query_s_first(tmp_path):
+    """Versions.for_key: a state call with timers only runs under the version its key's state
+    names when this worker has it (shipped again after a restart), else under the rules the
+    query started with; it never raises. The version is the call's own, passed to the tables
+    it reads: nothing another key's call did can change it."""
+    from l2m.engine.pipeline import RuleTable, routing_option
+    from l2m.engine.rulesets import RuleVersion, Versions, routing_file
 
     files = tmp_path / "files"
     files.mkdir()
@@ -689,23 +684,21 @@ def test_a_timer_only_call_selects_its_key_s_own_version_or_the_query_s_first(tm
     later, _ = load_text(OTHER)
     (files / routing_file("v2")).write_text(routing_option(plan_for(later)))
     (files / routing_file("v3")).write_text(routing_option(plan_for(rules)))
-    monkeypatch.setattr(rulesets, "_selected", (None, None))
     versions = Versions("v1", routing_option(plan_for(rules)))
+    table = RuleTable(versions.option, "counter", versions)
     here = str(files)
-    select("v3", here)  # another key's rows on this worker
-    assert select_key(versions, "v2", here) == "v2"
-    assert versions.current() == "v2"
-    assert list(versions.selected_routing().by_kind["counter"]) == ["b"]
-    select("v3", here)
+    assert list(table.at(versions.for_rows("v3", here))) == ["a"]  # another key's rows
+    at = versions.for_key("v2", here)
+    assert at == RuleVersion("v2", here)
+    assert list(versions.routing_at(at).by_kind["counter"]) == ["b"]
+    assert list(table.at(at)) == ["b"]
     for absent in ("v9", None, "", "x\0y"):
-        assert select_key(versions, absent, here) == "v1", absent
-        assert versions.current() == "v1"
-        assert list(versions.selected_routing().by_kind["counter"]) == ["a"]
-        select("v3", here)
-    assert select_key(versions, "v2", None) == "v1"  # not a Spark worker: no shipped files
-    select("v3", here)
-    assert select_key(None, "v2", here) is None  # fixed rules: nothing to select
-    assert versions.current() == "v3"
+        at = versions.for_key(absent, here)
+        assert at.version == "v1", absent
+        assert list(versions.routing_at(at).by_kind["counter"]) == ["a"]
+        assert list(table.at(at)) == ["a"]
+    assert versions.for_key("v2", None).version == "v1"  # not a Spark worker: no shipped files
+    assert list(table) == ["a"]  # as a mapping: the query's first rules
 
 
 def test_a_rule_snapshot_error_inside_spark_keeps_its_own_code():
@@ -776,7 +769,6 @@ def test_a_timer_whose_key_s_version_was_not_shipped_runs_under_the_first_rules(
     runs under the rules the query started with — not under the version another key's call
     left selected on this worker (here one whose gauge g has another name)."""
 
-    from l2m.engine import rulesets
     from l2m.engine.pipeline import routing_option
     from l2m.engine.rulesets import routing_file
     from tests.unit.state.test_state_processor import W, _marked, row
@@ -795,6 +787,8 @@ def test_a_timer_whose_key_s_version_was_not_shipped_runs_under_the_first_rules(
     _marked(fn, store, (0, W), [{**row("g", 0, 3.0, window=W), "ruleset": "v2"}], now=W,
             watermark=before)
     (files / routing_file("v2")).unlink()  # a restart that did not ship v2 again
-    rulesets.select("v3", str(files))  # another key's rows on this worker
+    # another key's rows on this worker, of v3
+    _marked(fn, store, (0, W + 60_000), [{**row("g", 0, 3.0, window=W + 60_000),
+                                          "ruleset": "v3"}], now=W + 1, watermark=before)
     assert _marked(fn, store, (0, W), now=W + 60_000, watermark=before + 1, timer=True) == []
-    assert versions.current() == "v1"
+    assert versions.for_key("v2", str(files)).version == "v1"
