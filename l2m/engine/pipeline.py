@@ -128,7 +128,7 @@ def routing_from_option(value: str) -> Routing:
         # moment would be frozen too, never freed, hence the collection first, while the heap
         # is small). Decoded with the collector off: unpickling makes millions of objects
         # and no cyclic garbage, and the collections it set off took 1.3 s of a 100,000-rule
-        # routing's 1.5 s per worker (0.4 s without them; benchmarks/README.md).
+        # routing's 1.5 s per worker (0.4 s without them).
         gc.collect()
         with collector_paused():
             found = pickle.loads(zlib.decompress(base64.b64decode(value)))
