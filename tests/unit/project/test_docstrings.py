@@ -138,11 +138,17 @@ def _bind_import(node: ast.Import | ast.ImportFrom, scope: Scope, module: str) -
 
 
 @cache
+def syntax(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every check."""
+    return ast.parse(path.read_text(), str(path))
+
+
+@cache
 def module_scope(name: str) -> Scope:
     path = sources()[name]
     scope = Scope()
     if path.suffix == ".py":
-        for node in ast.parse(path.read_text(), str(path)).body:
+        for node in syntax(path).body:
             _bind(node, scope, name)
     else:  # an extension: what its C source registers in its method table
         for fn in re.findall(r'\{\s*"(\w+)"\s*,', path.read_text()):
@@ -191,9 +197,8 @@ def _walk(scope: Scope, rest: list[str], module: str, depth: int, strict: bool) 
 def literals() -> frozenset[str]:
     """Every string constant in l2m's code: a dotted name that is one (the ``l2m.json``
     marker file, the ``l2m.size`` header) is a name l2m uses, not a module."""
-    return frozenset(node.value for path in sources().values() if path.suffix == ".py"
-                     for node in ast.walk(ast.parse(path.read_text()))
-                     if isinstance(node, ast.Constant) and isinstance(node.value, str))
+    return frozenset(name for path in sources().values() if path.suffix == ".py"
+                     for name in re.findall(r"""["'](l2m(?:\.\w+)+)["']""", path.read_text()))
 
 
 @dataclass(frozen=True)
@@ -207,13 +212,19 @@ class Text:
 
 def texts(path: Path) -> Iterator[Text]:
     source = path.read_text()
-    tree = ast.parse(source, str(path))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            body = node.body
-            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                    and isinstance(body[0].value.value, str)):
-                yield Text(path, body[0].lineno, body[0].value.value)
+    scopes: list[ast.AST] = [syntax(path)]
+    while scopes:  # statements only: a docstring is never inside an expression
+        node = scopes.pop()
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        first = body[0].value if body and isinstance(body[0], ast.Expr) else None
+        if (isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                and isinstance(first, ast.Constant) and isinstance(first.value, str)):
+            yield Text(path, body[0].lineno, first.value)
+        for block in ("body", "orelse", "finalbody", "handlers"):
+            scopes += [c for c in getattr(node, block, [])
+                       if isinstance(c, ast.stmt | ast.excepthandler)]
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             yield Text(path, tok.start[0], tok.string)
@@ -313,7 +324,8 @@ def test_the_checker_finds_each_kind_of_stale_name():
         "l2m/engine/parse.py:1: l2m/state/nosuch.py"]
 
 
-def _repository_files() -> Iterator[Path]:
+@cache
+def _repository_files() -> tuple[Path, ...]:
     """The repository's files — tracked, or new and not ignored — without this test's and
     test_spec.py's own patterns."""
     mine = {Path(__file__).resolve(), (ROOT / "tests/unit/project/test_spec.py").resolve()}
@@ -325,9 +337,8 @@ def _repository_files() -> Iterator[Path]:
     except (OSError, subprocess.CalledProcessError):  # not a checkout: the folders people write
         paths = [p for folder in ("l2m", "docs", "tests", "benchmarks", "k8s", "tools")
                  for p in (ROOT / folder).rglob("*")] + list(ROOT.glob("*.*"))
-    for path in sorted(paths):
-        if path.is_file() and path.resolve() not in mine and path.stat().st_size <= 2_000_000:
-            yield path
+    return tuple(path for path in sorted(paths) if path.is_file()
+                 and path.resolve() not in mine and path.stat().st_size <= 2_000_000)
 
 
 def test_nothing_in_the_repository_cites_the_contract_outside_it():
