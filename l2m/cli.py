@@ -266,7 +266,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from benchmarks.__main__ import main as bench_main
 
     out = args.out or str(Path.cwd() / "bench-results")
-    return bench_main((["--quick"] if args.quick else []) + ["--out", out])
+    size = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
+    return bench_main([*size, "--out", out])
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -380,8 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", parents=[common],
                        help="run the benchmark harness (benchmarks/)")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny data, a few minutes (a smoke test of the harness)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="tiny data, a few minutes (a smoke test of the harness)")
+    size.add_argument("--smoke", action="store_true",
+                      help="every scenario once on hundreds of logs, about a minute "
+                      "(the harness's own test)")
     p.add_argument("--out", help="results folder (default ./bench-results)")
     p.set_defaults(func=cmd_bench)
 
