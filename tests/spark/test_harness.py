@@ -172,9 +172,9 @@ def test_rules_added_changed_and_removed_across_a_restart(stream_test):
     ])
 
 
-def test_a_format_1_checkpoint_continues_in_its_own_layout(stream_test):
-    """A checkpoint started before state format 2 keeps its (rule, shard) keys — the job
-    reads the format from l2m.json — and counts on exactly; a new one is written in format 4."""
+def test_a_format_2_checkpoint_continues_in_its_own_layout(stream_test):
+    """A checkpoint of 0.1.0 or 0.2.0 (state format 2) keeps its blobs — the job reads the
+    format from l2m.json — and counts on exactly; a new one is written in format 7."""
     rules = rules_of(COUNTER_RULES)
     lines = generated(600, seed=9)
     old = stream_test(rules)
@@ -182,7 +182,7 @@ def test_a_format_1_checkpoint_continues_in_its_own_layout(stream_test):
     import pathlib
 
     pathlib.Path(old.cfg.checkpoint).mkdir(parents=True)
-    pathlib.Path(marker).write_text('{"state_format": 1}\n')
+    pathlib.Path(marker).write_text('{"state_format": 2}\n')
     keys = {}
     for name in ("old", "new"):
         st = old if name == "old" else stream_test(rules)
@@ -194,6 +194,6 @@ def test_a_format_1_checkpoint_continues_in_its_own_layout(stream_test):
         assert st.job is not None
         keys[name] = st.job.query.lastProgress["stateOperators"][0]["operatorName"]
         st.stop()
-    # format 1 keeps its blobs; a new checkpoint keeps one map entry per series (format 4)
+    # format 2 keeps its blobs; a new checkpoint keeps one map entry per series (format 7)
     assert keys == {"old": "applyInPandasWithState", "new": "transformWithStateInPandasExec"}
-    assert orjson.loads(pathlib.Path(marker).read_text()) == {"state_format": 1}
+    assert orjson.loads(pathlib.Path(marker).read_text()) == {"state_format": 2}

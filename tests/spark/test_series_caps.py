@@ -174,6 +174,7 @@ def test_partials_are_placed_in_their_rule_s_placement_shard(spark, tmp_path):
     from l2m.engine.routing import plan_for
     from l2m.engine.streamtask import places, tag
     from l2m.rules.loader import load_text
+    from l2m.state.format import STATE_FORMAT
     from l2m.streaming.job import shard_column
 
     tenant_rules = submit(tmp_path / "rules")
@@ -192,7 +193,7 @@ def test_partials_are_placed_in_their_rule_s_placement_shard(spark, tmp_path):
         tagged = tag(partials, "v1", places(f"v{shards}", plan_for(rules), shards))
         frame = spark.createDataFrame(tagged.to_pandas())
         got = {row["rule"]: row["shard"] for row in frame.select(
-            "rule", shard_column(shards, 3).alias("shard")).collect()}
+            "rule", shard_column(shards, STATE_FORMAT).alias("shard")).collect()}
         assert {r.id: got[r.id] for r in rules} == \
             {r.id: placement_shard(r, shards) for r in rules}
         assert got["acme/req"] == got["acme/all"] == got["o2"]
