@@ -18,9 +18,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# What the user set (a folder, or off), before the default below hides it: the integration
+# tier builds its archive there (tests/integration/conftest.py).
+USER_JVM_CACHE = os.environ.get("L2M_JVM_CACHE")
 # Every `l2m run` a test starts would otherwise build the JVM class-data archive beside it
-# (45 s of a core, l2m/runtime/jvm.py), and later runs would start faster than earlier ones:
-# tests run on a plain JVM, and tests/spark/test_jvmcache.py checks the archive on its own.
+# (45-70 s of a core, l2m/runtime/jvm.py), and later runs would start faster than earlier
+# ones: the unit and spark tiers alone run on a plain JVM (tests/spark/test_jvmcache.py checks
+# the archive on its own); the integration tier builds it before its first test and turns it
+# on for the rest of the run.
 os.environ.setdefault("L2M_JVM_CACHE", "off")
 
 TIERS = ("unit", "spark", "integration")
