@@ -12,9 +12,16 @@ included — to a real Prometheus: ``increase()`` over every counter equals back
 reset across the kills), every published gauge window holds backfill's value, and nothing is
 refused, by l2m's count or Prometheus's own.
 
-Bounded: ten runs, each killed within 32 s of its start, then one ``--once`` run (three to
-four minutes on 2 cores: 189-240 s in CI); the seed is printed, and ``L2M_STRESS_SEED=<seed>``
-replays a run's choices (chunk sizes and kill moments; the machine's timing still varies)."""
+Each run's kill moment is drawn from three kinds and follows the checkpoint, not a fixed
+clock, so a slower machine stretches the moments without changing their kind: during start-up
+(a random part of the shortest start seen), inside the run's first batch (a random part of
+the longest batch seen, after it is planned — or, on a restart that replays the batch the last
+kill cut, after about a start: the replay itself is cut), or within a second of its first
+commit (planning the next batch; the first run is killed so, and times the start and the
+batch for the others). Bounded: ten runs, each killed at most about 2 minutes after its
+start, then one ``--once`` run; the seed is printed, and ``L2M_STRESS_SEED=<seed>`` replays
+a run's choices (chunk sizes, kinds and fractions of the moments; the machine's timing still
+varies)."""
 
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -33,6 +41,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from l2m.config.loader import load_config
+from l2m.dev.generator import GeneratorConfig, LogGenerator
 from l2m.remotewrite.outbox import summary
 from l2m.rules.loader import load_rules
 from l2m.rules.model import Rule
@@ -42,7 +51,7 @@ from l2m.state.counters import signature
 from l2m.streaming.rulesets import ruleset_of, ruleset_version
 from tests.integration.test_deliver import _increase, _rejected, _stored
 from tests.integration.test_prometheus import promql
-from tests.integration.test_streaming import backfill_samples, generated
+from tests.integration.test_streaming import backfill_samples
 from tests.support.kafka_helpers import (
     canonical,
     consume_all,
@@ -55,6 +64,9 @@ from tests.support.kafka_helpers import (
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLS = 10
+# Where each run is killed: during start-up, inside its first batch, or just after a commit.
+KINDS = ("start-up", "batch", "commit")
+LIMIT_S = 120.0  # the longest a run waits for its batch to be planned or committed
 # Counters (count, exact sum, histogram) and gauges (avg, max) with labels: every kind of
 # state. Few rules keep each restart's first batch short, so the kills spread over batches.
 GAUGES = """\
@@ -111,6 +123,65 @@ def last_batch(folder: Path) -> int:
     if not folder.is_dir():
         return -1
     return max((int(p.name) for p in folder.iterdir() if p.name.isdigit()), default=-1)
+
+
+class Watch:
+    """One run of ``l2m run`` and its checkpoint, looked at every 50 ms while the test waits:
+    when (seconds after the start) the run planned and committed its first batch of its own
+    (a replayed batch is planned already)."""
+
+    def __init__(self, checkpoint: Path, job: subprocess.Popen[bytes]) -> None:
+        self.checkpoint = checkpoint
+        self.job = job
+        self.started = time.monotonic()
+        self.before = self.state()
+        self.planned_at: float | None = None
+        self.committed_at: float | None = None
+
+    def state(self) -> tuple[int, int]:
+        """The last batch planned and the last committed."""
+        return last_batch(self.checkpoint / "offsets"), last_batch(self.checkpoint / "commits")
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def wait(self, seconds: float, until: str | None = None) -> None:
+        """Until ``seconds`` pass, the job exits or (``until``: ``planned_at``,
+        ``committed_at``) that is seen."""
+        deadline = time.monotonic() + seconds
+        while True:
+            planned, committed = self.state()
+            if self.planned_at is None and planned > self.before[0]:
+                self.planned_at = self.elapsed()
+            if self.committed_at is None and committed > self.before[1]:
+                self.committed_at = self.elapsed()
+            if ((until is not None and getattr(self, until) is not None)
+                    or time.monotonic() >= deadline or self.job.poll() is not None):
+                return
+            time.sleep(0.05)
+
+    def sleep(self, seconds: float) -> None:
+        self.wait(seconds)
+
+
+class Timing:
+    """What runs took here: from the start to planning a batch of their own (the shortest
+    seen: start-up kills stay in start-up) and how long a batch took to commit (the longest
+    seen: batch kills spread over the whole batch; a replayed batch counted from about when a
+    batch would be planned). Set by the first run, which is killed after its first commit."""
+
+    def __init__(self) -> None:
+        self.start_up: float | None = None
+        self.batch = 0.0
+
+    def saw(self, watch: Watch, replay: bool) -> None:
+        if watch.planned_at is not None and not replay:
+            self.start_up = min(self.start_up or watch.planned_at, watch.planned_at)
+        if self.start_up is None or watch.committed_at is None:
+            return
+        began = self.start_up if replay else watch.planned_at
+        if began is not None:
+            self.batch = max(self.batch, watch.committed_at - began)
 
 
 def key(sample: dict[str, Any]) -> tuple[str, str, tuple[tuple[str, str], ...]]:
@@ -209,12 +280,17 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
         return f"{'removed' if text is None else 'changed'} {rule_id}"
 
     change_at = sorted(rng.sample(range(1, KILLS), len(CHANGES)))
-    # Dated from 10 minutes ago (200 s of logs): recent enough for Prometheus to take.
+    # Dated from 10 minutes ago (200 s of logs, so that gauge windows can be published):
+    # recent enough for Prometheus to take.
     start_ms = int(time.time() * 1000) - 600_000
-    lines = generated(4000, seed=seed % 1000, malformed_ratio=0.01, start_ms=start_ms)
+    lines = list(LogGenerator(GeneratorConfig(seed=seed % 1000, rate_per_s=12,
+                                              malformed_ratio=0.01, start_ms=start_ms)
+                              ).lines(2400))
+    # A 5 s recheck: the final --once run waits for the last run's window timers, which a
+    # minute's recheck would put up to a minute ahead.
     config = job_yaml(t, tmp_path, f"rules: [{rule_file}]", "trigger: 1 second",
-                      "rules_poll: 300 ms",
-                      "source: {max_records_per_trigger: 400, max_records_per_task: 200}",
+                      "rules_poll: 300 ms", "recheck: 5 seconds",
+                      "source: {max_records_per_trigger: 240, max_records_per_task: 120}",
                       f'remote_write: {{poll: 200 ms, endpoints: [{{url: "{prometheus}/api/v1/'
                       'write", name: prom, tenant_header: null}]}')
     record()
@@ -224,8 +300,11 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
     moments: list[str] = []
     in_flight = 0
     checkpoint = tmp_path / "checkpoint" / "metrics"
+    timing = Timing()
     for index, chunk in enumerate(chunks):
         live = index in change_at and rng.random() < 0.5
+        kind = rng.choices(KINDS, weights=(3, 6, 2))[0] if index else "commit"
+        fraction, live_fraction = rng.random(), rng.random()
         changed = change() + " while down; " if index in change_at and not live else ""
         # Small producer batches: tansu shows a reader only up to the last batch's first
         # record, so each chunk is visible to the running job but for a few records.
@@ -234,34 +313,42 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
         for i, line in enumerate(chunk):
             producer.produce(t.topics.logs, value=line, partition=i % t.partitions)
         producer.flush(30)
-        before = (last_batch(checkpoint / "offsets"), last_batch(checkpoint / "commits"))
-        job = start(config, log)
-        # Here a start takes about 13 s (JVM, session, query) and a restart's first batch
-        # (often the replay of the batch the last kill cut) another 11-15 s (Python workers,
-        # state load): most moments fall inside that batch — reading, state commit, sink,
-        # commit — some into start-up and planning, some after a commit.
-        delay = rng.uniform(1.0, 12.0) if rng.random() < 0.3 else rng.uniform(12.0, 32.0)
+        watch = Watch(checkpoint, start(config, log))
+        replay = watch.before[0] > watch.before[1]  # the last kill cut a batch: replayed first
+        planning = max(timing.start_up or 0.0, 1.5)  # the first run sets it (index > 0 here)
+        start_up = 1.0 + fraction * (planning - 1.0)
         if live:  # a change the running job picks up, or one it starts with, by its timing
-            time.sleep(delay / 2)
-            changed = change() + f" live at {delay / 2:.1f}s; "
-            time.sleep(delay / 2)
+            at = live_fraction * (start_up if kind == "start-up" else planning)
+            watch.sleep(at)
+            changed = change() + f" live at {at:.1f}s; "
+        if kind == "start-up":
+            watch.sleep(start_up - watch.elapsed())
+        elif kind == "batch" and replay:  # the replay starts about when a batch is planned
+            watch.sleep(planning + fraction * timing.batch - watch.elapsed())
+        elif kind == "batch":
+            watch.wait(LIMIT_S, until="planned_at")
+            watch.sleep(fraction * timing.batch)
         else:
-            time.sleep(delay)
-        planned, committed = last_batch(checkpoint / "offsets"), last_batch(checkpoint / "commits")
-        if (planned, committed) == before and planned > committed:
+            watch.wait(LIMIT_S, until="committed_at")
+            watch.sleep(fraction)
+        delay = watch.elapsed()
+        planned, committed = watch.state()
+        if (planned, committed) == watch.before and planned > committed:
             phase = f"start-up or replay of batch {planned}"
-        elif (planned, committed) == before:
+        elif (planned, committed) == watch.before:
             phase = "start-up"
         elif planned > committed:
             phase = f"batch {planned} running"
         else:
             phase = f"after batch {committed} committed"
-        moment = f"{changed}{delay:.1f}s ({phase})"
+        moment = f"{changed}{kind} {delay:.1f}s ({phase})"
+        job = watch.job
         exited = job.poll()
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)
         assert exited is None, f"l2m run exited by itself ({exited}) before the kill:\n" \
                                + log.read_text()[-3000:]
+        timing.saw(watch, replay)
         in_flight += planned > committed
         moments.append(moment)
     print(f"killed {len(moments)} times ({in_flight} with a batch planned but not committed):"
@@ -269,12 +356,21 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
     assert len(moments) >= KILLS
 
     produce(t.bootstrap, t.topics.logs, [], t.partitions)  # closers: every record visible
-    final = start(config, log, once=True)
+    # The catch-up run takes what is left in one batch (after a replay the last kill left):
+    # the per-trigger cap only spread the killed runs' work over batches.
+    catch_up = tmp_path / "catch-up.yaml"
+    catch_up.write_text(config.read_text().replace("max_records_per_trigger: 240",
+                                                   "max_records_per_trigger: 0"))
+    assert catch_up.read_text() != config.read_text()
+    final = start(catch_up, log, once=True)
     assert final.wait(300) == 0, log.read_text()[-3000:]
     text = log.read_text()
     assert "Traceback" not in text, text[-3000:]
 
     assert len(rule_sets) == len(CHANGES) + 1
+    # Delivery reads only the metrics topic, now complete: it runs beside the backfills.
+    delivering = ThreadPoolExecutor(1).submit(deliver, load_config(config), once=True,
+                                              once_idle_s=1.0)
     segments = planned_segments(checkpoint / "offsets", t)
     print("segments (batches, version, logs): " + ", ".join(
         f"{first}-{last} {version} {len(logs)}" for first, last, version, logs in segments))
@@ -287,7 +383,7 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
     assert kinds == {"counter", "gauge"}
     assert canonical(got) == canonical(expected)
 
-    tally = deliver(load_config(config), once=True, once_idle_s=1.0)["prom"]
+    tally = delivering.result(timeout=300)["prom"]
     assert tally.refused == {}
     counters = [s for s in expected if s["kind"] == "counter"]
     for sample in counters:
@@ -303,8 +399,8 @@ def test_kill_9_at_random_moments_loses_and_double_counts_nothing(spark, broker,
                  for name in {k[0] for k in windows}
                  for r in promql(prometheus, f"{name}[1h]") for t_, v in r["values"]}
     # A window is published once the newest event time is 2 minutes past its end, by a
-    # batch that brings it logs or by its key's timer (every 60 s of processing time): with
-    # runs killed within 32 s, some seeds end before any window's timer comes round with the
+    # batch that brings it logs or by its key's timer (every recheck of processing time):
+    # with runs killed early, some seeds end before any window's timer comes round with the
     # watermark far enough (test_deliver publishes windows deterministically). Whatever was
     # published holds backfill's value.
     assert {k: windows[k] for k in published} == published
