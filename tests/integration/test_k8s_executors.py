@@ -5,15 +5,17 @@ securityContext, volumes), the cpu and memory the configuration sizes, the owner
 driver pod — as many as configured; and everything it asks the API server is allowed by the driver's
 Role. No pod ever runs: the executors never register, the first batch waits for them, and the test
 stops l2m once it does (SIGTERM, as the kubelet sends it, which waits for that batch; then a second
-one, which stops it now): Spark deletes what it created. About a minute, most of it Spark's start
-waiting 30 s for executors to register.
+one, which stops it now): Spark deletes what it created. About 25 s: Spark's start waits 1 s, not
+its 30 s, for executors to register, and the JVM maps the class-data archive the image builds
+(here the integration tier's, tests/integration/conftest.py).
 
 Every expected value comes from the dev overlay as ``kubectl kustomize`` builds it: its
 ConfigMaps are the driver's files (the configuration, the rules, the executor pod template,
 written under a folder that stands for the pod's /), its Deployment's environment the
 variables they use. Only what cannot be the cluster's changes: the master (the stand-in), Kafka
-(the embedded broker, no SASL), fresh topics, the monitoring port, and the paths of the
-checkpoint and the pod template (under that folder)."""
+(the embedded broker, no SASL), fresh topics, the monitoring port, the paths of the
+checkpoint and the pod template (under that folder), and how long Spark's start waits for
+executors that never come (``spark.scheduler.maxRegisteredResourcesWaitingTime``)."""
 
 from __future__ import annotations
 
@@ -175,10 +177,13 @@ def run(broker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     job["topics"] = {"logs": topics.logs, "metrics": topics.metrics,
                      "dead_letters": topics.dead_letters}
     job["monitoring"] = {"port": free_port(), "host": "127.0.0.1"}
+    # No executor registers here: Spark's start would wait its default 30 s for them.
+    job["spark"]["spark.scheduler.maxRegisteredResourcesWaitingTime"] = "1s"
     config.write_text(yaml.safe_dump(job, sort_keys=False))
     here = {"L2M_KAFKA_BOOTSTRAP": broker.bootstrap, "L2M_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT",
             "L2M_CHECKPOINT": str(root) + env["L2M_CHECKPOINT"],
-            "HOME": str(root) + env["HOME"], "L2M_JVM_CACHE": "off"}
+            "HOME": str(root) + env["HOME"],
+            "L2M_JVM_CACHE": os.environ.get("L2M_JVM_CACHE", "off")}
     (root / env["HOME"].lstrip("/")).mkdir(parents=True, exist_ok=True)
     proc_env = {k: v for k, v in os.environ.items()
                 if not k.startswith(("L2M_", "KUBE", "SPARK_", "PYSPARK_"))}
