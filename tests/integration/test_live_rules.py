@@ -24,6 +24,7 @@ from tests.support.kafka_helpers import (
     produce,
 )
 from tests.support.tools import l2m_run, stop
+from tests.support.topic_reader import TopicReader
 from tests.support.web import post
 
 FIRST = """\
@@ -63,20 +64,28 @@ def _metrics(port: int) -> dict[str, float]:
     return out
 
 
-def test_rules_change_while_the_job_runs(spark, broker, tmp_path):
+def test_rules_change_while_the_job_runs(spark, broker, tmp_path, request):
     t = fresh_topics(broker.bootstrap, partitions=2)
     folder = tmp_path / "rules"
     folder.mkdir()
     (folder / "first.yaml").write_text(FIRST)
     port = free_port()
+    # A short recheck: the `--once` run below, right after a continuous one, waits for the
+    # timers that run set (a recheck ahead at most).
     config = job_yaml(t, tmp_path, f"rules: [{folder}]", "trigger: 1 second",
-                      "rules_poll: 300 ms", f"monitoring: {{port: {port}, host: 127.0.0.1}}")
+                      "rules_poll: 300 ms", "recheck: 2 seconds",
+                      f"monitoring: {{port: {port}, host: 127.0.0.1}}")
     log = tmp_path / "stderr.txt"
     segments = [generated(300, seed=51), generated(300, seed=52), generated(300, seed=53)]
 
-    def total(rule: str) -> float:
-        samples = latest_samples(consume_all(t.bootstrap, t.topics.metrics))
-        return sum(s["value"] for s in samples if s["rule"] == rule)
+    reader = TopicReader(t.bootstrap, t.topics.metrics)
+    request.addfinalizer(reader.close)
+
+    def total(rule: str, polled: bool = True) -> float:
+        """The rule's total on the metrics topic: polled, what arrived so far; else all of it
+        (2 s of silence)."""
+        records = reader.read() if polled else consume_all(t.bootstrap, t.topics.metrics)
+        return sum(s["value"] for s in latest_samples(records) if s["rule"] == rule)
 
     with l2m_run(config, log) as proc:
         produce(t.bootstrap, t.topics.logs, segments[0], t.partitions)
@@ -147,7 +156,7 @@ def test_rules_change_while_the_job_runs(spark, broker, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"{folder / 'broken.yaml'}:2:" in res.stderr
     assert "fix the files: the next run applies them once they validate" in res.stderr
-    assert total("all") == 1100
+    assert total("all", polled=False) == 1100
     (tmp_path / "new").mkdir()
     fresh = job_yaml(t, tmp_path / "new", f"rules: [{folder}]")
     res = subprocess.run([sys.executable, "-m", "l2m.cli", "run", "--config", str(fresh),
