@@ -119,6 +119,12 @@ def dump_float(value: float | None) -> float | str | None:
     return nonfinite_text(value)
 
 
+# The text form of the non-finite numbers, as Prometheus writes them, and the double each
+# stands for: the one home of both directions, for the stored partials, the samples' JSON
+# (l2m.engine.samples) and remote write's reading of it (l2m.remotewrite.outbox).
+NONFINITE: dict[str, float] = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
+
+
 def nonfinite_text(value: float) -> str:
     """A non-finite float as Prometheus writes it: ``"+Inf"``, ``"-Inf"`` or ``"NaN"``."""
     if math.isnan(value):
@@ -126,13 +132,10 @@ def nonfinite_text(value: float) -> str:
     return "+Inf" if value > 0 else "-Inf"
 
 
-_NONFINITE = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
-
-
 def load_float(value: float | str | None) -> float | None:
     """The float of :func:`dump_float`'s form."""
     if isinstance(value, str):
-        return _NONFINITE[value]
+        return NONFINITE[value]
     return value
 
 

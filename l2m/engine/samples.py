@@ -1,9 +1,17 @@
-"""Partials → metric samples (SPEC §3–4).
+"""Partials → metric samples (SPEC §3–4), and the sample record they travel as.
 
 Input: a rule, a series' labels (from its key, :func:`series_labels`), a timestamp and the
 series' partials (:class:`~l2m.engine.partials.Partial`, per bucket for histograms). Output:
 sample dicts (name, kind, labels, value, timestamp, account, rule), their deterministic Kafka
-keys and JSON lines. Pure Python, shared by backfill and the state stage."""
+keys and JSON lines. Pure Python, shared by backfill and the state stage.
+
+The record on the metrics topic is defined here once, for whoever writes it (the state
+stage's output, the Kafka sink) and whoever reads it back (remote write,
+:mod:`l2m.remotewrite.outbox`): its JSON object's fields (:data:`SAMPLE_FIELDS`, as
+:func:`sample` builds them), its key (:func:`series_key`), its headers
+(:func:`record_headers`: :data:`MARK_HEADER`, :data:`TIME_HEADER`; :func:`read_headers`),
+and its decoding and validation (:func:`read_sample` → :class:`SampleRecord`, or why the
+record is not a sample: :data:`MALFORMED`, :data:`INVALID_LABEL`)."""
 
 from __future__ import annotations
 
@@ -11,15 +19,16 @@ import functools
 import hashlib
 import math
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from l2m.engine.admission import OVERFLOW_SERIES
 from l2m.engine.columns import PACK_COLUMN, SAMPLE_COLUMNS
-from l2m.engine.partials import ARROW_TYPES, Partial, nonfinite_text
+from l2m.engine.partials import ARROW_TYPES, NONFINITE, Partial, nonfinite_text
 from l2m.policy.limits import OVERFLOW_LABEL
-from l2m.rules.model import Rule
+from l2m.rules.model import LABEL_RE, NAME_RE, Rule
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,6 +49,22 @@ NEW = "new"
 # second value; remote write reads this header first (docs/prometheus.md).
 TIME_HEADER = "l2m-time"
 MARK_KEY = "_mark"
+# The sample's JSON object: its fields in the order sample() writes them (SampleLines builds
+# the same bytes by pieces), its kinds, and the timestamps (ms) it may carry — far past any
+# real time, yet far enough inside int64 that the 0 remote write writes a millisecond before
+# a new counter's first sample stays inside.
+SAMPLE_FIELDS = ("name", "kind", "labels", "value", "timestamp", "account", "rule")
+KINDS = frozenset({"counter", "gauge"})
+MIN_MS, MAX_MS = -(2**62), 2**62
+_MAX_TIME_DIGITS = 19  # a TIME_HEADER longer than this is no time (MAX_MS has 19 digits)
+# Why a record read back is not a sample (remote write counts them under these names): not
+# JSON, not an object, a name that is no metric name, labels that are not an object of
+# strings, a value that is no number, a timestamp that is no integer (or past any real time),
+# an unknown kind, an account that is not a non-empty string or null — or an l2m-mark header
+# that is not UTF-8 (a mark l2m never writes, so the record is not one of l2m's); and a label
+# name Prometheus refuses (``__name__`` among them).
+MALFORMED = "malformed"
+INVALID_LABEL = "invalid_label"
 # A state call's samples from this many on leave the state stage packed (samples_frame): one
 # binary value instead of a row each, which pyspark converts to Arrow and the JVM converts
 # from Arrow and back for the sink's worker — with 100,000 tenant rules ≈ 95,000 samples a
@@ -261,3 +286,140 @@ def series_key(s: Mapping[str, Any]) -> bytes:
 def to_json_lines(samples: Iterable[dict[str, Any]]) -> Iterator[bytes]:
     for s in samples:
         yield orjson.dumps(s) + b"\n"
+
+
+# --- the record read back ------------------------------------------------------------------
+
+
+def record_headers(mark: str | None, batch_ms: int | None) -> list[tuple[str, bytes]]:
+    """A sample record's headers: its ``mark`` (:data:`FINAL`, :data:`CORRECTION`,
+    :data:`NEW` or None) as UTF-8 in :data:`MARK_HEADER`, the micro-batch's time
+    (``batch_ms``; None: none) as ASCII decimal ms in :data:`TIME_HEADER`."""
+    headers = [] if mark is None else [(MARK_HEADER, mark.encode())]
+    if batch_ms is not None:
+        headers.append((TIME_HEADER, str(batch_ms).encode()))
+    return headers
+
+
+def read_headers(headers: Iterable[tuple[str, bytes | None]] | None
+                 ) -> tuple[bytes | None, bytes | None]:
+    """The :data:`MARK_HEADER` and :data:`TIME_HEADER` values of a consumed record's headers
+    (each the first one present; None when absent), for :func:`read_sample`."""
+    mark = time = None
+    for key, value in headers or ():
+        if value is None:
+            continue
+        if key == MARK_HEADER and mark is None:
+            mark = value
+        elif key == TIME_HEADER and time is None:
+            time = value
+    return mark, time
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRecord:
+    """A record of the metrics topic, read back and checked (:func:`read_sample`): the
+    sample's fields, its ``value`` as the double it stands for (``"+Inf"``, ``"-Inf"``,
+    ``"NaN"`` included), ``rule`` as text (another writer's record may hold anything there,
+    or nothing: ``"None"``), and its headers: ``mark`` (None: none) and ``batch_ms`` (None:
+    none, or not a time)."""
+
+    name: str
+    kind: str
+    labels: dict[str, str]
+    value: float
+    timestamp: int
+    account: str | None
+    rule: str
+    mark: str | None = None
+    batch_ms: int | None = None
+
+
+def read_sample(value: bytes | None, mark: bytes | str | None = None,
+                time: bytes | str | None = None) -> SampleRecord | str:
+    """A record of the metrics topic — its value and its :data:`MARK_HEADER` and
+    :data:`TIME_HEADER` headers — as a :class:`SampleRecord`, or why it is not one
+    (:data:`MALFORMED`, :data:`INVALID_LABEL`). Never raises: what a record holds is
+    checked before anything is built from it."""
+    try:
+        data = orjson.loads(value or b"")
+    except orjson.JSONDecodeError:
+        return MALFORMED
+    reason = sample_problem(data)
+    if reason is not None:
+        return reason
+    text = _header_text(mark)
+    if text is _NOT_TEXT:
+        return MALFORMED
+    assert text is None or isinstance(text, str)
+    return SampleRecord(data["name"], data["kind"], data["labels"], sample_number(data["value"]),
+                        data["timestamp"], data.get("account"), str(data.get("rule")), text,
+                        batch_time(time))
+
+
+def sample_problem(sample: Any) -> str | None:
+    """Why a decoded JSON value is not a sample (:data:`MALFORMED`, :data:`INVALID_LABEL`),
+    or None."""
+    if not isinstance(sample, dict):
+        return MALFORMED
+    name, labels, value = sample.get("name"), sample.get("labels"), sample.get("value")
+    timestamp, account = sample.get("timestamp"), sample.get("account")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        return MALFORMED
+    if not isinstance(sample.get("kind"), str) or sample["kind"] not in KINDS:
+        return MALFORMED
+    if not isinstance(labels, dict) or not all(isinstance(v, str) and _utf8(v)
+                                               for v in labels.values()):
+        return MALFORMED
+    if isinstance(value, bool) or not (isinstance(value, int | float) or (
+            isinstance(value, str) and value in NONFINITE)):
+        return MALFORMED
+    if type(timestamp) is not int or not MIN_MS <= timestamp <= MAX_MS:
+        return MALFORMED
+    if account is not None and not (isinstance(account, str) and account and _utf8(account)):
+        return MALFORMED
+    if any(k == "__name__" or not LABEL_RE.fullmatch(k) for k in labels):
+        return INVALID_LABEL
+    return None
+
+
+def sample_number(shown: float | str) -> float:
+    """The double a sample's value stands for: :func:`sample_value`'s inverse (its text forms
+    of the non-finite numbers, :data:`~l2m.engine.partials.NONFINITE`, read back)."""
+    if isinstance(shown, str):
+        return NONFINITE.get(shown, math.nan)
+    return float(shown)
+
+
+def batch_time(header: bytes | str | None) -> int | None:
+    """The micro-batch time of a :data:`TIME_HEADER` (ASCII decimal ms), or None when it is
+    absent or not such a number."""
+    if isinstance(header, str):
+        header = header.encode("ascii", "replace")
+    if not header or len(header) > _MAX_TIME_DIGITS or not header.isdigit():
+        return None
+    at = int(header)
+    return at if at <= MAX_MS else None
+
+
+_NOT_TEXT = object()
+
+
+def _header_text(header: bytes | str | None) -> str | object | None:
+    """A header's text, None when absent, :data:`_NOT_TEXT` when it is not UTF-8."""
+    if header is None or isinstance(header, str):
+        return header
+    try:
+        return header.decode()
+    except UnicodeDecodeError:
+        return _NOT_TEXT
+
+
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: no protobuf string can carry it
+        return False
+    return True

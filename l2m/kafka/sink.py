@@ -92,12 +92,11 @@ def _stamp(at: int | None, mark: str | None) -> dict[str, Any]:
     time as the record's timestamp and again in :data:`~l2m.engine.samples.TIME_HEADER` (a
     topic with ``message.timestamp.type=LogAppendTime`` replaces the former, remote write
     reads the latter), and the sample's :data:`~l2m.engine.samples.MARK_HEADER`."""
-    from l2m.engine.samples import MARK_HEADER, TIME_HEADER
+    from l2m.engine.samples import record_headers
 
-    headers = [] if mark is None else [(MARK_HEADER, mark.encode())]
+    headers = record_headers(mark, at)
     if at is None:
         return {"headers": headers} if headers else {}
-    headers.append((TIME_HEADER, str(at).encode()))
     return {"timestamp": at, "headers": headers}
 
 

@@ -2,7 +2,9 @@
 policy (docs/prometheus.md), and the tally of what became of them.
 
 Input: records of the metrics topic — the sample's JSON (SPEC §4), the record's timestamp
-(ms) and its :data:`MARK_HEADER` mark — and one endpoint's :class:`Route`. Output:
+(ms) and its :data:`MARK_HEADER` and :data:`TIME_HEADER` headers, read back and checked by
+the record's one definition (:func:`l2m.engine.samples.read_sample`) — and one endpoint's
+:class:`Route`. Output:
 :class:`Request` bodies, one tenant each, at most ``max_samples`` samples each, every series'
 samples in strictly increasing time order; a :class:`Tally` of the samples sent, refused (per
 reason and tenant) and skipped (per reason; gauge corrections per rule), which
@@ -27,33 +29,37 @@ with two values:
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from l2m.engine.samples import CORRECTION, FINAL, MARK_HEADER, NEW, TIME_HEADER
+from l2m.engine.samples import (
+    CORRECTION,
+    FINAL,
+    INVALID_LABEL,
+    MALFORMED,
+    MARK_HEADER,
+    MAX_MS,
+    MIN_MS,
+    NEW,
+    TIME_HEADER,
+    read_sample,
+)
 from l2m.remotewrite.client import valid_tenant
-from l2m.remotewrite.encode import LABEL_NAME, METRIC_NAME, Metadata, Series, body
+from l2m.remotewrite.encode import Metadata, Series, body
 from l2m.rules.model import Aggregation, Rule
 
-__all__ = ["CORRECTION", "FINAL", "MARK_HEADER", "NEW", "REQUEST_OUTCOMES", "SKIP_REASONS",
-           "TIME_HEADER", "Outbox", "Request", "Route", "Tally"]
+__all__ = ["CORRECTION", "FINAL", "INVALID_LABEL", "MALFORMED", "MARK_HEADER", "NEW",
+           "REQUEST_OUTCOMES", "SKIP_REASONS", "TIME_HEADER", "Outbox", "Request", "Route",
+           "Tally"]
 # Skipped samples, by reason (docs/prometheus.md lists them; keep the names stable: alerts,
 # dashboards and tests read them).
 NOT_FINAL = "not_final"  # a gauge window's value before its window is published
 CORRECTED = "correction"  # a gauge window's update after it was published
-# A record that is not an l2m sample: not JSON, not an object, a name that is no metric name,
-# labels that are not an object of strings, a value that is no number, a timestamp that is
-# no integer (or past any real time), an unknown kind, an account that is not a non-empty
-# string or null — or an l2m-mark header that is not UTF-8 (a mark l2m never writes, so the
-# record is not one of l2m's).
-MALFORMED = "malformed"
-INVALID_LABEL = "invalid_label"  # a label name Prometheus refuses (``__name__`` among them)
+# A record that is not an l2m sample (MALFORMED), or one with a label name Prometheus refuses
+# (INVALID_LABEL): the sample record's own reasons (l2m.engine.samples.read_sample).
 INVALID_TENANT = "invalid_tenant"  # a tenant an HTTP header cannot carry (visible ASCII only)
 # The label the endpoint adds to tell accounts apart in one tenant is already a label of the
 # sample: adding it would overwrite the sample's own, dropping it would merge two accounts.
@@ -74,12 +80,6 @@ NO_TENANT = "no_tenant"  # no account, and no default tenant for such samples
 SKIP_REASONS = (NOT_FINAL, CORRECTED, MALFORMED, INVALID_LABEL, INVALID_TENANT,
                 ACCOUNT_LABEL_TAKEN, LOG_APPEND_TIME, FUTURE, ERROR, OTHER_ACCOUNT, NO_TENANT)
 _SKIPPED = object()
-_KINDS = frozenset({"counter", "gauge"})
-_NUMBERS = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
-# Timestamps (ms) a sample may be written with: far past any real time, yet far enough inside
-# int64 that the 0 written a millisecond before a new counter's first sample stays inside.
-_MIN_MS, _MAX_MS = -(2**62), 2**62
-_MAX_TIME_DIGITS = 19
 
 
 @dataclass(frozen=True)
@@ -117,72 +117,6 @@ class Route:
         if self.shared is None:
             return True
         return tenant in self.shared
-
-
-def sample_value(value: Any) -> float:
-    """A sample's value as remote write carries it (``"+Inf"``, ``"-Inf"``, ``"NaN"`` as the
-    doubles they stand for)."""
-    if isinstance(value, str):
-        return _NUMBERS.get(value, math.nan)
-    return float(value)
-
-
-def _utf8(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode()
-    except UnicodeEncodeError:  # a lone surrogate: no protobuf string can carry it
-        return False
-    return True
-
-
-def problem(sample: Any) -> str | None:
-    """Why a decoded record cannot be sent as a sample (:data:`MALFORMED` or
-    :data:`INVALID_LABEL`), or None. Checked before anything is built from it, so that a
-    request is never made of what a receiver (or the encoder) would refuse."""
-    if not isinstance(sample, dict):
-        return MALFORMED
-    name, labels, value = sample.get("name"), sample.get("labels"), sample.get("value")
-    timestamp, account = sample.get("timestamp"), sample.get("account")
-    if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
-        return MALFORMED
-    if not isinstance(sample.get("kind"), str) or sample["kind"] not in _KINDS:
-        return MALFORMED
-    if not isinstance(labels, dict) or not all(isinstance(v, str) and _utf8(v)
-                                               for v in labels.values()):
-        return MALFORMED
-    if isinstance(value, bool) or not (isinstance(value, int | float) or (
-            isinstance(value, str) and value in _NUMBERS)):
-        return MALFORMED
-    if type(timestamp) is not int or not _MIN_MS <= timestamp <= _MAX_MS:
-        return MALFORMED
-    if account is not None and not (isinstance(account, str) and account and _utf8(account)):
-        return MALFORMED
-    if any(k == "__name__" or not LABEL_NAME.fullmatch(k) for k in labels):
-        return INVALID_LABEL
-    return None
-
-
-def _text(header: bytes | str | None) -> str | object | None:
-    """A header's text, None when absent, :data:`_SKIPPED` when it is not UTF-8."""
-    if header is None or isinstance(header, str):
-        return header
-    try:
-        return header.decode()
-    except UnicodeDecodeError:
-        return _SKIPPED
-
-
-def batch_time(header: bytes | str | None) -> int | None:
-    """The micro-batch time of a :data:`TIME_HEADER` (ASCII decimal ms), or None when it is
-    absent or not such a number."""
-    if isinstance(header, str):
-        header = header.encode("ascii", "replace")
-    if not header or len(header) > _MAX_TIME_DIGITS or not header.isdigit():
-        return None
-    at = int(header)
-    return at if at <= _MAX_MS else None
 
 
 @dataclass(frozen=True)
@@ -383,19 +317,11 @@ class Outbox:
         :data:`MARK_HEADER` and :data:`TIME_HEADER` headers, and whether its timestamp is
         the broker's (LogAppendTime). Never raises: a record that cannot be sent is counted
         by reason (:data:`SKIP_REASONS`) and left out."""
-        try:
-            sample = orjson.loads(value or b"")
-        except orjson.JSONDecodeError:
-            self.tally.skip(MALFORMED)
+        sample = read_sample(value, mark, time)
+        if isinstance(sample, str):
+            self.tally.skip(sample)
             return
-        reason = problem(sample)
-        text = _text(mark)
-        if reason is None and not (text is None or isinstance(text, str)):
-            reason = MALFORMED
-        if reason is not None:
-            self.tally.skip(reason)
-            return
-        account = sample.get("account")
+        account = sample.account
         # The endpoint's accounts first: a sample it never takes is neither sent nor one of its
         # corrections.
         tenant = self.route.tenant(account)
@@ -405,22 +331,22 @@ class Outbox:
         if isinstance(tenant, str) and not valid_tenant(tenant):
             self.tally.skip(INVALID_TENANT)
             return
-        if sample["kind"] == "gauge":
-            at = sample["timestamp"] if text == FINAL else None
+        if sample.kind == "gauge":
+            at = sample.timestamp if sample.mark == FINAL else None
             if at is None:
-                if text == CORRECTION:
-                    self.tally.correct(str(sample.get("rule")))
+                if sample.mark == CORRECTION:
+                    self.tally.correct(sample.rule)
                 else:
                     self.tally.skip(NOT_FINAL)
                 return
         else:
-            at = batch_time(time)
+            at = sample.batch_ms
             if at is None:
                 if appended:
                     self.tally.skip(LOG_APPEND_TIME)
                     return
-                at = record_ms if record_ms is not None else sample["timestamp"]
-            if not _MIN_MS <= at <= _MAX_MS:
+                at = record_ms if record_ms is not None else sample.timestamp
+            if not MIN_MS <= at <= MAX_MS:
                 self.tally.skip(MALFORMED)
                 return
         if at > self._clock() * 1000 + FUTURE_MS:
@@ -429,7 +355,7 @@ class Outbox:
         # An empty value is no label to Prometheus (the encoder drops it): dropped before the
         # series key, so {"user": ""} and {} are one series (the later record's value
         # stands, as in a replay), and an empty account label does not count as taken.
-        labels: dict[str, str] = {k: v for k, v in sample["labels"].items() if v}
+        labels: dict[str, str] = {k: v for k, v in sample.labels.items() if v}
         if account is not None and self.route.labelled(tenant if isinstance(tenant, str)
                                                        else None):
             name = self.route.account_label
@@ -438,15 +364,15 @@ class Outbox:
                 self.tally.skip(ACCOUNT_LABEL_TAKEN)
                 return
             labels[name] = account
-        labels["__name__"] = sample["name"]
+        labels["__name__"] = sample.name
         key = tuple(sorted(labels.items()))
-        family = self.families.get(str(sample.get("rule")))
+        family = self.families.get(sample.rule)
         if family is not None:
             self._meta.setdefault(tenant, {})[family.name] = family
         points = self._series.setdefault(tenant, {}).setdefault(key, {})
-        if text == NEW and sample["kind"] != "gauge":
+        if sample.mark == NEW and sample.kind != "gauge":
             points.setdefault(at - 1, 0.0)
-        points[at] = sample_value(sample["value"])
+        points[at] = sample.value
 
     def requests(self) -> list[Request]:
         """The gathered samples as requests (then forgotten): per tenant, series in label

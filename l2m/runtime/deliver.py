@@ -41,6 +41,7 @@ from typing import Any
 
 from l2m.config.decode import Invalid
 from l2m.config.job import JobConfig, RemoteWriteEndpoint, remote_write_url
+from l2m.engine.samples import read_headers
 from l2m.errors import ConfigError, KafkaUnavailableError, RemoteWriteError
 from l2m.remotewrite.client import (
     AUTH_REFUSE,
@@ -55,8 +56,6 @@ from l2m.remotewrite.encode import Metadata
 from l2m.remotewrite.outbox import (
     ERROR,
     LOG_APPEND_TIME,
-    MARK_HEADER,
-    TIME_HEADER,
     TOO_OLD,
     Outbox,
     Request,
@@ -448,9 +447,7 @@ class EndpointDelivery:
         from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
 
         kind, at = record.timestamp()
-        headers = record.headers() or ()
-        mark = next((v for k, v in headers if k == MARK_HEADER and v is not None), None)
-        batch = next((v for k, v in headers if k == TIME_HEADER and v is not None), None)
+        mark, batch = read_headers(record.headers())
         outbox.add(record.value(), None if kind == TIMESTAMP_NOT_AVAILABLE else at, mark,
                    batch, appended=kind == TIMESTAMP_LOG_APPEND_TIME)
 

@@ -105,7 +105,7 @@ class Telemetry(RunObserver):
         # Accumulators restart with each query; these hold what earlier queries counted.
         self._counts: Any = None
         self._base = {"in": 0.0, "out": 0.0}
-        # Per rule, what tasks summed (l2m.streaming.job.task_sums): the earlier queries', the
+        # Per rule, what tasks summed (l2m.state.tally.task_sums): the earlier queries', the
         # current one's.
         self._sums_base: dict[Any, float] = {}
         self._sums: dict[Any, float] = {}
