@@ -18,6 +18,7 @@ with ``measured: null``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -28,7 +29,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,35 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 PROFILES = {
+    # The harness's own test (tests/integration/test_bench.py), about a minute: every scenario
+    # of the quick profile once (no best of two, no unmeasured warm-up drain), on hundreds to
+    # a few thousand logs, with one-second triggers and the shortest waits that still let each
+    # scenario's clock run (a roll-out restarts, a rule is reloaded; the TTL is the quick
+    # profile's: a shorter one expired the burst's series before the probe that counts them
+    # under load). "overlap": the scenarios of their own processes run beside the session's,
+    # not after it — most of either is waiting on a clock, and no figure here is compared.
+    "smoke": {"records": 2_000, "partitions": 4, "per_batch": 2_000, "per_task": 1_000,
+              "limit_records": 2_000, "best_of": 1, "warm_up": False, "overlap": True,
+              "skews": [Skew("uniform"), Skew("hot", 0.7)],
+              "latency": {"rate": 100, "seconds": 3, "warmup_s": 2, "trigger_ms": 1000},
+              "recovery": {"series": 500, "new_logs": 50},
+              "peer": {"records": 400, "idle_s": 3.0}, "rollouts": 1,
+              "rollout": {"rate": 100, "trigger": "1 second", "settle_s": 0.0},
+              "rules": {"rule_counts": [20, 50], "accounts": 5, "records": 1_000,
+                        "backfill_logs": 1_000, "backfill_runs": 1, "cost_logs": 1_000},
+              "rules_100k": {"rule_counts": [20, 60], "accounts": 6, "records": 1_000,
+                             "backfill_logs": 1_000, "backfill_runs": 1, "tenant_dirs": True,
+                             "cost_logs": 1_000},
+              "state": {"logs": 2_000, "burst": 1_000, "probes": 1, "trigger_ms": 1_000},
+              "expiry": {"logs": 1_000, "burst": 1_000, "ttl_ms": 6_000,
+                         "trigger_ms": 1_000},
+              "cardinality_backfill": {"logs": 1_000, "repeats": 1},
+              # two micro-batches of the profile's size: the steady rate has one to count
+              "once": {"records": 4_000, "partitions": 4},
+              "remote_write": {"series": 100, "batches": 2, "drain_runs": 1},
+              "live_rules": {"rate": 100, "trigger_ms": 1_000, "poll_ms": 200, "big": 50,
+                             "adds": 1, "settle_s": 2, "round_trips": 1,
+                             "watch_triggers": 2}},
     # records, partitions, per micro-batch, per task (balanced plan), limit records
     "quick": {"records": 6_000, "partitions": 4, "per_batch": 6_000, "per_task": 3_000,
               "limit_records": 20_000, "skews": [Skew("uniform"), Skew("hot", 0.7)],
@@ -104,9 +135,11 @@ PROFILES = {
 }
 
 
-def _best(run: Callable[[], dict[str, Any]], key: str = "per_s") -> dict[str, Any]:
-    """The faster of two runs of ``run``, with every run's ``key`` under ``runs``."""
-    results = [run(), run()]
+def _best(run: Callable[[], dict[str, Any]], key: str = "per_s", runs: int = 2
+          ) -> dict[str, Any]:
+    """The fastest of ``runs`` runs of ``run`` (two but in the smoke profile), with every
+    run's ``key`` under ``runs``."""
+    results = [run() for _ in range(runs)]
     best = max(results, key=lambda r: r[key])
     return {**best, "runs": [r[key] for r in results]}
 
@@ -390,16 +423,35 @@ def _batches(n: int) -> str:
 
 
 QUICK_GOAL = "n/a (quick)"
+SMOKE_GOAL = "n/a (smoke)"
 QUICK_NOTE = ("Quick profile: a smoke test of the harness on tiny data (thousands of logs, "
               "not hundreds of thousands), so start-up costs dominate every figure. Its figures "
               "are not comparable with the full profile's and are not graded against its "
               "targets; `python -m benchmarks` (the full profile, about 13 minutes) measures them.")
+SMOKE_NOTE = ("Smoke profile: a smoke test of the harness in about a minute, every scenario of "
+              "the quick profile once on hundreds of logs with one-second triggers, so its "
+              "figures measure nothing. They are not comparable with the full profile's and are "
+              "not graded against its targets; `python -m benchmarks` (the full profile, about "
+              "13 minutes) measures them.")
+# The small profiles: what their targets say instead of a goal, and their report's note.
+GOALS = {"quick": QUICK_GOAL, "smoke": SMOKE_GOAL}
+NOTES = {"quick": QUICK_NOTE, "smoke": SMOKE_NOTE}
 
 
-def ungraded(targets: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The quick profile's targets: measured, not graded (its tiny data says nothing about
+def ungraded(targets: list[dict[str, Any]], profile: str = "quick") -> list[dict[str, Any]]:
+    """A small profile's targets: measured, not graded (its tiny data says nothing about
     the full profile's goals, which stay beside them as ``full_goal``)."""
-    return [{**t, "goal": QUICK_GOAL, "full_goal": t["goal"], "met": None} for t in targets]
+    return [{**t, "goal": GOALS[profile], "full_goal": t["goal"], "met": None} for t in targets]
+
+
+def outputs(profile: str) -> tuple[str, str, str]:
+    """The result's JSON file, its report and its plots' prefix: the full profile's are the
+    committed ``latest.json`` and ``RESULTS.md``; a small profile's carry its name
+    (``quick.json``, ``QUICK.md``, ``quick-throughput.png``), so a run beside the committed
+    results overwrites none of them."""
+    if profile == "full":
+        return "latest.json", "RESULTS.md", ""
+    return f"{profile}.json", f"{profile.upper()}.md", f"{profile}-"
 
 
 def _save(fig: Any, path: Path) -> str:
@@ -523,11 +575,12 @@ def plot(result: dict[str, Any], out: Path, prefix: str = "") -> list[str]:
 
 def render_markdown(result: dict[str, Any]) -> str:
     m = result["machine"]
+    profile = result["profile"]
+    small = profile != "full"
     lines = [
-        "# Benchmark results" + (" (quick profile: a smoke test)"
-                                 if result["profile"] == "quick" else ""),
+        "# Benchmark results" + (f" ({profile} profile: a smoke test)" if small else ""),
         "",
-        f"Generated by `python -m benchmarks{' --quick' if result['profile'] == 'quick' else ''}`"
+        f"Generated by `python -m benchmarks{f' --{profile}' if small else ''}`"
         f" on {m['date']}. Machine: {m['cpus']} cores"
         + (f" ({m['cpu']})" if m.get("cpu") else "")
         + f", {m['memory_gib']} GiB, {m['platform']};"
@@ -542,19 +595,18 @@ def render_markdown(result: dict[str, Any]) -> str:
         "## Targets",
         "",
     ]
-    quick = result["profile"] == "quick"
-    if quick:
-        lines += [f"**{QUICK_NOTE}**", "",
-                  "| target | goal | measured (quick) | met | full profile's goal |",
+    if small:
+        lines += [f"**{NOTES[profile]}**", "",
+                  f"| target | goal | measured ({profile}) | met | full profile's goal |",
                   "|---|---|---|---|---|"]
     else:
         lines += ["| target | goal | measured | met |", "|---|---|---|---|"]
     for t in result["targets"]:
-        met = QUICK_GOAL if quick else \
+        met = GOALS[profile] if small else \
             "—" if t["met"] is None else ("yes" if t["met"] else "**no**")
         measured = "not measured yet" if t["measured"] is None else t["measured"]
         lines.append(f"| {t['name']} | {t['goal']} | {measured} | {met} |"
-                     + (f" {t.get('full_goal', '')} |" if quick else ""))
+                     + (f" {t.get('full_goal', '')} |" if small else ""))
     if any(t["met"] is False for t in result["targets"]):
         lines += ["", "What limits the missed targets, and where the time goes: "
                   "[benchmarks/README.md](README.md#where-the-time-goes-profiles-2-cores)."]
@@ -911,21 +963,24 @@ def run_peer_scenario(bootstrap: str, profile: dict[str, Any], workdir: Path) ->
                     idle_s=profile["peer"]["idle_s"])
 
 
-def write_outputs(result: dict[str, Any], out: Path, quick: bool) -> None:
+def write_outputs(result: dict[str, Any], out: Path) -> None:
+    """The targets, the scale model, the plots, the JSON and the report of ``result`` (its
+    ``profile`` names the files: :func:`outputs`) into ``out``."""
+    profile = result["profile"]
+    data, report, prefix = outputs(profile)
     result["scale_model"] = model(result["drain"], cores_measured=2)
     result["targets"] = targets(result["drain"], result["limit"], result.get("latency"),
                                 result.get("recovery"), result.get("peer"),
                                 result.get("cluster"), result.get("rollout"),
                                 result.get("rule_scale"), result.get("issue21"),
                                 result.get("remote_write"), result.get("live_rules"))
-    if quick:
-        result["targets"] = ungraded(result["targets"])
-    # A quick run beside the committed results must not overwrite their plots.
-    result["plots"] = plot(result, out, prefix="quick-" if quick else "")
-    (out / ("quick.json" if quick else "latest.json")).write_text(json.dumps(result, indent=2))
+    if profile != "full":
+        result["targets"] = ungraded(result["targets"], profile)
+    result["plots"] = plot(result, out, prefix=prefix)
+    (out / data).write_text(json.dumps(result, indent=2))
     markdown = render_markdown(result)
-    (out / ("QUICK.md" if quick else "RESULTS.md")).write_text(markdown)
-    if not quick and out.resolve() == RESULTS.resolve():
+    (out / report).write_text(markdown)
+    if profile == "full" and out.resolve() == RESULTS.resolve():
         # The copy beside README.md: its links to results/ files gain the folder.
         (ROOT / "benchmarks" / "RESULTS.md").write_text(
             markdown.replace("](", "](results/").replace("](results/../", "]("))
@@ -933,15 +988,17 @@ def write_outputs(result: dict[str, Any], out: Path, quick: bool) -> None:
 
 def results_folder(out: str | None, quick: bool) -> Path:
     """``--out``, else: the committed results for the full profile, ``./bench-results`` (in
-    the working directory, not the source tree) for the quick one."""
+    the working directory, not the source tree) for a small one (``quick``: the quick or
+    the smoke profile)."""
     if out:
         return Path(out)
     return Path.cwd() / "bench-results" if quick else RESULTS
 
 
-def render_only(out: Path, quick: bool) -> int:
-    result = json.loads((out / ("quick.json" if quick else "latest.json")).read_text())
-    write_outputs(result, out, quick)
+def render_only(out: Path, profile: str) -> int:
+    """Recompute the targets, model, plots and report of ``profile``'s result in ``out``."""
+    result = json.loads((out / outputs(profile)[0]).read_text())
+    write_outputs(result, out)
     return 0
 
 
@@ -961,7 +1018,8 @@ def ceiling(bootstrap: str, profile: dict[str, Any], records: int | None = None
     like every rate a target compares."""
     return _best(lambda: consume_parse_rate(bootstrap, records or profile["limit_records"],
                                             profile["partitions"],
-                                            processes=os.cpu_count() or 2))
+                                            processes=os.cpu_count() or 2),
+                 runs=profile.get("best_of", 2))
 
 
 def run_issue21(spark: SparkSession | None, bootstrap: str, profile: dict[str, Any],
@@ -992,9 +1050,10 @@ def run_issue21(spark: SparkSession | None, bootstrap: str, profile: dict[str, A
         # from the streaming session's, l2m.runtime.session.BATCH_JIT).
         path = workdir / "cardinality-backfill.json"
         # From the source tree (benchmarks/ is not installed; `l2m bench` runs anywhere).
+        spec = profile["cardinality_backfill"]
         subprocess.run([sys.executable, "-m", "benchmarks.cardinality", "--logs",
-                        str(profile["cardinality_backfill"]["logs"]), "--backfill-json",
-                        str(path)], check=True, timeout=3600, cwd=ROOT)
+                        str(spec["logs"]), "--repeats", str(spec.get("repeats", 2)),
+                        "--backfill-json", str(path)], check=True, timeout=3600, cwd=ROOT)
         out["cardinality_backfill"] = json.loads(path.read_text())
     if "once" in names and spark is None:
         spec = profile["once"]
@@ -1026,8 +1085,10 @@ def measure_limit(bootstrap: str, profile: dict[str, Any]) -> dict[str, Any]:
     # drains) is the better of two runs back to back, all of them alike.
     consume = _best(lambda: consume_rate(bootstrap, profile["limit_records"],
                                          profile["partitions"],
-                                         processes=os.cpu_count() or 2))
-    parse = _best(lambda: parse_rate(min(profile["limit_records"], 200_000)))
+                                         processes=os.cpu_count() or 2),
+                    runs=profile.get("best_of", 2))
+    parse = _best(lambda: parse_rate(min(profile["limit_records"], 200_000)),
+                  runs=profile.get("best_of", 2))
     per_core_parse = parse["per_s"] / (os.cpu_count() or 1)
     per_core_consume = consume["per_s"] / consume["processes"]
     cores = os.cpu_count() or 1
@@ -1047,7 +1108,7 @@ def run_drains(spark: SparkSession, bootstrap: str, profile: dict[str, Any],
             case = DrainCase(profile["records"], profile["partitions"], skew, planner,
                              profile["per_batch"], profile["per_task"])
             res = _best(lambda case=case: run_drain(spark, bootstrap, case, rules, workdir),
-                        key="logs_per_s")
+                        key="logs_per_s", runs=profile.get("best_of", 2))
             print(f"{res['case']:<32} {res['logs_per_s']:>8,} logs/s "
                   f"(runs {res['runs']})  "
                   f"tasks max/mean {res['records_per_task_max_over_mean']}",
@@ -1083,11 +1144,11 @@ def run_remote_write(spark: SparkSession, bootstrap: str, profile: dict[str, Any
     return out
 
 
-def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
+def run_only(names: tuple[str, ...], out: Path, profile_name: str) -> int:
     """Run some of issue 21's scenarios into the existing result and re-render it."""
-    path = out / ("quick.json" if quick else "latest.json")
+    path = out / outputs(profile_name)[0]
     result = json.loads(path.read_text())
-    profile = PROFILES["quick" if quick else "full"]
+    profile = PROFILES[profile_name]
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, \
             EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
@@ -1127,7 +1188,7 @@ def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
     result.setdefault("only_runs", []).append(
         {"scenarios": list(names), "seconds": round(time.monotonic() - started, 1),
          "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_model()})
-    write_outputs(result, out, quick)
+    write_outputs(result, out)
     for t in result["targets"]:
         print(f"target: {t['name']}: goal {t['goal']}, measured {t['measured']}, met {t['met']}")
     return 0
@@ -1135,75 +1196,129 @@ def run_only(names: tuple[str, ...], out: Path, quick: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
-    ap.add_argument("--quick", action="store_true",
-                    help="tiny data, a few minutes (a smoke test of the harness)")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="tiny data, a few minutes (a smoke test of the harness)")
+    size.add_argument("--smoke", action="store_true",
+                      help="every scenario once on hundreds of logs, about a minute (the "
+                      "harness's own test)")
     ap.add_argument("--out", help="results folder (default: the full profile "
-                    "benchmarks/results, the committed results; --quick ./bench-results)")
+                    "benchmarks/results, the committed results; --quick and --smoke "
+                    "./bench-results)")
     ap.add_argument("--render", action="store_true",
                     help="only recompute targets, model, plots and RESULTS.md from the JSON")
     ap.add_argument("--only", help="run only these scenarios (comma-separated: "
                     f"{', '.join(ONLY)}) into the existing results, and re-render them")
     args = ap.parse_args(argv)
-    out = results_folder(args.out, args.quick)
+    profile_name = "smoke" if args.smoke else "quick" if args.quick else "full"
+    small = profile_name != "full"
+    out = results_folder(args.out, small)
     if args.render:
-        return render_only(out, args.quick)
+        return render_only(out, profile_name)
     if args.only:
         names = tuple(n.strip() for n in args.only.split(",") if n.strip())
         unknown = [n for n in names if n not in ONLY]
         if unknown:
             ap.error(f"--only: unknown scenario(s) {', '.join(unknown)}; "
                      f"known: {', '.join(ONLY)}")
-        existing = out / ("quick.json" if args.quick else "latest.json")
+        existing = out / outputs(profile_name)[0]
         if not existing.is_file():
             ap.error(f"--only adds to the results in {existing}, which does not exist: run "
-                     f"the whole profile{' (--quick)' if args.quick else ''} into it first")
-        return run_only(names, out, args.quick)
-    profile_name = "quick" if args.quick else "full"
+                     f"the whole profile{f' (--{profile_name})' if small else ''} into it first")
+        return run_only(names, out, profile_name)
     profile = PROFILES[profile_name]
     out.mkdir(parents=True, exist_ok=True)
     rules = list(load_rules([ROOT / "benchmarks" / "rules.yaml"]).rules)
     started = time.monotonic()
     result: dict[str, Any] = {"profile": profile_name, "machine": machine()}
+    # Wall seconds of each scenario, set-up included: where a profile's time goes.
+    phases: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(name: str) -> Iterator[None]:
+        begun = time.monotonic()
+        yield
+        phases[name] = round(time.monotonic() - begun, 1)
+        print(f"({name}: {phases[name]} s)", file=sys.stderr)
+
     with tempfile.TemporaryDirectory() as tmp, \
             EmbeddedBroker(log=Path(tmp) / "broker.log") as broker:
-        result["limit"] = measure_limit(broker.bootstrap, profile)
-        spark = session_for(JobConfig(master="local[2]",
-                                      spark={"spark.sql.shuffle.partitions": "2"}))
+        with phase("limit"):
+            result["limit"] = measure_limit(broker.bootstrap, profile)
+        outside: dict[str, Any] = {}
+
+        def run_outside() -> None:
+            """The scenarios that start processes of their own: ``l2m backfill``'s session,
+            ``l2m run --once``, the roll-out's ``l2m run``, the peer."""
+            with phase("cardinality_backfill, once"):
+                outside["issue21"] = run_issue21(None, broker.bootstrap, profile, Path(tmp),
+                                                 ALONE)
+            with phase("rollout"):
+                outside["rollout"] = run_rollout(broker.bootstrap, Path(tmp),
+                                                 rollouts=profile["rollouts"],
+                                                 **profile.get("rollout", {}))
+            outside["rollout"].pop("log")
+            print(f"roll-out: median gap {outside['rollout']['median_gap_s']} s, phases "
+                  f"{outside['rollout']['median_phases_s']}", file=sys.stderr)
+            with phase("peer"):
+                outside["peer"] = run_peer_scenario(broker.bootstrap, profile, Path(tmp))
+            print(f"peer (Quix Streams, {outside['peer']['processes']} processes): "
+                  f"{outside['peer']['logs_per_s']:,} logs/s, records per process "
+                  f"{outside['peer']['processed']}", file=sys.stderr)
+
+        # The smoke profile's overlap: their peak memory figures then count the processes
+        # beside them too (PeakMemory samples every descendant of this process).
+        beside = ThreadPoolExecutor(1).submit(run_outside) if profile.get("overlap") \
+            else None
+        with phase("session"):
+            spark = session_for(JobConfig(master="local[2]",
+                                          spark={"spark.sql.shuffle.partitions": "2"}))
         # Warm the JVM, the Python workers and the state store code before measuring: the
         # first micro-batch of a session costs about 10 s that no later scenario pays, and
         # each new Python worker's first task ~0.3 s more (its heap grows: ~10k page faults
         # for a 40k-log task). Spark starts more workers as tasks overlap; after a warm-up of
         # 2,000 logs, or of one micro-batch, the first measured drain still met cold workers
         # and ran 10-25% slower than the same drain repeated. So: one drain of the first
-        # measured case's shape, unmeasured.
-        run_drain(spark, broker.bootstrap,
-                  DrainCase(profile["records"], profile["partitions"], Skew(), "balanced",
-                            profile["per_batch"], profile["per_task"]), rules, Path(tmp))
-        drains = run_drains(spark, broker.bootstrap, profile, rules, Path(tmp))
-        lat_cfg = dict(profile["latency"])
-        uniform = next(d for d in drains if d["skew"] == "uniform" and d["planner"] == "balanced")
-        rate = lat_cfg.pop("rate") or uniform["logs_per_s"] / 2
-        latency = run_latency(spark, broker.bootstrap, rules, Path(tmp), rate=rate, **lat_cfg)
+        # measured case's shape, unmeasured (not in the smoke profile: it measures nothing).
+        with phase("drain"):
+            if profile.get("warm_up", True):
+                run_drain(spark, broker.bootstrap,
+                          DrainCase(profile["records"], profile["partitions"], Skew(),
+                                    "balanced", profile["per_batch"], profile["per_task"]),
+                          rules, Path(tmp))
+            drains = run_drains(spark, broker.bootstrap, profile, rules, Path(tmp))
+        with phase("latency"):
+            lat_cfg = dict(profile["latency"])
+            uniform = next(d for d in drains
+                           if d["skew"] == "uniform" and d["planner"] == "balanced")
+            rate = lat_cfg.pop("rate") or uniform["logs_per_s"] / 2
+            latency = run_latency(spark, broker.bootstrap, rules, Path(tmp), rate=rate,
+                                  **lat_cfg)
         print(f"latency at {rate:.0f} logs/s: p50 {latency['latency_ms']['p50']} ms, "
               f"p99 {latency['latency_ms']['p99']} ms", file=sys.stderr)
-        recovery = run_recovery(spark, broker.bootstrap, Path(tmp), **profile["recovery"])
-        rule_scale = run_rule_scale(spark, broker.bootstrap, Path(tmp), profile["rules"],
-                                    profile)
-        issue21 = run_issue21(spark, broker.bootstrap, profile, Path(tmp),
-                              tuple(n for n in ISSUE21 if n not in ALONE))
-        remote_write = run_remote_write(spark, broker.bootstrap, profile, rules, Path(tmp))
-        live_rules = run_live(spark, broker.bootstrap, profile, Path(tmp))
+        with phase("recovery"):
+            recovery = run_recovery(spark, broker.bootstrap, Path(tmp), **profile["recovery"])
+        with phase("rules"):
+            rule_scale = run_rule_scale(spark, broker.bootstrap, Path(tmp), profile["rules"],
+                                        profile)
+        with phase("state, expiry, rules_100k"):
+            issue21 = run_issue21(spark, broker.bootstrap, profile, Path(tmp),
+                                  tuple(n for n in ISSUE21 if n not in ALONE))
+        with phase("remote_write"):
+            remote_write = run_remote_write(spark, broker.bootstrap, profile, rules, Path(tmp))
+        with phase("live_rules"):
+            live_rules = run_live(spark, broker.bootstrap, profile, Path(tmp))
         spark.stop()  # the peer and the roll-outs get the cores to themselves
-        issue21.update(run_issue21(None, broker.bootstrap, profile, Path(tmp), ALONE))
-        rollout = run_rollout(broker.bootstrap, Path(tmp), rollouts=profile["rollouts"])
-        rollout.pop("log")
-        print(f"roll-out: median gap {rollout['median_gap_s']} s, phases "
-              f"{rollout['median_phases_s']}", file=sys.stderr)
-        peer = run_peer_scenario(broker.bootstrap, profile, Path(tmp))
-        print(f"peer (Quix Streams, {peer['processes']} processes): {peer['logs_per_s']:,} logs/s, "
-              f"records per process {peer['processed']}", file=sys.stderr)
-        cluster = run_cluster(broker.bootstrap, profile, rules, Path(tmp)) \
-            if "cluster" in profile else None
+        if beside is None:
+            run_outside()
+        else:
+            beside.result()  # its error, if any, raised here
+        issue21.update(outside["issue21"])
+        rollout, peer = outside["rollout"], outside["peer"]
+        cluster = None
+        if "cluster" in profile:
+            with phase("cluster"):
+                cluster = run_cluster(broker.bootstrap, profile, rules, Path(tmp))
         print(f"recovery with {recovery['series']:,} series: first sample after "
               f"{recovery['first_sample_s']} s, caught up after {recovery['caught_up_s']} s",
               file=sys.stderr)
@@ -1218,16 +1333,17 @@ def main(argv: list[str] | None = None) -> int:
     result["remote_write"] = remote_write
     result["live_rules"] = live_rules
     result["seconds"] = round(time.monotonic() - started, 1)
-    write_outputs(result, out, args.quick)
+    result["phases_s"] = phases
+    write_outputs(result, out)
     print(f"{'scenario':<32} {'logs/s':>9} {'max/mean':>9}")
     for d in drains:
         print(f"{d['case']:<32} {d['logs_per_s']:>9,} {d['records_per_task_max_over_mean']!s:>9}")
-    if args.quick:
-        print(QUICK_NOTE.replace("`", ""))
+    if small:
+        print(NOTES[profile_name].replace("`", ""))
     for t in result["targets"]:
-        if args.quick:
-            print(f"target: {t['name']}: measured {t['measured']} (quick; not graded, the full "
-                  f"profile's goal is {t['full_goal']})")
+        if small:
+            print(f"target: {t['name']}: measured {t['measured']} ({profile_name}; not graded, "
+                  f"the full profile's goal is {t['full_goal']})")
         else:
             print(f"target: {t['name']}: goal {t['goal']}, measured {t['measured']}, "
                   f"met {t['met']}")

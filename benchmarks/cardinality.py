@@ -431,9 +431,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backfill-json", default=None, metavar="PATH",
                     help="only the backfill comparison (issue 21, deliverable 4) in a session "
                          "as `l2m backfill` starts it, its result written to PATH")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="with --backfill-json: runs of each rule set, alternating (1: once "
+                         "each, no warm-up)")
     args = ap.parse_args(argv)
     if args.backfill_json:
-        return backfill_only(args.logs, Path(args.backfill_json))
+        return backfill_only(args.logs, Path(args.backfill_json), args.repeats)
     limits = (LimitsConfig(max_series_per_rule=0, max_series_per_metric=0,
                            max_series_per_account=0) if args.uncapped else LimitsConfig())
     if args.quick:
@@ -529,7 +532,7 @@ def summarise_state(steps: list[dict[str, Any]], logs: int, burst: int,
     }
 
 
-def backfill_only(logs: int, out: Path) -> int:
+def backfill_only(logs: int, out: Path, repeats: int = 2) -> int:
     """:func:`run_cardinality_backfill` in its own session, started as ``l2m backfill``
     starts one (the batch job's JIT, l2m.runtime.session.BATCH_JIT), not the streaming
     session the other scenarios share."""
@@ -538,7 +541,7 @@ def backfill_only(logs: int, out: Path) -> int:
     spark = build_session("local[2]", "l2m-backfill", {"spark.sql.shuffle.partitions": "2"},
                           jit=BATCH_JIT)
     with tempfile.TemporaryDirectory() as tmp:
-        result = run_cardinality_backfill(spark, Path(tmp), logs)
+        result = run_cardinality_backfill(spark, Path(tmp), logs, repeats)
     spark.stop()
     out.write_text(json.dumps(result, indent=2))
     return 0
@@ -566,10 +569,12 @@ def run_expiry(spark: SparkSession, bootstrap: str, workdir: Path, logs: int, bu
             "steps": steps}
 
 
-def run_cardinality_backfill(spark: SparkSession, workdir: Path, logs: int) -> dict[str, Any]:
+def run_cardinality_backfill(spark: SparkSession, workdir: Path, logs: int,
+                             repeats: int = 2) -> dict[str, Any]:
     """Backfill of ``logs`` logs with a unique id each, with the cardinality rules (default
-    caps) and the example rules alone, in a warm session, twice alternating, each the faster
-    of its two (issue 21, deliverable 4)."""
+    caps) and the example rules alone, in a warm session, ``repeats`` times alternating,
+    each the fastest of its runs (issue 21, deliverable 4). One repeat (the harness's smoke
+    profile) runs each once in a cold session: a single run compares nothing."""
     path = workdir / "cardinality-backfill.jsonl"
     source = Logs(logs)
     with path.open("wb") as f:
@@ -578,12 +583,13 @@ def run_cardinality_backfill(spark: SparkSession, workdir: Path, logs: int) -> d
     from benchmarks.rules_scale import PeakMemory
     from l2m.batch.backfill import run_backfill
 
-    # Unmeasured: a session's first backfill pays seconds no later one does.
-    run_backfill(spark, list(load_rules([ROOT / "rules"]).rules), [str(path)],
-                 workdir / "warm.jsonl", progress=False)
+    if repeats > 1:
+        # Unmeasured: a session's first backfill pays seconds no later one does.
+        run_backfill(spark, list(load_rules([ROOT / "rules"]).rules), [str(path)],
+                     workdir / "warm.jsonl", progress=False)
     with PeakMemory() as peak:
         out = run_backfills(spark, cardinality_rules(), workdir, path, logs, LimitsConfig(),
-                            repeats=2)
+                            repeats=repeats)
     out["peak_jvm_rss_mib"] = round(peak.jvm)
     out["peak_python_worker_rss_mib"] = round(peak.python_worker)
     out["ratio"] = round(out["cardinality_rules"]["seconds"] / out["example_rules"]["seconds"], 2)

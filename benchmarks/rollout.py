@@ -156,9 +156,11 @@ def _wait(predicate: Any, timeout: float, what: str, proc: subprocess.Popen[byte
 
 
 def run_rollout(bootstrap: str, workdir: Path, rollouts: int = 3, rate: float = 500.0,
-                partitions: int = 4, trigger: str = "10 seconds") -> dict[str, Any]:
+                partitions: int = 4, trigger: str = "10 seconds",
+                settle_s: float = 3.0) -> dict[str, Any]:
     """Start ``l2m run``, then ``rollouts`` times: add a rule, SIGTERM, start again, and time
-    the phases until the new rule's first sample."""
+    the phases until the new rule's first sample; ``settle_s``: steady batches before the
+    first change, and ``5 s`` of them between two changes."""
     from l2m.runtime import jvm as jvmcache
 
     # As in the image (k8s/scripts/jvm-cache.sh): the class-data archive exists before the
@@ -180,7 +182,7 @@ def run_rollout(bootstrap: str, workdir: Path, rollouts: int = 3, rate: float = 
     try:
         # Steady state first: a sample of every example counter rule has come out.
         _wait(lambda: len(samples.first) >= 3, 180, "the first samples", proc)
-        time.sleep(3)
+        time.sleep(settle_s)
         for n in range(rollouts):
             (folder / "rules" / f"rollout-{n}.yaml").write_text(NEW_RULE.format(n=n))
             t_term = time.time()
@@ -208,7 +210,8 @@ def run_rollout(bootstrap: str, workdir: Path, rollouts: int = 3, rate: float = 
             rows.append(row)
             print(f"roll-out {n}: gap {row['gap_s']} s, " + ", ".join(
                 f"{k} {v}" for k, v in row["phases_s"].items()), file=sys.stderr)
-            time.sleep(5)  # a few steady batches before the next change
+            if n < rollouts - 1:
+                time.sleep(5)  # a few steady batches before the next change
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)

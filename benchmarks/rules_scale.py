@@ -174,7 +174,7 @@ def run_rule_scale(spark: SparkSession, bootstrap: str, workdir: Path,
                               "tenant_dirs": spec.get("tenant_dirs", False)}
     path = sets[largest][1]
     result["validate_s"] = validate_seconds(path) if path else None
-    result["cost_per_log"] = cost_per_log(sets, accounts)
+    result["cost_per_log"] = cost_per_log(sets, accounts, spec.get("cost_logs", 20_000))
     drains = []
     for n in counts:
         rules, _ = sets[n]
@@ -190,14 +190,14 @@ def run_rule_scale(spark: SparkSession, bootstrap: str, workdir: Path,
               f"{peak.jvm:.0f} MiB, Python worker {peak.python_worker:.0f} MiB", file=sys.stderr)
     result["drain"] = drains
     result["backfill"] = run_backfills(spark, workdir, spec["backfill_logs"], sets[largest][0],
-                                       accounts)
+                                       accounts, spec.get("backfill_runs", 2))
     return result
 
 
 def run_backfills(spark: SparkSession, workdir: Path, logs: int, many: list[Rule],
-                  accounts: int) -> dict[str, Any]:
-    """Backfill ``logs`` logs: the example rules (second of two runs: a warm session), then
-    the many rules."""
+                  accounts: int, example_runs: int = 2) -> dict[str, Any]:
+    """Backfill ``logs`` logs: the example rules (the last of ``example_runs`` runs: with
+    two, a warm session), then the many rules."""
     from l2m.batch.backfill import run_backfill
 
     path = workdir / "backfill.jsonl"
@@ -207,7 +207,7 @@ def run_backfills(spark: SparkSession, workdir: Path, logs: int, many: list[Rule
             f.write(b"\n".join(gen.lines(min(10_000, logs - start))) + b"\n")
     examples = list(load_rules([ROOT / "rules"]).rules)
     runs = []
-    for _ in range(2):
+    for _ in range(example_runs):
         summary = run_backfill(spark, examples, [str(path)], workdir / "out.jsonl",
                                progress=False)
         runs.append(round(summary.seconds, 2))

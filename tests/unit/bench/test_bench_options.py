@@ -76,3 +76,42 @@ def test_the_once_targets_are_graded_on_the_shipped_plan() -> None:
     slow = {**once, "shipped": {**once["shipped"], "whole_logs_per_s": 50_000,
                                 "batches": [{"batch": 0, "logs": 1_000_016, "ms": 12_000}]}}
     assert [t["met"] for t in state_targets({"once": slow}, {})] == [False, False, None, None]
+
+
+def test_the_smoke_profile_runs_every_scenario_of_the_quick_one() -> None:
+    """The harness's own test runs the smoke profile: a scenario the quick profile has and
+    the smoke one lacks would go untested."""
+    from benchmarks.__main__ import PROFILES
+
+    smoke, quick = PROFILES["smoke"], PROFILES["quick"]
+    assert set(quick) <= set(smoke)
+    assert "cluster" not in smoke and "cluster" not in quick  # the full profile's alone
+    assert [s.label for s in smoke["skews"]] == [s.label for s in quick["skews"]]
+    assert smoke["best_of"] == 1 and smoke["overlap"] and not smoke["warm_up"]
+    for small in (smoke, quick):  # the backlog in one micro-batch of two tasks
+        assert small["per_batch"] == small["records"] == 2 * small["per_task"]
+
+
+def test_the_smoke_report_has_its_own_files_and_goal() -> None:
+    from benchmarks.__main__ import SMOKE_GOAL, outputs
+
+    assert outputs("full") == ("latest.json", "RESULTS.md", "")
+    assert outputs("quick") == ("quick.json", "QUICK.md", "quick-")
+    assert outputs("smoke") == ("smoke.json", "SMOKE.md", "smoke-")
+    smoke = ungraded(targets(), "smoke")
+    assert {t["goal"] for t in smoke} == {SMOKE_GOAL} == {"n/a (smoke)"}
+    assert [t["met"] for t in smoke] == [None, None, None]
+    text = render_markdown(result("smoke", smoke))
+    assert text.startswith("# Benchmark results (smoke profile: a smoke test)")
+    assert "python -m benchmarks --smoke" in text and "not graded" in text
+    assert "| end-to-end drain / machine limit (read + parse) | n/a (smoke) | 0.05 | " \
+           "n/a (smoke) | >= 0.40 |" in text
+
+
+def test_quick_and_smoke_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--quick", "--smoke"])
+    assert exit_.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
