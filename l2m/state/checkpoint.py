@@ -86,9 +86,10 @@ def check_checkpoint(checkpoint: str, query_dir: str, files: Files | None = None
     ``files`` reads the checkpoint's file system: a local path's own disk by default; an
     object store (``s3a://``…) needs Spark's (:mod:`l2m.streaming.job`), and without it the
     checkpoint is taken for :data:`STATE_FORMAT` unread. A checkpoint with a query folder but
-    no ``l2m.json``: on a local disk it was written before state versions (or by the
-    two-query layout) and is refused; on an object store by a release that marked only local
-    checkpoints (0.1.0, 0.2.0), of format 2 (:data:`UNMARKED_OBJECT_STORE_FORMAT`)."""
+    no ``l2m.json``: on a local disk it was written before state versions and is refused; on an
+    object store by a release that marked only local checkpoints (0.1.0, 0.2.0), of format 2
+    (:data:`UNMARKED_OBJECT_STORE_FORMAT`). The two-query layout (``counters/``, ``gauges/``)
+    is refused on both."""
     local = local_checkpoint(checkpoint)
     if local is None and files is None:
         return STATE_FORMAT
@@ -103,11 +104,13 @@ def check_checkpoint(checkpoint: str, query_dir: str, files: Files | None = None
         if found not in READABLE:
             raise StateFormatError(refusal(found, f"checkpoint {checkpoint}"))
         return int(found)
-    started = files.is_dir(f"{root}/{query_dir}/offsets") or files.is_dir(f"{root}/counters") \
-        or files.is_dir(f"{root}/gauges")
-    if started and local is None:
+    started = files.is_dir(f"{root}/{query_dir}/offsets")
+    # The two-query layout (``counters/``, ``gauges/``) predates every release: its state would
+    # not be read by the one query, which would start over from empty state unnoticed.
+    two_queries = files.is_dir(f"{root}/counters") or files.is_dir(f"{root}/gauges")
+    if started and local is None and not two_queries:
         return UNMARKED_OBJECT_STORE_FORMAT
-    if started:
+    if started or two_queries:
         raise StateFormatError(refusal(0, f"checkpoint {checkpoint}"))
     files.write(f"{root}/{CHECKPOINT_MARKER}", json.dumps({"state_format": STATE_FORMAT}) + "\n")
     return STATE_FORMAT

@@ -87,7 +87,7 @@ class RulesetPublisher:
         self.spark = spark
         self.cfg = cfg
         self.files = files or LocalFiles()
-        self.live = live  # False: a checkpoint of state format 1-3 (changes need a restart)
+        self.live = live  # False: a checkpoint of state format 2 (changes need a restart)
         self.store = f"{cfg.checkpoint}/{FOLDER}"
         self.offsets = f"{cfg.checkpoint}/{query_dir}/offsets"
         self.commits = f"{cfg.checkpoint}/{query_dir}/commits"
@@ -158,9 +158,9 @@ class RulesetPublisher:
         """A new good rule set: new batches are planned with it from now on; its version."""
         if not self.live:
             raise RuleSnapshotError(
-                "live rule changes need a checkpoint of state format 4 or later; this one holds an "
-                "older format (docs/streaming.md \"Upgrading\"): restart l2m run to apply "
-                "the changed rules, or start a new checkpoint")
+                "live rule changes need a checkpoint of state format 7; this one holds format 2, "
+                "of release 0.2.0 or earlier (docs/streaming.md \"Upgrading\"): restart l2m run "
+                "to apply the changed rules, or start a new checkpoint")
         with collector_paused():
             data = snapshot(rules)
         version = ruleset_version(data, self.cfg)

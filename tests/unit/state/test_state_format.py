@@ -215,6 +215,10 @@ def test_an_object_store_checkpoint_is_marked_and_an_unmarked_started_one_is_for
     # blobs checked (a development build's format 3 one is refused at its first batch)
     old = _ObjectStore({}, {"s3a://b/cp/metrics/offsets"})
     assert check_checkpoint("s3a://b/cp", "metrics", old) == 2 and not old.files
+    # the two-query layout (before 0.1.0): refused there too, not started over from empty state
+    for dirs in ({"s3a://b/cp/counters"}, {"s3a://b/cp/gauges", "s3a://b/cp/metrics/offsets"}):
+        with pytest.raises(StateFormatError, match="before state format versions"):
+            check_checkpoint("s3a://b/cp", "metrics", _ObjectStore({}, dirs))
     bad = _ObjectStore({"gs://b/cp/l2m.json": '{"state_format": 99}'}, set())
     with pytest.raises(StateFormatError, match="holds state format 99"):
         check_checkpoint("gs://b/cp", "metrics", bad)
