@@ -28,6 +28,7 @@ from l2m.errors import ConfigError
 from l2m.policy.limits import Limits, SeriesLimits
 from l2m.policy.tenancy import Tenancy, account_problem, shown_account
 from l2m.query.nodes import QueryConfig
+from l2m.semantics.values import LABEL_NAME_RE
 
 # How values are written in the file (l2m.config.decode reads these annotations; in Python
 # they are plain ints and strings).
@@ -260,12 +261,11 @@ def remote_write_url(value: Any) -> str:
     return value
 
 
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # Prometheus's, as remote write checks it
 
 
 def account_label(value: Any) -> str:
     """``account_label``: a Prometheus label name, not a reserved one (``__…``)."""
-    if not isinstance(value, str) or not _LABEL_NAME.fullmatch(value) or \
+    if not isinstance(value, str) or not LABEL_NAME_RE.fullmatch(value) or \
             value.startswith("__"):
         raise Invalid(f"expected a Prometheus label name (letters, digits, _; not starting "
                       f"with __), got {describe(value)}")

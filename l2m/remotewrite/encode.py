@@ -26,7 +26,6 @@ Prometheus an empty value is the label's absence)."""
 from __future__ import annotations
 
 import math
-import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 import cramjam
 
 from l2m.errors import RemoteWriteError
+from l2m.semantics.values import LABEL_NAME_RE
 
 # What every request carries (spec 1.0, "Protocol").
 HEADERS: Mapping[str, str] = {
@@ -46,9 +46,6 @@ HEADERS: Mapping[str, str] = {
 METRIC_TYPES: Mapping[str, int] = {"counter": 1, "gauge": 2, "histogram": 3}
 # Prometheus's stale marker: a NaN with this exact bit pattern ends a series.
 STALE_NAN_BITS = 0x7FF0000000000002
-# Prometheus's syntax of label names and metric names.
-LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _VARINT, _I64, _LEN = 0, 1, 2
 
 
@@ -99,7 +96,7 @@ def _labels(labels: Mapping[str, str]) -> list[tuple[str, str]]:
     name is not a label name or the metric name is missing."""
     kept = sorted((name, value) for name, value in labels.items() if value != "")
     for name, _value in kept:
-        if not LABEL_NAME.fullmatch(name):
+        if not LABEL_NAME_RE.fullmatch(name):
             raise RemoteWriteError(f"label name {name!r} is not a Prometheus label name")
     if not any(name == "__name__" for name, _ in kept):
         raise RemoteWriteError(f"a series without a metric name (__name__): {dict(kept)}")

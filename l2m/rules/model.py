@@ -17,7 +17,7 @@ from typing import Any
 
 from l2m.errors import Problem
 from l2m.query.nodes import CompiledQuery
-from l2m.semantics.values import label_name
+from l2m.semantics.values import LABEL_NAME_RE, METRIC_NAME_RE, label_name
 
 
 class Kind(StrEnum):
@@ -69,8 +69,8 @@ RESERVED_ID_PREFIX = "l2m-"
 RESERVED_LABEL_PREFIX = "l2m_"
 
 ID_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
-NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+NAME_RE = METRIC_NAME_RE
+LABEL_RE = LABEL_NAME_RE
 
 
 @dataclass(frozen=True)

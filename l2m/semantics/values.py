@@ -117,6 +117,12 @@ def parse_timestamp(value: Any) -> int | None:
     return ms if MIN_TIMESTAMP_MS <= ms <= MAX_TIMESTAMP_MS else None
 
 
+# Prometheus's syntax of metric names and label names: what rules may write and remote write
+# sends (a name starting with ``__`` is Prometheus's own, refused where labels are checked).
+METRIC_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+LABEL_NAME_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
 def label_name(field: str) -> str:
     """Label name for a group-by field: characters outside ``[a-zA-Z0-9_]`` become ``_``."""
     return re.sub(r"[^a-zA-Z0-9_]", "_", field)
