@@ -165,7 +165,7 @@ class Partial:
         )
 
     def dump(self) -> list[Any]:
-        """The stored form (state format 1 and 2, :mod:`l2m.state.format`): ``[matches, n,
+        """The stored form (state formats 2 and 7, :mod:`l2m.state.format`): ``[matches, n,
         sum, exact_sum (decimal string or null), min, max, ts]``, non-finite floats as
         strings."""
         return [self.matches, self.n, dump_float(self.sum),

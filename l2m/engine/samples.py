@@ -68,7 +68,7 @@ INVALID_LABEL = "invalid_label"
 # A state call's samples from this many on leave the state stage packed (samples_frame): one
 # binary value instead of a row each, which pyspark converts to Arrow and the JVM converts
 # from Arrow and back for the sink's worker — with 100,000 tenant rules ≈ 95,000 samples a
-# batch (benchmarks/README.md, "Session 26"). Fewer stay rows: in Python a pack costs ≈ 0.3
+# batch. Fewer stay rows: in Python a pack costs ≈ 0.3
 # ms more a call (schema, framing, codec), a row ≈ 1.8 µs more a sample, before the JVM's
 # two conversions of each row.
 PACK_SAMPLES = 64

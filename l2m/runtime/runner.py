@@ -216,7 +216,7 @@ class Runner:
         """Spark is stopped after a second signal, and the process is on its way out: if it
         has not exited :data:`EXIT_GRACE_S` later, it ends here, with the threads still
         running named. A CI run of the Kubernetes SIGTERM test saw l2m print "interrupted"
-        and still be there 30 s later (session 25), with nothing left to end it.
+        and still be there 30 s later, with nothing left to end it.
 
         Should Python's own exit be what hangs, this thread ends with the interpreter
         (daemon threads stop when it finalizes); faulthandler's watchdog (armed by

@@ -373,7 +373,7 @@ def _freeze_once() -> None:
     """What is alive once the first query of this process has started (the rules, their
     routing, the session) lives as long as the process: frozen, it is not scanned by the
     driver's full collections, which the accumulators' updates set off every batch (with
-    100,000 rules 0.2–0.28 s of driver CPU a batch: benchmarks/README.md, "Session 20").
+    100,000 rules 0.2–0.28 s of driver CPU a batch).
     Collected first, so that no garbage is frozen; once per process (a restart after an
     outage starts the query again in the same process)."""
     if not _FROZEN:
