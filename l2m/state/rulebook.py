@@ -146,7 +146,13 @@ class RuleBook:
         raw = self._raw.pop(rule_id)
         member = self._member(rule_id)
         found = member if member is not None else load_value(raw)
-        found = found or {"sig": None, "gen": 0, "n": {} if self.bucket_ms else 0, "s": {}}
+        if found is None:
+            # A rule whose account changed has its old entries in another group of the key,
+            # its series entries too (the TTL drops them): its new generation must never be
+            # one of theirs. Nothing is stored in a fresh key; otherwise the call's time, above
+            # any generation a location made in an earlier batch has reached (one per batch).
+            found = {"sig": None, "gen": 0 if self.fresh else self.now,
+                     "n": {} if self.bucket_ms else 0, "s": {}}
         if rule is not None and not same_signature(found["sig"], rule):
             if found["sig"] is not None:
                 found["gen"] += 1

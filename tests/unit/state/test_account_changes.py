@@ -1,0 +1,131 @@
+"""A counter rule whose ``account`` changes restarts at 0 on state format 7 (docs/streaming.md,
+"Rules and restarts"), on the stand-in state server (:mod:`tests.support.tws`): its state is
+kept with its account's group, so its old entries stay where they were until the TTL drops
+them, and none of them may be read as the rule's again — neither once its new entry has
+moved its series out past the small size (same generation number), nor when it comes back to
+its first account within ``counter_ttl``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import l2m.state.keycall as keycall_module
+from l2m.engine.admission import RuleCaps
+from l2m.state.counters import CounterState
+from l2m.state.format import CUMULATIVE
+from l2m.state.gauges import GaugeState
+from l2m.state.keycall import SMALL_RULE
+from l2m.state.processor import MetricProcessor
+from tests.support import tws
+from tests.unit.state.test_state_processor import BY_ID, TTL, W, row, rule_entry, values
+
+A = {"c": BY_ID["c"]}  # a count by `s`, of account a's logs
+B = {"c": replace(BY_ID["c"], account="b")}  # the same rule, of account b's logs
+KEY = (0, CUMULATIVE)
+OTHER_KEY = (1, CUMULATIVE)  # another shard's counter key
+
+
+@pytest.fixture(autouse=True)
+def _small_rule():
+    yield
+    keycall_module.SMALL_RULE = SMALL_RULE
+
+
+def _processor(store: tws.Store, rules: dict, small: int, listed: bool) -> MetricProcessor:
+    """A processor of ``rules`` on ``store``; ``small``: the series a rule keeps in its entry;
+    ``listed``: a per-rule cap small enough that a moved-out rule's entry lists its series."""
+    keycall_module.SMALL_RULE = small
+    caps = {"c": RuleCaps(1_000, account_name=rules["c"].account)} if listed else None
+    fn = MetricProcessor(CounterState(rules, ttl_ms=TTL), GaugeState({}), caps=caps)
+    fn.init(tws.Handle(store))  # type: ignore[arg-type]
+    return fn
+
+
+def _count(fn: MetricProcessor, store: tws.Store, key: tuple, series: range, now: int
+           ) -> dict[str, float]:
+    """One log of each of ``series`` counted by rule c: its samples' values by series."""
+    out = values(tws.call(fn, store, key, [row("c", i) for i in series], now=now))
+    return {dict(labels)["s"]: v for (rule, labels), v in out.items() if rule == "c"}
+
+
+def _ones(series: range, value: float = 1.0) -> dict[str, float]:
+    return {f"s{i}": value for i in series}
+
+
+def _moved_to_b(store: tws.Store, small: int, listed: bool) -> None:
+    """Rule c counts 10 series of account a twice, then moves to account b in the same key:
+    b's counts restart at 0, and none of a's entries (still live: the TTL is 128 s) is read
+    as b's, before or after b's entry moves its series out."""
+    fn_a = _processor(store, A, small, listed)
+    assert _count(fn_a, store, KEY, range(10), W) == _ones(range(10))
+    assert _count(fn_a, store, KEY, range(10), W + 1_000) == _ones(range(10), 2.0)
+    fn_b = _processor(store, B, small, listed)
+    assert _count(fn_b, store, KEY, range(1), W + 2_000) == _ones(range(1))
+    assert _count(fn_b, store, KEY, range(6), W + 3_000) == {**_ones(range(6)), "s0": 2.0}
+    assert _count(fn_b, store, KEY, range(6, 10), W + 4_000) == _ones(range(6, 10))
+    assert _count(fn_b, store, KEY, range(10), W + 5_000) == \
+        {**_ones(range(6), 2.0), "s0": 3.0, **_ones(range(6, 10), 2.0)}
+
+
+# small=512: every entry in its account's group; 4: a's entry has moved its series out, b's
+# does so in its second batch; 0: one entry per series from the first. listed: a per-rule cap
+# whose entry lists its series (a batch reads only listed ones).
+@pytest.mark.parametrize("listed", [False, True])
+@pytest.mark.parametrize("small", [512, 4, 0])
+def test_a_rule_moved_to_another_account_in_its_shard_restarts_at_0(small, listed):
+    _moved_to_b(tws.Store(), small, listed)
+
+
+@pytest.mark.parametrize("small", [512, 4, 0])
+def test_a_rule_moved_to_another_shard_restarts_at_0(small):
+    store = tws.Store()
+    fn_a = _processor(store, A, small, False)
+    assert _count(fn_a, store, KEY, range(10), W) == _ones(range(10), 1.0)
+    fn_b = _processor(store, B, small, False)
+    assert _count(fn_b, store, OTHER_KEY, range(10), W + 1_000) == _ones(range(10))
+    assert _count(fn_b, store, OTHER_KEY, range(10), W + 2_000) == _ones(range(10), 2.0)
+
+
+RETURN = ("known limit: the old account's key keeps the rule's entry with the same signature "
+          "and generation until counter_ttl drops it; nothing in that key's state tells that "
+          "the rule counted another account meanwhile")
+
+
+@pytest.mark.xfail(strict=True, reason=RETURN)
+@pytest.mark.parametrize("listed", [False, True])
+@pytest.mark.parametrize("small", [512, 4, 0])
+def test_a_rule_back_to_its_first_account_in_its_shard_restarts_at_0(small, listed):
+    store = tws.Store()
+    _moved_to_b(store, small, listed)
+    fn_a = _processor(store, A, small, listed)
+    assert _count(fn_a, store, KEY, range(10), W + 6_000) == _ones(range(10))
+
+
+@pytest.mark.xfail(strict=True, reason=RETURN)
+@pytest.mark.parametrize("small", [512, 4, 0])
+def test_a_rule_back_to_its_first_account_s_shard_restarts_at_0(small):
+    store = tws.Store()
+    fn_a = _processor(store, A, small, False)
+    assert _count(fn_a, store, KEY, range(10), W) == _ones(range(10))
+    fn_b = _processor(store, B, small, False)
+    assert _count(fn_b, store, OTHER_KEY, range(10), W + 1_000) == _ones(range(10))
+    fn_a = _processor(store, A, small, False)
+    assert _count(fn_a, store, KEY, range(10), W + 2_000) == _ones(range(10))
+
+
+def test_an_unchanged_rule_continues_whatever_the_other_accounts_rules_do():
+    # The restart is the moved rule's alone: a rule that stays in its account continues
+    # across the other's moves, small or moved out.
+    store = tws.Store()
+    both = {"c": BY_ID["c"], "d": replace(BY_ID["c"], id="d", account="b")}
+    moved = {**both, "d": replace(both["d"], account="a")}
+    fn = _processor(store, both, 4, False)
+    tws.call(fn, store, KEY, [row("c", i) for i in range(10)] + [row("d", 0)], now=W)
+    fn = _processor(store, moved, 4, False)
+    out = values(tws.call(fn, store, KEY, [row("c", i) for i in range(10)] + [row("d", 0)],
+                          now=W + 1_000))
+    assert out == {**{("c", (("s", f"s{i}"),)): 2.0 for i in range(10)},
+                   ("d", (("s", "s0"),)): 1.0}
+    assert rule_entry(store, "counter_rules", KEY, "c")["sig"][0] == "count"
