@@ -191,20 +191,36 @@ def test_cli_validate_and_backfill(tmp_path):
             aggregation: count
         """))
     cli = [sys.executable, "-m", "l2m.cli"]
+    out = tmp_path / "samples.jsonl"
+    # The backfill's JVM starts while the validations run (they are independent).
+    backfill = _started([*cli, "backfill", "--rules", str(ROOT / "rules"), "--input",
+                         str(ROOT / "samples"), "--output", str(out), "--master", "local[2]"])
     res = subprocess.run([*cli, "validate", str(bad)], capture_output=True, text=True)
     assert res.returncode == 1
     assert f"{bad}:5:37: rule 'web-5xx': query: unbalanced '(' [QUERY_SYNTAX]" in res.stderr
     res = subprocess.run([*cli, "validate", str(ROOT / "rules")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    out = tmp_path / "samples.jsonl"
-    res = subprocess.run([*cli, "backfill", "--rules", str(ROOT / "rules"), "--input",
-                          str(ROOT / "samples"), "--output", str(out), "--master", "local[2]"],
-                         capture_output=True, text=True, timeout=300)
+    res = _finished(backfill)
     assert res.returncode == 0, res.stderr
     assert "logs read:          1500" in res.stderr
     lines = out.read_text().splitlines()
     assert f"wrote {len(lines)} samples" in res.stderr
     assert {json.loads(x)["rule"] for x in lines} >= {"http-requests", "payment-amount"}
+
+
+def _started(command: list[str]) -> subprocess.Popen[str]:
+    """``command`` running in the background, its output captured."""
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finished(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    """A :func:`_started` command's end (5 minutes at most), as ``subprocess.run`` gives it."""
+    try:
+        stdout, stderr = process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def test_sums_are_exact_and_order_independent(spark, tmp_path):
@@ -290,11 +306,15 @@ def test_cli_backfill_and_validate_take_the_job_s_caps(tmp_path):
     job = tmp_path / "job.yaml"
     job.write_text("kafka: {bootstrap.servers: 'x:1'}\nlimits:\n  max_series_per_rule: 100\n"
                    "  accounts:\n    acme: {max_series_per_rule: 2}\n")
-    out = tmp_path / "o.jsonl"
+    out, flagged = tmp_path / "o.jsonl", tmp_path / "flagged.jsonl"
     cli = [sys.executable, "-m", "l2m.cli"]
-    res = subprocess.run([*cli, "backfill", "--rules", str(rules), "--input", str(logs),
-                          "--output", str(out), "--config", str(job), "--master", "local[1]"],
-                         capture_output=True, text=True, timeout=300)
+    # Both backfills at once (each its own JVM and output; they share nothing).
+    with_config = _started([*cli, "backfill", "--rules", str(rules), "--input", str(logs),
+                            "--output", str(out), "--config", str(job), "--master", "local[1]"])
+    with_flags = _started([*cli, "backfill", "--rules", str(rules), "--input", str(logs),
+                           "--output", str(flagged), "--master", "local[1]",
+                           "--max-series-per-rule", "1", "--quiet"])
+    res = _finished(with_config)
     assert res.returncode == 0, res.stderr
     assert "series refused:     3 logs" in res.stderr and "  by-id (rule): 3" in res.stderr
     values = {tuple(sorted(s["labels"].items())): s["value"]
@@ -302,12 +322,9 @@ def test_cli_backfill_and_validate_take_the_job_s_caps(tmp_path):
     assert values == {(("id", "r0"),): 1.0, (("id", "r1"),): 1.0,
                       (("l2m_overflow", "true"),): 3.0}
     # without --config the flags set the caps (default 10,000 per rule)
-    res = subprocess.run([*cli, "backfill", "--rules", str(rules), "--input", str(logs),
-                          "--output", str(out), "--master", "local[1]",
-                          "--max-series-per-rule", "1", "--quiet"],
-                         capture_output=True, text=True, timeout=300)
+    res = _finished(with_flags)
     assert res.returncode == 0, res.stderr
-    assert len(out.read_text().splitlines()) == 2
+    assert len(flagged.read_text().splitlines()) == 2
 
     rules.write_text(rules.read_text().replace("account: acme}", "account: acme, "
                                                "max_series: 200000}"))
