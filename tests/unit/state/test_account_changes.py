@@ -3,7 +3,8 @@
 kept with its account's group, so its old entries stay where they were until the TTL drops
 them, and none of them may be read as the rule's again — neither once its new entry has
 moved its series out past the small size (same generation number), nor when it comes back to
-its first account within ``counter_ttl``."""
+its first account within ``counter_ttl`` (a known limit, marked xfail). A gauge window's
+series entries are generations too."""
 
 from __future__ import annotations
 
@@ -129,3 +130,20 @@ def test_an_unchanged_rule_continues_whatever_the_other_accounts_rules_do():
     assert out == {**{("c", (("s", f"s{i}"),)): 2.0 for i in range(10)},
                    ("d", (("s", "s0"),)): 1.0}
     assert rule_entry(store, "counter_rules", KEY, "c")["sig"][0] == "count"
+
+
+@pytest.mark.parametrize("small", [4, 0])
+def test_a_gauge_rule_moved_to_another_account_within_a_window_starts_it_anew(small):
+    # A window key's series entries are generations too: b's maximum is of b's logs only.
+    keycall_module.SMALL_RULE = small
+    store = tws.Store()
+    window = (0, W)
+    gauges_a = {"g": BY_ID["g"]}
+    gauges_b = {"g": replace(BY_ID["g"], account="b")}
+    for rules, value, at in ((gauges_a, 100.0, W), (gauges_b, 1.0, W + 1_000)):
+        fn = MetricProcessor(CounterState({}, ttl_ms=TTL), GaugeState(rules))
+        fn.init(tws.Handle(store))  # type: ignore[arg-type]
+        tws.call(fn, store, window, [row("g", 0, value, window=W)], now=at)
+        out = tws.call(fn, store, window, [row("g", i, value, window=W) for i in range(10)],
+                       now=at + 500)
+        assert values(out) == {("g", (("s", f"s{i}"),)): value for i in range(10)}
