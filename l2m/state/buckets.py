@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 from l2m.engine.admission import account_shard
-from l2m.state.format import bucket_key, dump_value
+from l2m.state.format import RULE_ACCOUNT, bucket_key, dump_value
 
 # A key has a power of two of buckets, about one per this many accounts placed in its shard by
 # the rule set (bucket_count): ≈ 6 to 11 accounts a bucket.
@@ -94,29 +94,32 @@ def bucket_entries(buckets: Mapping[int, dict[str, Any]], own: dict[str, dict[st
         if not bucket["a"]:
             gone.append((bucket_key(number),))
             continue
-        bounded(list(bucket["a"].values()), own)
+        bounded(bucket["a"], own)
         if w is not None:
             bucket["w"] = w
         puts.append(((bucket_key(number),), dump_value(bucket)))
     return puts, gone
 
 
-def bounded(groups: list[dict[str, Any]], own: dict[str, dict[str, Any]]) -> None:
-    """Groups stored in one entry, bounded: past :data:`GROUP_SERIES` series in all, their
-    largest members go to entries of their own for good (marked ``"o"``, added to ``own``)."""
-    total = sum(_series_in(e) for group in groups for e in group["r"].values())
+def bounded(groups: Mapping[str, dict[str, Any]], own: dict[str, dict[str, Any]]) -> None:
+    """Groups stored in one entry, by account, bounded: past :data:`GROUP_SERIES` series in
+    all, their largest members go to entries of their own for good (marked ``"o"``, recording
+    their account, added to ``own``)."""
+    total = sum(_series_in(e) for group in groups.values() for e in group["r"].values())
     # Sorted only when some must go: most buckets are well within the bound, and sorting
     # every member of every written bucket was 2% of a 100,000-rule state call.
     members = [] if total <= GROUP_SERIES else sorted(
-        ((-_series_in(e), rule_id, group) for group in groups
+        ((-_series_in(e), rule_id, account) for account, group in groups.items()
          for rule_id, e in group["r"].items()), key=lambda m: (m[0], m[1]))
-    for minus, rule_id, group in members:
+    for minus, rule_id, account in members:
         if total <= GROUP_SERIES:
             break
         total += minus
+        group = groups[account]
         entry = group["r"].pop(rule_id)
         entry["o"] = 1
+        entry[RULE_ACCOUNT] = account
         group["own"].append(rule_id)
         own[rule_id] = entry
-    for group in groups:
+    for group in groups.values():
         group["own"].sort()

@@ -33,21 +33,27 @@ every entry a batch touches; shorter values are plain JSON):
 * ``counter_series`` (rule, series) → ``[generation, last_seen_ms, {le: partial}]``; the input
   statuses' late count is (``__status__``, :data:`LATE_SERIES`) → ``[0, last_seen_ms,
   partial]``; ``gauge_series`` (rule, series) → ``[generation, {le: partial}]``;
-* ``counter_rules`` / ``gauge_rules``: a rule's entry — ``{"sig": signature, "gen":
-  generation, "n": live series (counters: ``{bucket: count}`` by last-touch bucket, bucket =
-  last touch ms // (counter_ttl / 128); gauges: a count), "w": bucket of the entry's last
-  write[, "s": {series: [last_seen_ms, {le: partial}]} (gauges: ``{series: {le: partial}}``)][,
-  "m": [series…]][, "o": 1]}``. ``"s"``: a small rule's series, kept in its entry until it has
-  more than 512; then they move to series entries for the rest of the generation. ``"m"``:
-  such a moved rule's series, every live one (and expired ones not yet pruned), kept when its
-  per-rule cap is at most 20,000. A series entry whose generation is not its rule's reads as
-  absent, a counter's last touched more than ``counter_ttl`` ago as expired. An account's
-  small rules' entries are members of its *group*, ``{"r": {rule: entry}, "own":
+* ``counter_rules`` / ``gauge_rules``: a rule's entry — ``{"sig": signature, "gen": generation,
+  "n": live series (counters: ``{bucket: count}`` by last-touch bucket, bucket = last touch ms
+  // (counter_ttl / 128); gauges: a count), "w": bucket of the entry's last write[, "s":
+  {series: [last_seen_ms, {le: partial}]} (gauges: ``{series: {le: partial}}``)][, "m":
+  [series…]][, "o": 1][, "acct": account]}``. ``"s"``: a small rule's series, kept in its entry
+  until it has more than 512; then they move to series entries for the rest of the generation.
+  ``"m"``: such a moved rule's series, every live one (and expired ones not yet pruned), kept
+  when its per-rule cap is at most 20,000. A series entry whose generation is not its rule's
+  reads as absent, a counter's last touched more than ``counter_ttl`` ago as expired. An
+  account's small rules' entries are members of its *group*, ``{"r": {rule: entry}, "own":
   [rule…]}`` (``"own"``: its rules with an entry of their own — past the small size, or moved
   out of a group past 2,048 series, marked ``"o"``); the groups of several accounts share one
   entry, a *bucket*, under :func:`bucket_key` → ``{"a": {account: group}, "w": bucket of the
   last write}``, the account's bucket a BLAKE2b hash of the account modulo ``"nb"``
-  (:func:`l2m.state.buckets.bucket_of`). Every other rule's entry is its own, keyed by its id.
+  (:func:`l2m.state.buckets.bucket_of`). Every other rule's entry is its own, keyed by its id,
+  and records the account it counts for (``"acct"``, :data:`RULE_ACCOUNT`; absent in entries
+  written before it was added: the rule's current account). Its key and its series entries' are
+  the rule's whatever its account, so a rule moved to another account of the key and back may
+  find the other account's entry there: one whose ``"acct"`` is not the rule's account is not
+  this account's, and the rule starts a new generation (the other's series read as absent)
+  instead of continuing another tenant's counts.
 
 Format 2 (one blob per key, :func:`dump_blob`): ``{"v": 2, "rules": {rule id: section}}``, a
 counter key adding ``"swept": ms`` (when its idle series were last dropped for every rule;
@@ -89,6 +95,7 @@ CUMULATIVE = -1  # the window of every counter key
 # Format 7's key layout.
 LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
 GROUP_PREFIX = "@"  # a bucket's key in a rule map: a rule id never starts with it
+RULE_ACCOUNT = "acct"  # an own rule entry's account (a member's is its group's)
 # An entry's JSON longer than this many bytes is stored as an LZ4 frame (dump_entry): below
 # it the frame's header would eat most of what it saves.
 FRAME_BYTES = 1024

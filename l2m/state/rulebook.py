@@ -17,7 +17,7 @@ from l2m.engine.admission import OVERFLOW_SERIES
 from l2m.rules.model import Rule
 from l2m.state.buckets import Put, bucket_entries, bucket_of
 from l2m.state.counters import same_signature, signature
-from l2m.state.format import bucket_key, dump_value, load_value
+from l2m.state.format import RULE_ACCOUNT, bucket_key, dump_value, load_value
 from l2m.state.mapio import MapIO
 
 
@@ -42,11 +42,13 @@ class RuleBook:
     member of the account's *group* (``{"r": {rule: entry}, "own": [rule…]}``), which lives
     in one of the key's ``buckets`` entries with other accounts' groups
     (:func:`~l2m.state.buckets.bucket_of`), read and written whole; every other rule has its
-    own entry, keyed by its id. A group lists the account's rules with an own entry
-    (``"own"``), so a rule in neither is known to be new without a read, and an account
-    without a group has no entries. Members past :data:`~l2m.state.buckets.GROUP_SERIES`
-    series in a bucket move to own entries, marked ``"o"`` (they stay there); a rule's own
-    small entry without the mark (a large rule's new generation) joins its group."""
+    own entry, keyed by its id, which records its account (another account's there — the
+    rule counted for it meanwhile — is a new generation's start). A group lists the
+    account's rules with an own entry (``"own"``), so a rule in neither is known to be new
+    without a read, and an account without a group has no entries. Members past
+    :data:`~l2m.state.buckets.GROUP_SERIES` series in a bucket move to own entries, marked
+    ``"o"`` (they stay there); a rule's own small entry without the mark (a large rule's new
+    generation) joins its group."""
 
     def __init__(self, state: Any, now: int, bucket_ms: int | None, ttl_ms: int,
                  buckets: int, fresh: bool) -> None:
@@ -146,6 +148,13 @@ class RuleBook:
         raw = self._raw.pop(rule_id)
         member = self._member(rule_id)
         found = member if member is not None else load_value(raw)
+        if found is not None and member is None and rule is not None \
+                and found.get(RULE_ACCOUNT, rule.account) != rule.account:
+            # The rule's own key holds another account's entry (the rule counted there since
+            # this account's group listed it): its series entries are that account's, never
+            # this one's. A new generation above the other's, whose series read as absent.
+            found = {"sig": None, "gen": max(self.now, found["gen"] + 1),
+                     "n": {} if self.bucket_ms else 0, "s": {}}
         if found is None:
             # A rule whose account changed has its old entries in another group of the key,
             # its series entries too (the TTL drops them): its new generation must never be
@@ -290,12 +299,14 @@ class RuleBook:
                 continue
             group = self.groups[account]  # prefetched with the rule
             if "s" in entry and "o" not in entry:
+                entry.pop(RULE_ACCOUNT, None)  # its group's
                 group["r"][rule_id] = entry
                 if rule_id in group["own"]:  # a new generation of a rule with its own entry
                     group["own"].remove(rule_id)
                     self._removed.add(rule_id)
                 self._groups_changed.add(account)
             else:
+                entry[RULE_ACCOUNT] = account
                 own[rule_id] = entry
                 if rule_id in group["r"] or rule_id not in group["own"]:
                     group["r"].pop(rule_id, None)

@@ -28,7 +28,7 @@ from l2m.engine.admission import OVERFLOW_SERIES, Admission
 from l2m.engine.samples import CORRECTION, FINAL
 from l2m.rules.model import Rule
 from l2m.state.counters import REFUSED_RULE, same_signature, signature
-from l2m.state.format import GROUP_PREFIX, dump_value, load_value
+from l2m.state.format import GROUP_PREFIX, RULE_ACCOUNT, dump_value, load_value
 from l2m.state.gauges import REFUSED_GAUGE_RULE, GaugeState
 from l2m.state.keycall import KeyCall
 from l2m.state.mapio import MapIO
@@ -155,10 +155,9 @@ class WindowCall(KeyCall):
         """The samples of every current series of this window key, rules in id order."""
         gens: dict[str, int] = {REFUSED_RULE: 0}  # l2m's refusal gauge: no rule entry
         small: dict[str, dict[str, Any]] = {}
-        for rule_id, entry in self.rule_entries():
-            rule = self.rule(rule_id)
-            if rule is None or not same_signature(entry.get("sig"), rule):
-                continue  # a removed rule, or one changed since: nothing current
+        for rule_id, rule, entry in self.current_entries():
+            if not same_signature(entry.get("sig"), rule):
+                continue  # changed since: nothing current
             gens[rule_id] = entry["gen"]
             if "s" in entry:
                 small[rule_id] = entry["s"]
@@ -169,10 +168,34 @@ class WindowCall(KeyCall):
                 series.setdefault(rule_id, {})[name] = value[1]
         samples: list[dict[str, Any]] = []
         for rule_id in sorted(series):
-            rule = self.rule(rule_id)
-            if rule is not None and series[rule_id]:
-                samples += GaugeState.samples(rule, window, series[rule_id])
+            of = self.rule(rule_id)
+            if of is not None and series[rule_id]:
+                samples += GaugeState.samples(of, window, series[rule_id])
         return samples
+
+    def current_entries(self) -> Iterator[tuple[str, Rule, dict[str, Any]]]:
+        """Each rule of the call's rule set with its entry in this window key, as
+        :class:`~l2m.state.rulebook.RuleBook` finds it: the member of its account's group, else
+        the own entry that group lists, if it is that account's. A rule moved to another
+        account within the window leaves entries that are not its account's: never its
+        samples."""
+        groups: dict[str, dict[str, Any]] = {}
+        own: dict[str, dict[str, Any]] = {}
+        for (key,), stored in list(self.vars.gauge_rules.iterator()):
+            if key.startswith(GROUP_PREFIX):
+                groups.update(groups_in(load_value(stored)))
+            else:
+                own[key] = load_value(stored)
+        for rule_id, rule in sorted(self.call.gauges.rules.items()):
+            group = groups.get(rule.account) if rule.account is not None else None
+            entry = group["r"].get(rule_id) if group is not None else None
+            if entry is None and rule_id in own and (
+                    rule.account is None or (group is not None and rule_id in group["own"])):
+                entry = own[rule_id]
+                if entry.get(RULE_ACCOUNT, rule.account) != rule.account:
+                    entry = None
+            if entry is not None:
+                yield rule_id, rule, entry
 
     def rule_entries(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every rule entry of this window key, own or in a group, with its rule's id."""

@@ -15,11 +15,12 @@ import pytest
 import l2m.state.keycall as keycall_module
 from l2m.engine.admission import RuleCaps
 from l2m.state.counters import CounterState
-from l2m.state.format import CUMULATIVE
+from l2m.state.format import CUMULATIVE, dump_entry, load_entry
 from l2m.state.gauges import GaugeState
 from l2m.state.keycall import SMALL_RULE
 from l2m.state.processor import MetricProcessor
 from tests.support import tws
+from tests.support.outputs import output_samples
 from tests.unit.state.test_state_processor import BY_ID, TTL, W, row, rule_entry, values
 
 A = {"c": BY_ID["c"]}  # a count by `s`, of account a's logs
@@ -92,6 +93,12 @@ def test_a_rule_moved_to_another_shard_restarts_at_0(small):
 # A rule back at its first account within counter_ttl finds that account's series where it left
 # them, and they continue: that account's counters count its logs for as long as they live,
 # monotonic in its own tenant (a restart at 0 would be a counter reset there, for nothing).
+# Small (512), its entry is a member of a's group, which b's use did not touch: a continues
+# exactly (3.0). Moved out (4, 0), its own entry and its series entries are keyed by the rule
+# alone, and b's overwrote them (the rule counted b's logs under the same keys): a's counts
+# are gone from the state. That entry records b's account, so a starts a new generation, at
+# 0 (1.0 after this batch) — a counter reset in a's tenant, never a count of b's logs (before,
+# a read b's entry as its own and continued b's counts: s0 4.0, s1 to s9 3.0).
 @pytest.mark.parametrize("listed", [False, True])
 @pytest.mark.parametrize("small", [512, 4, 0])
 def test_a_rule_back_at_its_first_account_in_its_shard_continues_that_account_s_counts(
@@ -99,7 +106,27 @@ def test_a_rule_back_at_its_first_account_in_its_shard_continues_that_account_s_
     store = tws.Store()
     _moved_to_b(store, small, listed)
     fn_a = _processor(store, A, small, listed)
-    assert _count(fn_a, store, KEY, range(10), W + 6_000) == _ones(range(10), 3.0)
+    expected = 3.0 if small == 512 else 1.0
+    assert _count(fn_a, store, KEY, range(10), W + 6_000) == _ones(range(10), expected)
+    assert _count(fn_a, store, KEY, range(10), W + 7_000) == _ones(range(10), expected + 1)
+    if small < 512:
+        assert rule_entry(store, "counter_rules", KEY, "c")["gen"] == W + 6_000
+
+
+@pytest.mark.parametrize("small", [4, 0])
+def test_a_moved_out_rule_s_entry_records_its_account_and_one_without_is_its_current_one(small):
+    # Its own entry says whose counts it holds; one written before it did (a format 7
+    # checkpoint of an earlier build) is the rule's current account's, and continues.
+    store = tws.Store()
+    fn_a = _processor(store, A, small, False)
+    _count(fn_a, store, KEY, range(10), W)
+    stored = store.data[("counter_rules", KEY, ("c",))]
+    entry = load_entry(stored[0][0])
+    assert entry["acct"] == "a"
+    del entry["acct"]
+    store.data[("counter_rules", KEY, ("c",))] = ((dump_entry(entry),), stored[1])
+    assert _count(fn_a, store, KEY, range(10), W + 1_000) == _ones(range(10), 2.0)
+    assert rule_entry(store, "counter_rules", KEY, "c")["acct"] == "a"
 
 
 @pytest.mark.parametrize("small", [512, 4, 0])
@@ -144,3 +171,34 @@ def test_a_gauge_rule_moved_to_another_account_within_a_window_starts_it_anew(sm
         out = tws.call(fn, store, window, [row("g", i, value, window=W) for i in range(10)],
                        now=at + 500)
         assert values(out) == {("g", (("s", f"s{i}"),)): value for i in range(10)}
+
+
+# A gauge rule moved to account b within a window (and back to a, ``back``): the window's
+# samples, in the batch and published final, are of the rule's current account's logs only.
+# Published final, the window reads the rule's entry as a batch does (the member of its
+# account's group, or the own entry that group lists, if it is that account's), never the
+# other account's left in the key (before, whichever entry the key's iteration gave last:
+# here b's 1,000.0 published as a's). Back at a: a's entry in its group (512) is untouched
+# and continues (a's maximum, 100.0); moved out (4, 0), b's own entry and series entries took
+# the rule's keys, and a starts the window anew (5.0).
+@pytest.mark.parametrize("back", [False, True])
+@pytest.mark.parametrize("small", [512, 4, 0])
+def test_a_gauge_rule_s_window_is_of_its_current_account_s_logs_only(small, back):
+    keycall_module.SMALL_RULE = small
+    store = tws.Store()
+    window = (0, W)
+    gauges_a = {"g": BY_ID["g"]}
+    gauges_b = {"g": replace(BY_ID["g"], account="b")}
+    moves = [(gauges_a, 100.0, W), (gauges_b, 1_000.0, W + 1_000)]
+    if back:
+        moves.append((gauges_a, 5.0, W + 2_000))
+    for rules, value, at in moves:
+        fn = MetricProcessor(CounterState({}, ttl_ms=TTL), GaugeState(rules, grace_ms=0))
+        fn.init(tws.Handle(store))  # type: ignore[arg-type]
+        tws.call(fn, store, window, [row("g", 0, value, window=W)], now=at)
+        out = tws.call(fn, store, window, [row("g", i, value, window=W) for i in range(10)],
+                       now=at + 500)
+    expected = 1_000.0 if not back else 100.0 if small == 512 else 5.0
+    assert values(out) == {("g", (("s", f"s{i}"),)): expected for i in range(10)}
+    final = output_samples(tws.fire(fn, store, now=W + 60_000, watermark=W + 120_000))
+    assert values(final) == {("g", (("s", f"s{i}"),)): expected for i in range(10)}
