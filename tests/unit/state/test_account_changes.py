@@ -113,6 +113,21 @@ def test_a_rule_back_at_its_first_account_in_its_shard_continues_that_account_s_
         assert rule_entry(store, "counter_rules", KEY, "c")["gen"] == W + 6_000
 
 
+# Within the small size under one of the two accounts, the rule's keys were never the other
+# account's: a's counts are intact and continue exactly, a's entry in its group (a small: 2
+# series) or its own entry and series entries (b small: b's in b's group).
+@pytest.mark.parametrize(("at_a", "at_b"), [(2, 10), (10, 2)])
+def test_a_rule_small_under_one_of_the_accounts_continues_its_first_account_s_counts(at_a, at_b):
+    store = tws.Store()
+    fn_a = _processor(store, A, 4, False)
+    assert _count(fn_a, store, KEY, range(at_a), W) == _ones(range(at_a))
+    fn_b = _processor(store, B, 4, False)
+    assert _count(fn_b, store, KEY, range(at_b), W + 1_000) == _ones(range(at_b))
+    assert _count(fn_b, store, KEY, range(at_b), W + 2_000) == _ones(range(at_b), 2.0)
+    fn_a = _processor(store, A, 4, False)
+    assert _count(fn_a, store, KEY, range(at_a), W + 3_000) == _ones(range(at_a), 2.0)
+
+
 @pytest.mark.parametrize("small", [4, 0])
 def test_a_moved_out_rule_s_entry_records_its_account_and_one_without_is_its_current_one(small):
     # Its own entry says whose counts it holds; one written before it did (a format 7
