@@ -385,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--quick", action="store_true",
                       help="tiny data, a few minutes (a smoke test of the harness)")
     size.add_argument("--smoke", action="store_true",
-                      help="every scenario once on hundreds of logs, about a minute "
+                      help="every scenario once on hundreds of logs, one-second triggers "
                       "(the harness's own test)")
     p.add_argument("--out", help="results folder (default ./bench-results)")
     p.set_defaults(func=cmd_bench)
