@@ -59,9 +59,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 PROFILES = {
-    # The harness's own test (tests/integration/test_bench.py), about a minute: every scenario
-    # of the quick profile once (no best of two, no unmeasured warm-up drain), on hundreds to
-    # a few thousand logs, with one-second triggers and the shortest waits that still let each
+    # The harness's own test (tests/integration/test_bench.py): every scenario of the quick
+    # profile once (no best of two, no unmeasured warm-up drain), on hundreds to a few
+    # thousand logs, with one-second triggers and the shortest waits that still let each
     # scenario's clock run (a roll-out restarts, a rule is reloaded; the TTL is the quick
     # profile's: a shorter one expired the burst's series before the probe that counts them
     # under load). "overlap": the scenarios of their own processes run beside the session's,
@@ -428,8 +428,8 @@ QUICK_NOTE = ("Quick profile: a smoke test of the harness on tiny data (thousand
               "not hundreds of thousands), so start-up costs dominate every figure. Its figures "
               "are not comparable with the full profile's and are not graded against its "
               "targets; `python -m benchmarks` (the full profile, about 13 minutes) measures them.")
-SMOKE_NOTE = ("Smoke profile: a smoke test of the harness in about a minute, every scenario of "
-              "the quick profile once on hundreds of logs with one-second triggers, so its "
+SMOKE_NOTE = ("Smoke profile: a smoke test of the harness, every scenario of the quick "
+              "profile once on hundreds of logs with one-second triggers, so its "
               "figures measure nothing. They are not comparable with the full profile's and are "
               "not graded against its targets; `python -m benchmarks` (the full profile, about "
               "13 minutes) measures them.")
@@ -1200,8 +1200,8 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--quick", action="store_true",
                       help="tiny data, a few minutes (a smoke test of the harness)")
     size.add_argument("--smoke", action="store_true",
-                      help="every scenario once on hundreds of logs, about a minute (the "
-                      "harness's own test)")
+                      help="every scenario once on hundreds of logs, one-second triggers "
+                      "(the harness's own test)")
     ap.add_argument("--out", help="results folder (default: the full profile "
                     "benchmarks/results, the committed results; --quick and --smoke "
                     "./bench-results)")
