@@ -1,14 +1,18 @@
-"""The benchmark harness: ``python -m benchmarks [--quick] [--out DIR]`` (or ``l2m bench``).
+"""The benchmark harness: ``python -m benchmarks [--quick | --smoke] [--out DIR]`` (or
+``l2m bench``).
 
 Runs the scenarios side by side in one invocation on one embedded broker, prints a table,
-writes ``DIR/latest.json`` (``quick.json`` for ``--quick``) with the targets, PNG plots and
-``DIR/RESULTS.md`` (``QUICK.md``) naming the machine, versions and date. ``DIR``: ``--out``,
-else ``benchmarks/results`` (the committed results) for the full profile and
-``./bench-results`` in the working directory for ``--quick`` (``l2m bench``: always
+writes ``DIR/latest.json`` (``quick.json`` for ``--quick``, ``smoke.json`` for ``--smoke``)
+with the targets and each scenario's seconds (``phases_s``), PNG plots and ``DIR/RESULTS.md``
+(``QUICK.md``, ``SMOKE.md``) naming the machine, versions and date. ``DIR``: ``--out``, else
+``benchmarks/results`` (the committed results) for the full profile and ``./bench-results``
+in the working directory for ``--quick`` and ``--smoke`` (``l2m bench``: always
 ``./bench-results`` unless ``--out`` is given).
 
-The quick profile is a smoke test of the harness on tiny data: its figures are recorded but
-not graded against the targets, which are the full profile's (``n/a (quick)``).
+The quick profile is a smoke test of the harness on tiny data; the smoke profile runs each of
+its scenarios once on less, with one-second triggers, and is what the test suite runs
+(tests/integration/test_bench.py). Their figures are recorded but not graded against the
+targets, which are the full profile's (``n/a (quick)``, ``n/a (smoke)``).
 
 Measured so far: the machine's read + parse ceiling, and drain throughput of a backlog under
 partition skew (uniform, one hot partition, Zipf) with skew-aware and per-partition planning
@@ -427,12 +431,13 @@ SMOKE_GOAL = "n/a (smoke)"
 QUICK_NOTE = ("Quick profile: a smoke test of the harness on tiny data (thousands of logs, "
               "not hundreds of thousands), so start-up costs dominate every figure. Its figures "
               "are not comparable with the full profile's and are not graded against its "
-              "targets; `python -m benchmarks` (the full profile, about 13 minutes) measures them.")
+              "targets; `python -m benchmarks` (the full profile, about 90 minutes on 2 cores) "
+              "measures them.")
 SMOKE_NOTE = ("Smoke profile: a smoke test of the harness, every scenario of the quick "
               "profile once on hundreds of logs with one-second triggers, so its "
               "figures measure nothing. They are not comparable with the full profile's and are "
               "not graded against its targets; `python -m benchmarks` (the full profile, about "
-              "13 minutes) measures them.")
+              "90 minutes on 2 cores) measures them.")
 # The small profiles: what their targets say instead of a goal, and their report's note.
 GOALS = {"quick": QUICK_GOAL, "smoke": SMOKE_GOAL}
 NOTES = {"quick": QUICK_NOTE, "smoke": SMOKE_NOTE}
