@@ -46,6 +46,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                     "move it to tests/spark or tests/integration")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # The slowest self-contained files run in a child pytest beside the rest (their waits
+    # overlap the suite's): tests/support/background.py.
+    if not session.config.option.collectonly:
+        from tests.support.background import move_to_child
+
+        move_to_child(session.items, USER_JVM_CACHE)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     from l2m.runtime.session import build_session
