@@ -205,7 +205,6 @@ def test_rules_in_a_configmap_volume_are_read_by_their_visible_names(tmp_path):
         ("a", "a_total", str(folder / "a.yaml"))]
 
 
-
 GRACE_MS, DELAY_MS = 1_200_000, 120_000
 
 
@@ -234,6 +233,7 @@ def _versioned_processor(monkeypatch: pytest.MonkeyPatch, files: Path, first: li
     fn.init(tws.Handle(store))  # type: ignore[arg-type]
     return fn, store, versions
 
+
 def test_a_timer_publishes_a_window_with_the_rules_of_its_last_input(tmp_path, monkeypatch):
     """A gauge rule added live: its window's final is published by a timer in a task with no
     rows — maybe on a worker that has only seen the query's first rules. The key remembers the
@@ -252,8 +252,7 @@ def test_a_timer_publishes_a_window_with_the_rules_of_its_last_input(tmp_path, m
     files.mkdir()
     (files / routing_file("v2")).write_text(routing_option(plan_for([*first, *added])))
     fn, store, _ = _versioned_processor(monkeypatch, files, first)
-    grace, delay = GRACE_MS, DELAY_MS
-    before = W + 60_000 + delay - grace - 1
+    before = W + 60_000 + DELAY_MS - GRACE_MS - 1
     rows = [{**row("g", i, float(i + 1), window=W), "ruleset": "v2"} for i in range(2)]
     assert [m for m, *_ in _marked(fn, store, (0, W), rows, now=W, watermark=before)] == [
         None, None]
@@ -783,8 +782,7 @@ def test_a_timer_whose_key_s_version_was_not_shipped_runs_under_the_first_rules(
         rules, _ = load_text(gauge.replace("NAME", name))
         (files / routing_file(version)).write_text(routing_option(plan_for(rules)))
     fn, store, versions = _versioned_processor(monkeypatch, files, first)
-    grace, delay = GRACE_MS, DELAY_MS
-    before = W + 60_000 + delay - grace - 1
+    before = W + 60_000 + DELAY_MS - GRACE_MS - 1
     _marked(fn, store, (0, W), [{**row("g", 0, 3.0, window=W), "ruleset": "v2"}], now=W,
             watermark=before)
     (files / routing_file("v2")).unlink()  # a restart that did not ship v2 again
