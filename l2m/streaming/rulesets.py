@@ -40,6 +40,7 @@ from typing import Any, TypeGuard
 
 from pyspark.sql import SparkSession
 
+from l2m import defaults
 from l2m.config.job import JobConfig
 from l2m.engine.pipeline import routing_option
 from l2m.engine.routing import plan_for
@@ -62,8 +63,8 @@ TIDY_S = 10.0  # kept snapshots are looked at again at most this often (a listin
 WINDOW_MARGIN_MS = MINUTE_MS
 # … and its key goes once its next timer has fired after that: due in processing time (Spark's
 # batch time) at most one recheck after the key was last looked at — never later than this,
-# the longest recheck a job runs with (l2m.streaming.job.RECHECK_MS; --once's is 1 ms).
-RECHECK_MARGIN_MS = 60_000
+# the longest recheck a job file may set (key `recheck`; --once's is 1 ms).
+RECHECK_MARGIN_MS = defaults.RECHECK_MS
 # A snapshot with a gauge rule (canonical JSON: never inside a string, where quotes are
 # escaped): only gauge window keys name their version in their state.
 _GAUGE = '"kind":"gauge"'
