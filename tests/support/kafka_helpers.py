@@ -56,6 +56,15 @@ def produce(bootstrap: str, topic: str, lines: Iterable[bytes | str], partitions
 CLOSER = b""
 
 
+def reader(bootstrap: str, topic: str, partitions: int = 1, **settings: Any) -> Consumer:
+    """A consumer of its own group, reading ``topic``'s first ``partitions`` partitions from
+    their start (``settings``: more client settings)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "log_level": "3", **settings})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    return consumer
+
+
 def consume_all(bootstrap: str, topic: str, partitions: int = 1,
                 idle: float = 2.0) -> list[Any]:
     """Every record of ``topic``'s first ``partitions`` partitions, in offset order per
@@ -64,9 +73,7 @@ def consume_all(bootstrap: str, topic: str, partitions: int = 1,
     record batch + 1 (tests/integration/test_end_offsets.py), and that record arrives with
     its whole batch. ``idle``: the longest it waits for a record short of that end. (It used to
     read until ``idle`` seconds passed without a record: two seconds a call.)"""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "log_level": "3"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    consumer = reader(bootstrap, topic, partitions)
     ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
             for p in range(partitions)}
     read = dict.fromkeys(ends, 0)  # the next offset per partition

@@ -1,16 +1,15 @@
 """A topic read as it grows, for tests that wait on what a running job has written: one
 consumer kept open for the test, each :meth:`TopicReader.read` taking only what arrived since
-the last. :func:`tests.support.kafka_helpers.consume_all` opens a consumer per call and waits
-2 s of silence to know it has everything — right for a final comparison, but a wait polling
-it paid a connection and those 2 s on every look."""
+the last. :func:`tests.support.kafka_helpers.consume_all` opens a consumer per call and reads
+to the ends the broker reports — right for a final comparison, but a wait polling it paid a
+connection and a watermark request on every look."""
 
 from __future__ import annotations
 
-import uuid
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from tests.support.kafka_helpers import reader
 
 
 class TopicReader:
@@ -18,12 +17,8 @@ class TopicReader:
     real broker. Use it as a context manager (the consumer is closed at the end)."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int = 1) -> None:
-        self.consumer = Consumer({"bootstrap.servers": bootstrap,
-                                  "group.id": f"t-{uuid.uuid4().hex}",
-                                  "enable.auto.commit": False, "log_level": "3",
-                                  # caught up, a fetch waits this long for new records
-                                  "fetch.wait.max.ms": 100})
-        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        # caught up, a fetch waits this long for new records
+        self.consumer = reader(bootstrap, topic, partitions, **{"fetch.wait.max.ms": 100})
         self.records: list[Any] = []
 
     def read(self, quiet_s: float = 0.3) -> list[Any]:
