@@ -34,6 +34,7 @@ import json
 import os
 import tempfile
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -134,7 +135,7 @@ class RulesetPublisher:
         self.accounts = {**self.accounts, **_accounts(rules)}
         # Shipped files of an earlier process may hold another release's compiled rules:
         # this process ships its own (each version's file written again before it is added).
-        if _shipped.get(id(self.spark.sparkContext)) is None:
+        if self.spark.sparkContext not in _shipped:
             for old in self.local.glob(f"{routing_file('')}*"):
                 old.unlink(missing_ok=True)
         self._publish(version, data, option)
@@ -199,7 +200,7 @@ class RulesetPublisher:
         sc = self.spark.sparkContext
         # Spark refuses a name added again from another path; once per context is enough
         # (and the file, once added, must stay: an executor that joins later fetches it).
-        added = _shipped.setdefault(id(sc), set())
+        added = _shipped.setdefault(sc, set())
         if name in added:
             return
         self.local.mkdir(parents=True, exist_ok=True)
@@ -331,7 +332,9 @@ class RulesetPublisher:
         self._dirty = stored > 1 or len(keep) > 1
 
 
-_shipped: dict[int, set[str]] = {}
+# Keyed by the context itself, held weakly: an id() outlives its object, and a context
+# created after another was stopped (or freed) could take its id and skip its own shipping.
+_shipped: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
 def _accounts(rules: Sequence[Rule]) -> dict[str, str | None]:

@@ -644,6 +644,34 @@ def test_window_bounds_of_format_1_load_and_their_time_is_taken_at_the_next_look
     assert log.stored() == {b}
 
 
+def test_what_was_shipped_is_remembered_per_live_context_not_per_id(tmp_path):
+    """What was shipped is remembered per Spark context, held weakly, not per ``id()``: a
+    context freed (or stopped) and another created in its place may share its id, and the
+    new one was then given no file (a flake of the format-1 test above, once in three runs:
+    ``added == []``). A freed context leaves nothing behind; a new one gets every file."""
+    import gc
+
+    from l2m.config.job import JobConfig
+    from l2m.streaming import rulesets
+    from l2m.streaming.rulesets import RulesetPublisher, ruleset_version
+
+    cfg = JobConfig(checkpoint=str(tmp_path / "ck"))
+    rules = _sets(GAUGE)[0]
+    version = ruleset_version(snapshot(rules), cfg)
+    gc.collect()  # earlier tests' contexts, freed in cycles
+    before = len(rulesets._shipped)
+    freed = _Spark()
+    RulesetPublisher(freed, cfg, "metrics").start(rules)  # type: ignore[arg-type]
+    assert freed.sparkContext in rulesets._shipped
+    assert len(rulesets._shipped) == before + 1
+    del freed
+    gc.collect()
+    assert len(rulesets._shipped) == before
+    spark = _Spark()
+    RulesetPublisher(spark, cfg, "metrics").start(rules)  # type: ignore[arg-type]
+    assert spark.sparkContext.added == [f"l2m-routing-{version}"]
+
+
 @pytest.mark.parametrize("text, bounds", [
     (None, {}),
     ('{"v1": 5, "v2": "6", "v3": true}', {"v1": (5, None)}),
