@@ -54,7 +54,7 @@ _API = {
     "load_config": "l2m.config.loader",
     "config_from_dict": "l2m.config.loader",
     "run_backfill": "l2m.batch.backfill",
-    "BackfillSummary": "l2m.batch.backfill",
+    "BackfillSummary": "l2m.batch.summary",
     "build_session": "l2m.runtime.session",
 }
 
@@ -81,7 +81,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from l2m.batch.backfill import BackfillSummary, run_backfill
+    from l2m.batch.backfill import run_backfill
+    from l2m.batch.summary import BackfillSummary
     from l2m.config.job import JobConfig
     from l2m.config.loader import config_from_dict, load_config
     from l2m.errors import (

@@ -26,37 +26,30 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from l2m.batch.finals import (
-    CUT,
-    FINAL_ARROW,
-    MATCHES,
-    REFUSED,
-    STATUS,
-    final_rows,
-    ordered_lines,
-)
+from l2m.batch.finals import FINAL_ARROW, final_rows, ordered_lines
 from l2m.batch.lines import (
     SPARK_CODECS,
     Split,
     compressed,
+    input_files,
     open_compressed,
     plan_splits,
     read_split,
     split_size,
 )
+from l2m.batch.local import DEFAULT_LIMITS, per_rule_caps, routing_for, within_caps
 from l2m.batch.packs import PACKED_SCHEMA, pack, partition_keys, unpack
 from l2m.batch.progress import JobProgress
+from l2m.batch.summary import BackfillSummary, tally
 from l2m.defaults import (
     BATCH_ROWS,
     MAX_LABEL_VALUE_LENGTH,
@@ -66,74 +59,13 @@ from l2m.defaults import (
 from l2m.engine.admission import (
     beyond_rule_caps,
 )
-from l2m.engine.partials import PARTIAL_ARROW
 from l2m.engine.pipeline import routing_from_option, routing_option
 from l2m.engine.readtask import ReadTask
-from l2m.engine.routing import Routing, plan_for
+from l2m.engine.routing import Routing
 from l2m.errors import ConfigError, InputError
 from l2m.policy.limits import Limits
 from l2m.rules.model import Rule
 from l2m.semantics.windows import MINUTE_MS
-
-DEFAULT_LIMITS = Limits()
-
-
-@dataclass
-class BackfillSummary:
-    """What a backfill read and wrote."""
-
-    logs: int = 0  # non-blank lines
-    parsed: int = 0
-    malformed: int = 0
-    no_timestamp: int = 0
-    blank_lines: int = 0
-    samples: int = 0
-    nonfinite: int = 0  # samples whose value left the double range (+Inf, -Inf, NaN)
-    seconds: float = 0.0
-    matches: dict[str, int] = field(default_factory=dict)
-    series: dict[str, int] = field(default_factory=dict)
-    # Label values cut to the limit, per rule (l2m.engine.labels); only rules with cuts.
-    cut: dict[str, int] = field(default_factory=dict)
-    # Logs counted into an overflow series, per "rule (limit)" (l2m.engine.admission).
-    refused: dict[str, int] = field(default_factory=dict)
-    max_label_value_length: int = MAX_LABEL_VALUE_LENGTH
-    skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
-
-    def count_status(self, status: str, count: int) -> None:
-        if status == "blank":
-            self.blank_lines += count
-            return
-        self.logs += count
-        if status == "ok":
-            self.parsed += count
-        elif status == "malformed":
-            self.malformed += count
-        elif status == "no_timestamp":
-            self.no_timestamp += count
-
-    def render(self) -> str:
-        rate = self.logs / self.seconds if self.seconds else 0.0
-        lines = [
-            f"logs read:          {self.logs}",
-            f"malformed lines:    {self.malformed}",
-            f"without timestamp:  {self.no_timestamp} (skipped)",
-            f"corrupt files:      {len(self.skipped_files)} (skipped)",
-            *[f"  {path}: {reason}" for path, reason in self.skipped_files],
-            f"samples written:    {self.samples}"
-            + (f" ({self.nonfinite} non-finite: +Inf/-Inf/NaN)" if self.nonfinite else ""),
-            f"label values cut:   {sum(self.cut.values())} (longer than "
-            f"{self.max_label_value_length} characters)",
-            *[f"  {rule}: {count}" for rule, count in self.cut.items()],
-            f"series refused:     {sum(self.refused.values())} logs (counted into overflow "
-            "series, l2m_overflow=\"true\")",
-            *[f"  {rule}: {count}" for rule, count in sorted(self.refused.items())],
-            f"time:               {self.seconds:.1f}s ({rate:,.0f} logs/s)",
-            "matches per rule:",
-        ]
-        width = max((len(r) for r in self.matches), default=0)
-        lines += [f"  {rule.ljust(width)}  {count:>10}  ({self.series.get(rule, 0)} samples)"
-                  for rule, count in self.matches.items()]
-        return "\n".join(lines)
 
 
 def check_paths(inputs: Sequence[str], output: str | Path) -> None:
@@ -161,37 +93,6 @@ def check_label_limit(limit: int) -> None:
     if limit < MIN_LABEL_VALUE_LENGTH:
         raise ConfigError(f"the label value limit must be at least {MIN_LABEL_VALUE_LENGTH} "
                          f"characters, got {limit}")
-
-
-def input_files(inputs: Sequence[str]) -> list[Path]:
-    """Every file to read, in a stable order: files as given, directories recursively
-    (skipping names that start with ``.`` or ``_``, as Spark does). An unreadable file or
-    directory is an :class:`InputError`."""
-    files: list[Path] = []
-    seen: set[Path] = set()
-
-    def add(path: Path) -> None:
-        if not os.access(path, os.R_OK):
-            raise InputError(f"{path}: cannot read (permission denied)")
-        real = path.resolve()
-        if real not in seen:
-            seen.add(real)
-            files.append(path)
-
-    def unreadable(exc: OSError) -> None:
-        raise InputError(f"{exc.filename}: cannot read directory ({exc.strerror})")
-
-    for item in inputs:
-        path = Path(item)
-        if not path.is_dir():
-            add(path)
-            continue
-        for root, dirs, names in os.walk(path, onerror=unreadable):
-            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-            for name in sorted(names):
-                if not name.startswith((".", "_")):
-                    add(Path(root) / name)
-    return files
 
 
 def _check_compressed(path: str) -> str | None:
@@ -258,7 +159,7 @@ def _partials(routing: str, lines_of: Callable[[pa.RecordBatch], Iterable[list[b
                     # Routed: the task keeps its partials until finish().
                     for _ in task.add(lines[i:i + BATCH_ROWS]):
                         pass
-        yield from packed_domains(_within_caps(list(task.finish()), capped, cut), tasks)
+        yield from packed_domains(within_caps(list(task.finish()), capped, cut), tasks)
 
     return run
 
@@ -275,27 +176,6 @@ def packed_domains(table: pa.Table, tasks: int) -> Iterator[pa.RecordBatch]:
     for task in np.unique(destination).tolist():
         rows = table.filter(pa.array(destination == task)) if tasks > 1 else table
         yield from pack(rows, keys[task])
-
-
-def per_rule_caps(routing: Routing) -> dict[str, int]:
-    """Each capped rule's per-rule cap (what :func:`~l2m.engine.admission.beyond_rule_caps`
-    takes)."""
-    return {rule_id: caps.rule for rule_id, caps in routing.caps.items() if caps.rule}
-
-
-def _within_caps(batches: list[pa.RecordBatch], capped: Mapping[str, int],
-                 cut: Callable[[pa.Table, Mapping[str, int]], pa.Table]) -> pa.Table:
-    """A read task's partials (all of them: the ranking is over the task's series) with the
-    series a rule's cap refuses for certain merged into its overflow series before they leave
-    the task: a series ranked past the cap among the task's own series of its (rule, window)
-    is ranked at least as far among all of them, so it is refused whatever the other tasks
-    hold (:func:`~l2m.engine.admission.beyond_rule_caps`). A rule grouping by a unique id
-    then sends its cap's worth of series per task through the shuffle instead of one per
-    log."""
-    table = pa.Table.from_batches(batches, schema=PARTIAL_ARROW)
-    if not capped or table.num_rows <= min(capped.values()):
-        return table
-    return cut(table, capped)
 
 
 def _text_lines(batch: pa.RecordBatch) -> Iterable[list[bytes]]:
@@ -358,26 +238,6 @@ def write_lines(out: BinaryIO, lines: list[bytes]) -> None:
     out.write(b"\n".join(lines) + b"\n")
 
 
-def tally(summary: BackfillSummary, samples: pa.Table, tallies: pa.Table) -> None:
-    """The run's counts from the samples written and the tasks' tally rows
-    (:func:`l2m.batch.finals.ordered_lines`)."""
-    summary.samples += samples.num_rows
-    summary.nonfinite += pc.sum(pc.invert(samples.column("finite"))).as_py() or 0
-    for entry in pc.value_counts(samples.column("rule")).to_pylist():
-        summary.series[entry["values"]] += entry["counts"]
-    rows = sorted(zip(tallies.column("tally").to_pylist(), tallies.column("rule").to_pylist(),
-                      tallies.column("count").to_pylist(), strict=True))
-    for kind, name, count in rows:
-        if kind == STATUS:
-            summary.count_status(name, count)
-        elif kind == CUT:
-            summary.cut[name] = summary.cut.get(name, 0) + count
-        elif kind == REFUSED:
-            summary.refused[name] = summary.refused.get(name, 0) + count
-        elif kind == MATCHES:
-            summary.matches[name] += count
-
-
 def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[str],
                  output: str | Path, timestamp_field: str = TIMESTAMP_FIELD,
                  progress: bool = True, strict: bool = False,
@@ -393,8 +253,7 @@ def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[st
     started = time.monotonic()
     check_paths(inputs, output)
     check_label_limit(max_label_value_length)
-    routing = plan_for(rules, timestamp_field, max_label_value_length=max_label_value_length,
-                       limits=limits)
+    routing = routing_for(rules, timestamp_field, max_label_value_length, limits)
     summary = BackfillSummary(matches={r.id: 0 for r in routing.rules},
                               series={r.id: 0 for r in routing.rules},
                               max_label_value_length=max_label_value_length)

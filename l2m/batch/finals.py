@@ -362,14 +362,19 @@ def final_rows(option: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
         counted = sorted(tallies.counts.items())
         yield from pack(samples)
         if counted:
-            empty = pa.nulls(len(counted))
-            yield from pack(pa.Table.from_batches([pa.RecordBatch.from_arrays([
-                empty.cast(pa.int32()), empty.cast(pa.binary()), empty.cast(pa.binary()),
-                pa.array([name for (_, name), _ in counted], pa.string()),
-                empty.cast(pa.bool_()), pa.array([t for (t, _), _ in counted], pa.string()),
-                pa.array([c for _, c in counted], pa.int64())], schema=FINAL_ARROW)]))
+            yield from pack(tally_table(counted))
 
     return run
+
+
+def tally_table(counted: Sequence[tuple[tuple[str, str], int]]) -> pa.Table:
+    """Tally rows (:data:`FINAL_ARROW`, ``line`` null) of ``((tally, name), count)`` pairs."""
+    empty = pa.nulls(len(counted))
+    return pa.Table.from_batches([pa.RecordBatch.from_arrays([
+        empty.cast(pa.int32()), empty.cast(pa.binary()), empty.cast(pa.binary()),
+        pa.array([name for (_, name), _ in counted], pa.string()),
+        empty.cast(pa.bool_()), pa.array([t for (t, _), _ in counted], pa.string()),
+        pa.array([c for _, c in counted], pa.int64())], schema=FINAL_ARROW)])
 
 
 def ordered_lines(table: pa.Table) -> tuple[pa.Table, pa.Table]:

@@ -11,7 +11,8 @@ every line is read exactly once whatever the cut points. A compressed file (``.g
 *stripes* — every task decompresses the whole stream (cheap next to parsing) and takes every
 n-th block of lines.
 
-Input: file paths. Output: :class:`Split` descriptors (:func:`plan_splits`), and per split
+Input: file paths (a directory: every file under it, :func:`input_files`). Output:
+:class:`Split` descriptors (:func:`plan_splits`), and per split
 lists of lines (:func:`read_split`).
 """
 
@@ -20,11 +21,14 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypeAlias
+
+from l2m.errors import InputError
 
 # A binary file: plain (open) or decompressing (gzip, bz2 files are buffered streams).
 Binary: TypeAlias = IO[bytes] | io.BufferedIOBase
@@ -151,3 +155,34 @@ def _whole_lines(f: Binary, limit: int | None = None) -> Iterator[bytes]:
         yield block[:cut]
         if final:
             return
+
+
+def input_files(inputs: Sequence[str]) -> list[Path]:
+    """Every file to read, in a stable order: files as given, directories recursively
+    (skipping names that start with ``.`` or ``_``, as Spark does). An unreadable file or
+    directory is an :class:`InputError`."""
+    files: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(path: Path) -> None:
+        if not os.access(path, os.R_OK):
+            raise InputError(f"{path}: cannot read (permission denied)")
+        real = path.resolve()
+        if real not in seen:
+            seen.add(real)
+            files.append(path)
+
+    def unreadable(exc: OSError) -> None:
+        raise InputError(f"{exc.filename}: cannot read directory ({exc.strerror})")
+
+    for item in inputs:
+        path = Path(item)
+        if not path.is_dir():
+            add(path)
+            continue
+        for root, dirs, names in os.walk(path, onerror=unreadable):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+            for name in sorted(names):
+                if not name.startswith((".", "_")):
+                    add(Path(root) / name)
+    return files
