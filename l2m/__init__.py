@@ -22,7 +22,7 @@ below it):
    :mod:`l2m.policy`, :mod:`l2m.yamlio`, :mod:`l2m.process`;
 2. :mod:`l2m.query`; 3. :mod:`l2m.rules`, :mod:`l2m.config`; 4. :mod:`l2m.engine`;
 5. :mod:`l2m.state`, :mod:`l2m.kafka`, :mod:`l2m.batch`, :mod:`l2m.remotewrite`;
-6. :mod:`l2m.streaming`; 7. :mod:`l2m.runtime`; 8. :mod:`l2m.dev`;
+6. :mod:`l2m.streaming`; 7. :mod:`l2m.runtime`; 8. :mod:`l2m.dev`, :mod:`l2m.authoring`;
 
 and the entry points: :mod:`l2m.cli` (the ``l2m`` command), :mod:`l2m.__main__`
 (``python -m l2m``), and the shims that outside configurations name, :mod:`l2m.daemon` and

@@ -34,6 +34,20 @@ def _add_query_options(parser: argparse.ArgumentParser) -> None:
                         help="fields searched by terms without a field (default: message)")
 
 
+def _add_limit_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-label-value-length", type=int, metavar="N",
+                   help="label values from logs longer than N characters are cut to N, ending "
+                        f"in '…(cut)', and counted (default {defaults.MAX_LABEL_VALUE_LENGTH}; "
+                        "the job's limits.max_label_value_length)")
+    for scope, default in (("rule", defaults.MAX_SERIES_PER_RULE),
+                           ("metric", defaults.MAX_SERIES_PER_METRIC),
+                           ("account", defaults.MAX_SERIES_PER_ACCOUNT)):
+        parser.add_argument(f"--max-series-per-{scope}", type=_cap, metavar="N",
+                       help=f"series cap per {scope} (default {default:,}, or --config's; 0: "
+                            "none; --config's per-account overrides still apply); a series "
+                            "past a cap counts into its rule's overflow series, as in l2m run")
+
+
 def _query_config(args: argparse.Namespace) -> QueryConfig:
     return QueryConfig(text_fields=args.text_fields, default_fields=args.default_fields)
 
@@ -128,6 +142,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             kind = "histogram" if rule.aggregation == "histogram" else rule.kind.value
             print(f"{rule.id}\t{kind}\t{rule.name}\t{rule.unit or '-'}\t"
                   f"{rule.description or '-'}" + ("" if rule.enabled else "\t(disabled)"))
+    if args.estimate:
+        from l2m.authoring.estimate import estimate_command
+
+        return estimate_command(ruleset.rules, args.estimate, _run_config(args),
+                                out=sys.stdout)
     return 0
 
 
@@ -170,6 +189,46 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return backfill_job(ruleset.rules, args.input, args.output, BackfillOptions(
         master=args.master, timestamp_field=ts_field, max_label_value_length=label_limit,
         limits=limits, progress=not args.quiet, strict=args.strict))
+
+
+def _run_config(args: argparse.Namespace) -> JobConfig:
+    """The job settings of a command that runs rules over logs without Spark (explain,
+    validate --estimate): ``--config``'s, or the defaults with the query flags; the
+    timestamp, label and cap flags as backfill takes them."""
+    from dataclasses import replace
+
+    from l2m.config.job import JobConfig
+
+    query, _, ts_field, label_limit, limits = _backfill_settings(args)
+    cfg = _given_config(args) or JobConfig(text_fields=query.text_fields,
+                                           default_fields=query.default_fields)
+    return replace(cfg, timestamp_field=ts_field, limits=replace(
+        cfg.limits, max_label_value_length=label_limit,
+        max_series_per_rule=limits.series.per_rule,
+        max_series_per_metric=limits.series.per_metric,
+        max_series_per_account=limits.series.per_account))
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    from l2m.authoring.ruletest import run_test_files
+
+    return run_test_files(args.paths, junit=args.junit, only=args.run, verbose=args.verbose,
+                          out=sys.stdout)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from l2m.authoring.explain import explain_command, input_line
+
+    if args.input is not None and args.line is None:
+        raise ConfigError("--input needs --line N (the line to explain, 1 = the first)")
+    if args.line is not None and args.input is None:
+        raise ConfigError("--line goes with --input FILE")
+    cfg = _run_config(args)
+    tenancy = cfg.rule_tenancy if args.config else _tenancy(args)
+    ruleset = _rules(args.rules, cfg.query_config, tenancy, cfg.limits.series)
+    line = args.log if args.log is not None else input_line(args.input, args.line)
+    return explain_command(ruleset.rules, line, cfg, rule_id=args.rule, as_json=args.json,
+                           out=sys.stdout)
 
 
 def _load_config(path: str) -> JobConfig:
@@ -303,9 +362,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true",
                    help="also list each rule: id, type, metric name, unit, description "
                         "(tab-separated)")
+    p.add_argument("--estimate", nargs="+", metavar="LOGS",
+                   help="also run the rules over these JSON-lines files (a sample of real "
+                        "logs) and print each rule's cost: series, the largest label, caps hit, "
+                        "live series projected per day at the sample's rate (no JVM)")
+    p.add_argument("--timestamp-field", default=defaults.TIMESTAMP_FIELD,
+                   help="with --estimate: the event-time field (default %(default)s)")
+    _add_limit_options(p)
     _add_query_options(p)
     _add_tenancy_options(p)
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("test", parents=[common],
+                       help="run rule unit tests: input logs, expected samples (no JVM)")
+    p.add_argument("paths", nargs="+",
+                   help="test files, or directories searched for *.test.yaml files")
+    p.add_argument("--junit", metavar="FILE", help="also write the results as JUnit XML")
+    p.add_argument("--run", metavar="REGEX",
+                   help="only the test cases whose name matches this regular expression")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="list every test case, and each rule's cost per test file")
+    p.set_defaults(func=cmd_test)
+
+    p = sub.add_parser("explain", parents=[common],
+                       help="why one log did or did not count, rule by rule (no JVM)")
+    p.add_argument("--rules", nargs="+", required=True, help="rule files or directories")
+    p.add_argument("--rule", metavar="ID", help="only this rule")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--log", metavar="JSON", help="the log, one JSON object")
+    given.add_argument("--input", metavar="FILE", help="a JSON-lines file (with --line)")
+    p.add_argument("--line", type=int, metavar="N", help="with --input: the line (1 = first)")
+    p.add_argument("--json", action="store_true", help="machine-readable: one JSON document")
+    p.add_argument("--timestamp-field", default=defaults.TIMESTAMP_FIELD,
+                   help="the event-time field (default %(default)s)")
+    p.add_argument("--config", help="take limits, tenancy, query fields, the timestamp field, "
+                   "the grace and the future skew from this job configuration, as `l2m run` "
+                   "would")
+    _add_limit_options(p)
+    _add_query_options(p)
+    _add_tenancy_options(p)
+    p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("backfill", parents=[common],
                        help="run the rules over JSON-lines files (Spark batch)")
@@ -322,17 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "field from this job configuration, as `l2m run` would (they replace "
                    "--text-fields, --default-fields and --timestamp-field; the limit flags "
                    "below override its limits)")
-    p.add_argument("--max-label-value-length", type=int, metavar="N",
-                   help="label values from logs longer than N characters are cut to N, ending "
-                        f"in '…(cut)', and counted (default {defaults.MAX_LABEL_VALUE_LENGTH}; "
-                        "the job's limits.max_label_value_length)")
-    for scope, default in (("rule", defaults.MAX_SERIES_PER_RULE),
-                           ("metric", defaults.MAX_SERIES_PER_METRIC),
-                           ("account", defaults.MAX_SERIES_PER_ACCOUNT)):
-        p.add_argument(f"--max-series-per-{scope}", type=_cap, metavar="N",
-                       help=f"series cap per {scope} (default {default:,}, or --config's; 0: "
-                            "none; --config's per-account overrides still apply); a series "
-                            "past a cap counts into its rule's overflow series, as in l2m run")
+    _add_limit_options(p)
     _add_query_options(p)
     _add_tenancy_options(p)
     p.set_defaults(func=cmd_backfill)

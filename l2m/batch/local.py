@@ -75,6 +75,22 @@ class LocalRun:
         return self.samples.column("line").to_pylist()
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """The job settings besides the query fields (applied when the rules are loaded) that
+    change what the rules make of logs: the event-time field, the longest label value a log
+    may give, and the series caps (None: no caps)."""
+
+    timestamp_field: str = TIMESTAMP_FIELD
+    max_label_value_length: int = MAX_LABEL_VALUE_LENGTH
+    limits: Limits | None = DEFAULT_LIMITS
+
+    def routing(self, rules: Sequence[Rule]) -> Routing:
+        """The routing ``l2m backfill`` plans for ``rules`` under these settings."""
+        return routing_for(rules, self.timestamp_field, self.max_label_value_length,
+                           self.limits)
+
+
 def routing_for(rules: Sequence[Rule], timestamp_field: str = TIMESTAMP_FIELD,
                 max_label_value_length: int = MAX_LABEL_VALUE_LENGTH,
                 limits: Limits | None = DEFAULT_LIMITS) -> Routing:

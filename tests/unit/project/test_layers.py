@@ -25,7 +25,7 @@ LAYERS: list[list[str]] = [
     ["l2m.state", "l2m.kafka", "l2m.batch", "l2m.remotewrite"],
     ["l2m.streaming"],
     ["l2m.runtime"],
-    ["l2m.dev"],
+    ["l2m.dev", "l2m.authoring"],
     # entry points: the command line, the shims images and Spark confs name, and the fork
     # client Spark's interpreter wrapper runs (l2m/bin, a script: standard library only)
     ["l2m.cli", "l2m.__main__", "l2m.daemon", "l2m.jvmcache", "l2m.bin", "l2m"],
@@ -36,7 +36,9 @@ OPEN = (0, len(LAYERS) - 1)
 # Third-party packages a layer must never import: the engine runs without a JVM (unit tests,
 # any future engine), so pyspark stays out of it.
 FORBIDDEN = {"l2m.engine": ("pyspark", "py4j"), "l2m.query": ("pyspark", "py4j"),
-             "l2m.rules": ("pyspark", "py4j"), "l2m.config": ("pyspark", "py4j")}
+             "l2m.rules": ("pyspark", "py4j"), "l2m.config": ("pyspark", "py4j"),
+             # rule authors' tools run without a JVM (l2m.batch.local, not the backfill job)
+             "l2m.authoring": ("pyspark", "py4j")}
 
 
 def module_name(path: Path) -> str:

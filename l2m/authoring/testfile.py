@@ -1,0 +1,1 @@
+"""Rule unit test files (placeholder: being written)."""
