@@ -130,8 +130,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     # READ_WORKERS (each reading process holds its share of the rules).
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else os.cpu_count() or 1
-    ruleset = _rules(args.paths, *_rule_settings(_given_config(args), args),
-                     workers=min(cores, READ_WORKERS))
+    query, tenancy, _, _, limits = _backfill_settings(args)
+    ruleset = _rules(args.paths, query, tenancy, limits, workers=min(cores, READ_WORKERS))
     _print_problems(ruleset.warnings)
     files = len({r.file for r in ruleset.rules})
     disabled = len(ruleset.rules) - len(ruleset.enabled)
@@ -362,10 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true",
                    help="also list each rule: id, type, metric name, unit, description "
                         "(tab-separated)")
-    p.add_argument("--estimate", nargs="+", metavar="LOGS",
-                   help="also run the rules over these JSON-lines files (a sample of real "
-                        "logs) and print each rule's cost: series, the largest label, caps hit, "
-                        "live series projected per day at the sample's rate (no JVM)")
+    p.add_argument("--estimate", action="append", metavar="LOGS",
+                   help="also run the rules over this JSON-lines file or directory (a sample "
+                        "of real logs; repeatable) and print each rule's cost: series, the "
+                        "largest label, caps hit, live series projected per day at the "
+                        "sample's rate (no JVM)")
     p.add_argument("--timestamp-field", default=defaults.TIMESTAMP_FIELD,
                    help="with --estimate: the event-time field (default %(default)s)")
     _add_limit_options(p)
