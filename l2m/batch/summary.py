@@ -68,14 +68,29 @@ class BackfillSummary:
             "series, l2m_overflow=\"true\")",
             *[f"  {rule}: {count}" for rule, count in sorted(self.refused.items())],
             f"time:               {self.seconds:.1f}s ({rate:,.0f} logs/s)",
-            "matches per rule:",
+            "per rule:",
+            *[f"  {line}" for line in self.render_rules()],
         ]
-        width = max((len(r) for r in self.matches), default=0)
-        lines += [f"  {rule.ljust(width)}  {count:>10}  ({self.series.get(rule, 0)} samples)"
-                  for rule, count in self.matches.items()]
         return "\n".join(lines)
 
+    def render_rules(self) -> list[str]:
+        """The per-rule table: a header line, then one line per rule in load order."""
+        rows = [[rule, f"{count:,}", f"{self.series.get(rule, 0):,}"]
+                for rule, count in self.matches.items()]
+        return table(["rule", "logs matched", "samples"], rows, numeric=(1, 2))
 
+
+def table(header: list[str], rows: list[list[str]], numeric: tuple[int, ...] = ()
+          ) -> list[str]:
+    """Aligned columns, two spaces apart: the ``numeric`` ones right-aligned."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
+                         for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+                         ).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
 
 
 def tally(summary: BackfillSummary, samples: pa.Table, tallies: pa.Table) -> None:
