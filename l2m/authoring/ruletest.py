@@ -1,12 +1,431 @@
-"""``l2m test`` (placeholder: being written)."""
+"""``l2m test``: rule unit tests (docs/rules.md, "Testing rules"), in the spirit of
+``promtool test rules``.
+
+Each test file's rules are loaded and planned once (one :class:`~l2m.engine.routing.Routing`
+for its settings); each case's lines then go through :func:`l2m.batch.local.run_local` —
+``l2m backfill``'s own stages, no JVM — and the sample lines it writes are compared with the
+case's expectations.
+
+Input: test files or directories (:func:`l2m.authoring.testfile.find_test_files`). Output: one
+line per failed expectation (``file:line: 'case': series: want W, got G``, with the nearest
+series when the one wanted is missing), a summary line ``N passed, M failed in X s``, an
+optional JUnit XML file, and the exit code: 0 when every case passed, 1 otherwise (a test file
+that does not load counts as an error)."""
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Sequence
-from typing import TextIO
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import orjson
+
+from l2m.authoring.testfile import (
+    CountExpectation,
+    SeriesExpectation,
+    TestCase,
+    TestFile,
+    Value,
+    find_test_files,
+    load_test_file,
+    value_text,
+)
+from l2m.batch.local import LocalRun, RunSettings, run_local
+from l2m.batch.summary import BackfillSummary
+from l2m.engine.routing import Routing
+from l2m.errors import ConfigError, L2mError, RuleValidationError
+
+Sample = dict[str, Any]
+HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
+
+
+@dataclass
+class CaseResult:
+    """One case's outcome: its failure lines (none: passed) and its time."""
+
+    case: TestCase
+    failures: list[str]
+    seconds: float
+
+
+@dataclass
+class FileResult:
+    """One test file's outcome: its cases, or the error that kept it from loading."""
+
+    path: str
+    cases: list[CaseResult] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+    summaries: list[BackfillSummary] = field(default_factory=list)
 
 
 def run_test_files(paths: Sequence[str], junit: str | None, only: str | None, verbose: bool,
                    out: TextIO) -> int:
     """Run the test files under ``paths``; the exit code (1 on any failure)."""
-    raise NotImplementedError
+    started = time.monotonic()
+    try:
+        pattern = re.compile(only) if only is not None else None
+    except re.error as exc:
+        raise ConfigError(f"--run: '{only}' is not a regular expression: {exc}") from None
+    results = [run_file(path, pattern) for path in find_test_files(paths)]
+    for result in results:
+        report(result, verbose, out)
+    passed = sum(1 for r in results for c in r.cases if not c.failures)
+    failed = sum(1 for r in results for c in r.cases if c.failures)
+    errors = sum(1 for r in results if r.error is not None)
+    elapsed = time.monotonic() - started
+    print(f"{passed} passed, {failed} failed" + (f", {errors} error(s)" if errors else "")
+          + f" in {elapsed:.2f} s", file=out)
+    if junit is not None:
+        write_junit(results, junit)
+    return 1 if failed or errors else 0
+
+
+def run_file(path: str, only: re.Pattern[str] | None = None) -> FileResult:
+    """One test file: loaded, its rules planned once, each case (those ``only`` matches)
+    run and checked."""
+    started = time.monotonic()
+    result = FileResult(path)
+    try:
+        loaded = load_test_file(path)
+        routing = file_routing(loaded)
+    except RuleValidationError as exc:
+        result.error = "\n".join(str(p) for p in exc.errors)
+    except L2mError as exc:
+        result.error = exc.message
+    else:
+        for case in loaded.cases:
+            if only is not None and not only.search(case.name):
+                continue
+            case_started = time.monotonic()
+            run = run_local(routing, case.lines)
+            result.summaries.append(run.summary)
+            result.cases.append(CaseResult(case, check(case, run, routing),
+                                           time.monotonic() - case_started))
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def file_routing(test: TestFile) -> Routing:
+    """The routing ``l2m backfill`` would plan for the test file's rules and settings."""
+    from l2m.rules.loader import load_rules
+
+    cfg = test.config
+    limits = cfg.limits.series
+    ruleset = load_rules(test.rules, cfg.query_config, cfg.rule_tenancy, limits)
+    return RunSettings(cfg.timestamp_field, cfg.limits.max_label_value_length,
+                       limits).routing(ruleset.rules)
+
+
+# --- checking ------------------------------------------------------------------------------
+
+
+def check(case: TestCase, run: LocalRun, routing: Routing) -> list[str]:
+    """The failure lines of one case's expectations against the run's samples."""
+    samples = [orjson.loads(line) for line in run.lines]
+    by_name: dict[str, list[int]] = {}
+    for i, sample in enumerate(samples):
+        by_name.setdefault(sample["name"], []).append(i)
+    checker = _Checker(case, samples, by_name, run.summary, {r.id for r in routing.rules})
+    for expectation in case.expectations:
+        if isinstance(expectation, CountExpectation):
+            checker.count(expectation)
+        elif expectation.absent:
+            checker.absent(expectation)
+        elif expectation.histogram:
+            checker.histogram(expectation)
+        else:
+            checker.value(expectation)
+    if case.exhaustive:
+        for i, sample in enumerate(samples):
+            if i not in checker.covered:
+                checker.failures.append(
+                    f"{case.at}: '{case.name}': {series_text(sample['name'], sample['labels'])}"
+                    f"{_window_note(sample)}: not expected (exhaustive), got "
+                    f"{value_text(sample['value'])}")
+    return checker.failures
+
+
+def _window_note(sample: Sample) -> str:
+    return f" @ {time_text(sample['timestamp'])}" if sample["kind"] == "gauge" else ""
+
+
+class _Checker:
+    def __init__(self, case: TestCase, samples: list[Sample], by_name: dict[str, list[int]],
+                 summary: BackfillSummary, rule_ids: set[str]) -> None:
+        self.case = case
+        self.samples = samples
+        self.by_name = by_name
+        self.summary = summary
+        self.rule_ids = rule_ids
+        self.failures: list[str] = []
+        self.covered: set[int] = set()
+
+    def fail(self, at: object, what: str, want: str, got: str) -> None:
+        self.failures.append(f"{at}: '{self.case.name}': {what}: want {want}, got {got}")
+
+    def select(self, exp: SeriesExpectation, name: str, labels: dict[str, str],
+               drop: str | None = None) -> list[int]:
+        """Indices of ``name``'s samples with exactly ``labels`` (``drop`` left out of the
+        samples' labels first), in the expectation's account and window."""
+        found = []
+        for i in self.by_name.get(name, ()):
+            sample = self.samples[i]
+            have = sample["labels"]
+            if drop is not None:
+                have = {k: v for k, v in have.items() if k != drop}
+            if have != labels:
+                continue
+            if exp.account_given and sample["account"] != exp.account:
+                continue
+            if exp.window is not None and sample["timestamp"] != exp.window:
+                continue
+            found.append(i)
+        return found
+
+    def where(self, exp: SeriesExpectation, name: str, labels: dict[str, str]) -> str:
+        text = series_text(name, labels)
+        if exp.window is not None:
+            text += f" @ {time_text(exp.window)}"
+        return text
+
+    def missing(self, exp: SeriesExpectation, name: str, labels: dict[str, str],
+                drop: str | None = None) -> str:
+        """``no such series``, with the nearest of the same metric and how it differs."""
+        candidates = []
+        for i in self.by_name.get(name, ()):
+            have = {k: v for k, v in self.samples[i]["labels"].items() if k != drop}
+            candidates.append((len(_difference(labels, have)), series_text(name, have), have))
+        if not candidates:
+            return "no series" + (" of that name" if not self.by_name.get(name) else "")
+        _, text, have = min(candidates, key=lambda c: (c[0], c[1]))
+        if have == labels:  # the series exists: not in this window or account
+            return "no sample" + (" in that window" if exp.window is not None else "") + \
+                (" for that account" if exp.account_given else "")
+        return f"no such series; nearest {text} ({', '.join(_difference(labels, have))})"
+
+    def one(self, exp: SeriesExpectation, name: str, labels: dict[str, str], want: Value,
+            drop: str | None = None, shown_labels: dict[str, str] | None = None) -> None:
+        what = self.where(exp, name, shown_labels if shown_labels is not None else labels)
+        found = self.select(exp, name, labels, drop) if drop is None else [
+            i for i in self.select(exp, name, {k: v for k, v in labels.items() if k != drop},
+                                   drop) if _same_bound(self.samples[i]["labels"].get(drop),
+                                                        labels[drop])]
+        if not found:
+            self.fail(exp.at, what, value_text(want),
+                      self.missing(exp, name, {k: v for k, v in labels.items() if k != drop},
+                                   drop))
+            return
+        if len(found) > 1:
+            self.covered.update(found)  # reported here, not again as unexpected
+            windows = ", ".join(time_text(self.samples[i]["timestamp"]) for i in found)
+            self.fail(exp.at, what, value_text(want),
+                      f"{len(found)} samples (windows {windows}): give window:")
+            return
+        sample = self.samples[found[0]]
+        self.covered.add(found[0])
+        if not same_value(want, sample["value"]):
+            self.fail(exp.at, what, value_text(want), value_text(sample["value"]))
+        if exp.timestamp is not None and sample["timestamp"] != exp.timestamp:
+            self.fail(exp.at, f"{what} timestamp", time_text(exp.timestamp),
+                      time_text(sample["timestamp"]))
+
+    def value(self, exp: SeriesExpectation) -> None:
+        assert exp.value is not None
+        self.one(exp, exp.name, dict(exp.labels), exp.value)
+
+    def histogram(self, exp: SeriesExpectation) -> None:
+        labels = dict(exp.labels)
+        family = [i for part in HISTOGRAM_PARTS for i in
+                  self.select(exp, exp.name + part, labels, "le" if part == "_bucket" else None)]
+        if not family:
+            self.fail(exp.at, self.where(exp, exp.name, labels), "a histogram",
+                      self.missing(exp, exp.name + "_count", labels))
+            return
+        windows = sorted({self.samples[i]["timestamp"] for i in family})
+        if exp.window is None and len(windows) > 1 and \
+                self.samples[family[0]]["kind"] == "gauge":
+            self.fail(exp.at, self.where(exp, exp.name, labels), "one window",
+                      f"{len(windows)} windows ({', '.join(map(time_text, windows))}): give "
+                      "window:")
+            return
+        self.covered.update(family)
+        for _bound, written, want in exp.buckets or ():
+            bucket = {**labels, "le": written}
+            self.one(exp, exp.name + "_bucket", bucket, want, drop="le")
+        if exp.count is not None:
+            self.one(exp, exp.name + "_count", labels, exp.count)
+        if exp.sum is not None:
+            self.one(exp, exp.name + "_sum", labels, exp.sum)
+
+    def absent(self, exp: SeriesExpectation) -> None:
+        labels = dict(exp.labels)
+        found = self.select(exp, exp.name, labels) + [
+            i for part in HISTOGRAM_PARTS
+            for i in self.select(exp, exp.name + part, labels, "le" if part == "_bucket"
+                                 else None)]
+        if found:
+            first = self.samples[found[0]]
+            self.fail(exp.at, self.where(exp, exp.name, labels), "absent",
+                      f"{len(found)} sample(s): {series_text(first['name'], first['labels'])}"
+                      f"{_window_note(first)} = {value_text(first['value'])}")
+
+    def count(self, exp: CountExpectation) -> None:
+        summary = self.summary
+        if exp.rule is None:
+            got = {"logs": summary.logs, "malformed": summary.malformed,
+                   "no_timestamp": summary.no_timestamp, "blank_lines": summary.blank_lines,
+                   "samples": summary.samples}[exp.what]
+            what = {"logs": "logs read", "malformed": "malformed lines",
+                    "no_timestamp": "logs without timestamp", "blank_lines": "blank lines",
+                    "samples": "samples written"}[exp.what]
+            if got != exp.want:
+                self.fail(exp.at, what, str(exp.want), str(got))
+            return
+        if exp.rule not in self.rule_ids:
+            self.fail(exp.at, f"{exp.what} of rule '{exp.rule}'", str(exp.want),
+                      "no enabled rule of that id")
+            return
+        if exp.what == "matches":
+            got, what = summary.matches.get(exp.rule, 0), f"logs matched by rule '{exp.rule}'"
+        elif exp.what == "cut":
+            got, what = summary.cut.get(exp.rule, 0), f"label values cut by rule '{exp.rule}'"
+        else:
+            limits = [exp.limit] if exp.limit else ["rule", "metric", "account"]
+            got = sum(summary.refused.get(f"{exp.rule} ({limit})", 0) for limit in limits)
+            what = f"logs refused by rule '{exp.rule}'" + \
+                (f" ({exp.limit} cap)" if exp.limit else "")
+        if got != exp.want:
+            self.fail(exp.at, what, str(exp.want), str(got))
+
+
+def _same_bound(le: str | None, written: str) -> bool:
+    from l2m.authoring.testfile import bound_value
+
+    if le is None:
+        return False
+    have, want = bound_value(le), bound_value(written)
+    return have is not None and have == want
+
+
+def _difference(want: dict[str, str], have: dict[str, str]) -> list[str]:
+    """How a series' labels differ from those wanted, label by label."""
+    parts = []
+    for name in sorted(want.keys() | have.keys()):
+        if name not in have:
+            parts.append(f"without {name}={_quoted(want[name])}")
+        elif name not in want:
+            parts.append(f"with {name}={_quoted(have[name])}")
+        elif want[name] != have[name]:
+            parts.append(f"{name}={_quoted(have[name])}, not {_quoted(want[name])}")
+    return parts
+
+
+def same_value(want: Value, got: Any) -> bool:
+    """A sample's value equals the one expected: doubles exactly, ``+Inf``/``-Inf``/``NaN``
+    as their text (a sample writes them so)."""
+    if isinstance(want, str) or isinstance(got, str):
+        want_text = want if isinstance(want, str) else None
+        return want_text is not None and got == want_text
+    return isinstance(got, int | float) and not isinstance(got, bool) and float(got) == want
+
+
+def _quoted(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def series_text(name: str, labels: dict[str, str]) -> str:
+    """``name{a="1",b="2"}``, labels sorted, values escaped as Prometheus writes them."""
+    if not labels:
+        return name
+    return name + "{" + ",".join(f"{k}={_quoted(v)}" for k, v in sorted(labels.items())) + "}"
+
+
+def time_text(ms: int) -> str:
+    """Epoch milliseconds as ISO-8601 UTC (``2026-11-22T10:00:00Z``, with milliseconds when
+    there are any)."""
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    return text + (f".{ms % 1000:03d}Z" if ms % 1000 else "Z")
+
+
+# --- reports -------------------------------------------------------------------------------
+
+
+def report(result: FileResult, verbose: bool, out: TextIO) -> None:
+    """A file's failure lines (and, ``verbose``, every case and each rule's cost)."""
+    if result.error is not None:
+        print(f"{result.path}: error: {result.error}" if not result.error.startswith(
+            result.path) else f"error: {result.error}", file=out)
+        return
+    if verbose:
+        print(f"{result.path}: {len(result.cases)} case(s) in {result.seconds:.3f} s", file=out)
+    for case in result.cases:
+        if verbose:
+            status = "FAIL" if case.failures else "ok  "
+            print(f"  {status} {case.case.name} ({case.seconds * 1000:.1f} ms)", file=out)
+        for line in case.failures:
+            print(line, file=out)
+    if verbose and result.summaries:
+        print("  rules (over all its cases): logs matched, samples", file=out)
+        for line in rule_costs(result.summaries):
+            print(f"    {line}", file=out)
+
+
+def rule_costs(summaries: Sequence[BackfillSummary]) -> list[str]:
+    """Each rule's logs matched and samples written, summed over a file's cases."""
+    matches: dict[str, int] = {}
+    samples: dict[str, int] = {}
+    for summary in summaries:
+        for rule, count in summary.matches.items():
+            matches[rule] = matches.get(rule, 0) + count
+        for rule, count in summary.series.items():
+            samples[rule] = samples.get(rule, 0) + count
+    width = max((len(r) for r in matches), default=0)
+    return [f"{rule.ljust(width)}  {count:>8} matched  {samples.get(rule, 0):>6} samples"
+            for rule, count in matches.items()]
+
+
+def write_junit(results: Sequence[FileResult], path: str) -> None:
+    """JUnit XML: a ``testsuite`` per test file, a ``testcase`` per case, a ``failure``
+    holding the case's failure lines; a file that did not load is one ``error``."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.Element("testsuites", name="l2m test")
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for result in results:
+        failures = sum(1 for c in result.cases if c.failures)
+        errors = 1 if result.error is not None else 0
+        tests = len(result.cases) + errors
+        suite = ET.SubElement(root, "testsuite", name=result.path, tests=str(tests),
+                              failures=str(failures), errors=str(errors),
+                              time=f"{result.seconds:.3f}")
+        totals["tests"] += tests
+        totals["failures"] += failures
+        totals["errors"] += errors
+        if result.error is not None:
+            case = ET.SubElement(suite, "testcase", name="(load)", classname=result.path,
+                                 time="0.000")
+            error = ET.SubElement(case, "error", message=result.error.splitlines()[0])
+            error.text = result.error
+        for case_result in result.cases:
+            case = ET.SubElement(suite, "testcase", name=case_result.case.name,
+                                 classname=result.path, time=f"{case_result.seconds:.3f}")
+            if case_result.failures:
+                failure = ET.SubElement(case, "failure", message=case_result.failures[0])
+                failure.text = "\n".join(case_result.failures)
+    for key, value in totals.items():
+        root.set(key, str(value))
+    ET.indent(root)
+    try:
+        ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    except OSError as exc:
+        raise ConfigError(f"--junit {path}: cannot write: {exc.strerror or exc}") from None
+

@@ -4,7 +4,8 @@ Loading never stops at the first problem: every file is read, every rule checked
 problems are reported together, each with ``file:line:column``, the rule id and a stable
 error code (:mod:`l2m.errors`). Queries are compiled here, once, on the driver.
 
-Input: rule files and directories (read recursively, ``*.yaml``/``*.yml``) or a YAML text,
+Input: rule files and directories (read recursively, ``*.yaml``/``*.yml``, leaving out the
+rule unit tests ``*.test.yaml``/``*.test.yml`` that live beside them) or a YAML text,
 and the query settings. Output: a :class:`~l2m.rules.model.RuleSet` (the rules and the
 warnings), or :class:`~l2m.errors.RuleValidationError` carrying every problem found.
 """
@@ -124,8 +125,20 @@ def _mapping_items(node: yaml.MappingNode, ctx: _Ctx, rule_id: str | None
 # --- loading -------------------------------------------------------------------------------
 
 
+# `l2m test`'s files (l2m.authoring.testfile), kept beside the rules they test: a directory
+# scan leaves them out (a file named on its own is read as a rule file, as asked).
+TEST_SUFFIXES = (".test.yaml", ".test.yml")
+
+
+def is_rule_file(name: str) -> bool:
+    """Whether a directory scan reads the file ``name``: ``*.yaml``/``*.yml`` but not
+    :data:`TEST_SUFFIXES`."""
+    return name.endswith((".yaml", ".yml")) and not name.endswith(TEST_SUFFIXES)
+
+
 def rule_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
-    """Expand files and directories (recursively, ``*.yaml``/``*.yml``) in a stable order.
+    """Expand files and directories (recursively, ``*.yaml``/``*.yml`` but not the unit tests
+    ``*.test.yaml``/``*.test.yml``) in a stable order.
 
     A file given twice, or reached both directly and through a directory (or a symlink), is
     loaded once: it would otherwise count every log twice. An unreadable directory anywhere
@@ -180,7 +193,7 @@ def rule_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
                     walked.add(real)
                     kept.append(name)
             dirs[:] = kept
-            found.extend(Path(root) / n for n in names if n.endswith((".yaml", ".yml")))
+            found.extend(Path(root) / n for n in names if is_rule_file(n))
         if not found and len(problems) == before:
             problems.append(_file_problem("NO_RULE_FILES", str(path)))
         for found_path in sorted(found):
@@ -375,7 +388,7 @@ def _tenant_files(roots: Iterable[str | Path]
             if entry.name.startswith("."):
                 continue  # ConfigMap bookkeeping (..data), editor files
             if not entry.is_dir():
-                if entry.name.endswith((".yaml", ".yml")):
+                if is_rule_file(entry.name):
                     problems.append(_file_problem("RULE_OUTSIDE_ACCOUNT", str(entry)))
                 continue
             # Its files are still read: their own problems are reported with it.
