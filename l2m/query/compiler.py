@@ -80,6 +80,14 @@ QUERY_CACHE = 65_536  # compiled queries kept; errors are not kept (raised again
 
 @functools.lru_cache(maxsize=QUERY_CACHE)
 def _compiled(query: str, config: QueryConfig) -> CompiledQuery:
+    tree = parsed_tree(query)
+    root = normalize(QueryCompiler(config).compile(tree))
+    return CompiledQuery(query, root, tuple(collect_fields(root)))
+
+
+def parsed_tree(query: str) -> lq.Item:
+    """luqum's tree of ``query``, checked against every limit (:class:`QueryError`
+    otherwise); not kept (:func:`parse_query` keeps what it compiles)."""
     if not query.strip():
         raise QueryError("QUERY_EMPTY", 0)
     if len(query) > MAX_QUERY_LENGTH:
@@ -99,8 +107,7 @@ def _compiled(query: str, config: QueryConfig) -> CompiledQuery:
             # own exception, not a parse error.
             raise _bad_modifier(query) from None
     _check_tree(tree)
-    root = normalize(QueryCompiler(config).compile(tree))
-    return CompiledQuery(query, root, tuple(collect_fields(root)))
+    return tree
 
 
 # A phrase, an escaped character, or a '~' or '^' and the digits and dots luqum reads after
