@@ -60,6 +60,7 @@ class FileResult:
     error: str | None = None
     seconds: float = 0.0
     summaries: list[BackfillSummary] = field(default_factory=list)
+    costs: list[str] = field(default_factory=list)  # each rule's cost (verbose)
 
 
 def run_test_files(paths: Sequence[str], junit: str | None, only: str | None, verbose: bool,
@@ -70,7 +71,7 @@ def run_test_files(paths: Sequence[str], junit: str | None, only: str | None, ve
         pattern = re.compile(only) if only is not None else None
     except re.error as exc:
         raise ConfigError(f"--run: '{only}' is not a regular expression: {exc}") from None
-    results = [run_file(path, pattern) for path in find_test_files(paths)]
+    results = [run_file(path, pattern, costs=verbose) for path in find_test_files(paths)]
     for result in results:
         report(result, verbose, out)
     passed = sum(1 for r in results for c in r.cases if not c.failures)
@@ -84,9 +85,11 @@ def run_test_files(paths: Sequence[str], junit: str | None, only: str | None, ve
     return 1 if failed or errors else 0
 
 
-def run_file(path: str, only: re.Pattern[str] | None = None) -> FileResult:
+def run_file(path: str, only: re.Pattern[str] | None = None, costs: bool = False
+             ) -> FileResult:
     """One test file: loaded, its rules planned once, each case (those ``only`` matches)
-    run and checked."""
+    run and checked. ``costs``: also each rule's cost, as backfill's summary reports it,
+    over the logs of all the cases run (one more run)."""
     started = time.monotonic()
     result = FileResult(path)
     try:
@@ -105,6 +108,9 @@ def run_file(path: str, only: re.Pattern[str] | None = None) -> FileResult:
             result.summaries.append(run.summary)
             result.cases.append(CaseResult(case, check(case, run, routing),
                                            time.monotonic() - case_started))
+        if costs:
+            result.costs = rule_costs(routing, [c.case for c in result.cases],
+                                      result.summaries)
     result.seconds = time.monotonic() - started
     return result
 
@@ -373,14 +379,21 @@ def report(result: FileResult, verbose: bool, out: TextIO) -> None:
             print(f"  {status} {case.case.name} ({case.seconds * 1000:.1f} ms)", file=out)
         for line in case.failures:
             print(line, file=out)
-    if verbose and result.summaries:
-        print("  rules (over all its cases): logs matched, samples", file=out)
-        for line in rule_costs(result.summaries):
+    if verbose and result.costs:
+        print("  per rule, the logs of all its cases in one run:", file=out)
+        for line in result.costs:
             print(f"    {line}", file=out)
 
 
-def rule_costs(summaries: Sequence[BackfillSummary]) -> list[str]:
-    """Each rule's logs matched and samples written, summed over a file's cases."""
+def rule_costs(routing: Routing, cases: Sequence[TestCase],
+               summaries: Sequence[BackfillSummary]) -> list[str]:
+    """Each rule's cost as backfill's summary reports it
+    (:meth:`~l2m.batch.summary.BackfillSummary.render_rules`), over the cases' logs in one
+    run; without that table, each rule's logs matched and samples summed over the cases."""
+    render = getattr(BackfillSummary, "render_rules", None)
+    if render is not None:
+        whole = run_local(routing, [line for case in cases for line in case.lines])
+        return list(render(whole.summary))
     matches: dict[str, int] = {}
     samples: dict[str, int] = {}
     for summary in summaries:
