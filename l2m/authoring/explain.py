@@ -186,8 +186,9 @@ def _explain_rule(rule: Rule, tree: Clause, doc: dict[str, Any], batch: Any, pla
     elif not query_matched:
         culprit = _culprit(result["clauses"])
         result["failed"] = {k: culprit[k] for k in ("text", "span", "detail")}
+        prohibited = "a prohibited clause matched: " if culprit["role"] == "must_not" else ""
         result["why"] = f"{culprit['text']} [{culprit['span'][0]}:{culprit['span'][1]}]: " \
-                        f"{culprit['detail']}"
+                        f"{prohibited}{culprit['detail']}"
     if matches:
         result["result"] = _result(rule, doc, batch, plan, cfg, ts)
     return result
@@ -361,11 +362,11 @@ def _describe(node: Node, doc: dict[str, Any], matched: bool) -> tuple[str, dict
         if isinstance(node, TextWildcard | TextRegex):
             tokens = text_tokens(sf)
             found["tokens"] = tokens
-            return (f"{_what(node)} over each token of {where}, tokens {_tokens(tokens)} "
-                    f"(lower-case): {'a token matches' if matched else 'no token matches'}"), \
-                found
-        return (f"{_what(node)} over the whole string form {_q(sf)} of {where} "
-                f"(case-sensitive): {'matches' if matched else 'no match'}"), found
+            return (f"{_what(node)}, anchored to one whole token: {where}, tokens "
+                    f"{_tokens(tokens)}: {'a token matches' if matched else 'no token matches'}"
+                    ), found
+        return (f"{_what(node)}, anchored to the whole string form (case-sensitive): {where}, "
+                f"string form {_q(sf)}: {'matches' if matched else 'no match'}"), found
     if isinstance(node, Range):
         return _range(node, found, matched), found
     return f"{_what(node)}: {where}", found
@@ -540,7 +541,9 @@ def _result(rule: Rule, doc: dict[str, Any], batch: Any, plan: ParsePlan, cfg: J
     out["value"] = _value(rule, doc, batch, plan)
     window = window_start(ts) if ts is not None else None
     if ts is None:
-        out["time"] = None
+        out["time"] = {"window": None, "sample_timestamp": None,
+                       "text": "no event time: backfill skips the log; streaming dates it by "
+                               "its Kafka record's time"}
     elif rule.kind == Kind.GAUGE:
         assert window is not None
         out["time"] = {"window": [window, window + MINUTE_MS],
@@ -579,8 +582,8 @@ def _value(rule: Rule, doc: dict[str, Any], batch: Any, plan: ParsePlan) -> dict
     if value is None:
         why = found["text"] if found["found"] in ("missing", "null") else \
             f"{found['text']}, not a number"
-        out["text"] = (f"{rule.aggregation} of {rule.field}: {why} → no value (the log counts "
-                       "as a match only)")
+        out["text"] = (f"{rule.aggregation} of {rule.field}: {why} → no value: the log counts "
+                       "as a match only, no sample from it alone")
         return out
     out["text"] = f"{rule.aggregation} of {rule.field}: {found['text']} → {_num(value)}"
     if rule.aggregation == Aggregation.HISTOGRAM:
@@ -640,9 +643,13 @@ def _outcomes(status: Status, ts: int | None, cfg: JobConfig, rules: list[dict[s
 
 
 def iso(ms: int) -> str:
-    """An epoch-millisecond time as ISO-8601 with milliseconds and ``Z``."""
-    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)).isoformat(
-        timespec="milliseconds").replace("+00:00", "Z")
+    """An epoch-millisecond time as ISO-8601 with milliseconds and ``Z`` (outside years
+    1-9999, which a bound may reach: the milliseconds)."""
+    try:
+        when = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    except OverflowError:
+        return f"{ms} ms since 1970"
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _duration(ms: int) -> str:
@@ -665,7 +672,7 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"event time: {report['event_time']['text']}")
     if report["account"] is not None and any(r.get("scope", {}).get("account")
                                              for r in report["rules"]):
-        lines.append(f"account: {report['account']['text']}")
+        lines.append(f"account field: {report['account']['text']}")
     lines.append("outcomes:")
     lines += [f"  {o}" for o in report["outcomes"]]
     for rule in report["rules"]:
@@ -681,12 +688,12 @@ def _rule_text(rule: dict[str, Any]) -> list[str]:
     if "clauses" not in rule:
         lines.append(f"  why: {rule['why']}")
         return lines
-    query = _oneline(rule["query"])
-    lines.append(f"  query: {query}")
+    if rule["why"] is not None and rule["failed"] is None:
+        lines.append(f"  why: {rule['why']}")  # disabled, or another account's: that first
+    lines.append(f"  query: {_oneline(rule['query'])}")
     if rule["failed"] is not None:
         start, end = rule["failed"]["span"]
         lines.append("         " + " " * start + "^" * max(1, end - start))
-    if rule["why"] is not None:
         lines.append(f"  why: {rule['why']}")
     if rule["scope"]["account"] is not None and rule["scope"]["sees"]:
         lines.append(f"  account: {rule['scope']['text']}")
@@ -698,8 +705,7 @@ def _rule_text(rule: dict[str, Any]) -> list[str]:
             lines.append(f"  label: {label['text']}")
         lines.append(f"  labels: {_labels(result['sample_labels'])}")
         lines.append(f"  value: {result['value']['text']}")
-        if result["time"] is not None:
-            lines.append(f"  time: {result['time']['text']}")
+        lines.append(f"  time: {result['time']['text']}")
         lines.append(f"  account: {result['tenancy']}")
         if "late" in result:
             lines.append(f"  late: {result['late']['text']}")
