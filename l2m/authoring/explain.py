@@ -17,6 +17,7 @@ my log not count?").
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
@@ -693,7 +694,9 @@ def _rule_text(rule: dict[str, Any]) -> list[str]:
     lines.append(f"  query: {_oneline(rule['query'])}")
     if rule["failed"] is not None:
         start, end = rule["failed"]["span"]
-        lines.append("         " + " " * start + "^" * max(1, end - start))
+        query = _oneline(rule["query"])
+        lines.append("         " + " " * _width(query[:start]) +
+                     "^" * max(1, _width(query[start:end])))
         lines.append(f"  why: {rule['why']}")
     if rule["scope"]["account"] is not None and rule["scope"]["sees"]:
         lines.append(f"  account: {rule['scope']['text']}")
@@ -727,6 +730,11 @@ def _clause_text(clause: dict[str, Any], depth: int) -> list[str]:
 
 def _labels(labels: dict[str, str]) -> str:
     return "{" + ", ".join(f"{k}={_q(v)}" for k, v in labels.items()) + "}"
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: wide (East Asian) characters take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def _oneline(text: str) -> str:

@@ -695,3 +695,13 @@ def test_input_line(tmp_path: Path):
         input_line(str(plain), 0)
     with pytest.raises(InputError, match="no such file"):
         input_line(str(tmp_path / "missing.jsonl"), 1)
+
+
+def test_the_caret_stays_under_its_span_with_wide_characters_and_a_newline_in_the_query():
+    said = rule_text("東京:* AND\nservice:api", {"東京": 1, "service": "web"})
+    assert said[:3] == [
+        "  query: 東京:* AND service:api",
+        "                    ^^^^^^^^^^^",
+        '  why: service:api [9:20]: keyword term "api": service = "web" (top-level key '
+        '"service"), string form "web" ≠ "api"',
+    ]
