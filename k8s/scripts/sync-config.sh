@@ -39,6 +39,7 @@ while IFS= read -r -d '' entry; do
     exit 1
   fi
   case "$name" in
+    *.test.yaml|*.test.yml) continue ;;  # rule unit tests (l2m test), not rules
     *.yaml|*.yml) ;;
     *) continue ;;
   esac

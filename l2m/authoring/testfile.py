@@ -29,7 +29,6 @@ from l2m.errors import ConfigError, L2mError
 from l2m.semantics.values import (
     LABEL_NAME_RE,
     METRIC_NAME_RE,
-    lookup,
     parse_timestamp,
     string_form,
 )
@@ -332,6 +331,8 @@ class _Reader:
 
     def absolute(self, node: yaml.Node, key: str) -> int:
         value = self.plain(node)
+        if isinstance(value, int) and not re.fullmatch(r"-?[0-9]+", str(node.value)):
+            value = node.value  # YAML 1.1's `10:00` (600) or `0x10`: not epoch milliseconds
         ms = parse_timestamp(value) if isinstance(value, int | str) \
             and not isinstance(value, bool) else None
         if ms is None:
@@ -474,9 +475,9 @@ class _Reader:
                                        "a list")
         doc = self.plain(node)
         ts_node = self.field_node(node, ts_field)
-        if ts_node is not None and isinstance(ts_node, yaml.ScalarNode) \
-                and isinstance(lookup(doc, ts_field), str) \
-                and str(lookup(doc, ts_field))[:1] in ("+", "-"):
+        # The text as written, not its YAML value: `+90` (an integer to YAML) is a relative
+        # time missing its unit, not the epoch millisecond 90.
+        if isinstance(ts_node, yaml.ScalarNode) and str(ts_node.value)[:1] in ("+", "-"):
             _place(doc, ts_field, self.time(ts_node, f"{key}.{ts_field}", start))
         try:
             return json.dumps(doc, ensure_ascii=False, allow_nan=False,
