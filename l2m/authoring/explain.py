@@ -188,8 +188,11 @@ def _explain_rule(rule: Rule, tree: Clause, doc: dict[str, Any], batch: Any, pla
         culprit = _culprit(result["clauses"])
         result["failed"] = {k: culprit[k] for k in ("text", "span", "detail")}
         prohibited = "a prohibited clause matched: " if culprit["role"] == "must_not" else ""
+        detail = culprit["detail"]
+        if culprit["kind"] == "not":  # what it excludes, and why that matched
+            detail += f": {culprit['children'][0]['text']}: {culprit['children'][0]['detail']}"
         result["why"] = f"{culprit['text']} [{culprit['span'][0]}:{culprit['span'][1]}]: " \
-                        f"{prohibited}{culprit['detail']}"
+                        f"{prohibited}{detail}"
     if matches:
         result["result"] = _result(rule, doc, batch, plan, cfg, ts)
     return result

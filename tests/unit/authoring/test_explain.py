@@ -226,7 +226,7 @@ CASES = [
     ('NOT service:web', LOG, [
         '  query: NOT service:web',
         '         ^^^^^^^^^^^^^^^',
-        '  why: NOT service:web [0:15]: NOT: the clause inside matched',
+        '  why: NOT service:web [0:15]: NOT: the clause inside matched: service:web: keyword term "web": service = "web" (top-level key "service"), string form "web" = "web"',
         '  clauses:',
         '    ✗ NOT service:web [0:15] NOT: the clause inside matched',
         '      ✓ service:web [4:15] keyword term "web": service = "web" (top-level key "service"), string form "web" = "web"',
