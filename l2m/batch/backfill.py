@@ -254,9 +254,7 @@ def run_backfill(spark: SparkSession, rules: Sequence[Rule], inputs: Sequence[st
     check_paths(inputs, output)
     check_label_limit(max_label_value_length)
     routing = routing_for(rules, timestamp_field, max_label_value_length, limits)
-    summary = BackfillSummary(matches={r.id: 0 for r in routing.rules},
-                              series={r.id: 0 for r in routing.rules},
-                              max_label_value_length=max_label_value_length)
+    summary = BackfillSummary.for_rules(routing.rules, max_label_value_length)
     files = input_files(inputs)
     summary.skipped_files = corrupt_compressed_files(spark, files)
     if summary.skipped_files and strict:

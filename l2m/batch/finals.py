@@ -72,6 +72,7 @@ def _name_key(name: str) -> bytes:
 
 
 _TAIL = struct.Struct(">QI")
+TAIL_BYTES = _TAIL.size  # a sort key's end: its window and place in the family
 
 
 def _tail(window: int | None, index: int) -> bytes:
@@ -379,7 +380,8 @@ def tally_table(counted: Sequence[tuple[tuple[str, str], int]]) -> pa.Table:
 
 def ordered_lines(table: pa.Table) -> tuple[pa.Table, pa.Table]:
     """The tasks' rows (:data:`FINAL_ARROW`) → the samples in the output's order (``line``,
-    ``rule``, ``finite``) and the tally rows (``tally``, ``rule``, ``count``)."""
+    ``rule``, ``finite``, ``sort``: what the summary counts series by,
+    :mod:`l2m.batch.summary`) and the tally rows (``tally``, ``rule``, ``count``)."""
     is_sample = pc.is_valid(table.column("line"))
     samples = table.filter(is_sample)
     # One binary key, the rank's big-endian bytes before the sort key: Arrow sorts it in
@@ -387,6 +389,6 @@ def ordered_lines(table: pa.Table) -> tuple[pa.Table, pa.Table]:
     ranks = samples.column("rank").to_numpy().astype(">u4").view(np.uint8).reshape(-1, 4)
     key = pc.binary_join_element_wise(_binary(ranks), samples.column("sort").combine_chunks(),
                                       pa.scalar(b""))
-    samples = samples.select(["line", "rule", "finite"]).take(pc.sort_indices(key))
+    samples = samples.select(["line", "rule", "finite", "sort"]).take(pc.sort_indices(key))
     tallies = table.filter(pc.invert(is_sample)).select(["tally", "rule", "count"])
     return samples, tallies

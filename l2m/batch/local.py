@@ -64,7 +64,8 @@ def within_caps(batches: list[pa.RecordBatch], capped: Mapping[str, int],
 @dataclass(frozen=True)
 class LocalRun:
     """What the rules made of the lines: ``samples`` (``line``: a sample's JSON, ``rule``,
-    ``finite``; in the output's order, as ``l2m backfill`` writes them) and the summary."""
+    ``finite``, ``sort``: its sort key; in the output's order, as ``l2m backfill`` writes
+    them) and the summary."""
 
     samples: pa.Table
     summary: BackfillSummary
@@ -120,9 +121,7 @@ def run_local(routing: Routing, lines: Iterable[bytes | str]) -> LocalRun:
     """Every line through the backfill's stages in this process (module docstring). A line
     is one log; a blank line is counted as blank, as in a file."""
     started = time.monotonic()
-    summary = BackfillSummary(matches={r.id: 0 for r in routing.rules},
-                              series={r.id: 0 for r in routing.rules},
-                              max_label_value_length=routing.max_label_value_length)
+    summary = BackfillSummary.for_rules(routing.rules, routing.max_label_value_length)
     task = ReadTask(routing.plan, routing)
     chunk: list[bytes | str] = []
     for line in lines:

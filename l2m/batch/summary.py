@@ -3,19 +3,33 @@ the last stage's samples and tally rows (:func:`tally`) — by ``l2m backfill`` 
 the same stages in one process (:mod:`l2m.batch.local`: ``l2m test``, ``l2m validate
 --estimate``).
 
-Input: the samples in the output's order and the tally rows
+Input: the samples in the output's order, with their sort keys, and the tally rows
 (:func:`l2m.batch.finals.ordered_lines`). Output: the summary and its text
-(:meth:`BackfillSummary.render`)."""
+(:meth:`BackfillSummary.render`; the per-rule table :meth:`BackfillSummary.render_rules`).
+
+**Where each count is made.** Sums (logs by status, cut values, refused logs, matches) are
+tally rows of the last-stage tasks, added up. Distinct counts are not additive: each
+last-stage task holds whole windows, and a series spans windows (a counter's one domain is
+whole in one task, but a gauge's series is in every window it has logs in). So the series
+per rule, the most in one window and each group-by label's distinct values are counted here,
+on the driver, over every sample written — from each sample's sort key
+(:func:`l2m.batch.finals.sort_key`: its series' labels, its window, its place in its family),
+not its JSON. One histogram family (its ``_bucket`` per bound, ``_sum``, ``_count``) shares
+one labels key, so it is one series. Spark's backfill and :func:`l2m.batch.local.run_local`
+hand this the same samples, so both count the same."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from l2m.batch.finals import CUT, MATCHES, REFUSED, STATUS
+from l2m.batch.finals import CUT, MATCHES, REFUSED, STATUS, TAIL_BYTES
 from l2m.defaults import MAX_LABEL_VALUE_LENGTH
+from l2m.rules.model import Kind, Rule
 
 
 @dataclass
@@ -38,6 +52,44 @@ class BackfillSummary:
     refused: dict[str, int] = field(default_factory=dict)
     max_label_value_length: int = MAX_LABEL_VALUE_LENGTH
     skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    # Per rule, counted on the driver over the samples (module docstring): distinct series
+    # (label sets, the overflow series among them; a histogram family is one), the most in
+    # one window (gauges), and each group-by label's distinct values, in group_by order.
+    series_created: dict[str, int] = field(default_factory=dict)
+    window_series: dict[str, int] = field(default_factory=dict)
+    label_values: dict[str, dict[str, int]] = field(default_factory=dict)
+    # What the counts above need of the rules: each one's group-by label names, its kind.
+    group_labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    gauges: set[str] = field(default_factory=set)
+
+    @classmethod
+    def for_rules(cls, rules: Sequence[Rule],
+                  max_label_value_length: int = MAX_LABEL_VALUE_LENGTH) -> BackfillSummary:
+        """An empty summary of a run of ``rules`` (the enabled ones, as routed)."""
+        return cls(matches={r.id: 0 for r in rules}, series={r.id: 0 for r in rules},
+                   max_label_value_length=max_label_value_length,
+                   group_labels={r.id: tuple(name for name, _ in r.group_labels)
+                                 for r in rules},
+                   gauges={r.id for r in rules if r.kind == Kind.GAUGE})
+
+    def largest_label(self, rule_id: str) -> tuple[str, int] | None:
+        """The rule's group-by label with the most distinct values (the first in group_by
+        order among equals) and their number; None for a rule without group_by."""
+        values = self.label_values.get(rule_id)
+        if not values:
+            return None
+        name = max(values, key=lambda n: values[n])  # max keeps the first of equals
+        return name, values[name]
+
+    def refused_logs(self, rule_id: str) -> dict[str, int]:
+        """Logs of the rule counted into its overflow series, per limit (rule, metric,
+        account)."""
+        out = {}
+        for key, logs in sorted(self.refused.items()):
+            rule, _, limit = key.rpartition(" (")
+            if rule == rule_id:
+                out[limit.rstrip(")")] = logs
+        return out
 
     def count_status(self, status: str, count: int) -> None:
         if status == "blank":
@@ -74,10 +126,23 @@ class BackfillSummary:
         return "\n".join(lines)
 
     def render_rules(self) -> list[str]:
-        """The per-rule table: a header line, then one line per rule in load order."""
-        rows = [[rule, f"{count:,}", f"{self.series.get(rule, 0):,}"]
-                for rule, count in self.matches.items()]
-        return table(["rule", "logs matched", "samples"], rows, numeric=(1, 2))
+        """The per-rule table: a header line, then one line per rule in load order — logs
+        matched, samples written, series (distinct label sets), the most series in one window
+        (gauges; ``-`` for counters), the largest group-by label and its distinct values, and
+        the logs counted into the overflow series per cap (``-``: none)."""
+        rows = []
+        for rule, count in self.matches.items():
+            largest = self.largest_label(rule)
+            refused = self.refused_logs(rule)
+            rows.append([
+                rule, f"{count:,}", f"{self.series.get(rule, 0):,}",
+                f"{self.series_created.get(rule, 0):,}",
+                f"{self.window_series.get(rule, 0):,}" if rule in self.gauges else "-",
+                "-" if largest is None else f"{largest[0]} ({largest[1]:,})",
+                ", ".join(f"{logs:,} {limit}" for limit, logs in refused.items()) or "-"])
+        return table(["rule", "logs matched", "samples", "series", "most in a window",
+                      "largest label (values)", "logs refused (cap)"], rows,
+                     numeric=(1, 2, 3, 4))
 
 
 def table(header: list[str], rows: list[list[str]], numeric: tuple[int, ...] = ()
@@ -98,6 +163,7 @@ def tally(summary: BackfillSummary, samples: pa.Table, tallies: pa.Table) -> Non
     (:func:`l2m.batch.finals.ordered_lines`)."""
     summary.samples += samples.num_rows
     summary.nonfinite += pc.sum(pc.invert(samples.column("finite"))).as_py() or 0
+    count_series(summary, samples)
     for entry in pc.value_counts(samples.column("rule")).to_pylist():
         summary.series[entry["values"]] += entry["counts"]
     rows = sorted(zip(tallies.column("tally").to_pylist(), tallies.column("rule").to_pylist(),
@@ -113,3 +179,82 @@ def tally(summary: BackfillSummary, samples: pa.Table, tallies: pa.Table) -> Non
             summary.matches[name] += count
 
 
+
+
+def count_series(summary: BackfillSummary, samples: pa.Table) -> None:
+    """Series per rule, the most in one window and group-by labels' distinct values, over
+    every sample written (``rule`` and ``sort`` columns, in the output's order; module
+    docstring). The output's order is by rule, then labels, window and place in the family,
+    so a series' samples are adjacent, and a series' windows in order: each count is of the
+    rows where a key changes — one pass, no hashing of every sample (a rule grouping by a
+    unique id has as many series as samples)."""
+    rows = samples.num_rows
+    if not rows or "sort" not in samples.column_names:
+        return
+    sort = samples.column("sort").combine_chunks()
+    rule = samples.column("rule").combine_chunks()
+    labels = pc.binary_slice(sort, 0, -TAIL_BYTES)
+    # a sort key's window: the 8 bytes before its last 4 (l2m.batch.finals._tail)
+    window = pc.binary_slice(sort, -TAIL_BYTES, -TAIL_BYTES + 8)
+    new_series = _changes(rule, rows)
+    new_series[1:] |= _changes(labels, rows)[1:]
+    new_window = new_series.copy()
+    new_window[1:] |= _changes(window, rows)[1:]
+    starts = pa.array(np.flatnonzero(new_series))
+    for entry in pc.value_counts(rule.take(starts)).to_pylist():
+        name = entry["values"]
+        summary.series_created[name] = summary.series_created.get(name, 0) + entry["counts"]
+    at = np.flatnonzero(new_window)
+    gauge = pc.is_in(rule.take(pa.array(at)), pa.array(sorted(summary.gauges), pa.string()))
+    at = at[gauge.to_numpy(zero_copy_only=False)]
+    if len(at):
+        # a (series, window) starts at each row of ``at``: count them per (rule, window)
+        per = pa.table({"rule": rule.take(pa.array(at)), "window": window.take(pa.array(at))})
+        counts = per.group_by(["rule", "window"], use_threads=False).aggregate(
+            [([], "count_all")])
+        most = counts.group_by("rule", use_threads=False).aggregate([("count_all", "max")])
+        for name, count in zip(most.column("rule").to_pylist(),
+                               most.column("count_all_max").to_pylist(), strict=True):
+            summary.window_series[name] = max(summary.window_series.get(name, 0), count)
+    _count_label_values(summary, pa.table({"rule": rule.take(starts),
+                                           "labels": labels.take(starts)}))
+
+
+def _changes(values: pa.Array, rows: int) -> np.ndarray:
+    """Where each row differs from the one before it (the first row: True)."""
+    changed = np.ones(rows, np.bool_)
+    if rows > 1:
+        changed[1:] = pc.not_equal(values.slice(1), values.slice(0, rows - 1)).to_numpy(
+            zero_copy_only=False)
+    return changed
+
+
+def _count_label_values(summary: BackfillSummary, series: pa.Table) -> None:
+    """Each group-by label's distinct values per rule, from the distinct series' labels keys
+    (:func:`l2m.batch.finals.labels_key`: ``01 name 00 01 value 00`` per label, then
+    ``00``; a NUL inside is escaped as ``00 ff``, so ``00 01`` only parts two strings)."""
+    labels = series.column("labels").combine_chunks()
+    named = pc.greater(pc.binary_length(labels), 1)  # b"\x00": a series without labels
+    labels = labels.filter(named)
+    rules = series.column("rule").combine_chunks().filter(named)
+    if not len(labels):
+        return
+    parts = pc.split_pattern(pc.binary_slice(labels, 1, -2), b"\x00\x01")
+    flat = pc.list_flatten(parts)
+    parent = pc.list_parent_indices(parts).to_numpy()
+    offsets = parts.offsets.to_numpy()
+    position = np.arange(len(flat)) - offsets[parent]
+    names = np.flatnonzero(position % 2 == 0)
+    pairs = pa.table({"rule": rules.take(pa.array(parent[names])),
+                      "name": flat.take(pa.array(names)),
+                      "value": flat.take(pa.array(names + 1))})
+    counted = pairs.group_by(["rule", "name"], use_threads=False).aggregate(
+        [("value", "count_distinct")])
+    found: dict[tuple[str, bytes], int] = {
+        (rule, name): count for rule, name, count in zip(
+            *(counted.column(c).to_pylist() for c in ("rule", "name", "value_count_distinct")),
+            strict=True)}
+    for rule, names_of in summary.group_labels.items():
+        values = summary.label_values.setdefault(rule, {})
+        for name in names_of:
+            values[name] = values.get(name, 0) + found.get((rule, name.encode()), 0)
