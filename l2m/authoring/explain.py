@@ -679,7 +679,15 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"account field: {report['account']['text']}")
     lines.append("outcomes:")
     lines += [f"  {o}" for o in report["outcomes"]]
-    for rule in report["rules"]:
+    rules = report["rules"]
+    if report["status"] in ("malformed", "blank"):
+        lines.append(f"rules: none sees it ({len(rules)} rule{'s' * (len(rules) != 1)} not "
+                     "evaluated)")
+        return "\n".join(lines) + "\n"
+    hits = [r["id"] for r in rules if r["matches"]]
+    lines.append(f"rules matching: {len(hits)} of {len(rules)}" +
+                 (f": {', '.join(hits)}" if hits else ""))
+    for rule in rules:
         lines.append("")
         lines += _rule_text(rule)
     return "\n".join(lines) + "\n"
@@ -689,9 +697,6 @@ def _rule_text(rule: dict[str, Any]) -> list[str]:
     where = f"{rule['file']}:{rule['line']}"
     verdict = "matches" if rule["matches"] else "does not match"
     lines = [f"rule {rule['id']} ({where}, {rule['kind']} {rule['aggregation']}): {verdict}"]
-    if "clauses" not in rule:
-        lines.append(f"  why: {rule['why']}")
-        return lines
     if rule["why"] is not None and rule["failed"] is None:
         lines.append(f"  why: {rule['why']}")  # disabled, or another account's: that first
     lines.append(f"  query: {_oneline(rule['query'])}")

@@ -455,6 +455,7 @@ FULL = (
     '  backfill: routed (no lateness in a backfill)\n'
     "  streaming: routed if its Kafka record's time is at or after 2026-11-22T08:58:05.500Z; an earlier record time puts the event time more than 2 min (max_future_skew) ahead: status future, dead-lettered, never routed\n"
     '  streaming: late once the job has seen an event time of 2026-11-22T09:11:00.000Z (the watermark, that minus the grace, reaches 2026-11-22T09:01:00.000Z, the end of its minute): counted once in l2m_late_logs_total, ignored by the gauges, still counted by counters\n'
+    'rules matching: 2 of 3: latency, bytes\n'
     '\n'
     'rule latency (<memory>:2, gauge histogram): matches\n'
     '  query: service:web\n'
@@ -500,9 +501,7 @@ UNROUTED = [
         '  malformed: invalid JSON: unexpected character, expected a JSON value: line 1 column 25 (char 24)\n'
         '  backfill: counted as malformed and skipped (summary: malformed lines)\n'
         '  streaming: sent to the dead-letter topic with this reason (header l2m.error), counted in l2m_input_logs_total{status="malformed"}\n'
-        '\n'
-        'rule errors (<memory>:2, gauge count): does not match\n'
-        '  why: the log is not routed: malformed\n'
+        'rules: none sees it (1 rule not evaluated)\n'
     )),
     ('not_an_object', '["level", "error"]', (
         'log: ["level", "error"]\n'
@@ -511,18 +510,14 @@ UNROUTED = [
         '  malformed: not a JSON object (a list)\n'
         '  backfill: counted as malformed and skipped (summary: malformed lines)\n'
         '  streaming: sent to the dead-letter topic with this reason (header l2m.error), counted in l2m_input_logs_total{status="malformed"}\n'
-        '\n'
-        'rule errors (<memory>:2, gauge count): does not match\n'
-        '  why: the log is not routed: malformed\n'
+        'rules: none sees it (1 rule not evaluated)\n'
     )),
     ('blank', '', (
         'log: \n'
         'status: blank\n'
         'outcomes:\n'
         '  a blank line: not a log, counted as blank and skipped\n'
-        '\n'
-        'rule errors (<memory>:2, gauge count): does not match\n'
-        '  why: the log is not routed: blank\n'
+        'rules: none sees it (1 rule not evaluated)\n'
     )),
     ('no_timestamp', '{"level": "error"}', (
         'log: {"level": "error"}\n'
@@ -531,6 +526,7 @@ UNROUTED = [
         'outcomes:\n'
         '  no usable event time: backfill skips the log and counts it (summary: without timestamp)\n'
         '  streaming: dated by its Kafka record\'s time instead (l2m_input_logs_total{status="no_timestamp"}) and routed; dead-lettered as future if that time is more than 5 min ahead of l2m\'s clock\n'
+        'rules matching: 1 of 1: errors\n'
         '\n'
         'rule errors (<memory>:2, gauge count): matches\n'
         '  query: level:error\n'
@@ -548,6 +544,7 @@ UNROUTED = [
         'outcomes:\n'
         '  no usable event time: backfill skips the log and counts it (summary: without timestamp)\n'
         '  streaming: dated by its Kafka record\'s time instead (l2m_input_logs_total{status="no_timestamp"}) and routed; dead-lettered as future if that time is more than 5 min ahead of l2m\'s clock\n'
+        'rules matching: 1 of 1: errors\n'
         '\n'
         'rule errors (<memory>:2, gauge count): matches\n'
         '  query: level:error\n'
