@@ -246,7 +246,7 @@ class _Reader:
             raise self.fail(node, key, f"expected a mapping, got {self.kind(node)}")
         entries: dict[str, tuple[yaml.Node, yaml.Node]] = {}
         for key_node, value_node in node.value:
-            name = str(self.plain(key_node))
+            name = _key(key_node)
             inner = f"{key}.{name}" if key else name
             if name in entries:
                 raise self.fail(key_node, inner, "appears twice (first at line "
@@ -266,7 +266,7 @@ class _Reader:
             return self.constructor.construct_object(node)
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(n) for n in node.value]
-        return {str(self.plain(k)): self.plain(v) for k, v in node.value}
+        return {_key(k): self.plain(v) for k, v in node.value}
 
     @staticmethod
     def kind(node: yaml.Node) -> str:
@@ -409,7 +409,7 @@ class _Reader:
         for name, (_, value) in given.items():
             if isinstance(value, yaml.MappingNode):
                 for key, _ in value.value:
-                    lines[(name, str(self.plain(key)))] = key.start_mark.line + 1
+                    lines[(name, _key(key))] = key.start_mark.line + 1
         decoder = Decoder(_Problems(self.path, lines))
         decoded: _Settings = decoder.record(_Settings, data)
         values: dict[str, Any] = {k: getattr(decoded, k) for k in data
@@ -491,7 +491,7 @@ class _Reader:
         def child(mapping: yaml.Node, name: str) -> yaml.Node | None:
             if not isinstance(mapping, yaml.MappingNode):
                 return None
-            found = [v for k, v in mapping.value if str(self.plain(k)) == name]
+            found = [v for k, v in mapping.value if _key(k) == name]
             return found[-1] if found else None
 
         top = child(node, path)
@@ -504,7 +504,7 @@ class _Reader:
 
     def expectation(self, node: yaml.Node, key: str, start: int | None) -> Expectation:
         if isinstance(node, yaml.MappingNode):
-            keys = {str(self.plain(k)) for k, _ in node.value}
+            keys = {_key(k) for k, _ in node.value}
             counted = keys & {*RUN_COUNTS, *RULE_COUNTS}
             if counted and not keys & {"series", "name"}:
                 return self.count_expectation(node, key, sorted(counted))
@@ -616,6 +616,12 @@ class _Reader:
         if not bounds:
             raise self.fail(node, key, "expected at least one bucket (bound: count)")
         return tuple(bounds)
+
+
+def _key(node: yaml.Node) -> str:
+    """A mapping key as written (``1``, ``true``, ``0.10`` stay that text: a log's keys are
+    JSON's strings); complex keys were refused when the file was composed."""
+    return str(node.value)
 
 
 class _Anything(tuple[str, ...]):

@@ -147,12 +147,14 @@ def test_log_values_keep_their_json_types_and_unicode(tmp_path):
         - name: c
           logs:
             - {"@timestamp": +0s, n: 1, f: 0.1, b: true, z: null, s: "東京", l: [1, "a"],
-               d: 2026-11-22}
+               d: 2026-11-22, 1: k, true: k, 0.10: k}
           expect: [{logs: 1}]
         """)
+    # keys as written (JSON's keys are strings); an unquoted date stays its text
     assert json.loads(case.lines[0]) == {"@timestamp": START, "n": 1, "f": 0.1, "b": True,
                                          "z": None, "s": "東京", "l": [1, "a"],
-                                         "d": "2026-11-22"}
+                                         "d": "2026-11-22", "1": "k", "true": "k",
+                                         "0.10": "k"}
 
 
 def test_input_files_relative_to_the_test_file(tmp_path):
