@@ -702,3 +702,16 @@ def test_the_caret_stays_under_its_span_with_wide_characters_and_a_newline_in_th
         '  why: service:api [9:20]: keyword term "api": service = "web" (top-level key '
         '"service"), string form "web" ≠ "api"',
     ]
+
+
+def test_the_example_of_docs_rules_md_is_what_the_command_prints(capsys, monkeypatch):
+    root = Path(__file__).resolve().parents[3]
+    docs = (root / "docs" / "rules.md").read_text()
+    section = docs[docs.index("## Why did my log not count?"):]
+    command = section[section.index("l2m explain"):section.index("\nl2m explain --rules rules/ --input")]
+    printed = section[section.index("The first prints:\n\n```text\n") + 27:]
+    printed = printed[:printed.index("```")]
+    log = command[command.index("--log '") + 7:command.rindex("'")]
+    monkeypatch.chdir(root)
+    assert main(["explain", "--rules", "rules/", "--rule", "http-client-errors", "--log", log]) == 0
+    assert capsys.readouterr().out == printed
