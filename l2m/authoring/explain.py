@@ -103,7 +103,10 @@ def chosen_rules(rules: Sequence[Rule], rule_id: str | None) -> list[Rule]:
 
 def explain_log(rules: Sequence[Rule], line: str | bytes, cfg: JobConfig) -> dict[str, Any]:
     """The report for one log (a JSON-able dict; its shape is documented in docs/rules.md)."""
-    trees = [clause_tree(rule.query, cfg.query_config) for rule in rules]
+    # Tenants' rules repeat a few queries: each parsed once.
+    parsed: dict[str, Clause] = {}
+    trees = [parsed.get(rule.query) or parsed.setdefault(
+        rule.query, clause_tree(rule.query, cfg.query_config)) for rule in rules]
     plan = _plan(rules, trees, cfg)
     batch = parse_lines([line], plan)
     status = Status(batch.column(STATUS)[0].as_py())

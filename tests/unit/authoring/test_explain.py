@@ -715,3 +715,18 @@ def test_the_example_of_docs_rules_md_is_what_the_command_prints(capsys, monkeyp
     monkeypatch.chdir(root)
     assert main(["explain", "--rules", "rules/", "--rule", "http-client-errors", "--log", log]) == 0
     assert capsys.readouterr().out == printed
+
+
+def test_a_bare_term_over_several_default_fields():
+    cfg = JobConfig(text_fields=("message", "msg"), default_fields=("message", "msg"))
+    rules, _ = load_text('rules:\n  - {id: r, name: r_total, kind: counter, query: "timeout", '
+                         'aggregation: count}\n', config=cfg.query_config)
+    report = explain_log(rules, json.dumps({"msg": "Timeout!", "message": 3}), cfg)
+    (rule,) = report["rules"]
+    assert rule["matches"] is True
+    assert rule["clauses"]["detail"] == (
+        'bare term on the default fields message, msg: text term "timeout": message = 3 '
+        '(top-level key "message"), tokens [3]; "timeout" is not among them; text term '
+        '"timeout": msg = "Timeout!" (top-level key "msg"), tokens [timeout]; "timeout" is one '
+        'of them')
+    assert [lookup["path"] for lookup in rule["clauses"]["lookup"]] == ["message", "msg"]
