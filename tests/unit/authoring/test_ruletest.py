@@ -264,3 +264,30 @@ def test_the_shipped_rules_pass_their_tests(capsys):
     assert main(["test", str(ROOT / "rules")]) == 0
     out = capsys.readouterr().out
     assert re.fullmatch(r"15 passed, 0 failed in [0-9.]+ s\n", out)
+
+
+def docs_section() -> str:
+    text = (ROOT / "docs" / "rules.md").read_text()
+    return text[text.index("## Testing rules"):text.index("## Why did my log not count?")]
+
+
+def test_the_docs_example_runs_as_shown(tmp_path, monkeypatch):
+    section = docs_section()
+    example = section.split("```yaml\n")[1].split("```")[0]
+    outputs = [block.split("```")[0] for block in section.split("```text\n")[1:3]]
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "web.yaml").write_bytes((ROOT / "rules" / "web.yaml").read_bytes())
+    test = tmp_path / "rules" / "checkout.test.yaml"
+    test.write_text(example)
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    assert run_test_files(["rules/checkout.test.yaml"], None, None, False, out) == 0
+    shown = re.sub(r" in [0-9.]+ s", " in X s", outputs[0])
+    assert shown == "$ l2m test rules/checkout.test.yaml\n" + \
+        re.sub(r" in [0-9.]+ s", " in X s", out.getvalue())
+    test.write_text(example.replace('service="checkout", http_method', 'service="chekout", '
+                                    'http_method', 1))
+    out = io.StringIO()
+    assert run_test_files(["rules/checkout.test.yaml"], None, None, False, out) == 1
+    assert re.sub(r" in [0-9.]+ s", " in X s", out.getvalue()) == \
+        re.sub(r" in [0-9.]+ s", " in X s", outputs[1])
