@@ -58,6 +58,8 @@ class BackfillSummary:
     series_created: dict[str, int] = field(default_factory=dict)
     window_series: dict[str, int] = field(default_factory=dict)
     label_values: dict[str, dict[str, int]] = field(default_factory=dict)
+    # ... and how many of its series carry each (fewer than its series: some logs lack it)
+    labelled: dict[str, dict[str, int]] = field(default_factory=dict)
     # What the counts above need of the rules: each one's group-by label names, its kind.
     group_labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
     gauges: set[str] = field(default_factory=set)
@@ -249,12 +251,15 @@ def _count_label_values(summary: BackfillSummary, series: pa.Table) -> None:
                       "name": flat.take(pa.array(names)),
                       "value": flat.take(pa.array(names + 1))})
     counted = pairs.group_by(["rule", "name"], use_threads=False).aggregate(
-        [("value", "count_distinct")])
-    found: dict[tuple[str, bytes], int] = {
-        (rule, name): count for rule, name, count in zip(
-            *(counted.column(c).to_pylist() for c in ("rule", "name", "value_count_distinct")),
-            strict=True)}
+        [("value", "count_distinct"), ("value", "count")])
+    found: dict[tuple[str, bytes], tuple[int, int]] = {
+        (rule, name): (distinct, series) for rule, name, distinct, series in zip(
+            *(counted.column(c).to_pylist()
+              for c in ("rule", "name", "value_count_distinct", "value_count")), strict=True)}
     for rule, names_of in summary.group_labels.items():
         values = summary.label_values.setdefault(rule, {})
+        labelled = summary.labelled.setdefault(rule, {})
         for name in names_of:
-            values[name] = values.get(name, 0) + found.get((rule, name.encode()), 0)
+            distinct, series = found.get((rule, name.encode()), (0, 0))
+            values[name] = values.get(name, 0) + distinct
+            labelled[name] = labelled.get(name, 0) + series
