@@ -199,12 +199,14 @@ class _Checker:
         return text
 
     def missing(self, exp: SeriesExpectation, name: str, labels: dict[str, str],
-                drop: str | None = None) -> str:
-        """``no such series``, with the nearest of the same metric and how it differs."""
+                drop: str | None = None, shown: str | None = None) -> str:
+        """``no such series``, with the nearest of the same metric and how it differs
+        (``shown``: the metric's name as the expectation wrote it)."""
         candidates = []
         for i in self.by_name.get(name, ()):
             have = {k: v for k, v in self.samples[i]["labels"].items() if k != drop}
-            candidates.append((len(_difference(labels, have)), series_text(name, have), have))
+            candidates.append((len(_difference(labels, have)), series_text(shown or name, have),
+                               have))
         if not candidates:
             return "no series" + (" of that name" if not self.by_name.get(name) else "")
         _, text, have = min(candidates, key=lambda c: (c[0], c[1]))
@@ -249,7 +251,7 @@ class _Checker:
                   self.select(exp, exp.name + part, labels, "le" if part == "_bucket" else None)]
         if not family:
             self.fail(exp.at, self.where(exp, exp.name, labels), "a histogram",
-                      self.missing(exp, exp.name + "_count", labels))
+                      self.missing(exp, exp.name + "_count", labels, shown=exp.name))
             return
         windows = sorted({self.samples[i]["timestamp"] for i in family})
         if exp.window is None and len(windows) > 1 and \

@@ -136,7 +136,7 @@ def test_expectations_that_hold(tmp_path, expect):
      "t.test.yaml:19: 'c': size_bytes_sum: want 3.5, got +Inf"),
     ("- {series: 'size_bytes{service=\"x\"}', buckets: {0.5: 1}}",
      "size_bytes{service=\"x\"}: want a histogram, got no such series; nearest "
-     "size_bytes_count (without service=\"x\")"),
+     "size_bytes (without service=\"x\")"),
     ("- {series: bytes_total, value: +Inf, account: null}",
      "bytes_total: want +Inf, got no sample for that account"),
     ("- {series: 'errors_total{service=\"web\"}', absent: true}",
@@ -291,3 +291,26 @@ def test_the_docs_example_runs_as_shown(tmp_path, monkeypatch):
     assert run_test_files(["rules/checkout.test.yaml"], None, None, False, out) == 1
     assert re.sub(r" in [0-9.]+ s", " in X s", out.getvalue()) == \
         re.sub(r" in [0-9.]+ s", " in X s", outputs[1])
+
+
+def test_tenant_mode_and_per_account_caps(tmp_path, capsys):
+    (tmp_path / "rules" / "acme").mkdir(parents=True)
+    (tmp_path / "rules" / "acme" / "r.yaml").write_text(RULES.split("  - id: latency")[0])
+    (tmp_path / "t.test.yaml").write_text(textwrap.dedent("""\
+        rules: rules
+        tenancy: {mode: accounts}
+        limits: {accounts: {acme: {max_series_per_rule: 1}}}
+        start: 0
+        tests:
+          - name: acme's logs only, one series
+            logs:
+              - {"@timestamp": +1s, account: acme, level: error, service: a}
+              - {"@timestamp": +2s, account: acme, level: error, service: b}
+              - {"@timestamp": +3s, account: globex, level: error, service: a}
+            expect:
+              - {series: 'errors_total{service="a"}', value: 1, account: acme}
+              - {series: 'errors_total{l2m_overflow="true"}', value: 1}
+              - {refused: 1, rule: acme/errors, limit: rule}
+              - {matches: 2, rule: acme/errors}
+        """))
+    assert main(["test", str(tmp_path / "t.test.yaml")]) == 0, capsys.readouterr().out
