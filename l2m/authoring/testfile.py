@@ -431,8 +431,8 @@ class _Reader:
         if "name" not in entries:
             raise self.fail(node, key, "missing required key 'name'")
         name = self.string(entries["name"][1], f"{key}.name")
-        if "start" in entries:
-            start = self.absolute(entries["start"][1], f"{key}.start")
+        if "start" in entries:  # relative: to the file's start
+            start = self.time(entries["start"][1], f"{key}.start", start)
         if "logs" not in entries and "input" not in entries:
             raise self.fail(node, key, "give the case's input: logs (a list) and/or input "
                                        "(JSON-lines files)")

@@ -133,6 +133,17 @@ def test_relative_times_in_logs_and_expectations_against_the_cases_start(tmp_pat
     assert case.expectations[0].window == START + 60_000  # the window's start
 
 
+def test_a_cases_start_relative_to_the_files(tmp_path):
+    case = case_of(tmp_path, """\
+        - name: c
+          start: +1h
+          logs: [{"@timestamp": +1s}]
+          expect: [{series: m, value: 1, timestamp: -1s}]
+        """)
+    assert case.lines == (b'{"@timestamp":1795345201000}',)
+    assert case.expectations[0].timestamp == START + 3_599_000
+
+
 def test_a_nested_timestamp_field_is_resolved_where_the_engine_reads_it(tmp_path):
     case = case_of(tmp_path, """\
         - name: c
