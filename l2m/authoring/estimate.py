@@ -12,9 +12,14 @@ what ``validate`` says), and a sample is evidence, not proof — a warning is fo
 read, and a script may look for ``warning:`` lines.
 
 **The projection.** Distinct series grow with the logs a rule matches; the sample shows how.
-The sample's first 1/2, 1/4, 1/8 … (down to :data:`MIN_PREFIX` lines) are run as well, and
-each rule's (logs matched, series) points — with (1, 1): one log makes one series — are
-fitted to Heaps' law, S(n) = K·n^β (least squares on logarithms, β kept in [0, 1]). A rule
+The sample's first half and quarter (when at least :data:`MIN_PREFIX` lines) are run as
+well, and each rule's (logs matched, series) points are fitted to Heaps' law, S(n) = K·n^β
+(least squares on logarithms, β kept in [0, 1]; with one point, through (1, 1): one log makes
+one series). The last two doublings, not the sample's start, because a curve that bends —
+a label running out of new values — extrapolates from where it is now: 200 logs at 2/s of a
+50-value label (49 seen) project about 600 live counter series rather than 42,000; 2,000
+logs show it flat at 50. A small sample over-projects such a label; it never under-projects
+a unique id. A rule
 whose series did not grow over the sample's second half is *flat*: it keeps what it has.
 Otherwise S is carried from what the whole sample saw to n logs, S·(n/seen logs)^β, and
 bounded by n (a log makes at most one series) and, once every group-by label stopped giving
@@ -53,6 +58,7 @@ from l2m.semantics.values import lookup, parse_timestamp
 from l2m.semantics.windows import MINUTE_MS
 
 MIN_PREFIX = 32  # the shortest prefix of the sample run for the fit (lines)
+FIT_POINTS = 3  # the prefixes fitted: the whole sample, its first half and quarter
 UNIQUE_SHARE = 0.9  # a label with this share of distinct values per matched log ...
 UNIQUE_MIN_LOGS = 100  # ... over at least this many logs: a unique id
 DAY_MS = 86_400_000
@@ -87,13 +93,16 @@ class Growth:
 
 def fit(points: Sequence[tuple[int, int]]) -> float:
     """Heaps' β: the least-squares slope of log(series) on log(logs) over ``points`` (logs,
-    series) and (1, 1), in [0, 1]."""
-    xs: list[float] = [0.0]
-    ys: list[float] = [0.0]
+    series), in [0, 1]; with (1, 1) when there is one point."""
+    xs: list[float] = []
+    ys: list[float] = []
     for logs, series in points:
         if logs > 1 and series >= 1:
             xs.append(math.log(logs))
             ys.append(math.log(series))
+    if len(set(xs)) < 2:
+        xs.append(0.0)
+        ys.append(0.0)
     if len(set(xs)) < 2:
         return 1.0
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
@@ -112,7 +121,7 @@ def growth(rule_id: str, runs: Sequence[BackfillSummary]) -> Growth:
     if series <= 1 or (half is not None and half.series_created.get(rule_id, 0) == series):
         return Growth(series, logs, None, None)
     beta = fit([(run.matches.get(rule_id, 0), run.series_created.get(rule_id, 0))
-                for run in runs])
+                for run in runs[:FIT_POINTS]])
     values = whole.label_values.get(rule_id, {})
     bound: int | None = None
     if half is not None and values and all(
@@ -162,16 +171,15 @@ def read_sample(inputs: Sequence[str], timestamp_field: str) -> Sample:
 
 def prefix_runs(settings: RunSettings, rules: Sequence[Rule], lines: Sequence[bytes]
                 ) -> list[BackfillSummary]:
-    """The summaries of the whole sample, its first half, quarter … down to
+    """The summaries of the whole sample, its first half and quarter, each of at least
     :data:`MIN_PREFIX` lines (the points of the fit)."""
     routing = settings.routing(rules)
-    runs = []
-    size = len(lines)
-    while True:
+    runs = [run_local(routing, lines).summary]
+    size = len(lines) // 2
+    while size >= MIN_PREFIX and len(runs) < FIT_POINTS:
         runs.append(run_local(routing, lines[:size]).summary)
         size //= 2
-        if size < MIN_PREFIX:
-            return runs
+    return runs
 
 
 def estimate_command(rules: Sequence[Rule], inputs: Sequence[str], cfg: JobConfig,
@@ -224,9 +232,9 @@ def report(rules: Sequence[Rule], summary: BackfillSummary, growths: dict[str, G
     lines.append("")
     if span:
         lines.append(
-            "projected at the sample's rate (Heaps' law S = K·n^β fitted on prefixes of the "
-            "sample; live: counters over counter_ttl " + duration(ttl) + ", gauges per "
-            "one-minute window):")
+            "projected at the sample's rate (Heaps' law S = K·n^β fitted on the sample's "
+            "first quarter, half and whole; live: counters over counter_ttl "
+            + duration(ttl) + ", gauges per one-minute window):")
     else:
         lines.append("not projected: every event time in the sample is the same, so it has no "
                      "rate; caps checked against what the sample shows:")
