@@ -349,3 +349,45 @@ def test_the_packs_partition_keys_are_where_spark_s_hash_partitioning_sends_them
         placed = spark.createDataFrame([(k,) for k in keys], "key int").repartition(n, "key") \
             .select("key", F.spark_partition_id().alias("p")).collect()
         assert sorted((r.p, r.key) for r in placed) == list(enumerate(keys))
+
+
+def test_backfill_summary_per_rule_is_run_locals(spark, tmp_path):
+    """The per-rule cost (issue 55 item 3) — series, the most in one window, label values,
+    refusals — is counted on the driver over every sample, so Spark's read and last-stage
+    tasks (several windows, a capped unique id cut early by the read tasks) give exactly
+    what one process gives."""
+    from l2m.batch.local import RunSettings, file_lines, run_local
+    from l2m.policy.limits import Limits, SeriesLimits
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(textwrap.dedent("""\
+        rules:
+          - {id: ids, name: ids_total, kind: counter, query: '*', aggregation: count,
+             group_by: [request_id], max_series: 40}
+          - {id: ids-g, name: ids_g, kind: gauge, query: '*', aggregation: count,
+             group_by: [request_id, service], max_series: 25}
+          - {id: lat, name: lat_ms, kind: gauge, query: '*', aggregation: histogram,
+             field: ms, buckets: [10, 100], group_by: [service]}
+          - {id: users, name: users_total, kind: counter, query: 'service:web',
+             aggregation: count, group_by: [user]}
+        """))
+    logs = tmp_path / "logs.jsonl"
+    logs.write_text("".join(json.dumps({
+        "@timestamp": T0 + 997 * i, "request_id": f"r{i}", "service": "web api db"[
+            (i % 3) * 4:(i % 3) * 4 + 3].strip(), "user": f"u{i % 37}", "ms": i % 250})
+        + "\n" for i in range(3_000)))
+    loaded = load_rules([rules]).rules
+    limits = Limits(SeriesLimits(per_rule=1_000))
+    summary = run_backfill(spark, loaded, [str(logs)], tmp_path / "out.jsonl", progress=False,
+                           limits=limits)
+    local = run_local(RunSettings(limits=limits).routing(loaded),
+                      file_lines([str(logs)])).summary
+    fields = ("matches", "series", "series_created", "window_series", "label_values",
+              "labelled", "refused")
+    assert {f: getattr(summary, f) for f in fields} == {f: getattr(local, f) for f in fields}
+    assert summary.render_rules() == local.render_rules()
+    # 50 windows of 60 logs: ids-g keeps 25 per window (1,250 in all) and its one overflow
+    # series; ids keeps 40 and its overflow series
+    assert summary.series_created == {"ids": 41, "ids-g": 1_251, "lat": 3, "users": 37}
+    assert summary.window_series == {"ids-g": 26, "lat": 3}
+    assert summary.refused == {"ids (rule)": 2_960, "ids-g (rule)": 1_750}
