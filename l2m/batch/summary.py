@@ -16,7 +16,13 @@ on the driver, over every sample written — from each sample's sort key
 (:func:`l2m.batch.finals.sort_key`: its series' labels, its window, its place in its family),
 not its JSON. One histogram family (its ``_bucket`` per bound, ``_sum``, ``_count``) shares
 one labels key, so it is one series. Spark's backfill and :func:`l2m.batch.local.run_local`
-hand this the same samples, so both count the same."""
+hand this the same samples, so both count the same.
+
+Series a cap refused are counted as logs (per rule and cap, the tally), not as series: the
+read tasks fold a rule's series past its cap into the overflow series before the shuffle
+(:func:`l2m.engine.admission.beyond_rule_caps`), so no stage holds them all — counting them
+would mean sending every refused series' name through the shuffle, the cost that cut
+saves. ``l2m validate --estimate`` runs without caps and sees them."""
 
 from __future__ import annotations
 
@@ -45,7 +51,7 @@ class BackfillSummary:
     nonfinite: int = 0  # samples whose value left the double range (+Inf, -Inf, NaN)
     seconds: float = 0.0
     matches: dict[str, int] = field(default_factory=dict)
-    series: dict[str, int] = field(default_factory=dict)
+    series: dict[str, int] = field(default_factory=dict)  # samples written per rule
     # Label values cut to the limit, per rule (l2m.engine.labels); only rules with cuts.
     cut: dict[str, int] = field(default_factory=dict)
     # Logs counted into an overflow series, per "rule (limit)" (l2m.engine.admission).

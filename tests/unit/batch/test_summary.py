@@ -66,6 +66,10 @@ def test_series_windows_and_labels_are_counted_per_rule():
     assert summary.label_values == {
         "hits": {"service": 3, "user": 5}, "gauge": {"service": 3}, "lat": {"service": 3},
         "plain": {}, "ids": {"request_id": 10}, "none": {}}
+    # hits' series without a user: (c, absent) of log 5
+    assert summary.labelled == {
+        "hits": {"service": 9, "user": 8}, "gauge": {"service": 3}, "lat": {"service": 3},
+        "plain": {}, "ids": {"request_id": 10}, "none": {}}
     assert summary.largest_label("hits") == ("user", 5)
     assert summary.largest_label("plain") is None
     # a histogram family: _bucket x3, _sum, _count per series, 5 samples for one series
