@@ -9,7 +9,9 @@ series caps so that every series a rule wants is seen), and what it would hold l
 sample's rate (projected, model below) with the caps that projection exceeds — then one
 warning per rule grouping by a unique id. The exit status is 0: the rules are valid (that is
 what ``validate`` says), and a sample is evidence, not proof — a warning is for a person to
-read, and a script may look for ``warning:`` lines.
+read, and a script may look for ``warning:`` lines. A sample without a log that has an event
+time is an :class:`~l2m.errors.InputError`; one whose event times are all one instant has no
+rate, and is shown without a projection.
 
 **The projection.** Distinct series grow with the logs a rule matches; the sample shows how.
 The sample's first half and quarter (when at least :data:`MIN_PREFIX` lines) are run as
@@ -19,16 +21,15 @@ one series). The last two doublings, not the sample's start, because a curve tha
 a label running out of new values — extrapolates from where it is now: 200 logs at 2/s of a
 50-value label (49 seen) project about 600 live counter series rather than 42,000; 2,000
 logs show it flat at 50. A small sample over-projects such a label; it never under-projects
-a unique id. A rule
-whose series did not grow over the sample's second half is *flat*: it keeps what it has.
-Otherwise S is carried from what the whole sample saw to n logs, S·(n/seen logs)^β, and
-bounded by n (a log makes at most one series) and, once every group-by label stopped giving
-new values in the second half, by the product of their values (one more for a label some
-logs lack). n is the rule's logs in a span of event time at the sample's rate (its matched
-logs over the span of the sample's event times): a counter's live series are those of
-``counter_ttl`` (a series idle longer expires), a gauge's those of one window (each window is
-capped on its own) — or the most one window of the sample holds, if more: logs come in
-bursts; series per day are S at a day's logs, for both.
+a unique id. A rule whose series did not grow over the sample's second half is *flat*: it
+keeps what it has. Otherwise S is carried from what the whole sample saw to n logs,
+S·(n/seen logs)^β, and bounded by n (a log makes at most one series) and, once every group-by
+label stopped giving new values in the second half, by the product of their values (one
+more for a label some logs lack). n is the rule's logs in a span of event time at the
+sample's rate (its matched logs over the span of the sample's event times): a counter's live
+series are those of ``counter_ttl`` (a series idle longer expires), a gauge's those of one
+window (each window is capped on its own) — or the most one window of the sample holds, if
+more: logs come in bursts; series per day are S at a day's logs, for both.
 
 **Caps** (docs/rules.md, "Series limits"): a rule's live series against its cap (its
 ``max_series``, or its account's per-rule cap), the sum over its account's rules of one
