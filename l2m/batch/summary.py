@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from l2m.batch.finals import CUT, MATCHES, REFUSED, STATUS, TAIL_BYTES
 from l2m.defaults import MAX_LABEL_VALUE_LENGTH
+from l2m.engine.admission import Limit
 from l2m.rules.model import Kind, Rule
 
 
@@ -90,14 +91,16 @@ class BackfillSummary:
         return name, values[name]
 
     def refused_logs(self, rule_id: str) -> dict[str, int]:
-        """Logs of the rule counted into its overflow series, per limit (rule, metric,
-        account)."""
+        """Logs of the rule counted into its overflow series, per limit, in the order the
+        caps are checked (rule, metric, account)."""
         out = {}
-        for key, logs in sorted(self.refused.items()):
+        for key, logs in self.refused.items():
             rule, _, limit = key.rpartition(" (")
             if rule == rule_id:
                 out[limit.rstrip(")")] = logs
-        return out
+        order = [str(limit) for limit in Limit]
+        return dict(sorted(out.items(), key=lambda kv: order.index(kv[0])
+                           if kv[0] in order else len(order)))
 
     def count_status(self, status: str, count: int) -> None:
         if status == "blank":

@@ -100,6 +100,9 @@ def test_the_overflow_series_is_a_series_and_refused_logs_go_by_cap():
     assert summary.refused == {"ids (rule)": 7}
     assert summary.refused_logs("ids") == {"rule": 7}
     assert summary.refused_logs("hits") == {}
+    summary.refused.update({"hits (account)": 2, "hits (rule)": 1, "hits (metric)": 3})
+    assert list(summary.refused_logs("hits").items()) == [("rule", 1), ("metric", 3),
+                                                          ("account", 2)]
 
 
 def test_render_rules_is_an_aligned_table_in_load_order():
