@@ -125,6 +125,8 @@ INTERNAL_RAISES = {
     ("l2m/streaming/topology.py", "LookupError"),  # the topology names a missing module: a bug
     ("l2m/runtime/forkserver.py", "ValueError"),  # a request it cannot read: answered "run it
                                                   # yourself", the process starts as ever
+    ("l2m/authoring/testfile.py", "ValueError"),  # parse_series: caught where a test file is
+                                                  # read, reported with the file and line
 }
 BUILTIN_ERRORS = {name for name in dir(builtins) if name.endswith(("Error", "Exception"))}
 
