@@ -25,6 +25,7 @@ import yaml
 
 from l2m.config.decode import Decoder, describe, shown
 from l2m.config.job import JobConfig, LimitsConfig, TenancyConfig
+from l2m.config.loader import read_yaml_text
 from l2m.errors import ConfigError, L2mError
 from l2m.semantics.values import (
     LABEL_NAME_RE,
@@ -159,7 +160,7 @@ def find_test_files(paths: Iterable[str]) -> list[str]:
 
 def load_test_file(path: str) -> TestFile:
     """Read and check one test file (module docstring)."""
-    text = _read_text(Path(path), path)
+    text = read_yaml_text(Path(path), path)
     return _Reader(path, text).test_file()
 
 
@@ -181,21 +182,6 @@ def value_text(value: Value) -> str:
     if value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     return repr(value)
-
-
-def _read_text(path: Path, shown_as: str) -> str:
-    try:
-        with path.open("rb") as stream:
-            data = stream.read(yamlsafe.MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{shown_as}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > yamlsafe.MAX_FILE_BYTES:
-        raise ConfigError(f"{shown_as}: larger than {yamlsafe.MAX_FILE_BYTES} bytes")
-    try:
-        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{shown_as}: cannot read: not UTF-8 (byte "
-                          f"{exc.object[exc.start]:#04x} at offset {exc.start})") from None
 
 
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"

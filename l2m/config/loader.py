@@ -36,24 +36,30 @@ def duration_ms(text: str | int | float, key: str = "duration") -> int:
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
+def read_yaml_text(path: Path, shown_as: str, too_large: str = "") -> str:
+    """A YAML file's text, for a loader that reports positions: at most
+    :data:`~l2m.yamlio.yamlsafe.MAX_FILE_BYTES` read (a wrong path may be a huge file), UTF-8,
+    line ends made ``\\n``; a :class:`ConfigError` naming ``shown_as`` (never quoting the
+    text: a job file holds secrets) otherwise, ``too_large`` appended when it is too big."""
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(yamlsafe.MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{shown_as}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > yamlsafe.MAX_FILE_BYTES:
+        raise ConfigError(f"{shown_as}: larger than {yamlsafe.MAX_FILE_BYTES} bytes{too_large}")
+    try:
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{shown_as}: cannot read: not UTF-8 (byte "
+                          f"{exc.object[exc.start]:#04x} at offset {exc.start})") from None
+
+
 def load_config(path: str | Path) -> JobConfig:
     """Read and check a job configuration file. Every error names the file, the line and the
     key; none ever quotes the file's text or a Kafka client value (they hold secrets)."""
     path = Path(path)
-    try:
-        with path.open("rb") as stream:
-            # bounded: a configuration is a few hundred bytes; a wrong path may be a huge file
-            data = stream.read(yamlsafe.MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > yamlsafe.MAX_FILE_BYTES:
-        raise ConfigError(f"{path}: larger than {yamlsafe.MAX_FILE_BYTES} bytes; is this the "
-                          "job configuration?")
-    try:
-        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: cannot read: not UTF-8 (byte "
-                          f"{exc.object[exc.start]:#04x} at offset {exc.start})") from None
+    text = read_yaml_text(path, str(path), "; is this the job configuration?")
     root = _compose(path, text)
     loader = yamlsafe.SafeLoader("")
     try:
