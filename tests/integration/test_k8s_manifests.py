@@ -33,7 +33,7 @@ import yaml
 
 from l2m.config.job import JobConfig
 from l2m.config.loader import load_config
-from l2m.rules.loader import load_rules
+from l2m.rules.loader import is_rule_file, load_rules
 from tests.support.tools import tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -320,8 +320,8 @@ def test_the_schemas_refuse_what_the_crds_would() -> None:
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_the_configmaps_hold_the_repository_files_byte_for_byte(name: str) -> None:
     rules = configmap(name, "l2m-rules")
-    expected = {p.name: p.read_bytes() for p in sorted(RULES.iterdir())
-                if p.suffix in (".yaml", ".yml")}
+    # The rules' unit tests (*.test.yaml) are not rules: the job never reads them.
+    expected = {p.name: p.read_bytes() for p in sorted(RULES.iterdir()) if is_rule_file(p.name)}
     assert expected, "rules/ has rule files"
     assert "binaryData" not in rules
     assert {k: v.encode() for k, v in rules["data"].items()} == expected
@@ -599,8 +599,8 @@ def _changed_copy(tmp_path: Path, part: str) -> list[dict[str, Any]]:
     copy = tmp_path / "repo"
     for folder in ("rules", "topology", "k8s"):
         shutil.copytree(ROOT / folder, copy / folder, symlinks=True)
-    changed = sorted(p for p in (copy / "rules").glob("*.yaml")  # a rule file, not a test
-                     if not p.name.endswith(".test.yaml"))[0] if part == "rules" \
+    changed = sorted(p for p in (copy / "rules").iterdir()  # a rule file, not a test
+                     if is_rule_file(p.name))[0] if part == "rules" \
         else copy / "topology" / "kubernetes.yaml"
     changed.write_text(changed.read_text() + "# changed\n")
     done = subprocess.run([str(copy / "k8s/scripts/sync-config.sh")], capture_output=True,
