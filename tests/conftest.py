@@ -29,6 +29,11 @@ USER_JVM_CACHE = os.environ.get("L2M_JVM_CACHE")
 os.environ.setdefault("L2M_JVM_CACHE", "off")
 
 TIERS = ("unit", "spark", "integration")
+# The order the tiers run in. The unit tier first: it needs no JVM, and meanwhile the child
+# pytest (tests/support/background.py) builds the JVM class-data archive the integration
+# tier waits for (33 s of waiting when integration ran first, alphabetically); the spark tier
+# last, on the session an integration test started with the archive.
+RUN_ORDER = ("unit", "integration", "spark")
 # What a unit test may not use: each starts a JVM or a broker.
 HEAVY_FIXTURES = ("spark", "broker", "stream_test")
 
@@ -44,6 +49,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if tier == "unit" and heavy:
             raise pytest.UsageError(f"{item.nodeid} is a unit test but uses {', '.join(heavy)}: "
                                     "move it to tests/spark or tests/integration")
+    items.sort(key=lambda item: RUN_ORDER.index(
+        Path(str(item.fspath)).relative_to(ROOT / "tests").parts[0]))  # stable: files keep order
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
