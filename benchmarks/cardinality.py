@@ -346,7 +346,8 @@ def run_backfills(spark: SparkSession, rules: list[Rule], workdir: Path,
                 continue
             out[name] = {"rules": len(chosen), "seconds": seconds,
                          "logs_per_s": round(logs / summary.seconds),
-                         "samples": summary.samples, "series": sum(summary.series.values()),
+                         "samples": summary.samples,
+                         "series": sum(summary.samples_per_rule.values()),
                          "refused_logs": sum(summary.refused.values()), "runs_s": runs}
     return out
 

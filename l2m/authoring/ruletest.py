@@ -401,7 +401,7 @@ def rule_costs(routing: Routing, cases: Sequence[TestCase],
     for summary in summaries:
         for rule, count in summary.matches.items():
             matches[rule] = matches.get(rule, 0) + count
-        for rule, count in summary.series.items():
+        for rule, count in summary.samples_per_rule.items():
             samples[rule] = samples.get(rule, 0) + count
     width = max((len(r) for r in matches), default=0)
     return [f"{rule.ljust(width)}  {count:>8} matched  {samples.get(rule, 0):>6} samples"

@@ -52,7 +52,8 @@ class BackfillSummary:
     nonfinite: int = 0  # samples whose value left the double range (+Inf, -Inf, NaN)
     seconds: float = 0.0
     matches: dict[str, int] = field(default_factory=dict)
-    series: dict[str, int] = field(default_factory=dict)  # samples written per rule
+    # samples written per rule (a rule's distinct series are series_created)
+    samples_per_rule: dict[str, int] = field(default_factory=dict)
     # Label values cut to the limit, per rule (l2m.engine.labels); only rules with cuts.
     cut: dict[str, int] = field(default_factory=dict)
     # Logs counted into an overflow series, per "rule (limit)" (l2m.engine.admission).
@@ -75,7 +76,8 @@ class BackfillSummary:
     def for_rules(cls, rules: Sequence[Rule],
                   max_label_value_length: int = MAX_LABEL_VALUE_LENGTH) -> BackfillSummary:
         """An empty summary of a run of ``rules`` (the enabled ones, as routed)."""
-        return cls(matches={r.id: 0 for r in rules}, series={r.id: 0 for r in rules},
+        return cls(matches={r.id: 0 for r in rules},
+                   samples_per_rule={r.id: 0 for r in rules},
                    max_label_value_length=max_label_value_length,
                    group_labels={r.id: tuple(name for name, _ in r.group_labels)
                                  for r in rules},
@@ -146,7 +148,7 @@ class BackfillSummary:
             largest = self.largest_label(rule)
             refused = self.refused_logs(rule)
             rows.append([
-                rule, f"{count:,}", f"{self.series.get(rule, 0):,}",
+                rule, f"{count:,}", f"{self.samples_per_rule.get(rule, 0):,}",
                 f"{self.series_created.get(rule, 0):,}",
                 f"{self.window_series.get(rule, 0):,}" if rule in self.gauges else "-",
                 "-" if largest is None else f"{largest[0]} ({largest[1]:,})",
@@ -176,7 +178,7 @@ def tally(summary: BackfillSummary, samples: pa.Table, tallies: pa.Table) -> Non
     summary.nonfinite += pc.sum(pc.invert(samples.column("finite"))).as_py() or 0
     count_series(summary, samples)
     for entry in pc.value_counts(samples.column("rule")).to_pylist():
-        summary.series[entry["values"]] += entry["counts"]
+        summary.samples_per_rule[entry["values"]] += entry["counts"]
     rows = sorted(zip(tallies.column("tally").to_pylist(), tallies.column("rule").to_pylist(),
                       tallies.column("count").to_pylist(), strict=True))
     for kind, name, count in rows:

@@ -73,7 +73,7 @@ def test_series_windows_and_labels_are_counted_per_rule():
     assert summary.largest_label("hits") == ("user", 5)
     assert summary.largest_label("plain") is None
     # a histogram family: _bucket x3, _sum, _count per series, 5 samples for one series
-    assert summary.series["lat"] == 15
+    assert summary.samples_per_rule["lat"] == 15
 
 
 def test_the_counts_match_the_samples_json():
