@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from l2m import defaults
 from l2m.errors import INTERRUPTED, ConfigError, L2mError, Problem, RuleValidationError
-from l2m.policy.limits import Limits
+from l2m.policy.limits import Limits, check_label_limit
 from l2m.policy.tenancy import Tenancy, account_problem, shown_account
 from l2m.query.nodes import QueryConfig
 
@@ -27,10 +27,9 @@ def _fields(text: str) -> tuple[str, ...]:
 
 
 def _add_query_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--text-fields", type=_fields, default=defaults.TEXT_FIELDS, metavar="F,F",
+    parser.add_argument("--text-fields", type=_fields, metavar="F,F",
                         help="fields analysed as text (default: message)")
-    parser.add_argument("--default-fields", type=_fields, default=defaults.DEFAULT_FIELDS,
-                        metavar="F,F",
+    parser.add_argument("--default-fields", type=_fields, metavar="F,F",
                         help="fields searched by terms without a field (default: message)")
 
 
@@ -49,7 +48,14 @@ def _add_limit_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _query_config(args: argparse.Namespace) -> QueryConfig:
-    return QueryConfig(text_fields=args.text_fields, default_fields=args.default_fields)
+    text = defaults.TEXT_FIELDS if args.text_fields is None else args.text_fields
+    default = defaults.DEFAULT_FIELDS if args.default_fields is None else args.default_fields
+    return QueryConfig(text_fields=text, default_fields=default)
+
+
+# Settings a job file holds, which a command taking --config must not also take as a flag.
+_JOB_FILE_FLAGS = (("text_fields", "--text-fields"), ("default_fields", "--default-fields"),
+                   ("timestamp_field", "--timestamp-field"))
 
 
 def _target(text: str) -> tuple[str, str]:
@@ -113,7 +119,15 @@ def _given_config(args: argparse.Namespace) -> JobConfig | None:
     if args.tenants or args.tenant_target:
         raise ConfigError("--tenants and --tenant-target come from --config's tenancy "
                           "section; give one or the other")
-    return _load_config(args.config)
+    given = [flag for key, flag in _JOB_FILE_FLAGS if getattr(args, key, None) is not None]
+    if given:
+        raise ConfigError(f"{' and '.join(given)}: the job file given with --config sets "
+                          "this (text_fields, default_fields, timestamp_field); give one or the "
+                          "other")
+    if getattr(args, "_job_config", None) is None:  # read once per command
+        args._job_config = _load_config(args.config)
+    cfg: JobConfig = args._job_config
+    return cfg
 
 
 def _rule_settings(cfg: JobConfig | None, args: argparse.Namespace
@@ -168,11 +182,13 @@ def _backfill_settings(args: argparse.Namespace
 
     cfg = _given_config(args)
     query, tenancy, limits = _rule_settings(cfg, args)
-    ts_field = cfg.timestamp_field if cfg is not None else args.timestamp_field
+    ts_field = cfg.timestamp_field if cfg is not None else \
+        getattr(args, "timestamp_field", None) or defaults.TIMESTAMP_FIELD
     label_limit = cfg.limits.max_label_value_length if cfg is not None else \
         defaults.MAX_LABEL_VALUE_LENGTH
     if args.max_label_value_length is not None:
         label_limit = args.max_label_value_length
+    check_label_limit(label_limit)
     flags = {"per_rule": args.max_series_per_rule, "per_metric": args.max_series_per_metric,
              "per_account": args.max_series_per_account}
     given = {k: v for k, v in flags.items() if v is not None}
@@ -367,8 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "of real logs; repeatable) and print each rule's cost: series, the "
                         "largest label, caps hit, live series projected per day at the "
                         "sample's rate (no JVM)")
-    p.add_argument("--timestamp-field", default=defaults.TIMESTAMP_FIELD,
-                   help="with --estimate: the event-time field (default %(default)s)")
+    p.add_argument("--timestamp-field",
+                   help=f"with --estimate: the event-time field (default "
+                        f"{defaults.TIMESTAMP_FIELD})")
     _add_limit_options(p)
     _add_query_options(p)
     _add_tenancy_options(p)
@@ -394,8 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     given.add_argument("--input", metavar="FILE", help="a JSON-lines file (with --line)")
     p.add_argument("--line", type=int, metavar="N", help="with --input: the line (1 = first)")
     p.add_argument("--json", action="store_true", help="machine-readable: one JSON document")
-    p.add_argument("--timestamp-field", default=defaults.TIMESTAMP_FIELD,
-                   help="the event-time field (default %(default)s)")
+    p.add_argument("--timestamp-field",
+                   help=f"the event-time field (default {defaults.TIMESTAMP_FIELD})")
     p.add_argument("--config", help="take limits, tenancy, query fields, the timestamp field, "
                    "the grace and the future skew from this job configuration, as `l2m run` "
                    "would")
@@ -410,8 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", nargs="+", required=True, help="JSON-lines files or directories")
     p.add_argument("--output", required=True, help="file to write samples to (JSON lines)")
     p.add_argument("--master", default=defaults.MASTER, help="Spark master (default %(default)s)")
-    p.add_argument("--timestamp-field", default=defaults.TIMESTAMP_FIELD,
-                   help="the event-time field (default %(default)s)")
+    p.add_argument("--timestamp-field",
+                   help=f"the event-time field (default {defaults.TIMESTAMP_FIELD})")
     p.add_argument("--quiet", action="store_true", help="no progress, no summary")
     p.add_argument("--strict", action="store_true",
                    help="fail on a corrupt or unreadable input file instead of skipping it")

@@ -53,7 +53,6 @@ from l2m.batch.summary import BackfillSummary, tally
 from l2m.defaults import (
     BATCH_ROWS,
     MAX_LABEL_VALUE_LENGTH,
-    MIN_LABEL_VALUE_LENGTH,
     TIMESTAMP_FIELD,
 )
 from l2m.engine.admission import (
@@ -62,8 +61,8 @@ from l2m.engine.admission import (
 from l2m.engine.pipeline import routing_from_option, routing_option
 from l2m.engine.readtask import ReadTask
 from l2m.engine.routing import Routing
-from l2m.errors import ConfigError, InputError
-from l2m.policy.limits import Limits
+from l2m.errors import InputError
+from l2m.policy.limits import Limits, check_label_limit
 from l2m.rules.model import Rule
 from l2m.semantics.windows import MINUTE_MS
 
@@ -85,14 +84,6 @@ def check_paths(inputs: Sequence[str], output: str | Path) -> None:
                              "next run would read it as logs; write it somewhere else")
     if out.is_dir():
         raise InputError(f"--output {output} is a directory; give a file name")
-
-
-def check_label_limit(limit: int) -> None:
-    """Refuse a label value limit too short to keep anything of a cut value (a usage error,
-    code CONFIG)."""
-    if limit < MIN_LABEL_VALUE_LENGTH:
-        raise ConfigError(f"the label value limit must be at least {MIN_LABEL_VALUE_LENGTH} "
-                         f"characters, got {limit}")
 
 
 def _check_compressed(path: str) -> str | None:

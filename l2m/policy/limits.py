@@ -3,7 +3,8 @@
 (:mod:`l2m.rules.loader`, a rule's ``max_series``) and enforced by the admission of new series
 (:mod:`l2m.engine.admission`).
 
-Input: none. Output: :class:`SeriesLimits` and :class:`Limits`."""
+Input: none. Output: :class:`SeriesLimits` and :class:`Limits`; :func:`check_label_limit`
+refuses a label value limit too short to keep anything of a cut value."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from l2m import defaults
+from l2m.errors import ConfigError
 
 # The label that marks a rule's overflow series, in place of its group-by labels
 # (l2m.engine.admission); no rule may use it.
@@ -48,3 +50,11 @@ class Limits:
         return {account: replace(self.series, **dict(override))
                 for account, override in self.accounts}
 
+
+def check_label_limit(limit: int) -> None:
+    """Refuse a label value limit too short to keep anything of a cut value (a usage error,
+    code CONFIG)."""
+    least = defaults.MIN_LABEL_VALUE_LENGTH
+    if limit < least:
+        raise ConfigError(f"the label value limit must be at least {least} characters, "
+                          f"got {limit}")

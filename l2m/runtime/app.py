@@ -183,7 +183,8 @@ def backfill_job(rules: Sequence[Rule], inputs: Sequence[str], output: str,
     """Run the rules over JSON-lines files into ``output`` (samples as JSON lines) on a batch
     session, stopped on the way out; the exit code. Paths and the label limit are checked
     before Spark starts."""
-    from l2m.batch.backfill import check_label_limit, check_paths, run_backfill
+    from l2m.batch.backfill import check_paths, run_backfill
+    from l2m.policy.limits import check_label_limit
     from l2m.runtime.session import BATCH_JIT, build_session, stop_at_exit
 
     out = options.out or sys.stderr
