@@ -6,12 +6,16 @@ Input: the rules (the enabled ones are run), the sample's JSON-lines files, the 
 accounts' overrides, ``counter_ttl``). Output: two tables on ``out`` — what each rule made
 of the sample (exact: backfill's own stages, :func:`l2m.batch.local.run_local`, run without
 series caps so that every series a rule wants is seen), and what it would hold live at the
-sample's rate (projected, model below) with the caps that projection exceeds — then one
-warning per rule grouping by a unique id. The exit status is 0: the rules are valid (that is
+sample's rate (projected, model below) with the caps that projection exceeds — then
+``note:`` lines on what was not projected or on little evidence, and one warning per rule
+grouping by a unique id; without an enabled rule, one line saying there is nothing to
+estimate. The exit status is 0: the rules are valid (that is
 what ``validate`` says), and a sample is evidence, not proof — a warning is for a person to
 read, and a script may look for ``warning:`` lines. A sample without a log that has an event
 time is an :class:`~l2m.errors.InputError`; one whose event times are all one instant has no
-rate, and is shown without a projection.
+rate, and is shown without a projection. Event times are the parse stage's own
+(:func:`~l2m.engine.parse.parse_lines`), so the sample's span covers exactly the logs
+:func:`~l2m.batch.local.run_local` counts as having one.
 
 **The projection.** Distinct series grow with the logs a rule matches; the sample shows how.
 The sample's first half and quarter (when at least :data:`MIN_PREFIX` lines) are run as
@@ -22,7 +26,10 @@ a label running out of new values — extrapolates from where it is now: 200 log
 50-value label (49 seen) project about 600 live counter series rather than 42,000; 2,000
 logs show it flat at 50. A small sample over-projects such a label; it never under-projects
 a unique id. A rule whose series did not grow over the sample's second half is *flat*: it
-keeps what it has. Otherwise S is carried from what the whole sample saw to n logs,
+keeps what it has. A sample under 2·MIN_PREFIX lines has no prefix long enough to be a
+point: its first half is still run, to see which rules are flat (50 logs of a 5-value label
+stay at 5), and the others are fitted on the whole alone, through (1, 1) — shown as a
+``(guess)``, with a ``note:``. Otherwise S is carried from what the whole sample saw to n logs,
 S·(n/seen logs)^β, and bounded by n (a log makes at most one series) and, once every group-by
 label stopped giving new values in the second half, by the product of their values (one
 more for a label some logs lack). n is the rule's logs in a span of event time at the
@@ -48,14 +55,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+import pyarrow.compute as pc
+
 from l2m.batch.local import RunSettings, file_lines, run_local
 from l2m.batch.summary import BackfillSummary, table
 from l2m.config.job import JobConfig
 from l2m.engine.admission import RuleCaps, rule_caps
-from l2m.engine.decoding import decode
+from l2m.engine.parse import STATUS, TIMESTAMP, ParsePlan, parse_lines
+from l2m.engine.status import Status
 from l2m.errors import InputError
 from l2m.rules.model import Kind, Rule
-from l2m.semantics.values import lookup, parse_timestamp
+from l2m.semantics.times import duration_text, iso_text
 from l2m.semantics.windows import MINUTE_MS
 
 MIN_PREFIX = 32  # the shortest prefix of the sample run for the fit (lines)
@@ -75,6 +85,7 @@ class Growth:
     logs: int
     beta: float | None
     bound: int | None
+    guess: bool = False  # fitted on the whole sample alone (fewer than 2·MIN_PREFIX lines)
 
     def at(self, logs: float) -> float:
         """The series ``logs`` logs of the rule would make."""
@@ -85,11 +96,13 @@ class Growth:
         return projected if self.bound is None else min(projected, float(self.bound))
 
     def describe(self) -> str:
-        """The model in a table cell: ``flat``, ``n^0.98``, ``n^0.62 ≤ 2,500``."""
+        """The model in a table cell: ``flat``, ``n^0.98``, ``n^0.62 ≤ 2,500``, and
+        ``(guess)`` after one fitted on the whole sample alone."""
         if self.beta is None:
             return "flat"
         text = f"n^{self.beta:.2f}"
-        return text if self.bound is None else f"{text} ≤ {self.bound:,}"
+        text = text if self.bound is None else f"{text} ≤ {self.bound:,}"
+        return f"{text} (guess)" if self.guess else text
 
 
 def fit(points: Sequence[tuple[int, int]]) -> float:
@@ -112,9 +125,13 @@ def fit(points: Sequence[tuple[int, int]]) -> float:
     return min(1.0, max(0.0, slope))
 
 
-def growth(rule_id: str, runs: Sequence[BackfillSummary]) -> Growth:
+def growth(rule_id: str, runs: Sequence[BackfillSummary], fitted: int | None = None
+           ) -> Growth:
     """A rule's :class:`Growth` from the runs of the sample's prefixes, the whole first
-    and its first half second (when there is one)."""
+    and its first half second (when there is one): the first ``fitted`` runs (default: up to
+    :data:`FIT_POINTS`) are the fit's points, the half says whether growth stopped even when
+    it is too short to be one."""
+    fitted = min(len(runs), FIT_POINTS) if fitted is None else fitted
     whole = runs[0]
     series = whole.series_created.get(rule_id, 0)
     logs = whole.matches.get(rule_id, 0)
@@ -122,7 +139,7 @@ def growth(rule_id: str, runs: Sequence[BackfillSummary]) -> Growth:
     if series <= 1 or (half is not None and half.series_created.get(rule_id, 0) == series):
         return Growth(series, logs, None, None)
     beta = fit([(run.matches.get(rule_id, 0), run.series_created.get(rule_id, 0))
-                for run in runs[:FIT_POINTS]])
+                for run in runs[:fitted]])
     values = whole.label_values.get(rule_id, {})
     bound: int | None = None
     if half is not None and values and all(
@@ -132,15 +149,17 @@ def growth(rule_id: str, runs: Sequence[BackfillSummary]) -> Growth:
         for name, count in values.items():
             absent = whole.labelled.get(rule_id, {}).get(name, 0) < series
             bound *= count + (1 if absent else 0)
-    return Growth(series, logs, beta, bound)
+    return Growth(series, logs, beta, bound, guess=fitted < 2)
 
 
 @dataclass(frozen=True)
 class Sample:
-    """The sample's lines and what its event times say: how many logs carry one, the
-    earliest and the latest (ms; None without any)."""
+    """The sample's lines and what its event times say: how many lines are logs (not
+    blank), how many carry an event time, the earliest and the latest (ms; None without
+    any)."""
 
     lines: list[bytes]
+    logs: int
     timed: int
     first: int | None
     last: int | None
@@ -152,66 +171,81 @@ class Sample:
 
 def read_sample(inputs: Sequence[str], timestamp_field: str) -> Sample:
     """The sample's lines (:func:`~l2m.batch.local.file_lines`) and their event times'
-    range, as the engine reads event times (:func:`~l2m.semantics.values.parse_timestamp`)."""
+    range, taken from the parse stage's own columns (:func:`~l2m.engine.parse.parse_lines`:
+    its event time where its status is ``ok``), so the range covers the logs
+    :func:`~l2m.batch.local.run_local` counts as having one."""
     lines = list(file_lines(inputs))
-    timed = 0
-    first: int | None = None
-    last: int | None = None
-    for line in lines:
-        if not line.strip():
-            continue
-        doc, _ = decode(line)
-        ts = None if doc is None else parse_timestamp(lookup(doc, timestamp_field))
-        if ts is None:
-            continue
-        timed += 1
-        first = ts if first is None else min(first, ts)
-        last = ts if last is None else max(last, ts)
-    return Sample(lines, timed, first, last)
+    # No field but the event time: the status and time columns are all this reads.
+    batch = parse_lines(lines, ParsePlan((), timestamp_field))
+    status = batch.column(STATUS)
+    timed = batch.column(TIMESTAMP).filter(pc.equal(status, int(Status.OK)))
+    span = pc.min_max(timed).as_py()
+    logs = len(lines) - (pc.sum(pc.equal(status, int(Status.BLANK))).as_py() or 0)
+    return Sample(lines, logs, len(timed), span["min"], span["max"])
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The summaries of the sample's prefixes, the whole first, then its first half and
+    quarter, and how many of them are the fit's points (the whole, and the prefixes of at
+    least :data:`MIN_PREFIX` lines)."""
+
+    summaries: list[BackfillSummary]
+    fitted: int
 
 
 def prefix_runs(settings: RunSettings, rules: Sequence[Rule], lines: Sequence[bytes]
-                ) -> list[BackfillSummary]:
+                ) -> Runs:
     """The summaries of the whole sample, its first half and quarter, each of at least
-    :data:`MIN_PREFIX` lines (the points of the fit)."""
+    :data:`MIN_PREFIX` lines (the points of the fit) — and the first half of a sample too
+    short for that, which still shows whether a rule stopped making series (flat)."""
     routing = settings.routing(rules)
     runs = [run_local(routing, lines).summary]
     size = len(lines) // 2
     while size >= MIN_PREFIX and len(runs) < FIT_POINTS:
         runs.append(run_local(routing, lines[:size]).summary)
         size //= 2
-    return runs
+    if len(runs) == 1 and len(lines) >= 2:
+        runs.append(run_local(routing, lines[:len(lines) // 2]).summary)
+        return Runs(runs, 1)
+    return Runs(runs, len(runs))
 
 
 def estimate_command(rules: Sequence[Rule], inputs: Sequence[str], cfg: JobConfig,
                      out: TextIO) -> int:
     """Each enabled rule's cost over the sample ``inputs`` (module docstring), printed on
     ``out``; the exit code (0). A sample without a log that has an event time is an
-    :class:`~l2m.errors.InputError` (nothing to estimate from)."""
+    :class:`~l2m.errors.InputError` (nothing to estimate from); without an enabled rule,
+    one line says there is nothing to estimate."""
     enabled = [r for r in rules if r.enabled]
     sample = read_sample(inputs, cfg.timestamp_field)
     if not sample.timed:
         files = ", ".join(inputs)
-        if not any(line.strip() for line in sample.lines):
+        if not sample.logs:
             raise InputError(f"--estimate: {files}: no logs, nothing to estimate from")
         raise InputError(f"--estimate: {files}: no log with an event time in "
                          f"'{cfg.timestamp_field}' among {len(sample.lines):,} line(s), nothing "
                          "to estimate from (is the event time in another field? "
                          "--timestamp-field)")
+    if not enabled:
+        print(f"estimate: no enabled rule to run on the sample's {sample.logs:,} logs, "
+              "nothing to estimate", file=out)
+        return 0
     settings = RunSettings(cfg.timestamp_field, cfg.limits.max_label_value_length, limits=None)
     runs = prefix_runs(settings, enabled, sample.lines)
-    for line in report(enabled, runs[0], {r.id: growth(r.id, runs) for r in enabled},
-                       sample, cfg):
+    growths = {r.id: growth(r.id, runs.summaries, runs.fitted) for r in enabled}
+    for line in report(enabled, runs.summaries[0], growths, sample, cfg, runs.fitted):
         print(line, file=out)
     return 0
 
 
 def report(rules: Sequence[Rule], summary: BackfillSummary, growths: dict[str, Growth],
-           sample: Sample, cfg: JobConfig) -> list[str]:
-    """The estimate's text (module docstring)."""
+           sample: Sample, cfg: JobConfig, fitted: int = FIT_POINTS) -> list[str]:
+    """The estimate's text (module docstring); ``fitted``: how many of the sample's
+    prefixes the growth was fitted on (:class:`Runs`)."""
     span = sample.span_ms
     lines = [f"estimate: {summary.logs:,} logs in the sample, {summary.parsed:,} with an "
-             f"event time" + (f" over {duration(span)}" if span else "")
+             f"event time" + (f" over {duration_text(span)}" if span else "")
              + (f", {summary.no_timestamp:,} without one" if summary.no_timestamp else "")
              + (f", {summary.malformed:,} malformed" if summary.malformed else "")
              + (f" — {per_second(summary.parsed / (span / 1000))} logs/s" if span else ""),
@@ -221,7 +255,7 @@ def report(rules: Sequence[Rule], summary: BackfillSummary, growths: dict[str, G
         matched = summary.matches.get(rule.id, 0)
         largest = summary.largest_label(rule.id)
         rows.append([rule.id, rule.kind.value, f"{matched:,}",
-                     f"{100 * matched / summary.parsed:.1f}%",
+                     f"{100 * matched / summary.parsed:.1f}%" if summary.parsed else "-",
                      f"{summary.series_created.get(rule.id, 0):,}",
                      f"{summary.window_series.get(rule.id, 0):,}"
                      if rule.kind == Kind.GAUGE else "-",
@@ -231,14 +265,18 @@ def report(rules: Sequence[Rule], summary: BackfillSummary, growths: dict[str, G
          "largest label (values)"], rows, numeric=(2, 3, 4, 5))]
     ttl = cfg.counter_ttl_ms
     lines.append("")
-    if span:
-        lines.append(
-            "projected at the sample's rate (Heaps' law S = K·n^β fitted on the sample's "
-            "first quarter, half and whole; live: counters over counter_ttl "
-            + duration(ttl) + ", gauges per one-minute window):")
+    live_text = (f"live: counters over counter_ttl {duration_text(ttl)}, gauges per "
+                 "one-minute window")
+    if not span:
+        lines.append("not projected (live series as seen; caps checked against them):")
+    elif fitted >= 2:
+        parts = "quarter, half and whole" if fitted >= 3 else "half and whole"
+        lines.append("projected at the sample's rate (Heaps' law S = K·n^β fitted on the "
+                     f"sample's first {parts}; {live_text}):")
     else:
-        lines.append("not projected: every event time in the sample is the same, so it has no "
-                     "rate; caps checked against what the sample shows:")
+        lines.append(f"projected at the sample's rate (the sample is too small to fit growth "
+                     f"on its prefixes: flat where its second half made no new series, else "
+                     f"S = n^β through the whole sample, a guess; {live_text}):")
     live: dict[str, float] = {}
     per_day: dict[str, float] = {}
     for rule in rules:
@@ -259,7 +297,7 @@ def report(rules: Sequence[Rule], summary: BackfillSummary, growths: dict[str, G
     for rule in rules:
         hit = ", ".join(f"{limit} ({cap:,})" for limit, cap in hits.get(rule.id, [])) or "-"
         if span:
-            rate_s = summary.matches.get(rule.id, 0) / (span / 1000)
+            rate_s = summary.matches.get(rule.id, 0) * 1000 / span
             rows.append([rule.id, per_second(rate_s), growths[rule.id].describe(),
                          f"~{round(live[rule.id]):,}", f"~{round(per_day[rule.id]):,}", hit])
         else:
@@ -268,12 +306,32 @@ def report(rules: Sequence[Rule], summary: BackfillSummary, growths: dict[str, G
               "caps hit (proj.)"] if span else ["rule", "live series (seen)", "caps hit"]
     lines += ["  " + line for line in table(
         header, rows, numeric=(1, 3, 4) if span else (1,))]
-    few = [r.id for r in rules if 0 < summary.matches.get(r.id, 0) < UNIQUE_MIN_LOGS]
-    if span and few:
-        lines.append(f"note: {len(few)} rule(s) matched fewer than {UNIQUE_MIN_LOGS} logs: "
-                     "their growth is fitted on little — a larger sample says more")
+    lines += notes(rules, summary, growths, sample, fitted)
     lines += unique_id_warnings(rules, summary)
     return lines
+
+
+def notes(rules: Sequence[Rule], summary: BackfillSummary, growths: dict[str, Growth],
+          sample: Sample, fitted: int) -> list[str]:
+    """The ``note:`` lines under the projection: why rules are not projected, or are on
+    little evidence."""
+    if not sample.span_ms:
+        return [f"note: {len(rules)} rule(s) not projected: every event time in the sample is "
+                f"{iso_text(sample.first or 0)}, so it has no rate — a sample over a span of "
+                "time says more"]
+    out = []
+    guessed = [r.id for r in rules if growths[r.id].guess and growths[r.id].beta is not None]
+    if guessed:
+        out.append(f"note: {len(guessed)} rule(s) still made new series in the second half of "
+                   f"a sample of {len(sample.lines):,} lines, too few to fit their growth "
+                   f"(at least {2 * MIN_PREFIX} lines): their projection, marked (guess), "
+                   "rests on the whole sample alone — a larger sample says more")
+    few = [r.id for r in rules if 0 < summary.matches.get(r.id, 0) < UNIQUE_MIN_LOGS
+           and r.id not in guessed]
+    if few and fitted >= 2:
+        out.append(f"note: {len(few)} rule(s) matched fewer than {UNIQUE_MIN_LOGS} logs: "
+                   "their growth is fitted on little — a larger sample says more")
+    return out
 
 
 def per_second(rate: float) -> str:
@@ -331,17 +389,3 @@ def unique_id_warnings(rules: Sequence[Rule], summary: BackfillSummary) -> list[
                              "log")
     return lines
 
-
-def duration(ms: int) -> str:
-    """A span of time as people read it: ``7d``, ``16m 39s``, ``1.5s``, ``250ms``."""
-    if ms < 1000:
-        return f"{ms}ms"
-    if ms < 60_000:
-        return f"{ms / 1000:g}s"
-    seconds = ms // 1000
-    parts = []
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
-        if seconds >= size:
-            parts.append(f"{seconds // size}{unit}")
-            seconds %= size
-    return " ".join(parts)

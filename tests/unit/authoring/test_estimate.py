@@ -18,13 +18,17 @@ import pytest
 
 from l2m.authoring.estimate import (
     Growth,
+    Sample,
     caps_hit,
-    duration,
     estimate_command,
     fit,
+    growth,
     per_second,
+    read_sample,
+    report,
     unique_id_warnings,
 )
+from l2m.batch.local import RunSettings, run_local
 from l2m.batch.summary import BackfillSummary
 from l2m.cli import main
 from l2m.config.job import JobConfig, LimitsConfig
@@ -212,9 +216,17 @@ def test_one_event_time_has_no_rate(tmp_path):
     sample.write_bytes(b"".join(orjson.dumps({"@timestamp": T0, "code": c, "request":
                                               {"id": c}}) + b"\n" for c in "abc"))
     text = _estimate(_rules(), [sample])
-    assert "not projected: every event time in the sample is the same" in text
-    assert "  by-code                   3  -" in text
-    assert "  by-id-g                   3  -" in text
+    assert text.split("\n\n")[2] == """\
+not projected (live series as seen; caps checked against them):
+  rule     live series (seen)  caps hit
+  by-code                   3  -
+  by-id                     3  -
+  by-id-g                   3  -
+  pairs                     3  -
+  errors                    0  -
+note: 5 rule(s) not projected: every event time in the sample is 2026-11-22T10:00:00Z, so \
+it has no rate — a sample over a span of time says more
+"""
 
 
 def test_cli_prints_validate_then_the_estimate_and_exits_0(tmp_path, capsys):
@@ -228,8 +240,6 @@ def test_cli_prints_validate_then_the_estimate_and_exits_0(tmp_path, capsys):
 
 
 def test_units_of_the_text():
-    assert [duration(ms) for ms in (250, 1_500, 99_500, 604_800_000, 90_061_000)] == \
-        ["250ms", "1.5s", "1m 39s", "7d", "1d 1h 1m 1s"]
     assert [per_second(r) for r in (0, 0.0015, 0.2, 2.014, 123_456.7)] == \
         ["0.00", "0.0015", "0.20", "2.01", "123,457"]
 
@@ -244,3 +254,90 @@ def test_no_pyspark_is_imported(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout == "[]\n"
+
+
+FIVE_AND_IDS = """\
+rules:
+  - {id: five, name: five_total, kind: counter, query: '*', aggregation: count,
+     group_by: [code]}
+  - {id: ids, name: ids_total, kind: counter, query: '*', aggregation: count, group_by: [id]}
+"""
+
+
+def test_a_sample_too_small_to_fit_says_so_and_sees_a_label_saturate(tmp_path):
+    """50 logs (under 2 × MIN_PREFIX lines: no prefix is a point of the fit): a label of 5
+    values, all seen in the first half, stays flat at 5 (through (1, 1) alone it was
+    n^0.41, ~241 live series); a unique id still grows, its projection marked a guess."""
+    rng = random.Random(55)
+    sample = tmp_path / "fifty.jsonl"
+    sample.write_bytes(b"".join(orjson.dumps({"@timestamp": T0 + 1000 * i,
+                                              "code": f"c{rng.randrange(5)}", "id": i}) + b"\n"
+                                for i in range(50)))
+    assert _estimate(_rules(FIVE_AND_IDS), [sample]).split("\n\n")[2] == """\
+projected at the sample's rate (the sample is too small to fit growth on its prefixes: flat \
+where its second half made no new series, else S = n^β through the whole sample, a guess; \
+live: counters over counter_ttl 7d, gauges per one-minute window):
+  rule  logs/s  growth          live series (proj.)  series per day (proj.)  caps hit (proj.)
+  five    1.02  flat                             ~5                      ~5  -
+  ids     1.02  n^1.00 (guess)             ~617,143                 ~88,163  rule (10,000)
+note: 1 rule(s) still made new series in the second half of a sample of 50 lines, too few \
+to fit their growth (at least 64 lines): their projection, marked (guess), rests on the \
+whole sample alone — a larger sample says more
+"""
+
+
+def test_a_sample_under_128_lines_is_fitted_on_its_half_and_whole(tmp_path):
+    text = _estimate(_rules(), [_sample(tmp_path / "s.jsonl", 80)])
+    assert "\nprojected at the sample's rate (Heaps' law S = K·n^β fitted on the sample's " \
+        "first half and whole; live: counters over counter_ttl 7d, gauges per one-minute " \
+        "window):\n" in text
+    assert "(guess)" not in text
+
+
+def test_growth_of_one_point_is_a_guess_unless_flat():
+    runs = [BackfillSummary(matches={"r": 50}, series_created={"r": 5}),
+            BackfillSummary(matches={"r": 25}, series_created={"r": 4})]
+    assert growth("r", runs, fitted=1) == Growth(5, 50, pytest.approx(0.4114, abs=1e-4),
+                                                 None, guess=True)
+    assert growth("r", runs, fitted=1).describe() == "n^0.41 (guess)"
+    runs[1].series_created["r"] = 5
+    assert growth("r", runs, fitted=1).describe() == "flat"
+
+
+def test_no_enabled_rule_is_one_line(tmp_path, capsys):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - {id: off, name: off_total, kind: counter, query: '*', "
+                     "aggregation: count, enabled: false}\n")
+    assert main(["validate", str(rules), "--estimate",
+                 str(_sample(tmp_path / "s.jsonl", 30))]) == 0
+    assert capsys.readouterr().out == (
+        "ok: 1 rules in 1 file(s), 1 disabled\n"
+        "estimate: no enabled rule to run on the sample's 30 logs, nothing to estimate\n")
+
+
+def test_event_times_are_the_parse_stages(tmp_path):
+    """The sample's event times are those run_local counts: epoch ms as a number, ISO text
+    with a zone; not epoch ms as a string, a bool, 1e20 ms, an object, ISO text without a
+    zone or null — and blank lines are not logs."""
+    times = [T0 + 5, "2026-11-22T10:00:01.5+01:00", str(T0 + 9_000), True, 1e20,
+             {"ms": T0}, "2026-11-22T10:00:02", None, T0 - 250]
+    sample = tmp_path / "t.jsonl"
+    sample.write_bytes(b"\n".join(orjson.dumps({"@timestamp": t}) for t in times) + b"\n\n")
+    read = read_sample([str(sample)], "@timestamp")
+    summary = run_local(RunSettings(limits=None).routing(_rules()), read.lines).summary
+    assert (read.logs, read.timed) == (summary.logs, summary.parsed)
+    assert (read.logs, read.timed, read.first, read.last) == (
+        9, 3, T0 - 3_598_500, T0 + 5)
+
+
+def test_counts_that_disagree_divide_by_nothing():
+    """Were the sample's event times and run_local's counts ever to differ, the text has
+    no share rather than a ZeroDivisionError."""
+    rules = _rules()
+    summary = BackfillSummary.for_rules([r for r in rules if r.enabled])
+    growths = {r.id: Growth(0, 0, None, None) for r in rules if r.enabled}
+    text = report([r for r in rules if r.enabled], summary, growths,
+                  Sample([b"{}"], 1, 1, T0, T0 + 1_000), JobConfig())
+    assert text[0] == "estimate: 0 logs in the sample, 0 with an event time over 1s — " \
+        "0.00 logs/s"
+    assert text[4] == "  by-code  counter             0      -       0                 -  -"
