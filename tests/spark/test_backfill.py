@@ -382,7 +382,7 @@ def test_backfill_summary_per_rule_is_run_locals(spark, tmp_path):
                            limits=limits)
     local = run_local(RunSettings(limits=limits).routing(loaded),
                       file_lines([str(logs)])).summary
-    fields = ("matches", "series", "series_created", "window_series", "label_values",
+    fields = ("matches", "samples_per_rule", "series_created", "window_series", "label_values",
               "labelled", "refused")
     assert {f: getattr(summary, f) for f in fields} == {f: getattr(local, f) for f in fields}
     assert summary.render_rules() == local.render_rules()
