@@ -40,6 +40,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks.load import fresh_topics
 from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.rules.loader import is_rule_file
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("stop", "python", "spark", "first batch")
@@ -225,8 +226,7 @@ def run_rollout(bootstrap: str, workdir: Path, rollouts: int = 3, rate: float = 
         samples.join(10)
     med = {p: round(statistics.median(r["phases_s"][p] for r in rows), 2) for p in PHASES}
     return {"rollouts": rows, "rate": rate, "partitions": partitions, "trigger": trigger,
-            "rules": sum(1 for p in (ROOT / "rules").glob("*.yaml")
-                         if not p.name.endswith(".test.yaml")),  # rule files, not l2m test's
+            "rules": sum(1 for p in (ROOT / "rules").iterdir() if is_rule_file(p.name)),
             "median_phases_s": med,
             "median_gap_s": round(statistics.median(r["gap_s"] for r in rows), 2),
             "max_gap_s": max(r["gap_s"] for r in rows),

@@ -14,11 +14,11 @@ that does not load counts as an error)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import orjson
@@ -36,10 +36,18 @@ from l2m.authoring.testfile import (
 from l2m.batch.local import LocalRun, RunSettings, run_local
 from l2m.batch.summary import BackfillSummary
 from l2m.engine.routing import Routing
-from l2m.errors import ConfigError, L2mError, RuleValidationError
+from l2m.errors import ConfigError, L2mError, Problem, RuleValidationError
+from l2m.rules.model import Aggregation, Rule
+from l2m.semantics.times import iso_text
+from l2m.yamlio.suggest import closest
 
 Sample = dict[str, Any]
 HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
+# Rule-file problems about a whole file or directory (l2m.rules.loader): no line of their own.
+FILE_PROBLEMS = frozenset({"FILE_NOT_FOUND", "FILE_UNREADABLE", "NO_RULE_FILES",
+                           "FILE_TOO_LARGE", "TENANT_ROOT", "RULE_OUTSIDE_ACCOUNT",
+                           "INVALID_ACCOUNT"})
+COUNTER_WINDOW = "a counter has no window: use timestamp:"
 
 
 @dataclass
@@ -53,13 +61,14 @@ class CaseResult:
 
 @dataclass
 class FileResult:
-    """One test file's outcome: its cases, or the error that kept it from loading."""
+    """One test file's outcome: its cases, or the error that kept it from loading (its
+    lines, each ``file:line:column: …``, and their stable code)."""
 
     path: str
     cases: list[CaseResult] = field(default_factory=list)
     error: str | None = None
+    code: str = ConfigError.code
     seconds: float = 0.0
-    summaries: list[BackfillSummary] = field(default_factory=list)
     costs: list[str] = field(default_factory=list)  # each rule's cost (verbose)
 
 
@@ -72,6 +81,9 @@ def run_test_files(paths: Sequence[str], junit: str | None, only: str | None, ve
     except re.error as exc:
         raise ConfigError(f"--run: '{only}' is not a regular expression: {exc}") from None
     results = [run_file(path, pattern, costs=verbose) for path in find_test_files(paths)]
+    if pattern is not None and not any(r.cases or r.error is not None for r in results):
+        # A typo in --run must not pass CI with nothing run.
+        raise ConfigError(f"--run '{only}': no case of the test files has a name it matches")
     for result in results:
         report(result, verbose, out)
     passed = sum(1 for r in results for c in r.cases if not c.failures)
@@ -92,25 +104,27 @@ def run_file(path: str, only: re.Pattern[str] | None = None, costs: bool = False
     over the logs of all the cases run (one more run)."""
     started = time.monotonic()
     result = FileResult(path)
+    loaded = None
     try:
         loaded = load_test_file(path)
         routing = file_routing(loaded)
+        refuse_counter_windows(loaded, routing.rules)
     except RuleValidationError as exc:
-        result.error = "\n".join(str(p) for p in exc.errors)
+        assert loaded is not None  # the test file loaded: its rules did not
+        result.error = "\n".join(rule_problem(loaded, p) for p in exc.errors)
+        result.code = exc.code
     except L2mError as exc:
-        result.error = exc.message
+        result.error, result.code = exc.message, exc.code
     else:
         for case in loaded.cases:
             if only is not None and not only.search(case.name):
                 continue
             case_started = time.monotonic()
             run = run_local(routing, case.lines)
-            result.summaries.append(run.summary)
             result.cases.append(CaseResult(case, check(case, run, routing),
                                            time.monotonic() - case_started))
         if costs:
-            result.costs = rule_costs(routing, [c.case for c in result.cases],
-                                      result.summaries)
+            result.costs = rule_costs(routing, [c.case for c in result.cases])
     result.seconds = time.monotonic() - started
     return result
 
@@ -126,6 +140,40 @@ def file_routing(test: TestFile) -> Routing:
                        limits).routing(ruleset.rules)
 
 
+def rule_problem(test: TestFile, problem: Problem) -> str:
+    """A rule file's problem at the test file's ``rules:``, its file named as written there
+    (``rules: r.yaml`` → ``r.yaml:2:5: …``; a missing file without a line of its own)."""
+    shown = problem.file
+    for resolved, written in zip(test.rules, test.rules_written, strict=True):
+        if shown == resolved:
+            shown = written
+            break
+        if shown.startswith(resolved.rstrip("/") + "/"):
+            shown = written.rstrip("/") + shown[len(resolved.rstrip("/")):]
+            break
+    if problem.code in FILE_PROBLEMS:
+        return f"{test.rules_at}: rules: {shown}: {problem.message} [{problem.code}]"
+    return f"{test.rules_at}: rules: {dataclasses.replace(problem, file=shown)}"
+
+
+def refuse_counter_windows(test: TestFile, rules: Sequence[Rule]) -> None:
+    """:class:`ConfigError` for a ``window:`` on a series only counters make: a counter's
+    samples carry their newest event time, not a window's start, so the expectation could
+    only pass vacuously (``absent:``) or fail wrongly (``value:``)."""
+    kinds: dict[str, set[str]] = {}
+    for rule in rules:
+        names = [rule.name]
+        if rule.aggregation == Aggregation.HISTOGRAM:
+            names += [rule.name + part for part in HISTOGRAM_PARTS]
+        for name in names:
+            kinds.setdefault(name, set()).add(str(rule.kind))
+    for case in test.cases:
+        for exp in case.expectations:
+            if isinstance(exp, SeriesExpectation) and exp.window is not None and \
+                    kinds.get(exp.name) == {"counter"}:
+                raise ConfigError(f"{exp.window_at or exp.at}: window: {COUNTER_WINDOW}")
+
+
 # --- checking ------------------------------------------------------------------------------
 
 
@@ -139,6 +187,8 @@ def check(case: TestCase, run: LocalRun, routing: Routing) -> list[str]:
     for expectation in case.expectations:
         if isinstance(expectation, CountExpectation):
             checker.count(expectation)
+        elif checker.counter_window(expectation):
+            pass  # a failure: the samples are a counter's, which have no window
         elif expectation.absent:
             checker.absent(expectation)
         elif expectation.histogram:
@@ -156,7 +206,7 @@ def check(case: TestCase, run: LocalRun, routing: Routing) -> list[str]:
 
 
 def _window_note(sample: Sample) -> str:
-    return f" @ {time_text(sample['timestamp'])}" if sample["kind"] == "gauge" else ""
+    return f" @ {iso_text(sample['timestamp'])}" if sample["kind"] == "gauge" else ""
 
 
 class _Checker:
@@ -192,10 +242,28 @@ class _Checker:
             found.append(i)
         return found
 
+    def counter_window(self, exp: SeriesExpectation) -> bool:
+        """Whether ``window:`` names a counter's series (rules of one name but both kinds
+        pass :func:`refuse_counter_windows`): then one failure, never a vacuous pass."""
+        if exp.window is None:
+            return False
+        labels = dict(exp.labels)
+        for name in (exp.name, *(exp.name + part for part in HISTOGRAM_PARTS)):
+            for i in self.by_name.get(name, ()):
+                sample = self.samples[i]
+                have = {k: v for k, v in sample["labels"].items()
+                        if k != "le" or not name.endswith("_bucket")}
+                if sample["kind"] == "counter" and have == labels and (
+                        not exp.account_given or sample["account"] == exp.account):
+                    self.failures.append(f"{exp.at}: '{self.case.name}': "
+                                         f"{series_text(exp.name, labels)}: {COUNTER_WINDOW}")
+                    return True
+        return False
+
     def where(self, exp: SeriesExpectation, name: str, labels: dict[str, str]) -> str:
         text = series_text(name, labels)
         if exp.window is not None:
-            text += f" @ {time_text(exp.window)}"
+            text += f" @ {iso_text(exp.window)}"
         return text
 
     def missing(self, exp: SeriesExpectation, name: str, labels: dict[str, str],
@@ -208,6 +276,9 @@ class _Checker:
             candidates.append((len(_difference(labels, have)), series_text(shown or name, have),
                                have))
         if not candidates:
+            if not self.by_name.get(name) and self.by_name.get(name + "_count"):
+                return f"no series of that name; {name} is a histogram: give buckets:, " \
+                       "count: or sum:"
             return "no series" + (" of that name" if not self.by_name.get(name) else "")
         _, text, have = min(candidates, key=lambda c: (c[0], c[1]))
         if have == labels:  # the series exists: not in this window or account
@@ -223,13 +294,19 @@ class _Checker:
                                    drop) if _same_bound(self.samples[i]["labels"].get(drop),
                                                         labels[drop])]
         if not found:
+            bounds = [] if drop is None else list(dict.fromkeys(
+                self.samples[i]["labels"][drop] for i in self.select(
+                    exp, name, {k: v for k, v in labels.items() if k != drop}, drop)
+                if drop in self.samples[i]["labels"]))
             self.fail(exp.at, what, value_text(want),
+                      f"no bucket {drop}={_quoted(labels[drop])}; the rule's bounds: "
+                      f"{', '.join(bounds)}" if bounds and drop is not None else
                       self.missing(exp, name, {k: v for k, v in labels.items() if k != drop},
                                    drop))
             return
         if len(found) > 1:
             self.covered.update(found)  # reported here, not again as unexpected
-            windows = ", ".join(time_text(self.samples[i]["timestamp"]) for i in found)
+            windows = ", ".join(iso_text(self.samples[i]["timestamp"]) for i in found)
             self.fail(exp.at, what, value_text(want),
                       f"{len(found)} samples (windows {windows}): give window:")
             return
@@ -238,8 +315,8 @@ class _Checker:
         if not same_value(want, sample["value"]):
             self.fail(exp.at, what, value_text(want), value_text(sample["value"]))
         if exp.timestamp is not None and sample["timestamp"] != exp.timestamp:
-            self.fail(exp.at, f"{what} timestamp", time_text(exp.timestamp),
-                      time_text(sample["timestamp"]))
+            self.fail(exp.at, f"{what} timestamp", iso_text(exp.timestamp),
+                      iso_text(sample["timestamp"]))
 
     def value(self, exp: SeriesExpectation) -> None:
         assert exp.value is not None
@@ -257,7 +334,7 @@ class _Checker:
         if exp.window is None and len(windows) > 1 and \
                 self.samples[family[0]]["kind"] == "gauge":
             self.fail(exp.at, self.where(exp, exp.name, labels), "one window",
-                      f"{len(windows)} windows ({', '.join(map(time_text, windows))}): give "
+                      f"{len(windows)} windows ({', '.join(map(iso_text, windows))}): give "
                       "window:")
             return
         self.covered.update(family)
@@ -294,20 +371,33 @@ class _Checker:
                 self.fail(exp.at, what, str(exp.want), str(got))
             return
         if exp.rule not in self.rule_ids:
+            near = closest_rule(exp.rule, self.rule_ids)
             self.fail(exp.at, f"{exp.what} of rule '{exp.rule}'", str(exp.want),
-                      "no enabled rule of that id")
+                      "no enabled rule of that id" + (f" (did you mean '{near}'?)"
+                                                      if near else ""))
             return
         if exp.what == "matches":
             got, what = summary.matches.get(exp.rule, 0), f"logs matched by rule '{exp.rule}'"
         elif exp.what == "cut":
             got, what = summary.cut.get(exp.rule, 0), f"label values cut by rule '{exp.rule}'"
         else:
-            limits = [exp.limit] if exp.limit else ["rule", "metric", "account"]
-            got = sum(summary.refused.get(f"{exp.rule} ({limit})", 0) for limit in limits)
+            refused = summary.refused_logs(exp.rule)
+            got = refused.get(exp.limit, 0) if exp.limit else sum(refused.values())
             what = f"logs refused by rule '{exp.rule}'" + \
                 (f" ({exp.limit} cap)" if exp.limit else "")
         if got != exp.want:
             self.fail(exp.at, what, str(exp.want), str(got))
+
+
+def closest_rule(written: str, ids: set[str]) -> str | None:
+    """The enabled rule id most like ``written``; in tenant mode (``account/id``) also the
+    one whose own id it is or most resembles."""
+    ordered = sorted(ids)
+    near = closest(written, ordered)
+    if near is None and "/" not in written:
+        own = {rule_id.rpartition("/")[2]: rule_id for rule_id in reversed(ordered)}
+        near = own.get(written) or own.get(closest(written, own) or "")
+    return near
 
 
 def _same_bound(le: str | None, written: str) -> bool:
@@ -342,8 +432,20 @@ def same_value(want: Value, got: Any) -> bool:
 
 
 def _quoted(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
+    r"""A label value between double quotes, as ``series:`` in a test file reads it back
+    (:func:`~l2m.authoring.testfile.parse_series`): ``\\``, ``\"``, ``\n``, and other
+    control characters as ``\xHH`` — a log's ESC must not drive the terminal."""
+    return '"' + _LABEL_ESCAPE.sub(_escape, value) + '"'
+
+
+_LABEL_ESCAPE = re.compile(r'[\\"\x00-\x1f\x7f-\x9f]')
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in '\\"':
+        return "\\" + char
+    return "\\n" if char == "\n" else f"\\x{ord(char):02x}"
 
 
 def series_text(name: str, labels: dict[str, str]) -> str:
@@ -353,25 +455,15 @@ def series_text(name: str, labels: dict[str, str]) -> str:
     return name + "{" + ",".join(f"{k}={_quoted(v)}" for k, v in sorted(labels.items())) + "}"
 
 
-def time_text(ms: int) -> str:
-    """Epoch milliseconds as ISO-8601 UTC (``2026-11-22T10:00:00Z``, with milliseconds when
-    there are any)."""
-    try:
-        moment = datetime.fromtimestamp(ms / 1000, UTC)
-    except (OverflowError, OSError, ValueError):
-        return str(ms)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    return text + (f".{ms % 1000:03d}Z" if ms % 1000 else "Z")
-
-
 # --- reports -------------------------------------------------------------------------------
 
 
 def report(result: FileResult, verbose: bool, out: TextIO) -> None:
     """A file's failure lines (and, ``verbose``, every case and each rule's cost)."""
     if result.error is not None:
-        print(f"{result.path}: error: {result.error}" if not result.error.startswith(
-            result.path) else f"error: {result.error}", file=out)
+        for line in result.error.splitlines():
+            where = "" if line.startswith(result.path) else f"{result.path}: "
+            print(f"error [{result.code}]: {where}{line}", file=out)
         return
     if verbose:
         print(f"{result.path}: {len(result.cases)} case(s) in {result.seconds:.3f} s", file=out)
@@ -387,30 +479,29 @@ def report(result: FileResult, verbose: bool, out: TextIO) -> None:
             print(f"    {line}", file=out)
 
 
-def rule_costs(routing: Routing, cases: Sequence[TestCase],
-               summaries: Sequence[BackfillSummary]) -> list[str]:
+def rule_costs(routing: Routing, cases: Sequence[TestCase]) -> list[str]:
     """Each rule's cost as backfill's summary reports it
     (:meth:`~l2m.batch.summary.BackfillSummary.render_rules`), over the cases' logs in one
-    run; without that table, each rule's logs matched and samples summed over the cases."""
-    render = getattr(BackfillSummary, "render_rules", None)
-    if render is not None:
-        whole = run_local(routing, [line for case in cases for line in case.lines])
-        return list(render(whole.summary))
-    matches: dict[str, int] = {}
-    samples: dict[str, int] = {}
-    for summary in summaries:
-        for rule, count in summary.matches.items():
-            matches[rule] = matches.get(rule, 0) + count
-        for rule, count in summary.samples_per_rule.items():
-            samples[rule] = samples.get(rule, 0) + count
-    width = max((len(r) for r in matches), default=0)
-    return [f"{rule.ljust(width)}  {count:>8} matched  {samples.get(rule, 0):>6} samples"
-            for rule, count in matches.items()]
+    run."""
+    whole = run_local(routing, [line for case in cases for line in case.lines])
+    return whole.summary.render_rules()
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(text: str) -> str:
+    """``text`` with the characters XML 1.0 cannot hold (control characters but tab and
+    newlines, U+FFFE, U+FFFF, lone surrogates) written ``\\xHH``/``\\uHHHH``: a log's
+    label value must not make the report unreadable to CI."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", text)
 
 
 def write_junit(results: Sequence[FileResult], path: str) -> None:
     """JUnit XML: a ``testsuite`` per test file, a ``testcase`` per case, a ``failure``
-    holding the case's failure lines; a file that did not load is one ``error``."""
+    holding the case's failure lines; a file that did not load is one ``error``. Every name
+    and text goes through :func:`xml_text`."""
     import xml.etree.ElementTree as ET
 
     root = ET.Element("testsuites", name="l2m test")
@@ -419,23 +510,26 @@ def write_junit(results: Sequence[FileResult], path: str) -> None:
         failures = sum(1 for c in result.cases if c.failures)
         errors = 1 if result.error is not None else 0
         tests = len(result.cases) + errors
-        suite = ET.SubElement(root, "testsuite", name=result.path, tests=str(tests),
+        suite = ET.SubElement(root, "testsuite", name=xml_text(result.path), tests=str(tests),
                               failures=str(failures), errors=str(errors),
                               time=f"{result.seconds:.3f}")
         totals["tests"] += tests
         totals["failures"] += failures
         totals["errors"] += errors
         if result.error is not None:
-            case = ET.SubElement(suite, "testcase", name="(load)", classname=result.path,
-                                 time="0.000")
-            error = ET.SubElement(case, "error", message=result.error.splitlines()[0])
-            error.text = result.error
+            case = ET.SubElement(suite, "testcase", name="(load)",
+                                 classname=xml_text(result.path), time="0.000")
+            error = ET.SubElement(case, "error", type=result.code,
+                                  message=xml_text(result.error.splitlines()[0]))
+            error.text = xml_text(result.error)
         for case_result in result.cases:
-            case = ET.SubElement(suite, "testcase", name=case_result.case.name,
-                                 classname=result.path, time=f"{case_result.seconds:.3f}")
+            case = ET.SubElement(suite, "testcase", name=xml_text(case_result.case.name),
+                                 classname=xml_text(result.path),
+                                 time=f"{case_result.seconds:.3f}")
             if case_result.failures:
-                failure = ET.SubElement(case, "failure", message=case_result.failures[0])
-                failure.text = "\n".join(case_result.failures)
+                failure = ET.SubElement(case, "failure",
+                                        message=xml_text(case_result.failures[0]))
+                failure.text = xml_text("\n".join(case_result.failures))
     for key, value in totals.items():
         root.set(key, str(value))
     ET.indent(root)

@@ -29,7 +29,9 @@ from l2m.config.loader import read_yaml_text
 from l2m.errors import ConfigError, L2mError
 from l2m.semantics.values import (
     LABEL_NAME_RE,
+    MAX_TIMESTAMP_MS,
     METRIC_NAME_RE,
+    MIN_TIMESTAMP_MS,
     parse_timestamp,
     string_form,
 )
@@ -89,6 +91,7 @@ class SeriesExpectation:
     count: Value | None = None
     sum: Value | None = None
     absent: bool = False
+    window_at: Where | None = None  # the line window: is written on
 
     @property
     def histogram(self) -> bool:
@@ -133,6 +136,10 @@ class TestFile:
     rules: tuple[str, ...]
     config: JobConfig
     cases: tuple[TestCase, ...]
+    # ``file:line:column`` of the rules: value, and each rule path as written (rule-file
+    # problems are reported there, in the test file's words).
+    rules_at: str = ""
+    rules_written: tuple[str, ...] = ()
 
 
 def find_test_files(paths: Iterable[str]) -> list[str]:
@@ -155,7 +162,14 @@ def find_test_files(paths: Iterable[str]) -> list[str]:
             found.append(str(raw))
         else:
             raise ConfigError(f"{raw}: no such file or directory")
-    return list(dict.fromkeys(found))
+    # A file named twice (``x.test.yaml ./x.test.yaml``, or a file and its folder) runs once.
+    seen: set[Path] = set()
+    unique = []
+    for name in found:
+        if (real := Path(name).resolve()) not in seen:
+            seen.add(real)
+            unique.append(name)
+    return unique
 
 
 def load_test_file(path: str) -> TestFile:
@@ -170,7 +184,9 @@ def relative_ms(text: str) -> int | None:
     match = _RELATIVE.fullmatch(text)
     if match is None:
         return None
-    total = sum(int(n) * _UNIT_MS[u] for n, u in _PART.findall(match.group(2)))
+    # A part longer than any usable time is capped (int() refuses 4,300+ digits): the caller
+    # refuses the time as outside years 1-9999.
+    total = sum(int(n[:20]) * _UNIT_MS[u] for n, u in _PART.findall(match.group(2)))
     return -total if match.group(1) == "-" else total
 
 
@@ -185,6 +201,13 @@ def value_text(value: Value) -> str:
 
 
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_JSON_NUMBER = re.compile(r"[-+]?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_INTEGER = re.compile(r"[-+]?[0-9]+")
+
+
+def _described(value: Any) -> str:
+    """:func:`~l2m.config.decode.describe`, with null said once."""
+    return "null" if value is None else describe(value)
 
 
 class _Reader:
@@ -254,6 +277,29 @@ class _Reader:
             return [self.plain(n) for n in node.value]
         return {_key(k): self.plain(v) for k, v in node.value}
 
+    def json_value(self, node: yaml.Node) -> Any:
+        """A log's value as a reader takes the JSON it stands for, not YAML 1.1's: a plain
+        scalar is a number only when written as a JSON number (``0x1F4``, ``010``, ``1_000``
+        and ``10:00`` stay those strings), true/false only as ``true``/``false``, null as
+        ``null``, ``~`` or nothing; anything quoted is a string."""
+        if isinstance(node, yaml.SequenceNode):
+            return [self.json_value(n) for n in node.value]
+        if isinstance(node, yaml.MappingNode):
+            return {_key(k): self.json_value(v) for k, v in node.value}
+        text = str(node.value)
+        if node.style:  # quoted or a block: a string ('' or None: plain)
+            return text
+        if text in ("true", "false"):
+            return text == "true"
+        if text in ("null", "~", ""):
+            return None
+        if _JSON_NUMBER.fullmatch(text):
+            try:
+                return int(text) if _INTEGER.fullmatch(text) else float(text)
+            except ValueError:  # thousands of digits: beyond any double
+                return math.inf
+        return text
+
     @staticmethod
     def kind(node: yaml.Node) -> str:
         if isinstance(node, yaml.MappingNode):
@@ -270,7 +316,7 @@ class _Reader:
     def string(self, node: yaml.Node, key: str) -> str:
         value = self.plain(node)
         if not isinstance(value, str) or not value:
-            raise self.fail(node, key, f"expected a non-empty string, got {describe(value)}")
+            raise self.fail(node, key, f"expected a non-empty string, got {_described(value)}")
         return value
 
     def strings(self, node: yaml.Node, key: str) -> tuple[str, ...]:
@@ -282,14 +328,14 @@ class _Reader:
     def boolean(self, node: yaml.Node, key: str) -> bool:
         value = self.plain(node)
         if not isinstance(value, bool):
-            raise self.fail(node, key, f"expected true or false, got {describe(value)}")
+            raise self.fail(node, key, f"expected true or false, got {_described(value)}")
         return value
 
     def count(self, node: yaml.Node, key: str) -> int:
         value = self.plain(node)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.fail(node, key, f"expected a whole number (0 or more), got "
-                                       f"{describe(value)}")
+                                       f"{_described(value)}")
         return value
 
     def number(self, node: yaml.Node, key: str) -> Value:
@@ -300,7 +346,7 @@ class _Reader:
             return value
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(node, key, f"expected a number, +Inf, -Inf or NaN, got "
-                                       f"{describe(value)}")
+                                       f"{_described(value)}")
         number = float(value)
         if math.isnan(number):
             return "NaN"
@@ -324,7 +370,7 @@ class _Reader:
         if ms is None:
             raise self.fail(node, key, f"expected a time: ISO-8601 with Z or an offset "
                                        f"(2026-11-22T10:00:00Z) or epoch milliseconds, got "
-                                       f"{describe(value)}")
+                                       f"{_described(value)}")
         return ms
 
     def time(self, node: yaml.Node, key: str, start: int | None) -> int:
@@ -339,6 +385,8 @@ class _Reader:
             if start is None:
                 raise self.fail(node, key, f"a relative time ({text}) needs a start: give "
                                            "start: at the top of the file or in the case")
+            if not MIN_TIMESTAMP_MS <= start + offset <= MAX_TIMESTAMP_MS:
+                raise self.fail(node, key, f"'{text}' from the start is outside years 1-9999")
             return start + offset
         return self.absolute(node, key)
 
@@ -354,8 +402,11 @@ class _Reader:
             for required in ("rules", "tests"):
                 if required not in top:
                     raise self.fail(root, "", f"missing required key '{required}'")
+            rules_node = top["rules"][1]
+            written = self.strings(rules_node, "rules")
             rules = tuple(str(p if Path(p).is_absolute() else (self.base / p).resolve())
-                          for p in self.strings(top["rules"][1], "rules"))
+                          for p in written)
+            mark = rules_node.start_mark
             config = self.job_config(root, top)
             start = self.absolute(top["start"][1], "start") if "start" in top else None
             cases_node = top["tests"][1]
@@ -370,7 +421,8 @@ class _Reader:
                     raise ConfigError(f"{case.at}: name: '{case.name}' is already the name of "
                                       f"the case at line {names[case.name].at.line}")
                 names[case.name] = case
-            return TestFile(self.path, rules, config, tuple(cases))
+            return TestFile(self.path, rules, config, tuple(cases),
+                            f"{self.path}:{mark.line + 1}:{mark.column + 1}", written)
         finally:
             self.constructor.dispose()
 
@@ -454,12 +506,14 @@ class _Reader:
             value = self.plain(node)
             if not isinstance(value, str):
                 raise self.fail(node, key, f"expected a log (a mapping) or a line (a string), "
-                                           f"got {describe(value)}")
+                                           f"got {_described(value)}")
+            if "\n" in value or "\r" in value:  # in a file, each would start another log
+                raise self.fail(node, key, "one line per log: split it into several strings")
             return value.encode()
         if not isinstance(node, yaml.MappingNode):
             raise self.fail(node, key, "expected a log (a mapping) or a line (a string), got "
                                        "a list")
-        doc = self.plain(node)
+        doc = self.json_value(node)
         ts_node = self.field_node(node, ts_field)
         # The text as written, not its YAML value: `+90` (an integer to YAML) is a relative
         # time missing its unit, not the epoch millisecond 90.
@@ -469,8 +523,8 @@ class _Reader:
             return json.dumps(doc, ensure_ascii=False, allow_nan=False,
                               separators=(",", ":")).encode()
         except ValueError:
-            raise self.fail(node, key, "holds .inf or .nan, which JSON cannot write; give the "
-                                       "line as a string") from None
+            raise self.fail(node, key, "holds a number beyond a double's range, which JSON "
+                                       "cannot write; give the line as a string") from None
 
     def field_node(self, node: yaml.MappingNode, path: str) -> yaml.Node | None:
         """The node of a log field as :func:`l2m.semantics.values.lookup` finds it."""
@@ -481,7 +535,7 @@ class _Reader:
             return found[-1] if found else None
 
         top = child(node, path)
-        if top is not None and self.plain(top) is not None:
+        if top is not None and self.json_value(top) is not None:
             return top
         current: yaml.Node | None = node
         for part in path.split("."):
@@ -519,9 +573,10 @@ class _Reader:
             account = self.plain(entries["account"][1])
             if account is not None and (not isinstance(account, str) or not account):
                 raise self.fail(entries["account"][1], f"{key}.account",
-                                f"expected an account name or null, got {describe(account)}")
+                                f"expected an account name or null, got {_described(account)}")
             values.update(account=account, account_given=True)
         if "window" in entries:
+            values["window_at"] = self.where(entries["window"][0])
             values["window"] = window_start(self.time(entries["window"][1], f"{key}.window",
                                                       start))
         if "timestamp" in entries:
@@ -582,7 +637,7 @@ class _Reader:
         for name, (name_node, value_node) in entries.items():
             if not LABEL_NAME_RE.fullmatch(name):
                 raise self.fail(name_node, key, f"'{shown(name)}' is not a label name")
-            value = string_form(self.plain(value_node))
+            value = string_form(self.json_value(value_node))
             if not value:
                 raise self.fail(value_node, f"{key}.{name}",
                                 "expected a non-empty value (a sample has no empty label: "
@@ -643,11 +698,14 @@ def _place(doc: dict[str, Any], path: str, value: int) -> None:
 _NAME = re.compile(r"\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*")
 _LABEL = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*\"")
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+# A control character as failure lines print it (``\x1b``), so that they can be pasted back.
+_HEX_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 
 
 def parse_series(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     """``name{label="value", …}`` (Prometheus' notation: double-quoted values, ``\\\\``,
-    ``\\"`` and ``\\n`` escaped) → the name and the sorted labels; ValueError if not so."""
+    ``\\"`` and ``\\n`` escaped; also ``\\xHH``, a control character as failures show it)
+    → the name and the sorted labels; ValueError if not so."""
     match = _NAME.match(text)
     if match is None:
         raise ValueError(f"'{text}' is not a series: name{{label=\"value\", …}}")
@@ -669,6 +727,9 @@ def parse_series(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
                 if text[at] == "\\" and at + 1 < len(text) and text[at + 1] in _ESCAPES:
                     value.append(_ESCAPES[text[at + 1]])
                     at += 2
+                elif (code := _HEX_ESCAPE.match(text, at)) is not None:
+                    value.append(chr(int(code.group(1), 16)))
+                    at = code.end()
                 else:
                     value.append(text[at])
                     at += 1

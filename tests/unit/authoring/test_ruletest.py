@@ -131,7 +131,8 @@ def test_expectations_that_hold(tmp_path, expect):
      "latency_ms{service=\"cart\"} @ 2026-11-22T10:02:00Z: want 1, got no sample in that window"),
     ("- {series: size_bytes, buckets: {0.5: 0, 10: 2, 20: 1}, count: 3, sum: 3.5}",
      "size_bytes_bucket{le=\"0.5\"}: want 0, got 1\n"
-     "t.test.yaml:19: 'c': size_bytes_bucket{le=\"20\"}: want 1, got no sample\n"
+     "t.test.yaml:19: 'c': size_bytes_bucket{le=\"20\"}: want 1, got no bucket le=\"20\"; "
+     "the rule's bounds: 0.5, 10, +Inf\n"
      "t.test.yaml:19: 'c': size_bytes_count: want 3, got 4\n"
      "t.test.yaml:19: 'c': size_bytes_sum: want 3.5, got +Inf"),
     ("- {series: 'size_bytes{service=\"x\"}', buckets: {0.5: 1}}",
@@ -154,6 +155,14 @@ def test_expectations_that_hold(tmp_path, expect):
     ("- {cut: 1, rule: errors}", "label values cut by rule 'errors': want 1, got 0"),
     ("- {matches: 1, rule: nope}", "matches of rule 'nope': want 1, got no enabled rule of "
                                    "that id"),
+    ("- {matches: 3, rule: eror}", "matches of rule 'eror': want 3, got no enabled rule of "
+                                   "that id (did you mean 'errors'?)"),
+    ("- {series: size_bytes, value: 4}",
+     "size_bytes: want 4, got no series of that name; size_bytes is a histogram: give "
+     "buckets:, count: or sum:"),
+    ("- {series: size_bytes, buckets: {7: 1}}",
+     "size_bytes_bucket{le=\"7\"}: want 1, got no bucket le=\"7\"; the rule's bounds: 0.5, "
+     "10, +Inf"),
 ])
 def test_expectations_that_fail_say_where_what_want_and_got(tmp_path, expect, failure):
     assert run(tmp_path, expect) == (
@@ -235,7 +244,8 @@ def test_a_file_that_does_not_load_is_an_error_and_run_filters_cases(tmp_path, c
     out = capsys.readouterr().out.replace(str(suite) + "/", "")
     assert re.sub(r" in [0-9.]+ s", "", out) == (
         "a.test.yaml:8: 'fails': errors_total: want 2, got 1\n"
-        "error: sub/b.test.yml:3:5: tests[0]: unknown key 'nam' (did you mean 'name'?)\n"
+        "error [CONFIG]: sub/b.test.yml:3:5: tests[0]: unknown key 'nam' (did you mean "
+        "'name'?)\n"
         "1 passed, 1 failed, 1 error(s)\n")
     assert main(["test", str(suite / "a.test.yaml"), "--run", "^pass"]) == 0
     assert re.sub(r" in [0-9.]+ s", "", capsys.readouterr().out) == "1 passed, 0 failed\n"
@@ -247,8 +257,8 @@ def test_rule_problems_of_a_test_file_are_its_error(tmp_path, capsys):
                                           "expect: [{logs: 1}]}]\n")
     assert main(["test", str(tmp_path)]) == 1
     out = capsys.readouterr().out.replace(str(tmp_path) + "/", "")
-    assert out.splitlines()[0] == "t.test.yaml: error: r.yaml:2:5: rule 'x': missing " \
-                                  "required key 'name' [MISSING_KEY]"
+    assert out.splitlines()[0] == "error [RULES]: t.test.yaml:1:8: rules: r.yaml:2:5: rule " \
+                                  "'x': missing required key 'name' [MISSING_KEY]"
 
 
 def test_bad_arguments_are_one_error_line(tmp_path, capsys):
@@ -314,3 +324,119 @@ def test_tenant_mode_and_per_account_caps(tmp_path, capsys):
               - {matches: 2, rule: acme/errors}
         """))
     assert main(["test", str(tmp_path / "t.test.yaml")]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("expect", [
+    "- {series: 'errors_total{service=\"cart\", region=\"eu\"}', window: +0s, absent: true}",
+    "- {series: 'errors_total{service=\"cart\", region=\"eu\"}', window: +0s, value: 2}",
+    "- {series: size_bytes, window: +0s, count: 4}",
+    "- {series: size_bytes_count, window: +0s, value: 4}",
+])
+def test_window_on_a_counter_is_refused_at_load_never_a_vacuous_pass(tmp_path, expect):
+    assert run(tmp_path, expect) == (
+        1, f"error [CONFIG]: t.test.yaml:{FIRST}: window: a counter has no window: use "
+           "timestamp:\n0 passed, 0 failed, 1 error(s) in X s")
+
+
+def test_window_on_a_counter_the_load_could_not_refuse_fails_in_the_run(tmp_path):
+    from l2m.authoring.ruletest import check, file_routing
+    from l2m.authoring.testfile import load_test_file
+    from l2m.batch.local import run_local
+
+    run(tmp_path, "- {series: 'errors_total{service=\"web\"}', window: +0s, absent: true}")
+    loaded = load_test_file(str(tmp_path / "t.test.yaml"))  # not refused: as if both kinds
+    routing = file_routing(loaded)
+    (case,) = loaded.cases
+    assert [line.replace(str(tmp_path) + "/", "")
+            for line in check(case, run_local(routing, case.lines), routing)] == [
+        f"t.test.yaml:{FIRST}: 'c': errors_total{{service=\"web\"}}: a counter has no window: "
+        "use timestamp:"]
+
+
+def test_junit_xml_is_well_formed_whatever_names_and_labels_hold(tmp_path):
+    (tmp_path / "r.yaml").write_text(RULES)
+    (tmp_path / "t.test.yaml").write_text(textwrap.dedent("""\
+        rules: r.yaml
+        tests:
+          - name: "bell \\x01 \\uFFFE \\uFFFF \\uD800 \\x1b tab\\t"
+            logs: ['{"@timestamp": 0, "level": "error", "service": "a\\u0001b\\u001bc"}']
+            expect: [{series: errors_total, value: 1}]
+        """))
+    junit = tmp_path / "junit.xml"
+    assert run_test_files([str(tmp_path)], str(junit), None, False, io.StringIO()) == 1
+    case = ET.parse(junit).getroot().find("testsuite/testcase")
+    assert case is not None
+    assert case.get("name") == "bell \\x01 \\ufffe \\uffff \\ud800 \\x1b tab\t"
+    failure = case.find("failure")
+    assert failure is not None
+    assert failure.get("message") == failure.text == (
+        f"{tmp_path}/t.test.yaml:5: 'bell \\x01 \\ufffe \\uffff \\ud800 \\x1b tab\t': "
+        "errors_total: want 1, got no such series; nearest "
+        "errors_total{service=\"a\\x01b\\x1bc\"} (with service=\"a\\x01b\\x1bc\")")
+
+
+def test_control_characters_in_label_values_are_escaped_and_paste_back(tmp_path, capsys):
+    (tmp_path / "r.yaml").write_text(RULES)
+    body = textwrap.dedent("""\
+        rules: r.yaml
+        tests:
+          - name: esc
+            logs: ['{"@timestamp": 0, "level": "error", "service": "a\\u001b[31mb"}']
+            expect: [{series: 'errors_total{service="SERVICE"}', value: VALUE}]
+        """)
+    test = tmp_path / "t.test.yaml"
+    test.write_text(body.replace("SERVICE", "x").replace("VALUE", "1"))
+    assert main(["test", str(test)]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert out.splitlines()[0] == (
+        f"{test}:5: 'esc': errors_total{{service=\"x\"}}: want 1, got no such series; nearest "
+        "errors_total{service=\"a\\x1b[31mb\"} (service=\"a\\x1b[31mb\", not \"x\")")
+    test.write_text(body.replace("SERVICE", "a\\x1b[31mb").replace("VALUE", "1"))
+    assert main(["test", str(test)]) == 0, capsys.readouterr().out
+
+
+def test_run_selecting_no_case_is_an_error_and_a_file_named_twice_runs_once(tmp_path, capsys,
+                                                                            monkeypatch):
+    suite = write_suite(tmp_path)
+    (suite / "sub" / "b.test.yml").unlink()
+    assert main(["test", str(suite), "--run", "^nothing"]) == 1
+    assert capsys.readouterr().err == \
+        "l2m: error [CONFIG]: --run '^nothing': no case of the test files has a name it matches\n"
+    monkeypatch.chdir(suite)
+    assert main(["test", "a.test.yaml", "./a.test.yaml", ".", "--run", "^pass"]) == 0
+    assert re.sub(r" in [0-9.]+ s", "", capsys.readouterr().out) == "1 passed, 0 failed\n"
+
+
+def test_a_rule_file_problem_is_reported_at_the_test_file_s_rules_line(tmp_path, capsys):
+    (tmp_path / "t.test.yaml").write_text("tests: [{name: a, logs: [x], expect: [{logs: 1}]}]\n"
+                                          "rules: [r, nope.yaml]\n")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "bad.yaml").write_text("rules:\n  - id: x\n")
+    assert main(["test", str(tmp_path / "t.test.yaml")]) == 1
+    out = capsys.readouterr().out.replace(str(tmp_path) + "/", "")
+    assert out.splitlines()[:2] == [
+        "error [RULES]: t.test.yaml:2:8: rules: nope.yaml: no such file or directory "
+        "[FILE_NOT_FOUND]",
+        "error [RULES]: t.test.yaml:2:8: rules: r/bad.yaml:2:5: rule 'x': missing required "
+        "key 'name' [MISSING_KEY]"]
+
+
+def test_a_count_of_a_tenant_rule_names_its_account_id(tmp_path):
+    (tmp_path / "rules" / "acme").mkdir(parents=True)
+    (tmp_path / "rules" / "acme" / "r.yaml").write_text(RULES.split("  - id: latency")[0])
+    (tmp_path / "t.test.yaml").write_text(textwrap.dedent("""\
+        rules: rules
+        tenancy: {mode: accounts}
+        tests:
+          - name: c
+            logs: ['{"@timestamp": 0, "account": "acme", "level": "error"}']
+            expect: [{matches: 1, rule: errors}, {matches: 1, rule: acme/eror}]
+        """))
+    out = io.StringIO()
+    assert run_test_files([str(tmp_path / "t.test.yaml")], None, None, False, out) == 1
+    assert out.getvalue().replace(str(tmp_path) + "/", "").splitlines()[:2] == [
+        "t.test.yaml:6: 'c': matches of rule 'errors': want 1, got no enabled rule of that id "
+        "(did you mean 'acme/errors'?)",
+        "t.test.yaml:6: 'c': matches of rule 'acme/eror': want 1, got no enabled rule of that "
+        "id (did you mean 'acme/errors'?)"]

@@ -269,9 +269,9 @@ def test_series_notation():
      "t.test.yaml:3:64: tests[0].expect[0].limit: expected rule, metric, account, got 'cap'"),
     ("rules: r.yaml\ntests:\n  - {name: a, logs: [x], expect: [{logs: 1, malformed: 1}]}\n",
      "t.test.yaml:3:35: tests[0].expect[0]: one count per expectation, got logs, malformed"),
-    ("rules: r.yaml\ntests:\n  - {name: a, logs: [{f: .nan}], expect: [{logs: 1}]}\n",
-     "t.test.yaml:3:22: tests[0].logs[0]: holds .inf or .nan, which JSON cannot write; give the "
-     "line as a string"),
+    ("rules: r.yaml\ntests:\n  - {name: a, logs: [{f: 1e400}], expect: [{logs: 1}]}\n",
+     "t.test.yaml:3:22: tests[0].logs[0]: holds a number beyond a double's range, which JSON "
+     "cannot write; give the line as a string"),
     ("rules: r.yaml\ntests:\n  - {name: a, logs: [1], expect: [{logs: 1}]}\n",
      "t.test.yaml:3:22: tests[0].logs[0]: expected a log (a mapping) or a line (a string), got "
      "integer 1"),
@@ -327,3 +327,77 @@ def test_directories_are_searched_for_test_files_and_rule_scans_leave_them_out(t
         assert caught.value.message == message
     # a file named is taken whatever its name
     assert find_test_files([str(tmp_path / "a/r.yaml")]) == [str(tmp_path / "a/r.yaml")]
+
+
+def test_log_scalars_mean_the_json_a_reader_sees_not_yaml_1_1(tmp_path):
+    case = case_of(tmp_path, """\
+        - name: c
+          logs:
+            - {"@timestamp": +0s, hex: 0x1F4, octal: 010, under: 1_000, sexa: 10:00, on: on,
+               off: off, yes: yes, no: no, True: True, int: -12, float: 1.5e3, plus: +5,
+               frac: 0.10, null: null, tilde: ~, empty: , quoted: "500", single: 'true',
+               dot: .5, inf: .inf, nan: .NaN, date: 2026-11-22, nested: {a: [010, 1, on]}}
+          expect: [{logs: 1}]
+        """)
+    assert json.loads(case.lines[0]) == {
+        "@timestamp": START, "hex": "0x1F4", "octal": "010", "under": "1_000", "sexa": "10:00",
+        "on": "on", "off": "off", "yes": "yes", "no": "no", "True": "True", "int": -12,
+        "float": 1500.0, "plus": 5, "frac": 0.1, "null": None, "tilde": None, "empty": None,
+        "quoted": "500", "single": "true", "dot": ".5", "inf": ".inf", "nan": ".NaN",
+        "date": "2026-11-22", "nested": {"a": ["010", 1, "on"]}}
+
+
+def test_a_sexagesimal_event_time_stays_text_the_engine_cannot_use(tmp_path, capsys):
+    from l2m.cli import main
+
+    (tmp_path / "r.yaml").write_text(RULES)
+    (tmp_path / "t.test.yaml").write_text(textwrap.dedent("""\
+        rules: r.yaml
+        tests:
+          - name: c
+            logs: [{"@timestamp": 10:00, level: error, service: 010}]
+            expect: [{no_timestamp: 1}, {series: 'errors_total{service="010"}', absent: true}]
+        """))
+    assert main(["test", str(tmp_path)]) == 0, capsys.readouterr().out
+
+
+def test_expected_label_values_are_read_as_logs_are(tmp_path):
+    case = case_of(tmp_path, """\
+        - name: c
+          logs: [x]
+          expect: [{name: errors_total, labels: {service: 010, code: 0x1F, n: 500}, value: 1}]
+        """)
+    (exp,) = case.expectations
+    assert isinstance(exp, SeriesExpectation)
+    assert exp.labels == (("code", "0x1F"), ("n", "500"), ("service", "010"))
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("rules: r.yaml\ntests:\n  - {name: a, logs: [\"x\\ny\"], expect: [{logs: 1}]}\n",
+     "t.test.yaml:3:22: tests[0].logs[0]: one line per log: split it into several strings"),
+    ("rules: r.yaml\ntests:\n  - {name: a, logs: [\"x\\ry\"], expect: [{logs: 1}]}\n",
+     "t.test.yaml:3:22: tests[0].logs[0]: one line per log: split it into several strings"),
+    ("rules: r.yaml\ntests:\n  - {name: a, logs: [null], expect: [{logs: 1}]}\n",
+     "t.test.yaml:3:22: tests[0].logs[0]: expected a log (a mapping) or a line (a string), "
+     "got null"),
+    ("rules: r.yaml\nstart: 0\ntests:\n  - {name: a, logs: [{'@timestamp': "
+     "+99999999999999999999999d}], expect: [{logs: 1}]}\n",
+     "t.test.yaml:4:37: tests[0].logs[0].@timestamp: '+99999999999999999999999d' from the "
+     "start is outside years 1-9999"),
+    ("rules: r.yaml\nstart: 0\ntests:\n  - {name: a, start: -62135596800001ms, logs: [x], "
+     "expect: [{logs: 1}]}\n",
+     "t.test.yaml:4:22: tests[0].start: '-62135596800001ms' from the start is outside years "
+     "1-9999"),
+])
+def test_lines_null_and_relative_times_out_of_range_are_refused(tmp_path, body, message):
+    (tmp_path / "r.yaml").write_text(RULES)
+    (tmp_path / "t.test.yaml").write_text(body)
+    with pytest.raises(ConfigError) as caught:
+        load_test_file(str(tmp_path / "t.test.yaml"))
+    assert caught.value.message.replace(str(tmp_path) + "/", "") == message
+
+
+def test_a_file_named_twice_is_found_once(tmp_path, monkeypatch):
+    path = write(tmp_path, "rules: r.yaml\ntests: []\n")
+    monkeypatch.chdir(tmp_path)
+    assert find_test_files(["t.test.yaml", "./t.test.yaml", ".", path]) == ["t.test.yaml"]
