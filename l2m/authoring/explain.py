@@ -4,9 +4,12 @@ Every verdict is the engine's: the log goes through the parse stage
 (:func:`l2m.engine.parse.parse_lines`, with a plan holding every field and pattern any clause,
 label, value or account scope reads) and every clause's compiled node through
 :class:`l2m.engine.match.Matcher` — so explain cannot disagree with backfill or streaming.
-Labels, the value and the event time are the engine's columns too; the Python value semantics
-(:mod:`l2m.semantics.values`) only describe what was found (how a field was looked up, its
-string form, its tokens, the comparison of a range).
+Labels, the value, the histogram bucket, the event time, and every string form and number
+the text states are the engine's columns too (the plan holds the string and number form of
+every field a clause reads), and the log is decoded by the engine's decoder
+(:func:`l2m.engine.decoding.decode`) to say how a field was looked up — so no description can
+contradict a verdict. The Python value semantics (:mod:`l2m.semantics.values`) only split an
+engine string form into tokens and state the comparison of a range.
 
 Input: the rules (in their order), one log line, the job settings (:class:`JobConfig`: query
 fields, timestamp field, label length, grace, future skew). Output: a report (a JSON-able
@@ -19,11 +22,14 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
+
+import pyarrow as pa
 
 from l2m.batch.local import file_lines
 from l2m.config.job import JobConfig
+from l2m.engine.decoding import decode
+from l2m.engine.fanout import _buckets
 from l2m.engine.labels import cut_value
 from l2m.engine.match import Matcher
 from l2m.engine.parse import ERROR, STATUS, TIMESTAMP, Form, ParsePlan, parse_lines
@@ -47,13 +53,19 @@ from l2m.query.nodes import (
     TextWildcard,
 )
 from l2m.rules.model import Aggregation, Kind, Rule
-from l2m.semantics.values import number, string_form, text_tokens
+from l2m.semantics.times import duration_text, iso_text
+from l2m.semantics.values import number, text_tokens
 from l2m.semantics.windows import MINUTE_MS, window_start
 from l2m.yamlio.suggest import closest
 
 # How much of a value or a log the text shows (the JSON document has them whole).
 SHOWN = 80
 SHOWN_LOG = 200
+# Objects and arrays nested deeper than this are left out of the JSON document (their
+# ``value`` is null): Python's JSON writer recurses, and a log may nest up to 1024 levels.
+JSON_DEPTH = 100
+# The integers the engine's decoder reads as integers (orjson: int64 and uint64).
+INT_MIN, INT_END = -(2**63), 2**64
 MATCHED, MISSED = "✓", "✗"
 
 
@@ -110,8 +122,11 @@ def explain_log(rules: Sequence[Rule], line: str | bytes, cfg: JobConfig) -> dic
     plan = _plan(rules, trees, cfg)
     batch = parse_lines([line], plan)
     status = Status(batch.column(STATUS)[0].as_py())
-    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
-    doc = _document(text) if status not in (Status.MALFORMED, Status.BLANK) else None
+    # The bytes the engine reads (a str as l2m.engine.decoding encodes it), shown with U+FFFD
+    # for what is not UTF-8 (a lone surrogate of a --log argument, say).
+    raw = line if isinstance(line, bytes) else line.encode("utf-8", "surrogatepass")
+    text = raw.decode("utf-8", "replace")
+    doc = _document(raw) if status not in (Status.MALFORMED, Status.BLANK) else None
     ts = batch.column(TIMESTAMP)[0].as_py()
     report: dict[str, Any] = {
         "log": text,
@@ -129,17 +144,20 @@ def explain_log(rules: Sequence[Rule], line: str | bytes, cfg: JobConfig) -> dic
         return report
     report["event_time"] = _event_time(doc, cfg.timestamp_field, ts)
     report["account"] = _looked_up(doc, "account", _column(batch, plan, "account", Form.STRING))
+    account = report["account"]
     matcher = Matcher(batch, plan)
-    report["rules"] = [_explain_rule(rule, tree, doc, batch, plan, matcher, cfg, ts)
+    report["rules"] = [_explain_rule(rule, tree, doc, account, matcher, cfg, ts)
                        for rule, tree in zip(rules, trees, strict=True)]
     report["outcomes"] = _outcomes(status, ts, cfg, report["rules"])
     return report
 
 
 def _plan(rules: Sequence[Rule], trees: Sequence[Clause], cfg: JobConfig) -> ParsePlan:
-    """What the parse stage must extract: every clause's fields and patterns, the group-by
-    fields, the value fields and the account."""
+    """What the parse stage must extract: every clause's fields and patterns (and the string
+    and number form of each, which the text states), the group-by fields, the value fields and
+    the account."""
     uses = [u for tree in trees for u in collect_fields(tree.node)]
+    uses += [FieldUse(u.path, string=True, number=True) for u in uses]
     for rule in rules:
         if rule.compiled is not None:
             uses += rule.compiled.fields
@@ -150,12 +168,11 @@ def _plan(rules: Sequence[Rule], trees: Sequence[Clause], cfg: JobConfig) -> Par
     return ParsePlan.merge(uses, cfg.timestamp_field, cfg.max_future_ms)
 
 
-def _document(text: str) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return {}  # the engine read it (orjson's definition); Python's json did not
-    return doc if isinstance(doc, dict) else {}
+def _document(raw: bytes) -> dict[str, Any]:
+    """The log as the engine's decoder reads it (orjson: nesting to 1024 levels, integers past
+    64 bits as doubles, the last of duplicate keys)."""
+    doc, _ = decode(raw)
+    return doc if doc is not None else {}  # never: the parse stage said it is a log
 
 
 def _column(batch: Any, plan: ParsePlan, path: str, form: Form) -> Any:
@@ -168,16 +185,17 @@ def _rule_head(rule: Rule, matches: bool) -> dict[str, Any]:
             "matches": matches}
 
 
-def _explain_rule(rule: Rule, tree: Clause, doc: dict[str, Any], batch: Any, plan: ParsePlan,
+def _explain_rule(rule: Rule, tree: Clause, doc: dict[str, Any], account: dict[str, Any],
                   matcher: Matcher, cfg: JobConfig, ts: int | None) -> dict[str, Any]:
+    batch, plan = matcher.batch, matcher.plan
     root = rule.compiled.root if rule.compiled is not None else tree.node
     query_matched = bool(matcher.mask(root)[0].as_py())
-    log_account = _column(batch, plan, "account", Form.STRING)
+    log_account = account["string_form"]
     sees = rule.account is None or log_account == rule.account
     matches = query_matched and sees and rule.enabled
     result = _rule_head(rule, matches) | {
         "query_matched": query_matched,
-        "scope": _scope(rule, log_account, sees),
+        "scope": _scope(rule, account, sees),
         "clauses": _clause(tree, rule.query, doc, matcher),
         "failed": None,
         "why": None,
@@ -201,14 +219,18 @@ def _explain_rule(rule: Rule, tree: Clause, doc: dict[str, Any], batch: Any, pla
     return result
 
 
-def _scope(rule: Rule, log_account: str | None, sees: bool) -> dict[str, Any]:
+def _scope(rule: Rule, account: dict[str, Any], sees: bool) -> dict[str, Any]:
+    log_account = account["string_form"]
     if rule.account is None:
         text = "no account scope: the rule sees every log"
     elif sees:
         text = f"scoped to account {rule.account!r}: the log's account is {rule.account!r}"
-    elif log_account is None:
+    elif account["found"] in ("missing", "null"):
         text = (f"scoped to account {rule.account!r}: the log has no account (its `account` "
                 "field is missing), so the rule does not see it")
+    elif log_account is None:  # an object or array: there, but no account a rule can name
+        text = (f"scoped to account {rule.account!r}: {account['text']}, which has no string "
+                "form, so the rule does not see it")
     else:
         text = (f"scoped to account {rule.account!r}: the log's account is {log_account!r}, "
                 "so the rule does not see it")
@@ -314,7 +336,7 @@ def _leaf(clause: Clause, doc: dict[str, Any], matcher: Matcher
     parts = []
     lookups = []
     for option in options:
-        text, lookup = _describe(option, doc, bool(matcher.mask(option)[0].as_py()))
+        text, lookup = _describe(option, doc, matcher)
         parts.append(text)
         lookups.append(lookup)
     if clause.field is None and clause.kind not in ("exists",):
@@ -329,12 +351,14 @@ def _field_of(node: Node) -> str:
     return str(getattr(node, "field", ""))
 
 
-def _describe(node: Node, doc: dict[str, Any], matched: bool) -> tuple[str, dict[str, Any]]:
-    """One leaf node over the log: the field as looked up and the comparison."""
+def _describe(node: Node, doc: dict[str, Any], matcher: Matcher
+              ) -> tuple[str, dict[str, Any]]:
+    """One leaf node over the log: the field as looked up, and the comparison of the engine's
+    string form or number with the clause."""
+    matched = bool(matcher.mask(node)[0].as_py())
     path = _field_of(node)
     found = _lookup(doc, path)
-    value = found["value"]
-    sf = string_form(value) if found["found"] in ("key", "nested") else None
+    sf = _column(matcher.batch, matcher.plan, path, Form.STRING)
     found["string_form"] = sf
     where = found["text"]
     if isinstance(node, Exists):
@@ -375,7 +399,8 @@ def _describe(node: Node, doc: dict[str, Any], matched: bool) -> tuple[str, dict
         return (f"{_what(node)}, anchored to the whole string form (case-sensitive): {where}, "
                 f"string form {_q(sf)}: {'matches' if matched else 'no match'}"), found
     if isinstance(node, Range):
-        return _range(node, found, matched), found
+        return _range(node, found, _column(matcher.batch, matcher.plan, path, Form.NUMBER)), \
+            found
     return f"{_what(node)}: {where}", found
 
 
@@ -402,11 +427,9 @@ def _bounds(node: Range) -> str:
     return f"{'[' if node.include_low else '{'}{low} TO {high}{']' if node.include_high else '}'}"
 
 
-def _range(node: Range, found: dict[str, Any], matched: bool) -> str:
+def _range(node: Range, found: dict[str, Any], n: float | None) -> str:
     head = f"{_what(node)}: {found['text']}"
-    value = found["value"]
     if node.numeric:
-        n = number(value)
         if n is None:
             return head + ", not a number → no match"
         shown = _num(n)
@@ -456,8 +479,8 @@ def _lookup(doc: dict[str, Any], path: str) -> dict[str, Any]:
     :func:`l2m.semantics.values.lookup`): the top-level key, else the nested path."""
     top = doc.get(path)
     if top is not None:
-        return {"path": path, "found": "key", "value": top,
-                "text": f"{path} = {_json(top)} (top-level key {_q(path)})"}
+        return {"path": path, "found": "key", "value": _bounded(top),
+                "text": f"{path} = {_json(top)} (top-level key {_q(path)}{_double(top)})"}
     parts = path.split(".")
     if len(parts) == 1:
         why = "null" if path in doc else "missing"
@@ -481,8 +504,29 @@ def _lookup(doc: dict[str, Any], path: str) -> dict[str, Any]:
         if node is None:
             return {"path": path, "found": "null", "value": None,
                     "text": f"{path} is null (counts as missing; nested path {arrow})"}
-    return {"path": path, "found": "nested", "value": node,
-            "text": f"{path} = {_json(node)} (nested path {arrow})"}
+    return {"path": path, "found": "nested", "value": _bounded(node),
+            "text": f"{path} = {_json(node)} (nested path {arrow}{_double(node)})"}
+
+
+def _double(value: Any) -> str:
+    """Why a number past 64-bit integers shows as a double (the log may have written it as an
+    integer: the engine's decoder, as orjson, reads it so)."""
+    if isinstance(value, float) and value.is_integer() and not INT_MIN <= value < INT_END:
+        return "; an integer past 64 bits is read as a double"
+    return ""
+
+
+def _bounded(value: Any) -> Any:
+    """``value``, or None for an object or array nested deeper than :data:`JSON_DEPTH`."""
+    stack = [(value, 0)]
+    while stack:  # no recursion: the value may nest 1023 levels
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth == JSON_DEPTH:
+                return None
+            stack += [(child, depth + 1) for child in
+                      (node.values() if isinstance(node, dict) else node)]
+    return value
 
 
 def _looked_up(doc: dict[str, Any], path: str, engine_string: str | None) -> dict[str, Any]:
@@ -554,13 +598,13 @@ def _result(rule: Rule, doc: dict[str, Any], batch: Any, plan: ParsePlan, cfg: J
     elif rule.kind == Kind.GAUGE:
         assert window is not None
         out["time"] = {"window": [window, window + MINUTE_MS],
-                       "text": f"window [{iso(window)}, {iso(window + MINUTE_MS)}); the "
+                       "text": f"window [{iso_text(window)}, {iso_text(window + MINUTE_MS)}); the "
                                f"sample's timestamp is the window start {window}",
                        "sample_timestamp": window}
     else:
         out["time"] = {"window": None,
                        "text": f"counter: the sample's timestamp is the newest event time "
-                               f"counted into the series, at least {ts} ({iso(ts)})",
+                               f"counted into the series, at least {ts} ({iso_text(ts)})",
                        "sample_timestamp": ts}
     target = rule.target_account
     out["target_account"] = target
@@ -573,9 +617,9 @@ def _result(rule: Rule, doc: dict[str, Any], batch: Any, plan: ParsePlan, cfg: J
         end = window + MINUTE_MS
         out["late"] = {"watermark_before": end, "newest_event_time_before": end + cfg.grace_ms,
                        "text": f"streaming: counted into its window while the watermark "
-                               f"(newest event time seen − grace {_duration(cfg.grace_ms)}) is "
-                               f"before {iso(end)}, i.e. until the job has seen an event time "
-                               f"of {iso(end + cfg.grace_ms)}; later it is late: the gauges "
+                               f"(newest event time seen − grace {duration_text(cfg.grace_ms)}) is "
+                               f"before {iso_text(end)}, i.e. until the job has seen an event time "
+                               f"of {iso_text(end + cfg.grace_ms)}; later it is late: the gauges "
                                "ignore it (l2m_late_logs_total counts it)"}
     return out
 
@@ -594,8 +638,11 @@ def _value(rule: Rule, doc: dict[str, Any], batch: Any, plan: ParsePlan) -> dict
         return out
     out["text"] = f"{rule.aggregation} of {rule.field}: {found['text']} → {_num(value)}"
     if rule.aggregation == Aggregation.HISTOGRAM:
-        les = [label for bound, label in zip(rule.buckets, rule.bucket_labels, strict=True)
-               if value <= bound] + ["+Inf"]
+        # The engine's bucket (the first bound at or above the value); the log counts in it
+        # and every bucket above (cumulative, as the samples are).
+        first = _buckets(rule, pa.array([value], pa.float64()))[0].as_py()
+        every = [*rule.bucket_labels, "+Inf"]
+        les = every[every.index(first):]
         out["buckets"] = les
         out["text"] += f", counted in the buckets le={', '.join(les)}"
     return out
@@ -606,10 +653,10 @@ def _value(rule: Rule, doc: dict[str, Any], batch: Any, plan: ParsePlan) -> dict
 
 def _event_time(doc: dict[str, Any], field: str, ts: int | None) -> dict[str, Any]:
     found = _lookup(doc, field)
-    out = {"field": field, "raw": found["value"], "ms": ts, "iso": iso(ts) if ts is not None
+    out = {"field": field, "raw": found["value"], "ms": ts, "iso": iso_text(ts) if ts is not None
            else None}
     if ts is not None:
-        out["text"] = f"{found['text']} → {ts} ms = {iso(ts)}"
+        out["text"] = f"{found['text']} → {ts} ms = {iso_text(ts)}"
     elif found["found"] in ("missing", "null"):
         out["text"] = found["text"]
     else:
@@ -634,37 +681,19 @@ def _outcomes(status: Status, ts: int | None, cfg: JobConfig, rules: list[dict[s
                 "timestamp)",
                 "streaming: dated by its Kafka record's time instead (l2m_input_logs_total"
                 "{status=\"no_timestamp\"}) and routed; dead-lettered as future if that time is "
-                f"more than {_duration(cfg.max_future_ms)} ahead of l2m's clock"]
+                f"more than {duration_text(cfg.max_future_ms)} ahead of l2m's clock"]
     earliest = ts - cfg.max_future_ms
     end = window_start(ts) + MINUTE_MS
     return [
         "backfill: routed (no lateness in a backfill)",
-        f"streaming: routed if its Kafka record's time is at or after {iso(earliest)}; an "
-        f"earlier record time puts the event time more than {_duration(cfg.max_future_ms)} "
+        f"streaming: routed if its Kafka record's time is at or after {iso_text(earliest)}; an "
+        f"earlier record time puts the event time more than {duration_text(cfg.max_future_ms)} "
         "(max_future_skew) ahead: status future, dead-lettered, never routed",
-        f"streaming: late once the job has seen an event time of {iso(end + cfg.grace_ms)} "
-        f"(the watermark, that minus the grace, reaches {iso(end)}, the end of its minute): "
+        f"streaming: late once the job has seen an event time of {iso_text(end + cfg.grace_ms)} "
+        f"(the watermark, that minus the grace, reaches {iso_text(end)}, the end of its minute): "
         "counted once in "
         "l2m_late_logs_total, ignored by the gauges, still counted by counters",
     ]
-
-
-def iso(ms: int) -> str:
-    """An epoch-millisecond time as ISO-8601 with milliseconds and ``Z`` (outside years
-    1-9999, which a bound may reach: the milliseconds)."""
-    try:
-        when = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
-    except OverflowError:
-        return f"{ms} ms since 1970"
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _duration(ms: int) -> str:
-    if ms % 60_000 == 0:
-        return f"{ms // 60_000} min"
-    if ms % 1000 == 0:
-        return f"{ms // 1000} s"
-    return f"{ms} ms"
 
 
 # --- text ------------------------------------------------------------------------------------
@@ -754,4 +783,4 @@ def _oneline(text: str) -> str:
 
 
 __all__ = ["MATCHED", "MISSED", "chosen_rules", "explain_command", "explain_log",
-           "input_line", "iso", "render_text"]
+           "input_line", "render_text"]

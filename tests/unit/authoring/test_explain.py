@@ -10,6 +10,7 @@ import contextlib
 import gzip
 import io
 import json
+import math
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -453,8 +454,8 @@ FULL = (
     'account field: account = "acme" (top-level key "account")\n'
     'outcomes:\n'
     '  backfill: routed (no lateness in a backfill)\n'
-    "  streaming: routed if its Kafka record's time is at or after 2026-11-22T08:58:05.500Z; an earlier record time puts the event time more than 2 min (max_future_skew) ahead: status future, dead-lettered, never routed\n"
-    '  streaming: late once the job has seen an event time of 2026-11-22T09:11:00.000Z (the watermark, that minus the grace, reaches 2026-11-22T09:01:00.000Z, the end of its minute): counted once in l2m_late_logs_total, ignored by the gauges, still counted by counters\n'
+    "  streaming: routed if its Kafka record's time is at or after 2026-11-22T08:58:05.500Z; an earlier record time puts the event time more than 2m (max_future_skew) ahead: status future, dead-lettered, never routed\n"
+    '  streaming: late once the job has seen an event time of 2026-11-22T09:11:00Z (the watermark, that minus the grace, reaches 2026-11-22T09:01:00Z, the end of its minute): counted once in l2m_late_logs_total, ignored by the gauges, still counted by counters\n'
     'rules matching: 2 of 3: latency, bytes\n'
     '\n'
     'rule latency (<memory>:2, gauge histogram): matches\n'
@@ -469,9 +470,9 @@ FULL = (
     '  label: group_by trace: trace is missing (no key "trace"), no string form → no label\n'
     '  labels: {http_path="/api/v1/it…(cut)", service="web", team="core"}\n'
     '  value: histogram of latency: latency = "0.8" (top-level key "latency") → 0.8, counted in the buckets le=1, 2.5, +Inf\n'
-    "  time: window [2026-11-22T09:00:00.000Z, 2026-11-22T09:01:00.000Z); the sample's timestamp is the window start 1795338000000\n"
+    "  time: window [2026-11-22T09:00:00Z, 2026-11-22T09:01:00Z); the sample's timestamp is the window start 1795338000000\n"
     "  account: written to account 'acme-metrics' (target_account)\n"
-    '  late: streaming: counted into its window while the watermark (newest event time seen − grace 10 min) is before 2026-11-22T09:01:00.000Z, i.e. until the job has seen an event time of 2026-11-22T09:11:00.000Z; later it is late: the gauges ignore it (l2m_late_logs_total counts it)\n'
+    '  late: streaming: counted into its window while the watermark (newest event time seen − grace 10m) is before 2026-11-22T09:01:00Z, i.e. until the job has seen an event time of 2026-11-22T09:11:00Z; later it is late: the gauges ignore it (l2m_late_logs_total counts it)\n'
     '\n'
     'rule bytes (<memory>:3, counter sum): matches\n'
     '  query: *\n'
@@ -525,7 +526,7 @@ UNROUTED = [
         'event time: @timestamp is missing (no key "@timestamp")\n'
         'outcomes:\n'
         '  no usable event time: backfill skips the log and counts it (summary: without timestamp)\n'
-        '  streaming: dated by its Kafka record\'s time instead (l2m_input_logs_total{status="no_timestamp"}) and routed; dead-lettered as future if that time is more than 5 min ahead of l2m\'s clock\n'
+        '  streaming: dated by its Kafka record\'s time instead (l2m_input_logs_total{status="no_timestamp"}) and routed; dead-lettered as future if that time is more than 5m ahead of l2m\'s clock\n'
         'rules matching: 1 of 1: errors\n'
         '\n'
         'rule errors (<memory>:2, gauge count): matches\n'
@@ -543,7 +544,7 @@ UNROUTED = [
         'event time: @timestamp = "2026-11-22 10:00:05" (top-level key "@timestamp"): not a usable time (epoch milliseconds, or ISO-8601 with Z or an offset, years 0001-9999)\n'
         'outcomes:\n'
         '  no usable event time: backfill skips the log and counts it (summary: without timestamp)\n'
-        '  streaming: dated by its Kafka record\'s time instead (l2m_input_logs_total{status="no_timestamp"}) and routed; dead-lettered as future if that time is more than 5 min ahead of l2m\'s clock\n'
+        '  streaming: dated by its Kafka record\'s time instead (l2m_input_logs_total{status="no_timestamp"}) and routed; dead-lettered as future if that time is more than 5m ahead of l2m\'s clock\n'
         'rules matching: 1 of 1: errors\n'
         '\n'
         'rule errors (<memory>:2, gauge count): matches\n'
@@ -730,3 +731,169 @@ def test_a_bare_term_over_several_default_fields():
         '"timeout": msg = "Timeout!" (top-level key "msg"), tokens [timeout]; "timeout" is one '
         'of them')
     assert [lookup["path"] for lookup in rule["clauses"]["lookup"]] == ["message", "msg"]
+
+
+# --- any log: the engine's decoder, the engine's string forms and numbers ---------------------
+
+DEEP_RULES = rules_of(
+    "id: deep, name: deep_total, kind: counter, query: 'x:a OR _exists_:x.y', "
+    "aggregation: count, group_by: [x], account: acme")
+DEEP_LOG = '{"@timestamp": 0, "account": "acme", "x": ' + "[" * 1023 + "]" * 1023 + "}"
+
+
+def test_a_log_nested_to_the_engine_s_limit_is_explained_and_one_level_more_is_malformed():
+    out = io.StringIO()
+    assert explain_command(DEEP_RULES, DEEP_LOG, JobConfig(), None, False, out) == 0
+    assert out.getvalue() == (
+        'log: {"@timestamp": 0, "account": "acme", "x": ' + "[" * 157 + "…\n"
+        'status: ok\n'
+        'event time: @timestamp = 0 (top-level key "@timestamp") → 0 ms = 1970-01-01T00:00:00Z\n'
+        'account field: account = "acme" (top-level key "account")\n'
+        'outcomes:\n'
+        '  backfill: routed (no lateness in a backfill)\n'
+        "  streaming: routed if its Kafka record's time is at or after 1969-12-31T23:55:00Z; an earlier record time puts the event time more than 5m (max_future_skew) ahead: status future, dead-lettered, never routed\n"
+        '  streaming: late once the job has seen an event time of 1970-01-01T00:21:00Z (the watermark, that minus the grace, reaches 1970-01-01T00:01:00Z, the end of its minute): counted once in l2m_late_logs_total, ignored by the gauges, still counted by counters\n'
+        'rules matching: 0 of 1\n'
+        '\n'
+        'rule deep (<memory>:2, counter count): does not match\n'
+        '  query: x:a OR _exists_:x.y\n'
+        '         ^^^^^^^^^^^^^^^^^^^\n'
+        '  why: x:a OR _exists_:x.y [0:19]: OR: one of 2 must match; none did\n'
+        "  account: scoped to account 'acme': the log's account is 'acme'\n"
+        '  clauses:\n'
+        '    ✗ x:a OR _exists_:x.y [0:19] OR: one of 2 must match; none did\n'
+        '      ✗ x:a [0:3] keyword term "a": x = an array (top-level key "x"), which has no string form → no match\n'
+        '      ✗ _exists_:x.y [7:19] _exists_: x.y is missing (no key "x.y"; nested path x → y: "x" is an array) → no match\n')
+    # The JSON document leaves out what nests past JSON_DEPTH (Python's writer recurses).
+    out = io.StringIO()
+    assert explain_command(DEEP_RULES, DEEP_LOG, JobConfig(), None, True, out) == 0
+    lookup = json.loads(out.getvalue())["rules"][0]["clauses"]["children"][0]["lookup"]
+    assert lookup == {"path": "x", "found": "key", "value": None, "string_form": None,
+                      "text": 'x = an array (top-level key "x")'}
+    shallow = explain_log(DEEP_RULES, '{"x": [[[1]]]}', JobConfig())
+    assert shallow["rules"][0]["clauses"]["children"][0]["lookup"]["value"] == [[[1]]]
+    deeper = DEEP_LOG.replace("[", "[[", 1).replace("]", "]]", 1)
+    report = explain_log(DEEP_RULES, deeper, JobConfig())
+    assert (report["status"], report["reason"]) == (
+        "malformed", "invalid JSON: depth limit exceeded: line 1 column 1067 (char 1066)")
+
+
+def test_an_integer_past_64_bits_is_described_as_the_engine_reads_it():
+    rules = rules_of(
+        "id: big, name: big_total, kind: counter, query: 'v:18446744073709551616', "
+        "aggregation: count, group_by: [v]",
+        "id: bigf, name: bigf_total, kind: counter, query: 'v:1.8446744073709552e+19', "
+        "aggregation: count, group_by: [v]",
+        "id: rng, name: rng_total, kind: counter, "
+        "query: 'v:[18446744073709551615 TO 18446744073709551617]', aggregation: count")
+    out = io.StringIO()
+    assert explain_command(rules, '{"v": 18446744073709551616, "@timestamp": 0}', JobConfig(),
+                           None, False, out) == 0
+    said = out.getvalue().split("\n\n")[1:]
+    why = ('keyword term "18446744073709551616": v = 1.8446744073709552e+19 (top-level key '
+           '"v"; an integer past 64 bits is read as a double), string form '
+           '"1.8446744073709552e+19" ≠ "18446744073709551616" (the same number, another string '
+           'form: write 1.8446744073709552e+19 to match it)')
+    assert said[0].splitlines() == [
+        'rule big (<memory>:2, counter count): does not match',
+        '  query: v:18446744073709551616',
+        '         ^^^^^^^^^^^^^^^^^^^^^^',
+        f'  why: v:18446744073709551616 [0:22]: {why}',
+        '  clauses:',
+        f'    ✗ v:18446744073709551616 [0:22] {why}',
+    ]
+    assert said[1].splitlines()[:5] == [
+        'rule bigf (<memory>:3, counter count): matches',
+        '  query: v:1.8446744073709552e+19',
+        '  clauses:',
+        '    ✓ v:1.8446744073709552e+19 [0:24] keyword term "1.8446744073709552e+19": v = 1.8446744073709552e+19 (top-level key "v"; an integer past 64 bits is read as a double), string form "1.8446744073709552e+19" = "1.8446744073709552e+19"',
+        '  label: group_by v: v="1.8446744073709552e+19"',
+    ]
+    assert said[2].splitlines()[3] == (
+        '    ✓ v:[18446744073709551615 TO 18446744073709551617] [0:48] numeric range '
+        '[18446744073709551615 TO 18446744073709551617]: v = 1.8446744073709552e+19 (top-level '
+        'key "v"; an integer past 64 bits is read as a double), the number '
+        '1.8446744073709552e+19: 1.8446744073709552e+19 >= 18446744073709551615, '
+        '1.8446744073709552e+19 <= 18446744073709551617')
+    # Below 2^64 an integer stays one (orjson: int64 and uint64), as its string form.
+    assert rule_text("v:18446744073709551615", {"v": 18446744073709551615})[2] == (
+        '    ✓ v:18446744073709551615 [0:22] keyword term "18446744073709551615": v = '
+        '18446744073709551615 (top-level key "v"), string form "18446744073709551615" = '
+        '"18446744073709551615"')
+
+
+def test_an_account_that_is_an_object_or_an_array_is_there_without_a_string_form():
+    rules = rules_of("id: a, name: a_total, kind: counter, query: '*', aggregation: count, "
+                     "account: acme")
+    for value, shown in ((["acme"], "an array"), ({"id": "acme"}, "an object")):
+        (rule,) = explain_log(rules, json.dumps({"account": value}), JobConfig())["rules"]
+        assert rule["why"] == (f"scoped to account 'acme': account = {shown} (top-level key "
+                               '"account"), which has no string form, so the rule does not '
+                               "see it")
+    (rule,) = explain_log(rules, json.dumps({"account": None}), JobConfig())["rules"]
+    assert rule["why"] == ("scoped to account 'acme': the log has no account (its `account` "
+                           "field is missing), so the rule does not see it")
+
+
+ODD_LINES = [
+    DEEP_LOG,
+    '{"x": ' + '{"y": ' * 1022 + '"a"' + "}" * 1023,  # x.y nested to the limit
+    '{"x": ' + "[" * 1024 + "]" * 1024 + "}",
+    "[" * 100_000,
+    '{"v": 18446744073709551616, "x": -9223372036854775809, "y": 9223372036854775808}',
+    '{"v": 1e308, "x": 5e-324, "y": -0.0, "z": 1' + "0" * 400 + "}",
+    '{"v": 1e400}',
+    '{"v": NaN, "x": Infinity}',
+    '{"v": "\\ud800", "x": "\\udfff\\ud800"}',
+    '{"v": "\ud800"}',  # a lone surrogate in the str itself (a --log argument)
+    b'{"v": "\xff\xfe", "x": "\xed\xa0\x80"}',
+    '{"v": "a", "v": "b", "x": {"y": 1}, "x": {"y": 2}, "x.y": 3, "x.y": null}',
+    '{"v": "\\u0000\\u001b[31m", "x": "' + "é" * 10_000 + '"}',
+    '{"v": [], "x": {}, "y": true, "z": false, "account": [["acme"]]}',
+]
+ODD_RULES = rules_of(
+    "id: k, name: k_total, kind: counter, query: 'v:b OR x.y:[1 TO 3] OR y:[a TO z] OR z:1*', "
+    "aggregation: count, group_by: [v, x.y]",
+    "id: t, name: t_total, kind: gauge, query: 'v:(a OR /b.*/) OR message:error', "
+    "aggregation: histogram, field: v, buckets: [0, 1]",
+    "id: s, name: s_total, kind: counter, query: '*', aggregation: sum, field: x.y, "
+    "account: acme")
+
+
+@pytest.mark.parametrize("line", ODD_LINES, ids=range(len(ODD_LINES)))
+def test_no_log_makes_explain_raise_and_its_verdicts_are_run_local_s(line):
+    raw = line if isinstance(line, bytes) else line.encode("utf-8", "surrogatepass")
+    if raw.startswith(b"{"):  # dated, so that backfill counts it
+        raw = b'{"@timestamp": 0, ' + raw[1:] if raw[1:].strip() != b"}" else raw
+    for as_json in (False, True):
+        out = io.StringIO()
+        assert explain_command(ODD_RULES, raw, JobConfig(), None, as_json, out) == 0
+        out.getvalue().encode("utf-8")  # printable as it is
+        if as_json:
+            json.loads(out.getvalue())
+    report = explain_log(ODD_RULES, raw, JobConfig())
+    counted = {r["id"] for r in report["rules"] if r["matches"] and (
+        r["result"]["value"]["value"] is not None or r["aggregation"] == "count")}
+    samples = run_local(RunSettings().routing(ODD_RULES), [raw]).samples
+    assert set(samples.column("rule").to_pylist()) == counted
+
+
+BUCKET_RULE = rules_of(
+    "id: h, name: h, kind: gauge, query: '*', aggregation: histogram, field: v, "
+    "buckets: [-1, 0, 1.0e-300, 0.5, 1, 1.0e+300]")[0]
+BUCKET_VALUES = [-1, -1.0000000000000002, -0.0, 0, 0.0, 5e-324, 1e-300, math.nextafter(1e-300, 1),
+                 0.49999999999999994, 0.5, "0.5", "5e-1", 1, "1", 1.0000000000000002, 1e300,
+                 math.nextafter(1e300, math.inf), 1.7976931348623157e308, -1.7976931348623157e308,
+                 18446744073709551616, "-0"]
+
+
+@pytest.mark.parametrize("value", BUCKET_VALUES, ids=repr)
+def test_the_buckets_stated_are_those_of_run_local_s_samples_on_the_bounds(value):
+    line = json.dumps({"@timestamp": T0, "v": value})
+    (said,) = explain_log([BUCKET_RULE], line, JobConfig())["rules"]
+    samples = [json.loads(s) for s in run_local(RunSettings().routing([BUCKET_RULE]),
+                                                [line]).lines]
+    counted = [dict(s["labels"])["le"] for s in samples
+               if s["name"] == "h_bucket" and s["value"] == 1.0]
+    assert said["result"]["value"]["buckets"] == counted
+    assert len(counted) >= 1 and counted[-1] == "+Inf"
