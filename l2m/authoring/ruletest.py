@@ -199,7 +199,8 @@ def check(case: TestCase, run: LocalRun, routing: Routing) -> list[str]:
         for i, sample in enumerate(samples):
             if i not in checker.covered:
                 checker.failures.append(
-                    f"{case.at}: '{case.name}': {series_text(sample['name'], sample['labels'])}"
+                    f"{case.at}: '{shown_name(case.name)}': "
+                    f"{series_text(sample['name'], sample['labels'])}"
                     f"{_window_note(sample)}: not expected (exhaustive), got "
                     f"{value_text(sample['value'])}")
     return checker.failures
@@ -221,7 +222,8 @@ class _Checker:
         self.covered: set[int] = set()
 
     def fail(self, at: object, what: str, want: str, got: str) -> None:
-        self.failures.append(f"{at}: '{self.case.name}': {what}: want {want}, got {got}")
+        self.failures.append(f"{at}: '{shown_name(self.case.name)}': {what}: want {want}, "
+                             f"got {got}")
 
     def select(self, exp: SeriesExpectation, name: str, labels: dict[str, str],
                drop: str | None = None) -> list[int]:
@@ -255,7 +257,7 @@ class _Checker:
                         if k != "le" or not name.endswith("_bucket")}
                 if sample["kind"] == "counter" and have == labels and (
                         not exp.account_given or sample["account"] == exp.account):
-                    self.failures.append(f"{exp.at}: '{self.case.name}': "
+                    self.failures.append(f"{exp.at}: '{shown_name(self.case.name)}': "
                                          f"{series_text(exp.name, labels)}: {COUNTER_WINDOW}")
                     return True
         return False
@@ -438,14 +440,25 @@ def _quoted(value: str) -> str:
     return '"' + _LABEL_ESCAPE.sub(_escape, value) + '"'
 
 
-_LABEL_ESCAPE = re.compile(r'[\\"\x00-\x1f\x7f-\x9f]')
+# Lone surrogates too (a test file may write one): printing them would raise.
+_LABEL_ESCAPE = re.compile(r'[\\"\x00-\x1f\x7f-\x9f\ud800-\udfff]')
 
 
 def _escape(match: re.Match[str]) -> str:
     char = match.group()
     if char in '\\"':
         return "\\" + char
-    return "\\n" if char == "\n" else f"\\x{ord(char):02x}"
+    if char == "\n":
+        return "\\n"
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def shown_name(name: str) -> str:
+    """A case's name as output shows it: control characters as in label values."""
+    return _CONTROL.sub(_escape, name)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def series_text(name: str, labels: dict[str, str]) -> str:
@@ -470,7 +483,8 @@ def report(result: FileResult, verbose: bool, out: TextIO) -> None:
     for case in result.cases:
         if verbose:
             status = "FAIL" if case.failures else "ok  "
-            print(f"  {status} {case.case.name} ({case.seconds * 1000:.1f} ms)", file=out)
+            print(f"  {status} {shown_name(case.case.name)} "
+                  f"({case.seconds * 1000:.1f} ms)", file=out)
         for line in case.failures:
             print(line, file=out)
     if verbose and result.costs:

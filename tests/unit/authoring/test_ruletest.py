@@ -363,14 +363,19 @@ def test_junit_xml_is_well_formed_whatever_names_and_labels_hold(tmp_path):
             expect: [{series: errors_total, value: 1}]
         """))
     junit = tmp_path / "junit.xml"
-    assert run_test_files([str(tmp_path)], str(junit), None, False, io.StringIO()) == 1
+    out = io.StringIO()
+    assert run_test_files([str(tmp_path)], str(junit), None, False, out) == 1
+    assert out.getvalue().splitlines()[0] == (
+        f"{tmp_path}/t.test.yaml:5: 'bell \\x01 \ufffe \uffff \\ud800 \\x1b tab\\x09': "
+        "errors_total: want 1, got no such series; nearest "
+        "errors_total{service=\"a\\x01b\\x1bc\"} (with service=\"a\\x01b\\x1bc\")")
     case = ET.parse(junit).getroot().find("testsuite/testcase")
     assert case is not None
     assert case.get("name") == "bell \\x01 \\ufffe \\uffff \\ud800 \\x1b tab\t"
     failure = case.find("failure")
     assert failure is not None
     assert failure.get("message") == failure.text == (
-        f"{tmp_path}/t.test.yaml:5: 'bell \\x01 \\ufffe \\uffff \\ud800 \\x1b tab\t': "
+        f"{tmp_path}/t.test.yaml:5: 'bell \\x01 \\ufffe \\uffff \\ud800 \\x1b tab\\x09': "
         "errors_total: want 1, got no such series; nearest "
         "errors_total{service=\"a\\x01b\\x1bc\"} (with service=\"a\\x01b\\x1bc\")")
 
