@@ -29,7 +29,7 @@ import pyarrow as pa
 from l2m.batch.local import file_lines
 from l2m.config.job import JobConfig
 from l2m.engine.decoding import decode
-from l2m.engine.fanout import _buckets
+from l2m.engine.fanout import value_buckets
 from l2m.engine.labels import cut_value
 from l2m.engine.match import Matcher
 from l2m.engine.parse import ERROR, STATUS, TIMESTAMP, Form, ParsePlan, parse_lines
@@ -640,7 +640,7 @@ def _value(rule: Rule, doc: dict[str, Any], batch: Any, plan: ParsePlan) -> dict
     if rule.aggregation == Aggregation.HISTOGRAM:
         # The engine's bucket (the first bound at or above the value); the log counts in it
         # and every bucket above (cumulative, as the samples are).
-        first = _buckets(rule, pa.array([value], pa.float64()))[0].as_py()
+        first = value_buckets(rule, pa.array([value], pa.float64()))[0].as_py()
         every = [*rule.bucket_labels, "+Inf"]
         les = every[every.index(first):]
         out["buckets"] = les

@@ -191,7 +191,7 @@ class FanOut:
             v = _plain(self.batch.column(self.plan.column(rule.field, Form.NUMBER))).take(rows)
         le: pa.Array = _none(n)
         if rule.aggregation == Aggregation.HISTOGRAM:
-            le = _buckets(rule, v)
+            le = value_buckets(rule, v)
         window: pa.Array = pa.nulls(n, pa.int64())
         if rule.kind == Kind.GAUGE:
             window = _minute(ts)
@@ -414,7 +414,7 @@ def _minute(ts: pa.Array) -> pa.Array:
     return pa.array(values // MINUTE_MS * MINUTE_MS, pa.int64(), mask=~valid)
 
 
-def _buckets(rule: Rule, v: pa.Array) -> pa.Array:
+def value_buckets(rule: Rule, v: pa.Array) -> pa.Array:
     """Each value's bucket: the label of the first bound ≥ it, ``+Inf`` above them all or
     without a value."""
     labels = pa.array([*rule.bucket_labels, "+Inf"], pa.string())
