@@ -21,4 +21,5 @@ checked by tests/unit/project/test_layers.py).
   :mod:`l2m.engine.partials` — the partial aggregate: Arrow schema, merge, stored form;
 * :mod:`l2m.engine.admission` — series caps: which new series a state domain admits;
 * :mod:`l2m.engine.samples` — partials → samples;
+* :mod:`l2m.engine.nativebuckets` — native-histogram bucket indexes of a column (numpy);
 * :mod:`l2m.engine.ipc` — Arrow tables as single binary values (LZ4 IPC streams)."""
