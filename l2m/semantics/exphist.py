@@ -14,8 +14,9 @@ Every definition follows Prometheus bit for bit, read from its sources (cited, n
   bucket (client_golang ``histogram.observe``: "Do not add to sparse buckets for NaN").
 * bucket bounds: prometheus ``model/histogram/generic.go`` (``getBoundExponential``), the same
   table as client_golang's ``nativeHistogramBounds``. The table is not 2^(j/2^s)/2 correctly
-  rounded (341 of its 511 entries are 1–4 ulps below it), so it is kept here as data: a value
-  equal to a table entry belongs to the lower bucket, exactly as in Prometheus.
+  rounded (341 of its 511 entries differ from it, by up to 4 ulps, nearly all below), so it
+  is kept here as data: a value equal to an entry belongs to the lower bucket, as in
+  Prometheus.
 * schema reduction: prometheus ``model/histogram/float_histogram.go`` (``targetIdx``) and
   client_golang ``doubleBucketWidth``: bucket ``i`` at schema ``s`` lies in bucket
   ``((i - 1) >> (s - t)) + 1`` = ceil(i / 2^(s-t)) at schema ``t`` < ``s``. Every bound of
@@ -236,8 +237,8 @@ def growth_factor(schema: int) -> float:
 
 def relative_error_bound(schema: int) -> float:
     """The largest relative error of :func:`representative` for any value of its bucket:
-    (base − 1) / (base + 1), up to the rounding of the bounds (a few ulps, see the tests);
-    for |v| ≥ 2^-1022 (smaller values' bounds are not representable)."""
+    (base − 1) / (base + 1), plus under 1e-15 from the rounding of Prometheus's bounds and of
+    the estimate; for |v| >= 2^-1022 (smaller values' bounds are not all doubles)."""
     base = growth_factor(schema)
     return (base - 1.0) / (base + 1.0)
 
