@@ -127,6 +127,10 @@ INTERNAL_RAISES = {
                                                   # yourself", the process starts as ever
     ("l2m/authoring/testfile.py", "ValueError"),  # parse_series: caught where a test file is
                                                   # read, reported with the file and line
+    # native-histogram arithmetic (not wired yet, issue 56): its callers' arguments checked;
+    # user input will reach it through the rule loader, which refuses with codes
+    ("l2m/semantics/exphist.py", "ValueError"),
+    ("l2m/semantics/exphist.py", "AssertionError"),
 }
 BUILTIN_ERRORS = {name for name in dir(builtins) if name.endswith(("Error", "Exception"))}
 
