@@ -13,7 +13,11 @@ the integer kind. ``reset_hint`` goes to the TSDB as is; GAUGE (3) exists there 
 chunk header). Its TSDB checks spans against the deltas, no bucket below zero and the buckets
 (not the zero bucket) ≤ ``count``; it does not check the schema — newer versions check more,
 and the encoder refuses what they refuse (tests/unit/remotewrite/test_encode_histograms.py).
-"""
+What it refuses, shown below: other counts at a written timestamp and a histogram older than
+the series' newest are answered 400 (the out-of-order window is for floats only in 2.42); a
+malformed histogram 500, which a sender retries — why the encoder refuses those first.
+Without ``--enable-feature=native-histograms`` every histogram is answered 500 "native
+histograms are disabled"."""
 
 from __future__ import annotations
 
@@ -22,9 +26,12 @@ import struct
 import subprocess
 import time
 import urllib.error
+import urllib.request
+
+import cramjam
 
 from l2m.remotewrite.client import Endpoint, Sender
-from l2m.remotewrite.encode import STALE_NAN_BITS, NativeHistogram, Series, body
+from l2m.remotewrite.encode import HEADERS, STALE_NAN_BITS, NativeHistogram, Series, body
 from tests.integration.test_prometheus import free_port, promql, value, wait_for
 from tests.support.tools import tool
 from tests.support.web import get
@@ -118,6 +125,38 @@ def fraction(low: float, high: float, count: float, buckets: list[Bucket],
     return (high_rank - low_rank) / count
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    return bytes([*out, value])
+
+
+def _field(number: int, data: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _unchecked(name: str, timestamp: int, deltas: bytes) -> bytes:
+    """A WriteRequest of one integer histogram (count 1, one bucket at index 0) whose packed
+    positive deltas are ``deltas``, built here because the encoder refuses malformed ones."""
+    histogram = (b"\x08\x01" + b"\x30\x00" + _field(11, b"\x10\x01") + _field(12, deltas)
+                 + b"\x78" + _varint(timestamp))
+    label = _field(1, b"__name__") + _field(2, name.encode())
+    return bytes(cramjam.snappy.compress_raw(_field(1, _field(1, label) + _field(4, histogram))))
+
+
+def _post(base: str, data: bytes) -> tuple[int, str]:
+    """One POST, no retries (the client retries a 5xx, which 2.42 answers here)."""
+    request = urllib.request.Request(f"{base}/api/v1/write", data=data, method="POST",
+                                     headers=dict(HEADERS))
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
 def _histogram_json(base: str, query: str) -> dict[str, object]:
     got = promql(base, query)
     assert len(got) == 1 and "histogram" in got[0], got
@@ -126,7 +165,9 @@ def _histogram_json(base: str, query: str) -> dict[str, object]:
 
 def test_prometheus_stores_native_histograms_as_sent_and_promql_reads_them(tmp_path):
     port = free_port()
-    (tmp_path / "prometheus.yml").write_text("global: {scrape_interval: 1m}\n")
+    # The out-of-order window docs/prometheus.md asks for: 2.42 applies it to floats only.
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1m}\nstorage: {tsdb: {out_of_order_time_window: 30m}}\n")
     prometheus = subprocess.Popen(
         [tool("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
          f"--storage.tsdb.path={tmp_path / 'tsdb'}", "--web.enable-remote-write-receiver",
@@ -197,6 +238,33 @@ def test_prometheus_stores_native_histograms_as_sent_and_promql_reads_them(tmp_p
         assert quantile(0.5, 11.0, buckets, neg, pos) == 0.625
         assert value(base, f"histogram_fraction(0, 1, l2m_test_queue_depth @ {at})") \
             == fraction(0, 1, 11.0, buckets, neg, pos) == 3.5 / 11
+
+        # What 2.42 refuses. A histogram at a written timestamp with other counts: 400, the
+        # same one again is taken; an older one than the series' newest: 400 despite the
+        # out-of-order window, which a float series gets.
+        changed = NativeHistogram(t2, count=16, sum=50.25, schema=0, zero_threshold=0.001,
+                                  zero_count=3, positive_spans=[(0, 2), (1, 2)],
+                                  positive_deltas=[4, 2, -4, -1])
+        assert _post(base, body([Series(latency, histograms=[changed])])) \
+            == (400, "duplicate sample for timestamp\n")
+        assert _post(base, body([Series(latency, histograms=counter[1:])])) == (204, "")
+        older = NativeHistogram(t1 - 1000, count=1, sum=1.0, schema=0, zero_count=1)
+        assert _post(base, body([Series(latency, histograms=[older])])) \
+            == (400, "out of order sample\n")
+        floats = {"__name__": "l2m_test_float_total"}
+        assert _post(base, body([Series(floats, [(t2, 2.0)])])) == (204, "")
+        assert _post(base, body([Series(floats, [(t1, 1.0)])])) == (204, "")
+        # A malformed histogram (the encoder refuses it, tests/unit/remotewrite/
+        # test_encode_histograms.py) is answered 500 — which a sender retries, forever.
+        assert _post(base, _unchecked("l2m_test_bad", t2, b"\x02\x02")) == (
+            500, "positive side: spans need 1 buckets, have 2 buckets: histogram spans specify "
+                 "different number of buckets than provided\n")
+        assert _post(base, _unchecked("l2m_test_bad", t2, b"\x03")) == (
+            500, "positive side: bucket number 1 has observation count of -2: histogram has a "
+                 "bucket whose observation count is negative\n")
+        assert _post(base, _unchecked("l2m_test_good", t2, b"\x02")) == (204, "")
+        assert promql(base, "l2m_test_bad") == []
+        assert value(base, f"histogram_count(l2m_test_good @ {at})") == 1.0
 
         # A stale NaN sample ends a histogram series: Prometheus stores it as a stale
         # histogram, and an instant query after it finds nothing.
