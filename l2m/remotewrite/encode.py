@@ -33,7 +33,7 @@ sorted by name and unique, names match Prometheus's label-name syntax, a series 
 metric, its samples are in strictly increasing time order. Empty label values are dropped (in
 Prometheus an empty value is the label's absence).
 
-Native histograms (:class:`NativeHistogram`) are the *integer* kind: bucket counts as deltas
+Native histograms (:class:`WireHistogram`) are the *integer* kind: bucket counts as deltas
 in the spans' order, ``count_int`` and ``zero_count_int`` always written (the oneof's choice
 is what tells a receiver it is not a float histogram — Prometheus's own sender writes them
 too); the float kind (``*_float``, ``*_counts``) is not written. They are checked as the
@@ -78,8 +78,10 @@ _VARINT, _I64, _LEN = 0, 1, 2
 
 
 @dataclass(frozen=True)
-class NativeHistogram:
-    """One native (exponential-bucket) histogram at ``timestamp`` (ms), integer counts.
+class WireHistogram:
+    """One native (exponential-bucket) histogram at ``timestamp`` (ms), integer counts, in
+    the wire form remote write carries (spans and deltas; the sparse value itself, its
+    buckets and their arithmetic, is :class:`l2m.semantics.exphist.NativeHistogram`).
 
     Bucket ``i`` of ``schema`` s spans (2**(2**-s * (i-1)), 2**(2**-s * i)] on the positive
     side, its mirror on the negative side. ``*_spans`` are (offset, length): the first offset
@@ -105,12 +107,12 @@ class NativeHistogram:
 @dataclass(frozen=True)
 class Series:
     """One series of a request: ``labels`` (``__name__`` among them), ``samples`` as
-    (timestamp ms, value), oldest first; ``histograms`` (:class:`NativeHistogram`), oldest
+    (timestamp ms, value), oldest first; ``histograms`` (:class:`WireHistogram`), oldest
     first. A histogram series carries histograms, and a sample only to end it (stale NaN)."""
 
     labels: Mapping[str, str]
     samples: Sequence[tuple[int, float]] = ()
-    histograms: Sequence[NativeHistogram] = ()
+    histograms: Sequence[WireHistogram] = ()
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,7 @@ def _number(what: str, value: object) -> float:
         raise RemoteWriteError(f"{what} is {value}, beyond a double's range") from None
 
 
-def _histogram(name: str | None, h: NativeHistogram) -> bytes:
+def _histogram(name: str | None, h: WireHistogram) -> bytes:
     """One ``Histogram`` message, refused where a receiver would refuse it."""
     what = f"histogram of {name} at {h.timestamp!r}"
     timestamp = _integer(f"{what}: timestamp", h.timestamp, _INT64)

@@ -31,7 +31,7 @@ import urllib.request
 import cramjam
 
 from l2m.remotewrite.client import Endpoint, Sender
-from l2m.remotewrite.encode import HEADERS, STALE_NAN_BITS, NativeHistogram, Series, body
+from l2m.remotewrite.encode import HEADERS, STALE_NAN_BITS, Series, WireHistogram, body
 from tests.integration.test_prometheus import free_port, promql, value, wait_for
 from tests.support.tools import tool
 from tests.support.web import get
@@ -183,17 +183,17 @@ def test_prometheus_stores_native_histograms_as_sent_and_promql_reads_them(tmp_p
         # At t2: zero 2, (0.5,1] 4, (1,2] 6, (4,8] 2, (8,16] 1 — 15 observations.
         latency = {"__name__": "l2m_test_latency_seconds", "service": "cart"}
         counter = [
-            NativeHistogram(t1, count=12, sum=30.5, schema=0, zero_threshold=0.001,
+            WireHistogram(t1, count=12, sum=30.5, schema=0, zero_threshold=0.001,
                             zero_count=2, positive_spans=[(0, 2), (1, 1)],
                             positive_deltas=[3, 2, -3]),
-            NativeHistogram(t2, count=15, sum=50.25, schema=0, zero_threshold=0.001,
+            WireHistogram(t2, count=15, sum=50.25, schema=0, zero_threshold=0.001,
                             zero_count=2, positive_spans=[(0, 2), (1, 2)],
                             positive_deltas=[4, 2, -4, -1], reset_hint="no"),
         ]
         # Gauge histogram, schema -1 (bucket i is (4**(i-1), 4**i]), zero bucket ±0.25:
         # [-16,-4) 1, [-4,-1) 2, zero 1, (0.25,1] 3, (4,16] 4 — 11 observations.
         depth = {"__name__": "l2m_test_queue_depth", "queue": "ünïcode"}
-        gauge = [NativeHistogram(t2, count=11, sum=21.5, schema=-1, zero_threshold=0.25,
+        gauge = [WireHistogram(t2, count=11, sum=21.5, schema=-1, zero_threshold=0.25,
                                  zero_count=1, negative_spans=[(1, 2)], negative_deltas=[2, -1],
                                  positive_spans=[(0, 1), (1, 1)], positive_deltas=[3, 1],
                                  reset_hint="gauge")]
@@ -242,13 +242,13 @@ def test_prometheus_stores_native_histograms_as_sent_and_promql_reads_them(tmp_p
         # What 2.42 refuses. A histogram at a written timestamp with other counts: 400, the
         # same one again is taken; an older one than the series' newest: 400 despite the
         # out-of-order window, which a float series gets.
-        changed = NativeHistogram(t2, count=16, sum=50.25, schema=0, zero_threshold=0.001,
+        changed = WireHistogram(t2, count=16, sum=50.25, schema=0, zero_threshold=0.001,
                                   zero_count=3, positive_spans=[(0, 2), (1, 2)],
                                   positive_deltas=[4, 2, -4, -1])
         assert _post(base, body([Series(latency, histograms=[changed])])) \
             == (400, "duplicate sample for timestamp\n")
         assert _post(base, body([Series(latency, histograms=counter[1:])])) == (204, "")
-        older = NativeHistogram(t1 - 1000, count=1, sum=1.0, schema=0, zero_count=1)
+        older = WireHistogram(t1 - 1000, count=1, sum=1.0, schema=0, zero_count=1)
         assert _post(base, body([Series(latency, histograms=[older])])) \
             == (400, "out of order sample\n")
         floats = {"__name__": "l2m_test_float_total"}

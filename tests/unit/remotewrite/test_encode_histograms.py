@@ -21,8 +21,8 @@ from l2m.remotewrite.encode import (
     RESET_HINTS,
     STALE_NAN_BITS,
     Metadata,
-    NativeHistogram,
     Series,
+    WireHistogram,
     body,
     write_request,
 )
@@ -96,12 +96,12 @@ def decode(data: bytes) -> Any:
     return request
 
 
-def encoded(*histograms: NativeHistogram) -> Any:
+def encoded(*histograms: WireHistogram) -> Any:
     """The histograms of one series, as protobuf's runtime decodes what the encoder wrote."""
     return decode(write_request([Series(NAME, histograms=histograms)])).timeseries[0].histograms
 
 
-def same_as_generated(h: NativeHistogram) -> bytes:
+def same_as_generated(h: WireHistogram) -> bytes:
     """The runtime's own encoding of ``h`` as a one-series WriteRequest (oneofs set to the
     integer members, as Prometheus's sender sets them)."""
     request = WriteRequest()
@@ -123,20 +123,20 @@ def spans(field: Any) -> list[tuple[int, int]]:
     return [(s.offset, s.length) for s in field]
 
 
-COUNTER = NativeHistogram(1_795_169_274_799, count=15, sum=50.25, schema=0,
+COUNTER = WireHistogram(1_795_169_274_799, count=15, sum=50.25, schema=0,
                           zero_threshold=0.001, zero_count=2, positive_spans=[(0, 2), (1, 2)],
                           positive_deltas=[4, 2, -4, -1], reset_hint="no")
-GAUGE = NativeHistogram(1_795_169_284_799, count=11, sum=-21.5, schema=-1, zero_threshold=0.25,
+GAUGE = WireHistogram(1_795_169_284_799, count=11, sum=-21.5, schema=-1, zero_threshold=0.25,
                         zero_count=1, negative_spans=[(1, 2)], negative_deltas=[2, -1],
                         positive_spans=[(-3, 1), (1, 1)], positive_deltas=[3, 1],
                         reset_hint="gauge")
-EMPTY = NativeHistogram(0, count=0, sum=0.0, schema=0)
+EMPTY = WireHistogram(0, count=0, sum=0.0, schema=0)
 # -0.0 is not the default's bit pattern: written, as the runtime writes it.
-NEGATIVE_ZERO = NativeHistogram(3, count=1, sum=-0.0, schema=2, zero_count=1, reset_hint="yes")
+NEGATIVE_ZERO = WireHistogram(3, count=1, sum=-0.0, schema=2, zero_count=1, reset_hint="yes")
 
 
 def test_a_counter_histogram_decodes_field_by_field():
-    first = NativeHistogram(1_795_169_264_799, count=12, sum=30.5, schema=0,
+    first = WireHistogram(1_795_169_264_799, count=12, sum=30.5, schema=0,
                             zero_threshold=0.001, zero_count=2, positive_spans=[(0, 2), (1, 1)],
                             positive_deltas=[3, 2, -3], reset_hint="yes")
     a, b = encoded(first, COUNTER)
@@ -179,7 +179,7 @@ def test_the_empty_histogram_writes_its_integer_counts_and_nothing_else():
 
 
 def test_zigzag_packing_and_wide_values():
-    h = NativeHistogram(-1, count=2**64 - 1, sum=math.inf, schema=8,
+    h = WireHistogram(-1, count=2**64 - 1, sum=math.inf, schema=8,
                         positive_spans=[(-(2**31), 1), (2**31 - 1, 1)],
                         positive_deltas=[2**63 - 1, -(2**63 - 1)],
                         zero_count=1, negative_spans=[(0, 1)], negative_deltas=[2**63 - 1])
@@ -194,13 +194,13 @@ def test_zigzag_packing_and_wide_values():
 
 
 def test_integers_are_taken_for_the_float_fields():
-    (h,) = encoded(NativeHistogram(5, count=1, sum=3, schema=0, zero_threshold=1, zero_count=1))
+    (h,) = encoded(WireHistogram(5, count=1, sum=3, schema=0, zero_threshold=1, zero_count=1))
     assert (h.sum, h.zero_threshold) == (3.0, 1.0)
 
 
 def test_a_nan_sum_allows_observations_outside_every_bucket():
     # A NaN observed is counted but in no bucket, and makes the sum NaN.
-    (h,) = encoded(NativeHistogram(5, count=3, sum=math.nan, schema=0, zero_count=1,
+    (h,) = encoded(WireHistogram(5, count=3, sum=math.nan, schema=0, zero_count=1,
                                    positive_spans=[(0, 1)], positive_deltas=[1]))
     assert (h.count_int, math.isnan(h.sum)) == (3, True)
 
@@ -228,10 +228,10 @@ def test_series_of_samples_are_encoded_as_before():
         b"\x12\x0b\x09\x00\x00\x00\x00\x00\x00\x00\x40\x10\x01")
 
 
-def _h(**changes: Any) -> NativeHistogram:
+def _h(**changes: Any) -> WireHistogram:
     fields = {"timestamp": 7, "count": 3, "sum": 4.0, "schema": 0, "zero_count": 1,
               "positive_spans": [(0, 1), (2, 1)], "positive_deltas": [1, 0]}
-    return NativeHistogram(**{**fields, **changes})
+    return WireHistogram(**{**fields, **changes})
 
 
 @pytest.mark.parametrize("histogram, message", [
