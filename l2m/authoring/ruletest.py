@@ -476,7 +476,8 @@ def report(result: FileResult, verbose: bool, out: TextIO) -> None:
     if result.error is not None:
         for line in result.error.splitlines():
             where = "" if line.startswith(result.path) else f"{result.path}: "
-            print(f"error [{result.code}]: {where}{line}", file=out)
+            # A message may quote the file's text (a case's name): shown as failures are.
+            print(f"error [{result.code}]: {where}{shown_name(line)}", file=out)
         return
     if verbose:
         print(f"{result.path}: {len(result.cases)} case(s) in {result.seconds:.3f} s", file=out)

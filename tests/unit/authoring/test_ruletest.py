@@ -401,6 +401,19 @@ def test_control_characters_in_label_values_are_escaped_and_paste_back(tmp_path,
     assert main(["test", str(test)]) == 0, capsys.readouterr().out
 
 
+def test_a_load_error_quoting_a_case_name_escapes_its_control_characters(tmp_path, capsys):
+    (tmp_path / "r.yaml").write_text(RULES)
+    test = tmp_path / "t.test.yaml"
+    test.write_text("rules: r.yaml\ntests:\n"
+                    + '  - {name: "a\\x1b[31mb", logs: [], exhaustive: true}\n' * 2)
+    assert main(["test", str(test)]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert out.splitlines()[0] == (
+        f"error [CONFIG]: {test}:4: name: 'a\\x1b[31mb' is already the name of the case at "
+        "line 3")
+
+
 def test_run_selecting_no_case_is_an_error_and_a_file_named_twice_runs_once(tmp_path, capsys,
                                                                             monkeypatch):
     suite = write_suite(tmp_path)
