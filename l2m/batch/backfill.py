@@ -39,6 +39,7 @@ from l2m.batch.finals import FINAL_ARROW, final_rows, ordered_lines
 from l2m.batch.lines import (
     SPARK_CODECS,
     Split,
+    check_inputs_exist,
     compressed,
     input_files,
     open_compressed,
@@ -70,9 +71,7 @@ from l2m.semantics.windows import MINUTE_MS
 def check_paths(inputs: Sequence[str], output: str | Path) -> None:
     """Refuse inputs that do not exist, and an output that is an input file or lies inside an
     input directory (it would be overwritten, or read by the next run)."""
-    missing = [p for p in inputs if not Path(p).exists()]
-    if missing:
-        raise InputError("; ".join(f"{p}: no such file or directory" for p in missing))
+    check_inputs_exist(inputs)
     out = Path(output).resolve()
     for item in inputs:
         path = Path(item).resolve()

@@ -186,3 +186,10 @@ def input_files(inputs: Sequence[str]) -> list[Path]:
                 if not name.startswith((".", "_")):
                     add(Path(root) / name)
     return files
+
+
+def check_inputs_exist(inputs: Sequence[str | Path]) -> None:
+    """Refuse inputs that do not exist, every one named in one :class:`InputError`."""
+    missing = [str(p) for p in inputs if not Path(p).exists()]
+    if missing:
+        raise InputError("; ".join(f"{p}: no such file or directory" for p in missing))

@@ -25,7 +25,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from l2m.batch.finals import FINAL_ARROW, Tallies, domain_samples, ordered_lines, tally_table
-from l2m.batch.lines import SPARK_CODECS, Split, compressed, input_files, read_split
+from l2m.batch.lines import (
+    SPARK_CODECS,
+    Split,
+    check_inputs_exist,
+    compressed,
+    input_files,
+    read_split,
+)
 from l2m.batch.summary import BackfillSummary, tally
 from l2m.defaults import BATCH_ROWS, MAX_LABEL_VALUE_LENGTH, TIMESTAMP_FIELD
 from l2m.engine.admission import beyond_rule_caps
@@ -105,9 +112,7 @@ def file_lines(inputs: Sequence[str | Path]) -> Iterator[bytes]:
     """The lines of JSON-lines files or directories (plain, ``.gz``, ``.bz2``), read as the
     backfill's tasks read them (:func:`~l2m.batch.lines.read_split`). A codec only Spark's
     text source reads is an :class:`~l2m.errors.InputError` naming ``l2m backfill``."""
-    missing = [str(p) for p in inputs if not Path(p).exists()]
-    if missing:
-        raise InputError("; ".join(f"{p}: no such file or directory" for p in missing))
+    check_inputs_exist(inputs)
     for path in input_files([str(p) for p in inputs]):
         if path.suffix in SPARK_CODECS:
             raise InputError(f"{path}: {path.suffix} files are read by Spark: run l2m backfill "

@@ -192,8 +192,6 @@ def tally(summary: BackfillSummary, samples: pa.Table, tallies: pa.Table) -> Non
             summary.matches[name] += count
 
 
-
-
 def count_series(summary: BackfillSummary, samples: pa.Table) -> None:
     """Series per rule, the most in one window and group-by labels' distinct values, over
     every sample written (``rule`` and ``sort`` columns, in the output's order; module
@@ -202,7 +200,7 @@ def count_series(summary: BackfillSummary, samples: pa.Table) -> None:
     rows where a key changes — one pass, no hashing of every sample (a rule grouping by a
     unique id has as many series as samples)."""
     rows = samples.num_rows
-    if not rows or "sort" not in samples.column_names:
+    if not rows:
         return
     sort = samples.column("sort").combine_chunks()
     rule = samples.column("rule").combine_chunks()
