@@ -291,20 +291,22 @@ class _Checker:
     def one(self, exp: SeriesExpectation, name: str, labels: dict[str, str], want: Value,
             drop: str | None = None, shown_labels: dict[str, str] | None = None) -> None:
         what = self.where(exp, name, shown_labels if shown_labels is not None else labels)
-        found = self.select(exp, name, labels, drop) if drop is None else [
-            i for i in self.select(exp, name, {k: v for k, v in labels.items() if k != drop},
-                                   drop) if _same_bound(self.samples[i]["labels"].get(drop),
-                                                        labels[drop])]
+        if drop is None:
+            found = self.select(exp, name, labels)
+        else:
+            base = {k: v for k, v in labels.items() if k != drop}
+            family = self.select(exp, name, base, drop)
+            found = [i for i in family
+                     if _same_bound(self.samples[i]["labels"].get(drop), labels[drop])]
+        if not found and drop is None:
+            self.fail(exp.at, what, value_text(want), self.missing(exp, name, labels))
+            return
         if not found:
-            bounds = [] if drop is None else list(dict.fromkeys(
-                self.samples[i]["labels"][drop] for i in self.select(
-                    exp, name, {k: v for k, v in labels.items() if k != drop}, drop)
-                if drop in self.samples[i]["labels"]))
+            bounds = list(dict.fromkeys(self.samples[i]["labels"][drop] for i in family
+                                        if drop in self.samples[i]["labels"]))
             self.fail(exp.at, what, value_text(want),
                       f"no bucket {drop}={_quoted(labels[drop])}; the rule's bounds: "
-                      f"{', '.join(bounds)}" if bounds and drop is not None else
-                      self.missing(exp, name, {k: v for k, v in labels.items() if k != drop},
-                                   drop))
+                      f"{', '.join(bounds)}" if bounds else self.missing(exp, name, base, drop))
             return
         if len(found) > 1:
             self.covered.update(found)  # reported here, not again as unexpected
