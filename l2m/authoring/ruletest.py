@@ -298,10 +298,10 @@ class _Checker:
             family = self.select(exp, name, base, drop)
             found = [i for i in family
                      if _same_bound(self.samples[i]["labels"].get(drop), labels[drop])]
-        if not found and drop is None:
-            self.fail(exp.at, what, value_text(want), self.missing(exp, name, labels))
-            return
         if not found:
+            if drop is None:
+                self.fail(exp.at, what, value_text(want), self.missing(exp, name, labels))
+                return
             bounds = list(dict.fromkeys(self.samples[i]["labels"][drop] for i in family
                                         if drop in self.samples[i]["labels"]))
             self.fail(exp.at, what, value_text(want),
