@@ -29,6 +29,7 @@ from l2m.authoring.testfile import (
     TestCase,
     TestFile,
     Value,
+    bound_value,
     find_test_files,
     load_test_file,
     value_text,
@@ -244,6 +245,12 @@ class _Checker:
             found.append(i)
         return found
 
+    def family(self, exp: SeriesExpectation, labels: dict[str, str]) -> list[int]:
+        """Indices of the samples of the histogram family ``exp`` names (``_bucket`` of every
+        ``le``, ``_sum``, ``_count``) with ``labels``."""
+        return [i for part in HISTOGRAM_PARTS for i in
+                self.select(exp, exp.name + part, labels, "le" if part == "_bucket" else None)]
+
     def counter_window(self, exp: SeriesExpectation) -> bool:
         """Whether ``window:`` names a counter's series (rules of one name but both kinds
         pass :func:`refuse_counter_windows`): then one failure, never a vacuous pass."""
@@ -328,8 +335,7 @@ class _Checker:
 
     def histogram(self, exp: SeriesExpectation) -> None:
         labels = dict(exp.labels)
-        family = [i for part in HISTOGRAM_PARTS for i in
-                  self.select(exp, exp.name + part, labels, "le" if part == "_bucket" else None)]
+        family = self.family(exp, labels)
         if not family:
             self.fail(exp.at, self.where(exp, exp.name, labels), "a histogram",
                       self.missing(exp, exp.name + "_count", labels, shown=exp.name))
@@ -352,10 +358,7 @@ class _Checker:
 
     def absent(self, exp: SeriesExpectation) -> None:
         labels = dict(exp.labels)
-        found = self.select(exp, exp.name, labels) + [
-            i for part in HISTOGRAM_PARTS
-            for i in self.select(exp, exp.name + part, labels, "le" if part == "_bucket"
-                                 else None)]
+        found = self.select(exp, exp.name, labels) + self.family(exp, labels)
         if found:
             first = self.samples[found[0]]
             self.fail(exp.at, self.where(exp, exp.name, labels), "absent",
@@ -405,8 +408,6 @@ def closest_rule(written: str, ids: set[str]) -> str | None:
 
 
 def _same_bound(le: str | None, written: str) -> bool:
-    from l2m.authoring.testfile import bound_value
-
     if le is None:
         return False
     have, want = bound_value(le), bound_value(written)
