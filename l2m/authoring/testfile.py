@@ -356,7 +356,11 @@ class _Reader:
 
     def resolved(self, node: yaml.Node, key: str) -> str:
         """A path written relative to the test file's folder, made absolute."""
-        written = self.string(node, key)
+        return self.path_of(self.string(node, key))
+
+    def path_of(self, written: str) -> str:
+        """``written``, a path relative to the test file's folder (or absolute), made
+        absolute."""
         return str(written if Path(written).is_absolute() else (self.base / written).resolve())
 
     # --- times ---------------------------------------------------------------------------
@@ -404,8 +408,7 @@ class _Reader:
                     raise self.fail(root, "", f"missing required key '{required}'")
             rules_node = top["rules"][1]
             written = self.strings(rules_node, "rules")
-            rules = tuple(str(p if Path(p).is_absolute() else (self.base / p).resolve())
-                          for p in written)
+            rules = tuple(self.path_of(p) for p in written)
             mark = rules_node.start_mark
             config = self.job_config(root, top)
             start = self.absolute(top["start"][1], "start") if "start" in top else None
@@ -482,8 +485,7 @@ class _Reader:
             from l2m.batch.local import file_lines
 
             value = entries["input"][1]
-            paths = [str(p if Path(p).is_absolute() else (self.base / p).resolve())
-                     for p in self.strings(value, f"{key}.input")]
+            paths = [self.path_of(p) for p in self.strings(value, f"{key}.input")]
             try:
                 lines.extend(file_lines(paths))
             except L2mError as exc:
