@@ -159,7 +159,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.estimate:
         from l2m.authoring.estimate import estimate_command
 
-        return estimate_command(ruleset.rules, args.estimate, _run_config(args),
+        return estimate_command(ruleset.rules, args.estimate, _run_config(args)[0],
                                 out=sys.stdout)
     return 0
 
@@ -207,22 +207,23 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         limits=limits, progress=not args.quiet, strict=args.strict))
 
 
-def _run_config(args: argparse.Namespace) -> JobConfig:
+def _run_config(args: argparse.Namespace) -> tuple[JobConfig, Tenancy | None]:
     """The job settings of a command that runs rules over logs without Spark (explain,
-    validate --estimate): ``--config``'s, or the defaults with the query flags; the
-    timestamp, label and cap flags as backfill takes them."""
+    validate --estimate) — ``--config``'s, or the defaults with the query flags; the
+    timestamp, label and cap flags as backfill takes them — and the tenancy to load the
+    rules with."""
     from dataclasses import replace
 
     from l2m.config.job import JobConfig
 
-    query, _, ts_field, label_limit, limits = _backfill_settings(args)
+    query, tenancy, ts_field, label_limit, limits = _backfill_settings(args)
     cfg = _given_config(args) or JobConfig(text_fields=query.text_fields,
                                            default_fields=query.default_fields)
     return replace(cfg, timestamp_field=ts_field, limits=replace(
         cfg.limits, max_label_value_length=label_limit,
         max_series_per_rule=limits.series.per_rule,
         max_series_per_metric=limits.series.per_metric,
-        max_series_per_account=limits.series.per_account))
+        max_series_per_account=limits.series.per_account)), tenancy
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -239,8 +240,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise ConfigError("--input needs --line N (the line to explain, 1 = the first)")
     if args.line is not None and args.input is None:
         raise ConfigError("--line goes with --input FILE")
-    cfg = _run_config(args)
-    tenancy = cfg.rule_tenancy if args.config else _tenancy(args)
+    cfg, tenancy = _run_config(args)
     ruleset = _rules(args.rules, cfg.query_config, tenancy, cfg.limits.series)
     line = args.log if args.log is not None else input_line(args.input, args.line)
     return explain_command(ruleset.rules, line, cfg, rule_id=args.rule, as_json=args.json,
@@ -433,8 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="fail on a corrupt or unreadable input file instead of skipping it")
     p.add_argument("--config", help="take limits, tenancy, query fields and the timestamp "
-                   "field from this job configuration, as `l2m run` would (they replace "
-                   "--text-fields, --default-fields and --timestamp-field; the limit flags "
+                   "field from this job configuration, as `l2m run` would (--text-fields, "
+                   "--default-fields and --timestamp-field are then refused; the limit flags "
                    "below override its limits)")
     _add_limit_options(p)
     _add_query_options(p)
