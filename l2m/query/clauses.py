@@ -18,7 +18,7 @@ Input: a query string and the query settings (text and default fields). Output: 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from luqum import tree as lq
 
@@ -106,8 +106,7 @@ class ClauseCompiler(QueryCompiler):
         if isinstance(node, _WRAPPERS) and len(children) == 1:
             (inner,) = children
             boost = str(node.force) if isinstance(node, lq.Boost) else inner.boost
-            return Clause(inner.kind, start, end, inner.field, inner.node, inner.children,
-                          inner.role, boost)
+            return replace(inner, start=start, end=end, boost=boost)
         if isinstance(node, lq.UnknownOperation):
             children = tuple(self._role(operand, child)
                              for operand, child in zip(node.operands, children, strict=True))
@@ -122,11 +121,9 @@ class ClauseCompiler(QueryCompiler):
         elif isinstance(operand, lq.Prohibit | lq.Not):
             role = "must_not"
         else:
-            return Clause(child.kind, child.start, child.end, child.field, child.node,
-                          child.children, "should", child.boost)
-        start, end = self._span(operand)
-        return Clause(child.kind, start, end, child.field, child.node, child.children, role,
-                      child.boost)
+            return replace(child, role="should")
+        start, end = self._span(operand)  # the sign's too
+        return replace(child, start=start, end=end, role=role)
 
 
 def _kind(node: lq.Item, compiled: Node) -> str:
