@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from l2m.batch.packs import pack, unpack
 from l2m.engine.admission import OVERFLOW_SERIES, RuleCaps, admitted_table
 from l2m.engine.labels import CUT_RULE
+from l2m.engine.nativebuckets import is_native_key
 from l2m.engine.partials import PARTIAL_ARROW, Partial, merge, nonfinite_text, partial_rows
 from l2m.engine.pipeline import routing_from_option
 from l2m.engine.samples import (
@@ -129,7 +130,7 @@ def domain_samples(table: pa.Table, rules: Sequence[Rule], caps: Mapping[str, Ru
         tallies.add(MATCHES, rule_id, logs)
     ids = pa.array([r.id for r in rules], pa.string())
     families = pc.is_in(table.column("rule"), pa.array(
-        [r.id for r in rules if r.aggregation == Aggregation.HISTOGRAM], pa.string()))
+        [r.id for r in rules if r.bucketed], pa.string()))
     return pa.concat_tables([_series_samples(table.filter(pc.invert(families)), rules, ids),
                              _family_samples(table.filter(families), rules)])
 
@@ -339,8 +340,12 @@ def _family_samples(table: pa.Table, rules: Sequence[Rule]) -> pa.Table:
     }, schema=FINAL_ARROW)
 
 
-def _le_order(le: str) -> float:
-    return float("inf") if le == "+Inf" else float(le) if le else 0.0
+def _le_order(le: str) -> tuple[int, float, str]:
+    """Classic bounds by value, then native bucket keys (:mod:`l2m.engine.nativebuckets`):
+    a family's partials merge in one order whatever order the shuffle gave them."""
+    if is_native_key(le):
+        return 1, 0.0, le
+    return 0, float("inf") if le == "+Inf" else float(le) if le else 0.0, ""
 
 
 def final_rows(option: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

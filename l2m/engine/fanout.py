@@ -4,8 +4,9 @@ one status row per log — the rows :mod:`l2m.engine.preaggregate` reduces, in t
 Input: a batch with ``ParsePlan.schema()`` (:func:`l2m.engine.parse.parse_lines`) and the compiled
 rules (:class:`l2m.engine.routing.Routing`). Output: a table with :data:`MATCH_SCHEMA` — ``rule``,
 ``series`` (the group-by values, each ``<length>:<value>``, ``-`` when absent or empty: an
-empty value is no label), ``le`` (a
-histogram's bucket; a status row's one-minute window), ``window`` (gauges: the one-minute
+empty value is no label), ``le`` (a classic histogram's bound, a native bucket's key —
+:mod:`l2m.engine.nativebuckets`; a rule asking for both has a row in each —; a status row's
+one-minute window), ``window`` (gauges: the one-minute
 window start), ``ts`` (event time of logs that count), ``v`` (the value; null when the log
 has none: it counts as a match only). Group-by values longer than the routing's
 ``max_label_value_length`` are cut (:mod:`l2m.engine.labels`); each cut label value adds a cut
@@ -36,6 +37,7 @@ import pyarrow.compute as pc
 
 from l2m.engine.labels import CUT_RULE, encoded_codes, one_value_series_column
 from l2m.engine.match import Matcher
+from l2m.engine.nativebuckets import bucket_key_codes
 from l2m.engine.parse import STATUS, TIMESTAMP, Form, ParsePlan
 from l2m.engine.routing import Routing, Shape, shape_of
 from l2m.engine.status import ROUTED, STATUS_NAMES, STATUS_RULE, status_series
@@ -189,9 +191,13 @@ class FanOut:
         else:
             assert rule.field is not None
             v = _plain(self.batch.column(self.plan.column(rule.field, Form.NUMBER))).take(rows)
-        le: pa.Array = _none(n)
-        if rule.aggregation == Aggregation.HISTOGRAM:
-            le = value_buckets(rule, v)
+        les: list[pa.Array] = [_none(n)]
+        if rule.bucketed:
+            les = []
+            if rule.classic:
+                les.append(value_buckets(rule, v))
+            if rule.native_schema is not None:  # with classic buckets too: a row in each
+                les.append(native_bucket_keys(rule.native_schema, v))
         window: pa.Array = pa.nulls(n, pa.int64())
         if rule.kind == Kind.GAUGE:
             window = _minute(ts)
@@ -200,15 +206,12 @@ class FanOut:
         cuts = self._cuts[fields]
         if cuts is not None:
             self._cut_rows(cuts[np.asarray(rows)], rule_ids, ts)
-        return pa.table({
-            "rule": rule_ids,
-            "series": _coded(codes.take(rows), keys),
-            "le": le,
-            "window": window,
-            # Event time only of logs that count into the series: the sample's timestamp.
-            "ts": pc.if_else(pc.is_valid(v), ts, pa.scalar(None, pa.int64())),
-            "v": v,
-        }, schema=CODED_MATCH_SCHEMA)
+        series = _coded(codes.take(rows), keys)
+        # Event time only of logs that count into the series: the sample's timestamp.
+        counted = pc.if_else(pc.is_valid(v), ts, pa.scalar(None, pa.int64()))
+        return pa.concat_tables([pa.table({
+            "rule": rule_ids, "series": series, "le": le, "window": window, "ts": counted,
+            "v": v}, schema=CODED_MATCH_SCHEMA) for le in les])
 
     def _series_codes(self, fields: tuple[str, ...]) -> tuple[pa.Array, pa.Array]:
         """Each log's series key for these fields as a code into the distinct keys (both
@@ -412,6 +415,13 @@ def _minute(ts: pa.Array) -> pa.Array:
     valid = pc.is_valid(ts).to_numpy(zero_copy_only=False)
     values = pc.fill_null(ts, 0).to_numpy(zero_copy_only=False)
     return pa.array(values // MINUTE_MS * MINUTE_MS, pa.int64(), mask=~valid)
+
+
+def native_bucket_keys(schema: int, v: pa.Array) -> pa.Array:
+    """Each value's native bucket key at ``schema`` (:mod:`l2m.engine.nativebuckets`); a
+    row without a value gets the key of no bucket, and counts as a match only."""
+    codes, keys = bucket_key_codes(v.to_numpy(zero_copy_only=False), schema)
+    return _coded(codes, pa.array(keys, pa.string()))
 
 
 def value_buckets(rule: Rule, v: pa.Array) -> pa.Array:

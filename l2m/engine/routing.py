@@ -32,11 +32,16 @@ Shape = tuple[str, str, str | None, tuple[str, ...], tuple[str, ...]]
 def shape_of(rule: Rule) -> Shape:
     """Kind, aggregation, value field, buckets and group-by fields: what a rule's match rows
     are built from besides its matches. Buckets by their labels, not their values: bounds
-    written ``[1, 2]`` and ``[1.0, 2.0]`` are equal numbers but their own ``le`` labels."""
+    written ``[1, 2]`` and ``[1.0, 2.0]`` are equal numbers but their own ``le`` labels; and
+    the native schema."""
     # The group-by fields as the rule has them: its `group_labels` would name a label per
     # field first (a regex each, 0.15 s of a 100,000-rule index in every read worker).
-    return (rule.kind, rule.aggregation, rule.field, rule.bucket_labels if rule.aggregation ==
-            Aggregation.HISTOGRAM else (), tuple(rule.group_by))
+    buckets: tuple[str, ...] = ()
+    if rule.bucketed:
+        buckets = rule.bucket_labels if rule.aggregation == Aggregation.HISTOGRAM else ()
+        if rule.native_schema is not None:  # not a bound's label: those never hold "/"
+            buckets += (f"native/{rule.native_schema}",)
+    return (rule.kind, rule.aggregation, rule.field, buckets, tuple(rule.group_by))
 
 
 @dataclass(frozen=True)

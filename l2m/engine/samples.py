@@ -26,9 +26,11 @@ import orjson
 
 from l2m.engine.admission import OVERFLOW_SERIES
 from l2m.engine.columns import PACK_COLUMN, SAMPLE_COLUMNS
+from l2m.engine.nativebuckets import is_native_key, native_histogram
 from l2m.engine.partials import ARROW_TYPES, NONFINITE, Partial, nonfinite_text
 from l2m.policy.limits import OVERFLOW_LABEL
 from l2m.rules.model import LABEL_RE, NAME_RE, Rule
+from l2m.semantics.exphist import quantile
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,6 +56,19 @@ MARK_KEY = "_mark"
 # real time, yet far enough inside int64 that the 0 remote write writes a millisecond before
 # a new counter's first sample stays inside.
 SAMPLE_FIELDS = ("name", "kind", "labels", "value", "timestamp", "account", "rule")
+# A native histogram's sample (docs/spec.md §4): ``histogram`` in place of ``value`` and
+# ``"format": 2`` last — a float sample has no ``format`` (it is format 1, the bytes releases
+# wrote), so a consumer that knows only those finds no ``value`` and can tell why.
+HISTOGRAM_KEY = "histogram"
+FORMAT_KEY = "format"
+HISTOGRAM_FORMAT = 2
+HISTOGRAM_FIELDS = ("name", "kind", "labels", HISTOGRAM_KEY, "timestamp", "account", "rule",
+                    FORMAT_KEY)
+# The fields of a sample's ``histogram`` object, in the order native_sample writes them:
+# ``positive``/``negative`` are [index, count] pairs by index, nonzero counts only.
+HISTOGRAM_VALUE_FIELDS = ("schema", "zero_threshold", "zero_count", "count", "sum", "positive",
+                          "negative")
+QUANTILE_LABEL = "quantile"
 KINDS = frozenset({"counter", "gauge"})
 MIN_MS, MAX_MS = -(2**62), 2**62
 _MAX_TIME_DIGITS = 19  # a TIME_HEADER longer than this is no time (MAX_MS has 19 digits)
@@ -87,7 +102,9 @@ def sample_value(value: float) -> float | str:
 
 
 def is_finite_sample(s: Mapping[str, Any]) -> bool:
-    return is_finite_shown(s["value"])
+    """Whether a sample's value (a native histogram's sum) is a finite number."""
+    shown = s["value"] if "value" in s else s[HISTOGRAM_KEY]["sum"]
+    return is_finite_shown(shown)
 
 
 def is_finite_shown(shown: float | str) -> bool:
@@ -181,12 +198,71 @@ def family_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int
     return out
 
 
+def native_sample(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int | None,
+                  parts: Mapping[str, Partial]) -> list[dict[str, Any]]:
+    """A native histogram's sample from its partials keyed by native bucket key
+    (:mod:`l2m.engine.nativebuckets`; classic bounds' partials are ignored): the histogram at
+    the rule's schema, lowered until at most its ``native_max_buckets`` buckets are populated;
+    none without values. ``timestamp`` None means: the largest event time counted."""
+    assert rule.native_schema is not None
+    found = native_histogram(parts, rule.native_schema, rule.native_max_buckets)
+    if found is None:
+        return []
+    histogram, total = found
+    ts = timestamp if timestamp is not None else total.ts
+    assert ts is not None
+    return [{
+        "name": rule.name,
+        "kind": rule.kind,
+        "labels": dict(labels),
+        HISTOGRAM_KEY: {
+            "schema": histogram.schema,
+            "zero_threshold": histogram.zero_threshold,
+            "zero_count": histogram.zero_count,
+            "count": histogram.count,
+            "sum": sample_value(histogram.sum),
+            "positive": sorted([i, c] for i, c in histogram.positive.items()),
+            "negative": sorted([i, c] for i, c in histogram.negative.items()),
+        },
+        "timestamp": int(ts),
+        "account": rule.target_account,
+        "rule": rule.id,
+        FORMAT_KEY: HISTOGRAM_FORMAT,
+    }]
+
+
+def quantile_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int | None,
+                     parts: Mapping[str, Partial]) -> list[dict[str, Any]]:
+    """A quantiles rule's samples of one window: per quantile q, the estimate of the window's
+    q-quantile from its native histogram (:func:`l2m.semantics.exphist.quantile`, relative
+    error at most :func:`~l2m.semantics.exphist.relative_error_bound` of the histogram's
+    schema), labelled ``quantile``; none without values."""
+    assert rule.native_schema is not None
+    found = native_histogram(parts, rule.native_schema, rule.native_max_buckets)
+    if found is None:
+        return []
+    histogram, total = found
+    ts = timestamp if timestamp is not None else total.ts
+    assert ts is not None
+    base = dict(labels)
+    return [sample(rule, rule.name, {**base, QUANTILE_LABEL: label}, quantile(histogram, q), ts)
+            for q, label in zip(rule.quantiles, rule.quantile_labels, strict=True)]
+
+
 def rule_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int | None,
                  parts: Mapping[str, Partial]) -> list[dict[str, Any]]:
-    """The samples of one series from its partials keyed by ``le`` ("" outside histograms).
-    ``timestamp`` None means: the largest event time counted (counters)."""
+    """The samples of one series from its partials keyed by ``le`` ("" outside bucketed
+    rules). ``timestamp`` None means: the largest event time counted (counters)."""
+    if rule.aggregation == "quantiles":
+        return quantile_samples(rule, labels, timestamp, parts)
     if rule.aggregation == "histogram":
-        return family_samples(rule, labels, timestamp, parts)
+        if rule.native_schema is None:
+            return family_samples(rule, labels, timestamp, parts)
+        out = []
+        if rule.classic:  # classic and native together: each log has a row in both
+            out = family_samples(rule, labels, timestamp,
+                                 {le: p for le, p in parts.items() if not is_native_key(le)})
+        return out + native_sample(rule, labels, timestamp, parts)
     agg = next(iter(parts.values()))
     return series_samples(rule, labels, (agg.ts or 0) if timestamp is None else timestamp,
                           agg)

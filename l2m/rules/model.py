@@ -36,6 +36,7 @@ class Aggregation(StrEnum):
     MIN = "min"
     MAX = "max"
     HISTOGRAM = "histogram"
+    QUANTILES = "quantiles"  # per-window quantile gauges, from the window's native histogram
 
 
 KINDS = tuple(Kind)
@@ -44,10 +45,24 @@ ALLOWED = {
     Kind.COUNTER: (Aggregation.COUNT, Aggregation.SUM, Aggregation.HISTOGRAM),
     Kind.GAUGE: AGGREGATIONS,
 }
+# Aggregations whose rows carry a bucket key in ``le`` (classic bounds, native bucket keys:
+# l2m.engine.nativebuckets), so that one series has a row per bucket.
+BUCKETED = (Aggregation.HISTOGRAM, Aggregation.QUANTILES)
 KEYS = (
-    "id", "name", "kind", "query", "aggregation", "field", "buckets", "group_by", "labels",
-    "account", "target_account", "enabled", "max_series", "description", "unit",
+    "id", "name", "kind", "query", "aggregation", "field", "buckets", "native", "quantiles",
+    "group_by", "labels", "account", "target_account", "enabled", "max_series", "description",
+    "unit",
 )
+# Native (exponential) buckets (docs/rules.md "Distributions"): the schema a rule's values are
+# bucketed at — bucket i holds (base^(i-1), base^i], base = 2^(2^-schema) — and how many
+# populated buckets a series' histogram may keep before its resolution is halved (the state
+# keeps at most about that many per series and window). Schema 3 is client_golang's default
+# bucket factor 1.1; quantile gauges default finer, schema 5 (quantile error at most 1.08%).
+NATIVE_SCHEMA = 3
+QUANTILES_SCHEMA = 5
+NATIVE_MAX_BUCKETS = 160
+MAX_NATIVE_BUCKETS = 10_000
+MAX_QUANTILES = 20
 # Metric metadata (HELP, UNIT): what Prometheus shows and remote write sends with the samples.
 MAX_DESCRIPTION = 1024  # Mimir's default metadata length limit
 UNIT_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -85,6 +100,12 @@ class Rule:
     field: str | None = None
     buckets: tuple[float, ...] = ()
     bucket_labels: tuple[str, ...] = ()  # each bound's string form, the `le` label value
+    # Native buckets (histogram: also a native histogram; quantiles: always): the schema its
+    # values are bucketed at, None without; the most populated buckets a series keeps.
+    native_schema: int | None = None
+    native_max_buckets: int = NATIVE_MAX_BUCKETS
+    quantiles: tuple[float, ...] = ()  # aggregation quantiles: each q, 0 <= q <= 1
+    quantile_labels: tuple[str, ...] = ()  # each q's string form, the `quantile` label value
     group_by: tuple[str, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     account: str | None = None
@@ -109,7 +130,21 @@ class Rule:
         field, bucket bounds and group-by (:func:`l2m.state.counters.signature`). Strings and
         tuples of them only: the cyclic collector stops tracking it (a list per rule, 100,000
         rules, made the collections after every state task take 0.2–0.4 s)."""
-        return (self.aggregation.value, self.field, self.bucket_labels, self.group_by)
+        base = (self.aggregation.value, self.field, self.bucket_labels, self.group_by)
+        # A native schema only where there is one: the stored signatures of every other rule
+        # stay the 4 values releases wrote.
+        return base if self.native_schema is None else (*base, self.native_schema)
+
+    @property
+    def bucketed(self) -> bool:
+        """Whether this rule's rows carry a bucket key in ``le`` (:data:`BUCKETED`)."""
+        return self.aggregation in BUCKETED
+
+    @property
+    def classic(self) -> bool:
+        """Whether this rule writes a classic histogram family (``_bucket``, ``_sum``,
+        ``_count``): a histogram with ``buckets``."""
+        return bool(self.buckets) and self.aggregation == Aggregation.HISTOGRAM
 
     @functools.cached_property
     def group_labels(self) -> tuple[tuple[str, str], ...]:
@@ -151,7 +186,7 @@ class RuleSet:
 # one object each (share_values). Bucket bounds are not among them: (1, 2) and (1.0, 2.0)
 # are equal keys but are written back (snapshots) as they were given.
 _SHARED_FIELDS = ("name", "query", "field", "group_by", "bucket_labels", "labels", "account",
-                  "target_account", "description", "unit", "file")
+                  "target_account", "description", "unit", "file", "quantile_labels")
 
 
 def share_values(rules: Iterable[Rule]) -> None:

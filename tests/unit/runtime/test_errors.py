@@ -127,10 +127,11 @@ INTERNAL_RAISES = {
                                                   # yourself", the process starts as ever
     ("l2m/authoring/testfile.py", "ValueError"),  # parse_series: caught where a test file is
                                                   # read, reported with the file and line
-    # native-histogram arithmetic (not wired yet, issue 56): its callers' arguments checked;
-    # user input will reach it through the rule loader, which refuses with codes
+    # native-histogram arithmetic and bucket keys: its callers' arguments checked (keys are
+    # only ever written by l2m; schemas by the rule loader, which refuses with codes)
     ("l2m/semantics/exphist.py", "ValueError"),
     ("l2m/semantics/exphist.py", "AssertionError"),
+    ("l2m/engine/nativebuckets.py", "ValueError"),
 }
 BUILTIN_ERRORS = {name for name in dir(builtins) if name.endswith(("Error", "Exception"))}
 
