@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from l2m.batch.packs import pack, unpack
-from l2m.engine.admission import OVERFLOW_SERIES, RuleCaps, admitted_table
+from l2m.engine.admission import OVERFLOW_SERIES, RuleCaps, admitted_table, logs_column
 from l2m.engine.labels import CUT_RULE
-from l2m.engine.nativebuckets import is_native_key
+from l2m.engine.nativebuckets import is_native_key, logs_twice
 from l2m.engine.partials import PARTIAL_ARROW, Partial, merge, nonfinite_text, partial_rows
 from l2m.engine.pipeline import routing_from_option
 from l2m.engine.samples import (
@@ -120,13 +120,17 @@ def domain_samples(table: pa.Table, rules: Sequence[Rule], caps: Mapping[str, Ru
                                        for c in ("rule", "series", "matches")), strict=True):
         tallies.add(STATUS if rule_id == STATUS_RULE else CUT, status_label(series), logs)
     table = table.filter(pc.invert(internal))
+    # A classic and native histogram's logs have a row of each kind: counted from one.
+    twice = {r.id for r in rules if logs_twice(r)}
     if caps:
-        table, refused = admitted_table(table, caps)
+        table, refused = admitted_table(table, caps, twice)
         for (rule_id, limit), logs in refused.items():
             tallies.add(REFUSED, f"{rule_id} ({limit})", logs)
-    per_rule = table.group_by("rule", use_threads=False).aggregate([("matches", "sum")])
+    per_rule = pa.table({"rule": table.column("rule"),
+                         "logs": logs_column(table, twice)}).group_by(
+        "rule", use_threads=False).aggregate([("logs", "sum")])
     for rule_id, logs in zip(per_rule.column("rule").to_pylist(),
-                             per_rule.column("matches_sum").to_pylist(), strict=True):
+                             per_rule.column("logs_sum").to_pylist(), strict=True):
         tallies.add(MATCHES, rule_id, logs)
     ids = pa.array([r.id for r in rules], pa.string())
     families = pc.is_in(table.column("rule"), pa.array(

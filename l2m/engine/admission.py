@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import enum
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from l2m.engine.labels import one_value_series
+from l2m.engine.nativebuckets import counts_logs
 from l2m.engine.partials import Partial, merge
 from l2m.policy.limits import Limits
 from l2m.process.records import FieldValues
@@ -174,11 +175,13 @@ class Admission:
 
 
 def redirected(rows: list[tuple[str, str, Partial]], known: Mapping[str, object],
-               admission: Admission | None, rule_id: str
+               admission: Admission | None, rule_id: str, twice: bool = False
                ) -> list[tuple[str, str, Partial]]:
     """A rule's partial rows of one call with the series ``known`` does not hold admitted or
-    renamed to :data:`OVERFLOW_SERIES` (refusals counted in ``admission``). Without an
-    admission (caps off) the rows as they are. Rows come back ordered by series key."""
+    renamed to :data:`OVERFLOW_SERIES` (refusals counted in ``admission``; ``twice``: the
+    rule has two rows per log, its logs counted from one kind,
+    :func:`~l2m.engine.nativebuckets.logs_twice`). Without an admission (caps off) the rows
+    as they are. Rows come back ordered by series key."""
     rows = sorted(rows, key=lambda r: (r[0], r[1]))
     if admission is None:
         return rows
@@ -190,7 +193,8 @@ def redirected(rows: list[tuple[str, str, Partial]], known: Mapping[str, object]
                 decided[name] = admission.admit(rule_id)
             limit = decided[name]
             if limit is not None:
-                admission.count(rule_id, limit, part.matches, part.ts)
+                if counts_logs(le, twice):
+                    admission.count(rule_id, limit, part.matches, part.ts)
                 name = OVERFLOW_SERIES
         out.append((name, le, part))
     return out
@@ -262,7 +266,7 @@ def _into_overflow(table: pa.Table, refused: pa.Array | pa.ChunkedArray,
     return pa.concat_tables([table.filter(pc.invert(joined)), merge([moved], unique=False)])
 
 
-def admitted_table(table: pa.Table, caps: Mapping[str, RuleCaps]
+def admitted_table(table: pa.Table, caps: Mapping[str, RuleCaps], twice: Collection[str] = ()
                    ) -> tuple[pa.Table, dict[tuple[str, Limit], int]]:
     """Backfill's admission, on Arrow: merged partials (one row per rule, series, le, window)
     of whole domains → the same rows with every refused series merged into its rule's
@@ -278,7 +282,9 @@ def admitted_table(table: pa.Table, caps: Mapping[str, RuleCaps]
 
     The logs of a rule's overflow series that came in (cut before admission,
     :func:`beyond_rule_caps`) are refused for the cap that refused the rule's own series
-    here, or its per-rule cap when it refused none."""
+    here, or its per-rule cap when it refused none. The rules ``twice`` names have two rows
+    per log (:func:`~l2m.engine.nativebuckets.logs_twice`): their native keys' rows count no
+    logs."""
     refused: dict[tuple[str, Limit], int] = {}
     if not caps or not table.num_rows:
         return table, refused
@@ -330,7 +336,7 @@ def admitted_table(table: pa.Table, caps: Mapping[str, RuleCaps]
             allowed[g] = admits
     beyond = rank >= allowed[group]
     at = order.to_numpy()  # each sorted candidate's row in cand
-    logs = cand.column("matches").to_numpy().astype(np.int64, copy=False)[at]
+    logs = logs_column(cand, twice)[at]
     refused_logs = np.zeros(len(starts), np.int64)
     np.add.at(refused_logs, group[beyond], logs[beyond])
     for g in np.flatnonzero(allowed < sizes).tolist():
@@ -338,7 +344,8 @@ def admitted_table(table: pa.Table, caps: Mapping[str, RuleCaps]
         assert limit is not None
         key = (ids[codes[g]], limit)
         refused[key] = refused.get(key, 0) + int(refused_logs[g])
-    _count_overflow(table.filter(overflow), ids, codes, nulls, windows, reasons, refused)
+    _count_overflow(table.filter(overflow), ids, codes, nulls, windows, reasons, refused,
+                    twice)
     if not beyond.any():
         return table, refused
     moved = np.zeros(table.num_rows, np.bool_)
@@ -373,9 +380,20 @@ def _admits(caps: RuleCaps, size: int, metrics: dict[tuple[str, str], int],
     return admits, reason
 
 
+def logs_column(table: pa.Table, twice: Collection[str]) -> np.ndarray:
+    """The logs each partial row counts (int64): its ``matches``, 0 for the native keys' rows
+    of the rules ``twice`` names (:func:`~l2m.engine.nativebuckets.counts_logs`)."""
+    logs = table.column("matches").to_numpy().astype(np.int64)
+    if twice and table.num_rows:
+        repeated = pc.and_(pc.is_in(table.column("rule"), pa.array(sorted(twice), pa.string())),
+                           pc.fill_null(pc.match_substring(table.column("le"), "/"), False))
+        logs[np.asarray(repeated.to_numpy(zero_copy_only=False), np.bool_)] = 0
+    return logs
+
+
 def _count_overflow(rows: pa.Table, ids: list[str], codes: np.ndarray, nulls: np.ndarray,
                     windows: np.ndarray, reasons: list[Limit | None],
-                    refused: dict[tuple[str, Limit], int]) -> None:
+                    refused: dict[tuple[str, Limit], int], twice: Collection[str]) -> None:
     """The logs of overflow series that came in, refused as :func:`admitted_table` says."""
     if not rows.num_rows:
         return
@@ -383,7 +401,7 @@ def _count_overflow(rows: pa.Table, ids: list[str], codes: np.ndarray, nulls: np
                  for c, n, w, r in zip(codes, nulls, windows, reasons, strict=True)}
     for rule_id, window, logs in zip(rows.column("rule").to_pylist(),
                                      rows.column("window").to_pylist(),
-                                     rows.column("matches").to_pylist(), strict=True):
+                                     logs_column(rows, twice).tolist(), strict=True):
         key = (rule_id, window is None, window or 0)
         limit = reason_of.get(key) or Limit.RULE
         refused[(rule_id, limit)] = refused.get((rule_id, limit), 0) + int(logs)

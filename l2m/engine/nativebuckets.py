@@ -15,12 +15,13 @@ from collections.abc import Mapping
 import numpy as np
 
 from l2m.engine.partials import Partial
+from l2m.rules.model import Rule
 from l2m.semantics import exphist
 from l2m.semantics.exphist import NEGATIVE, POSITIVE, ZERO
 
 __all__ = ["NAN_KEY", "NEGATIVE", "NO_BUCKET", "POSITIVE", "ZERO", "ZERO_KEY", "bucket_indexes",
-           "bucket_key", "bucket_key_codes", "is_native_key", "magnitude_indexes",
-           "native_histogram", "parse_key", "reduced_parts"]
+           "bucket_key", "bucket_key_codes", "counts_logs", "is_native_key", "logs_twice",
+           "magnitude_indexes", "native_histogram", "parse_key", "reduced_parts"]
 
 NO_BUCKET = 2  # NaN: counted in the count and the sum, in no bucket
 
@@ -85,6 +86,19 @@ _PREFIX_SIDE = {"p": POSITIVE, "n": NEGATIVE}
 def is_native_key(le: str) -> bool:
     """Whether ``le`` is a native bucket key (not a classic bound's label)."""
     return "/" in le
+
+
+def logs_twice(rule: Rule) -> bool:
+    """Whether each log a rule matches has two match rows: a classic bound's and a native
+    bucket key's (a histogram asking for both)."""
+    return rule.classic and rule.native_schema is not None
+
+
+def counts_logs(le: str, twice: bool) -> bool:
+    """Whether a partial keyed ``le`` counts the logs it stands for (``matches``): every one
+    does, but the native keys' of a rule with two rows per log (:func:`logs_twice`), whose
+    logs its classic rows count already."""
+    return not (twice and "/" in le)
 
 
 def bucket_key(side: int, index: int, schema: int) -> str:

@@ -18,6 +18,7 @@ from pyspark import Accumulator
 
 from l2m.engine.admission import REFUSED_GROUP_BY, Admission, redirected
 from l2m.engine.labels import CUT_RULE
+from l2m.engine.nativebuckets import logs_twice, reduced_parts
 from l2m.engine.partials import Partial
 from l2m.engine.samples import MARK_KEY, NEW, rule_samples, series_labels, series_samples
 from l2m.engine.status import STATUS_RULE, status_label
@@ -118,7 +119,8 @@ class CounterState:
         # Series that had produced no sample before this batch: new, or stored with no value
         # (count ``n`` at index 1 of each stored partial: every bucket's, for a histogram).
         started: set[str] = set()
-        for name, le, part in redirected(rows, series, admission, rule_id):
+        twice = rule is not None and logs_twice(rule)
+        for name, le, part in redirected(rows, series, admission, rule_id, twice):
             if status:
                 if le and window_closed(int(le), watermark):
                     late = part.merged_into(late)
@@ -135,6 +137,9 @@ class CounterState:
             after = part if before is None else before.merge(part)
             parts[le] = after
             entry[1][le] = after.dump()
+        if rule is not None and rule.native_schema is not None:
+            for name, parts in merged.items():
+                merged[name] = bounded(series[name], parts, rule.native_max_buckets)
         if sweep:
             cutoff = now - self.ttl_ms
             series = {s: v for s, v in series.items() if v[0] >= cutoff}
@@ -149,6 +154,7 @@ class CounterState:
         samples = []
         for name in sorted(merged):
             produced = rule_samples(rule, series_labels(rule, name), None,
+                                    merged[name] if rule.native_schema is not None else
                                     {le: merged[name].get(le) or Partial.load(v)
                                      for le, v in series[name][1].items()})
             if marked and name in started:
@@ -170,6 +176,22 @@ class CounterState:
         if self.late is not None:
             self.late.add(counted.matches - before)
         return produced
+
+
+def bounded(entry: list[Any], touched: Mapping[str, Partial], max_buckets: int
+            ) -> dict[str, Partial]:
+    """A native histogram's series after a batch (``entry``: ``[last_seen, {le: stored
+    partial}]``, ``touched``: the partials this batch merged, by ``le``) kept at most
+    ``max_buckets`` populated buckets (:func:`~l2m.engine.nativebuckets.reduced_parts`):
+    ``entry`` rewritten when they are re-keyed. Returns every partial of the series, by
+    ``le``. Exact: a sample, and backfill's, depend only on the observations, not on how
+    batches split them; a hostile stream (values over 1e-300..1e300) keeps its rows few."""
+    parts = {le: touched.get(le) or Partial.load(v) for le, v in entry[1].items()}
+    reduced = reduced_parts(parts, max_buckets)
+    if reduced is None:
+        return parts
+    entry[1] = {le: p.dump() for le, p in reduced.items()}
+    return reduced
 
 
 def _sampled(entry: list[Any] | None) -> bool:

@@ -63,7 +63,7 @@ class MetricState:
                  state: GroupState) -> Iterator[pd.DataFrame]:
         version, frames = planned_with(frames)
         counters, gauges = self._at(version)
-        rows = counted(frames, self.reduction)
+        rows = counted(frames, self.reduction, (counters.rules, gauges.rules))
         shard, window = key
         if window == CUMULATIVE:
             return self._counter_key(counters, int(shard), rows, state)

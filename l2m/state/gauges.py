@@ -12,13 +12,14 @@ end; then its state goes, and logs that still arrive for it are dropped and coun
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark import Accumulator
 
 from l2m.engine.admission import REFUSED_GROUP_BY, Admission, redirected
+from l2m.engine.nativebuckets import logs_twice, reduced_parts
 from l2m.engine.partials import Partial
 from l2m.engine.samples import rule_samples, series_labels
 from l2m.rules.model import Aggregation, Kind, Rule
@@ -82,10 +83,13 @@ class GaugeState:
         if stored.get("sig") is not None and not same_signature(stored["sig"], rule):
             series = {}
         touched: set[str] = set()
-        for name, le, part in redirected(rows, series, admission, rule_id):
+        for name, le, part in redirected(rows, series, admission, rule_id, logs_twice(rule)):
             buckets = series.setdefault(name, {})
             buckets[le] = part.merged_into(buckets.get(le))
             touched.add(name)
+        if rule.native_schema is not None:
+            for name in touched:
+                series[name] = bounded(series[name], rule.native_max_buckets)
         content = {"sig": signature(rule), "series": series}
         return content, self.samples(rule, window, series, sorted(touched))
 
@@ -97,3 +101,30 @@ class GaugeState:
         return [s for name in (sorted(series) if names is None else names)
                 for s in rule_samples(rule, series_labels(rule, name), window,
                                       {le: Partial.load(v) for le, v in series[name].items()})]
+
+
+def bounded(buckets: dict[str, list[Any]], max_buckets: int) -> dict[str, list[Any]]:
+    """A native histogram's (or quantiles') series in a window, ``{le: stored partial}``,
+    kept at most ``max_buckets`` populated buckets
+    (:func:`~l2m.engine.nativebuckets.reduced_parts`): the same partials when they need no
+    re-keying. Exact (the window's samples depend only on its observations); a hostile
+    stream keeps its rows few."""
+    reduced = reduced_parts(_Loaded(buckets), max_buckets)
+    return buckets if reduced is None else {le: p.dump() for le, p in reduced.items()}
+
+
+class _Loaded(Mapping[str, Partial]):
+    """Stored partials by ``le``, each loaded when read: deciding that nothing needs re-keying
+    reads the keys only (a load parses a decimal)."""
+
+    def __init__(self, stored: Mapping[str, list[Any]]) -> None:
+        self.stored = stored
+
+    def __getitem__(self, le: str) -> Partial:
+        return Partial.load(self.stored[le])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.stored)
+
+    def __len__(self) -> int:
+        return len(self.stored)

@@ -100,7 +100,8 @@ class MetricProcessor(StatefulProcessor):
         versions = self._versions()
         call = self._call(None if versions is None
                           else versions.for_rows(version, shipped_files()))
-        frames = counted(unpacked(planned), self.reduction)
+        frames = counted(unpacked(planned), self.reduction,
+                         (call.counters.rules, call.gauges.rules))
         now = timerValues.getCurrentProcessingTimeInMs()
         with collector_paused():
             if window == CUMULATIVE:

@@ -10,7 +10,7 @@ Output: the key's partials by rule (:func:`by_rule`), each frame counted into th
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
@@ -20,9 +20,11 @@ from pyspark import Accumulator
 
 from l2m.engine.columns import PACK_COLUMN, RULESET_COLUMN
 from l2m.engine.ipc import table_of
+from l2m.engine.nativebuckets import is_native_key, logs_twice
 from l2m.engine.partials import Partial, column_list, frame_partials
 from l2m.engine.pipeline import RoutingTable
 from l2m.engine.rulesets import RuleVersion, Versions
+from l2m.rules.model import Rule
 from l2m.state.tally import MatchCount
 
 V = TypeVar("V")
@@ -95,13 +97,26 @@ def unpacked(frames: Iterator[pd.DataFrame]) -> Iterator[Frame]:
             yield table_of(blob)
 
 
-def counted(frames: Iterator[Frame], reduction: Reduction | None) -> Iterator[Frame]:
-    """The frames as they are, their rows and matches counted into ``reduction``."""
+def counted(frames: Iterator[Frame], reduction: Reduction | None,
+            rules: Sequence[Mapping[str, Rule]] = ()) -> Iterator[Frame]:
+    """The frames as they are, their rows and matches counted into ``reduction``: a rule's
+    logs once each, though a classic and native histogram (found in ``rules``, the call's
+    counters and gauges) has two rows per log
+    (:func:`~l2m.engine.nativebuckets.logs_twice`): its native keys' are not counted."""
     if reduction is None:
         yield from frames
         return
     rows = matches = 0
     per_rule: dict[Any, float] = {}
+    twice: dict[str, bool] = {}
+
+    def logs_twice_of(rule_id: str) -> bool:
+        found = twice.get(rule_id)
+        if found is None:
+            rule = next((m[rule_id] for m in rules if rule_id in m), None)
+            found = twice[rule_id] = rule is not None and logs_twice(rule)
+        return found
+
     for frame in frames:
         rows += len(frame)
         logs = column_list(frame, "matches")
@@ -110,8 +125,13 @@ def counted(frames: Iterator[Frame], reduction: Reduction | None) -> Iterator[Fr
             # A plain loop: a pandas groupby per key's frame cost ≈ 4 ms a call, 220 calls a
             # batch with 100,000 rules (≈ 300 partials each).
             sums: dict[str, int] = {}
-            for rule, n in zip(column_list(frame, "rule"), logs, strict=True):
+            names = column_list(frame, "rule")
+            for rule, n in zip(names, logs, strict=True):
                 sums[rule] = sums.get(rule, 0) + n
+            if any(logs_twice_of(rule) for rule in sums):
+                for rule, le, n in zip(names, column_list(frame, "le"), logs, strict=True):
+                    if isinstance(le, str) and is_native_key(le) and logs_twice_of(rule):
+                        sums[rule] -= n
             for rule, n in sums.items():
                 key = MatchCount(rule)
                 per_rule[key] = per_rule.get(key, 0) + n
