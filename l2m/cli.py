@@ -152,9 +152,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"ok: {len(ruleset.rules)} rules in {files} file(s)"
           + (f", {disabled} disabled" if disabled else ""))
     if args.list:
+        from l2m.rules.identity import shown_type
+
         for rule in ruleset.rules:
-            kind = "histogram" if rule.aggregation == "histogram" else rule.kind.value
-            print(f"{rule.id}\t{kind}\t{rule.name}\t{rule.unit or '-'}\t"
+            print(f"{rule.id}\t{shown_type(rule)}\t{rule.name}\t{rule.unit or '-'}\t"
                   f"{rule.description or '-'}" + ("" if rule.enabled else "\t(disabled)"))
     if args.estimate:
         from l2m.authoring.estimate import estimate_command

@@ -51,7 +51,7 @@ ERROR_CLASSES: dict[str, str] = {
     ),
     "INVALID_KIND": "kind '{value}' must be one of counter, gauge",
     "INVALID_AGGREGATION": (
-        "aggregation '{value}' must be one of count, sum, avg, min, max, histogram"
+        "aggregation '{value}' must be one of count, sum, avg, min, max, histogram, quantiles"
     ),
     "AGGREGATION_KIND_MISMATCH": (
         "a {kind} cannot use aggregation '{aggregation}' (allowed: {allowed})"
@@ -59,8 +59,20 @@ ERROR_CLASSES: dict[str, str] = {
     "MISSING_FIELD": (
         "aggregation '{aggregation}' needs 'field', the numeric log field it aggregates"
     ),
-    "MISSING_BUCKETS": "aggregation 'histogram' needs 'buckets', a list of upper bounds",
+    "MISSING_BUCKETS": (
+        "aggregation 'histogram' needs 'buckets' (classic bounds) or 'native' (exponential "
+        "buckets), or both"
+    ),
     "INVALID_BUCKETS": "{reason}",
+    "INVALID_NATIVE": (
+        "{reason}; 'native' is true, false or a mapping of schema ({schema_min} to "
+        "{schema_max}) and max_buckets (1 to {max_buckets})"
+    ),
+    "MISSING_QUANTILES": (
+        "aggregation 'quantiles' needs 'quantiles', a list of quantiles from 0 to 1 "
+        "(e.g. [0.5, 0.9, 0.99])"
+    ),
+    "INVALID_QUANTILES": "{reason}",
     "INVALID_FIELD_NAME": "a field name must be a non-empty string",
     "DUPLICATE_GROUP_BY": "field '{value}' is listed twice",
     "INVALID_GROUP_BY_LABEL": (
@@ -82,7 +94,7 @@ ERROR_CLASSES: dict[str, str] = {
     ),
     "TOO_MANY_LABELS": (
         "its series would carry {count} labels (static labels, group_by fields and a "
-        "histogram's le); the limit is {limit}"
+        "classic histogram's le or a quantile gauge's quantile); the limit is {limit}"
     ),
     # tenant mode (SPEC §7, l2m.policy.tenancy.Tenancy)
     "TENANT_ROOT": "in tenant mode a rules path is a directory of account directories",

@@ -8,9 +8,12 @@ account collide when
   a log adds no label), so ``{service}`` and ``{service, status}`` coincide on a log without
   ``status``, and a static label coincides with another rule's group-by label of that name;
 * they share a metric name but not its type: a counter and a gauge, or a histogram and a
-  plain series (``METRIC_TYPE_CONFLICT``) — one name is one metric family;
-* one's name is a series of the other's histogram family, ``<name>_bucket``, ``_sum`` or
-  ``_count`` (``HISTOGRAM_NAME_COLLISION``).
+  plain series (``METRIC_TYPE_CONFLICT``) — one name is one metric family. A histogram is of
+  type histogram whether its buckets are classic, native or both; a quantiles rule is a gauge
+  whose series always carry a ``quantile`` label (any value: it may coincide with any series
+  of that label);
+* one's name is a series of the other's classic histogram family, ``<name>_bucket``, ``_sum``
+  or ``_count`` (``HISTOGRAM_NAME_COLLISION``; a native histogram is one series, ``<name>``).
 
 Input: the loaded rules (disabled rules don't count). Output: one :class:`~l2m.errors.Problem`
 per colliding pair, located at the later rule (in load order) and naming the earlier one's
@@ -29,10 +32,13 @@ from collections.abc import Iterator, Sequence
 from itertools import islice
 
 from l2m.errors import Problem, render
-from l2m.rules.model import Aggregation, Rule
+from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.semantics.values import label_name
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+# The label a quantiles rule adds to each of its series (l2m.engine.samples.QUANTILE_LABEL,
+# not imported: the rules stage is below the engine).
+QUANTILE_LABEL = "quantile"
 # Problems reported per later rule: its first collisions in load order. A rule colliding with
 # thousands of others is one mistake, and its first few name it.
 MAX_PER_RULE = 10
@@ -49,7 +55,7 @@ def collisions(rules: Sequence[Rule]) -> list[Problem]:
         if not rule.enabled:
             continue
         families.setdefault((rule.target_account, rule.name), []).append((rule, None))
-        if rule.aggregation == Aggregation.HISTOGRAM:
+        if rule.classic:
             for suffix in HISTOGRAM_SUFFIXES:
                 families.setdefault((rule.target_account, rule.name + suffix), []).append(
                     (rule, suffix))
@@ -104,29 +110,31 @@ def _kind(rule: Rule) -> tuple[str, bool]:
 
 class _Layouts:
     """The earlier plain rules of one family and metric type, by the label names they can
-    write (static names, group-by names): two rules coincide when each one's static names are
-    among the other's names and their static values agree on the static names they share
+    write (static names, group-by names, always-written names of any value: a quantile
+    gauge's ``quantile``): two rules coincide when each one's static and always-written names
+    are among the other's names and their static values agree on the static names they share
     (:func:`can_coincide`). Rules of one layout are indexed by those shared values."""
 
     def __init__(self) -> None:
         self.members: list[Member] = []
-        self.layouts: dict[tuple[frozenset[str], frozenset[str]], _Layout] = {}
+        self.layouts: dict[Names, _Layout] = {}
 
     def add(self, rule: Rule) -> None:
         self.members.append((rule, None))
-        static, groups = _names(rule)
-        layout = self.layouts.get((static, groups))
+        names = _names(rule)
+        layout = self.layouts.get(names)
         if layout is None:
-            layout = self.layouts[static, groups] = _Layout(static, groups)
+            layout = self.layouts[names] = _Layout(*names)
         layout.add(rule)
 
     def coinciding(self, rule: Rule) -> list[Iterator[Member]]:
         """The earlier rules ``rule`` can coincide with, in load order per layout."""
-        static, groups = _names(rule)
+        static, groups, wild = _names(rule)
         values = dict(rule.labels)
         found: list[Iterator[Member]] = []
         for layout in self.layouts.values():
-            if static <= layout.static | layout.groups and layout.static <= static | groups:
+            if static | wild <= layout.static | layout.groups | layout.wild \
+                    and layout.static | layout.wild <= static | groups | wild:
                 shared = tuple(sorted(static & layout.static))
                 rules = layout.index(shared).get(tuple(values[n] for n in shared), [])
                 found.append((r, None) for r in rules)
@@ -134,12 +142,15 @@ class _Layouts:
 
 
 class _Layout:
-    """Rules with one set of static label names and one of group-by label names; ``index``:
-    the rules by their values of some of those static names, built when first asked for."""
+    """Rules with one set of static label names, one of group-by label names and one of
+    always-written names of any value; ``index``: the rules by their values of some of those
+    static names, built when first asked for."""
 
-    def __init__(self, static: frozenset[str], groups: frozenset[str]) -> None:
+    def __init__(self, static: frozenset[str], groups: frozenset[str],
+                 wild: frozenset[str]) -> None:
         self.static = static
         self.groups = groups
+        self.wild = wild
         self.rules: list[Rule] = []
         self.indexes: dict[tuple[str, ...], dict[tuple[str, ...], list[Rule]]] = {}
 
@@ -159,9 +170,22 @@ class _Layout:
         return found
 
 
-def _names(rule: Rule) -> tuple[frozenset[str], frozenset[str]]:
+Names = tuple[frozenset[str], frozenset[str], frozenset[str]]
+
+
+def _names(rule: Rule) -> Names:
+    """A rule's static label names, group-by label names and always-written names."""
     return (frozenset(name for name, _ in rule.labels),
-            frozenset(label_name(f) for f in rule.group_by))
+            frozenset(label_name(f) for f in rule.group_by), _wild(rule))
+
+
+_QUANTILE_NAMES = frozenset({QUANTILE_LABEL})
+
+
+def _wild(rule: Rule) -> frozenset[str]:
+    """Labels every series of the rule carries with a value no rule file fixes: a quantile
+    gauge's ``quantile``."""
+    return _QUANTILE_NAMES if rule.aggregation == Aggregation.QUANTILES else frozenset()
 
 
 def _pair(earlier: Rule, earlier_suffix: str | None, later: Rule, later_suffix: str | None
@@ -185,25 +209,40 @@ def _pair(earlier: Rule, earlier_suffix: str | None, later: Rule, later_suffix: 
 
 
 def can_coincide(a: Rule, b: Rule) -> bool:
-    """Whether some log of each rule yields the same label set: every static label of one is
-    a label the other can have (static, with the same value, or from its group-by)."""
+    """Whether some log of each rule yields the same label set: every static (or
+    always-written) label of one is a label the other can have (static, with the same value,
+    from its group-by, or always-written)."""
     static_a, static_b = dict(a.labels), dict(b.labels)
-    group_a = {label_name(f) for f in a.group_by}
-    group_b = {label_name(f) for f in b.group_by}
-    return (all(name in static_b or name in group_b for name in static_a)
-            and all(name in static_a or name in group_a for name in static_b)
+    can_a = {*static_a, *(label_name(f) for f in a.group_by), *_wild(a)}
+    can_b = {*static_b, *(label_name(f) for f in b.group_by), *_wild(b)}
+    return ({*static_a, *_wild(a)} <= can_b and {*static_b, *_wild(b)} <= can_a
             and all(static_b[name] == value for name, value in static_a.items()
                     if name in static_b))
 
 
 def _example(a: Rule, b: Rule) -> str:
-    """The smallest label set both rules can write: their static labels' names."""
-    names = sorted({*dict(a.labels), *dict(b.labels)})
+    """The smallest label set both rules can write: their static (and always-written)
+    labels' names."""
+    names = sorted({*dict(a.labels), *dict(b.labels), *_wild(a), *_wild(b)})
     return "{" + ", ".join(names) + "}" if names else "{} (no labels)"
 
 
 def _type(rule: Rule) -> str:
     return f"{rule.kind} histogram" if rule.aggregation == Aggregation.HISTOGRAM else rule.kind
+
+
+def shown_type(rule: Rule) -> str:
+    """What a listing shows as a rule's metric (``l2m validate --list``, TOPOLOGY.md):
+    ``histogram``, ``native histogram`` or ``classic+native histogram`` (``gauge …`` for a
+    gauge histogram, one per window), ``quantiles`` (gauges with a quantile label), else the
+    kind."""
+    if rule.aggregation == Aggregation.QUANTILES:
+        return "quantiles"
+    if rule.aggregation != Aggregation.HISTOGRAM:
+        return rule.kind.value
+    form = "histogram" if rule.native_schema is None \
+        else "classic+native histogram" if rule.classic else "native histogram"
+    return form if rule.kind == Kind.COUNTER else f"gauge {form}"
 
 
 def _problem(rule: Rule, code: str, **params: object) -> Problem:

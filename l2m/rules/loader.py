@@ -42,7 +42,12 @@ from l2m.rules.model import (
     MAX_BUCKETS,
     MAX_DESCRIPTION,
     MAX_LABELS,
+    MAX_NATIVE_BUCKETS,
+    MAX_QUANTILES,
     NAME_RE,
+    NATIVE_MAX_BUCKETS,
+    NATIVE_SCHEMA,
+    QUANTILES_SCHEMA,
     REQUIRED,
     RESERVED_ID_PREFIX,
     RESERVED_LABEL_PREFIX,
@@ -54,6 +59,7 @@ from l2m.rules.model import (
     RuleSet,
     share_values,
 )
+from l2m.semantics.exphist import SCHEMA_MAX, SCHEMA_MIN
 from l2m.semantics.values import label_name, string_form
 from l2m.yamlio import yamlsafe
 from l2m.yamlio.suggest import similar
@@ -108,6 +114,14 @@ def _type_name(value: Any) -> str:
         return "null"
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
             dict: "mapping"}.get(type(value), type(value).__name__)
+
+
+def _shown(value: Any) -> str:
+    """A wrong value in a message: a scalar as written, anything else by its type."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else "a string"
+    text = string_form(value) if not isinstance(value, list | dict) else None
+    return _type_name(value) if text is None else text
 
 
 def _mapping_items(node: yaml.MappingNode, ctx: _Ctx, rule_id: str | None
@@ -500,6 +514,8 @@ def _load_rule(node: yaml.Node, ctx: _Ctx, config: QueryConfig) -> Rule | None:
     return _RuleReader(node, ctx, config).read()
 
 
+_NATIVE_KEYS = ("schema", "max_buckets")
+
 # A rule's keys as written: key → (constructed value, key node, value node).
 Raw = dict[str, tuple[Any, yaml.Node, yaml.Node]]
 
@@ -556,12 +572,18 @@ class _RuleReader:
         self.keys()
         rid, name = self.identity()
         kind, aggregation = self.kind_and_aggregation()
-        self.reserved_name(name, aggregation)
         field_name = self.field(aggregation)
         buckets, bucket_labels = self.buckets(aggregation)
+        native_schema, native_max_buckets = self.native(aggregation)
+        quantiles, quantile_labels = self.quantiles(aggregation)
+        if aggregation == Aggregation.HISTOGRAM and "buckets" not in self.raw \
+                and "native" not in self.raw:
+            self.add("MISSING_BUCKETS", self.node, None)
+        classic = aggregation == Aggregation.HISTOGRAM and "buckets" in self.raw
+        self.reserved_name(name, classic)
         group_by = self.group_by()
         labels = self.labels()
-        self.label_clash(group_by, labels, aggregation)
+        self.label_clash(group_by, labels, aggregation, classic)
         account = self.account("account")
         target_account = self.account("target_account")
         enabled = self.enabled()
@@ -574,7 +596,9 @@ class _RuleReader:
         return Rule(
             id=rid, name=name, kind=kind, query=query, aggregation=aggregation,
             field=field_name if aggregation != Aggregation.COUNT else None,
-            buckets=buckets, bucket_labels=bucket_labels, group_by=group_by, labels=labels,
+            buckets=buckets, bucket_labels=bucket_labels, native_schema=native_schema,
+            native_max_buckets=native_max_buckets, quantiles=quantiles,
+            quantile_labels=quantile_labels, group_by=group_by, labels=labels,
             account=account, target_account=target_account, enabled=enabled,
             max_series=max_series, description=description, unit=unit,
             file=self.ctx.file, line=self.node.start_mark.line + 1,
@@ -603,15 +627,16 @@ class _RuleReader:
             self.bad("INVALID_NAME", "name", value=name)
         return rid, name
 
-    def reserved_name(self, name: str | None, aggregation: Aggregation | None) -> None:
-        """A name of l2m's own metrics (:data:`RESERVED_NAME_PREFIX`), or a histogram whose
-        series would be one (``l2m`` → ``l2m_bucket``)."""
+    def reserved_name(self, name: str | None, classic: bool) -> None:
+        """A name of l2m's own metrics (:data:`RESERVED_NAME_PREFIX`), or a classic
+        histogram whose series would be one (``l2m`` → ``l2m_bucket``; a native histogram
+        and quantile gauges write ``name`` alone)."""
         if name is None or not NAME_RE.fullmatch(name):
             return
         if name.startswith(RESERVED_NAME_PREFIX):
             self.bad("RESERVED_NAME", "name", value=name,
                      reason=f"starts with {RESERVED_NAME_PREFIX}")
-        elif aggregation == Aggregation.HISTOGRAM and any(
+        elif classic and any(
                 (name + suffix).startswith(RESERVED_NAME_PREFIX)
                 for suffix in HISTOGRAM_SUFFIXES):
             *first, last = (name + suffix for suffix in HISTOGRAM_SUFFIXES)
@@ -647,9 +672,9 @@ class _RuleReader:
 
     def buckets(self, aggregation: Aggregation | None
                 ) -> tuple[tuple[float, ...], tuple[str, ...]]:
+        """``buckets``: a classic histogram's upper bounds (MISSING_BUCKETS, which ``native``
+        may answer instead, is :meth:`read`'s)."""
         if "buckets" not in self.raw:
-            if aggregation == Aggregation.HISTOGRAM:
-                self.add("MISSING_BUCKETS", self.node, None)
             return (), ()
         value, key_node, value_node = self.raw["buckets"]
         if aggregation is not None and aggregation != Aggregation.HISTOGRAM:
@@ -676,6 +701,96 @@ class _RuleReader:
                 return (), ()
             bounds.append(float(item))
         return tuple(bounds), tuple(string_form(v) or "" for v in value)
+
+    def native(self, aggregation: Aggregation | None) -> tuple[int | None, int]:
+        """``native``: the schema and bucket limit of a histogram's native (exponential)
+        buckets — None for none (``false``, or absent on a histogram) — or of the window
+        histogram a quantiles rule estimates from (always one: its default when absent)."""
+        default = QUANTILES_SCHEMA if aggregation == Aggregation.QUANTILES else NATIVE_SCHEMA
+        unset = default if aggregation == Aggregation.QUANTILES else None
+        if "native" not in self.raw:
+            return unset, NATIVE_MAX_BUCKETS
+        value, key_node, value_node = self.raw["native"]
+        if aggregation is not None and aggregation not in (Aggregation.HISTOGRAM,
+                                                            Aggregation.QUANTILES):
+            self.add("UNUSED_KEY", key_node, None, severity="warning", key="native",
+                     aggregation=aggregation)
+            return None, NATIVE_MAX_BUCKETS
+        if isinstance(value, bool):
+            if not value and aggregation == Aggregation.QUANTILES:
+                self._bad_native(value_node, "aggregation 'quantiles' always estimates from a "
+                                             "native histogram: leave 'native' out or give "
+                                             "its resolution")
+            return (default if value else unset), NATIVE_MAX_BUCKETS
+        if not isinstance(value_node, yaml.MappingNode):
+            self._bad_native(value_node, f"expected true, false or a mapping, got "
+                                         f"{_type_name(value)}")
+            return unset, NATIVE_MAX_BUCKETS
+        schema, max_buckets = default, NATIVE_MAX_BUCKETS
+        for key, key_node, item_node in _mapping_items(value_node, self.ctx, self.rule_id):
+            item = _construct(item_node)
+            whole = isinstance(item, int) and not isinstance(item, bool)
+            if key == "schema":
+                if whole and SCHEMA_MIN <= item <= SCHEMA_MAX:
+                    schema = item
+                else:
+                    self._bad_native(item_node, f"schema must be a whole number from "
+                                                f"{SCHEMA_MIN} to {SCHEMA_MAX}, got "
+                                                f"{_shown(item)}")
+            elif key == "max_buckets":
+                if whole and 1 <= item <= MAX_NATIVE_BUCKETS:
+                    max_buckets = item
+                else:
+                    self._bad_native(item_node, f"max_buckets must be a whole number from 1 "
+                                                f"to {MAX_NATIVE_BUCKETS}, got {_shown(item)}")
+            else:
+                close = [k for k in _NATIVE_KEYS if similar(k, key)]
+                hint = (f" (did you mean '{close[0]}'?)" if close
+                        else f" (expected {' or '.join(_NATIVE_KEYS)})")
+                self.add("UNKNOWN_KEY", key_node, "native", key=key, hint=hint)
+        return schema, max_buckets
+
+    def _bad_native(self, node: yaml.Node, reason: str) -> None:
+        self.add("INVALID_NATIVE", node, "native", reason=reason, schema_min=SCHEMA_MIN,
+                 schema_max=SCHEMA_MAX, max_buckets=MAX_NATIVE_BUCKETS)
+
+    def quantiles(self, aggregation: Aggregation | None
+                  ) -> tuple[tuple[float, ...], tuple[str, ...]]:
+        """``quantiles``: the quantiles a quantiles rule writes a gauge for, strictly
+        increasing, each from 0 to 1, with their labels as written (``0.5``, ``1``)."""
+        if "quantiles" not in self.raw:
+            if aggregation == Aggregation.QUANTILES:
+                self.add("MISSING_QUANTILES", self.node, None)
+            return (), ()
+        value, key_node, value_node = self.raw["quantiles"]
+        if aggregation is not None and aggregation != Aggregation.QUANTILES:
+            self.add("UNUSED_KEY", key_node, None, severity="warning", key="quantiles",
+                     aggregation=aggregation)
+            return (), ()
+        if not isinstance(value, list) or not value:
+            self.bad("INVALID_QUANTILES", "quantiles",
+                     reason=f"expected a non-empty list of numbers from 0 to 1, got "
+                            f"{'an empty list' if value == [] else _type_name(value)}")
+            return (), ()
+        if len(value) > MAX_QUANTILES:
+            self.bad("INVALID_QUANTILES", "quantiles",
+                     reason=f"at most {MAX_QUANTILES} quantiles, got {len(value)}")
+            return (), ()
+        found: list[float] = []
+        for item, item_node in zip(value, value_node.value, strict=True):
+            if isinstance(item, bool) or not isinstance(item, int | float) \
+                    or not 0 <= item <= 1:  # NaN is not either
+                self.add("INVALID_QUANTILES", item_node, "quantiles",
+                         reason=f"quantile {_shown(item)} is not a number from 0 to 1")
+                return (), ()
+            if found and float(item) <= found[-1]:
+                reason = (f"quantile {string_form(item)} is listed twice" if item in found
+                          else f"quantiles must be strictly increasing ({string_form(item)} "
+                               f"after {string_form(found[-1])})")
+                self.add("INVALID_QUANTILES", item_node, "quantiles", reason=reason)
+                return (), ()
+            found.append(float(item))
+        return tuple(found), tuple(string_form(q) or "" for q in value)
 
     def group_by(self) -> tuple[str, ...]:
         if "group_by" not in self.raw:
@@ -728,7 +843,7 @@ class _RuleReader:
         return tuple(sorted(labels))
 
     def label_clash(self, group_by: tuple[str, ...], labels: tuple[tuple[str, str], ...],
-                    aggregation: Aggregation | None) -> None:
+                    aggregation: Aggregation | None, classic: bool) -> None:
         names: dict[str, str] = {}
         for field_name in group_by:
             label = label_name(field_name)
@@ -743,7 +858,9 @@ class _RuleReader:
                          reason=f"is both a static label and the group_by field "
                                 f"'{names[label]}'")
         # the overflow series (l2m.engine.admission) trades the group-by labels for one
-        count = len(labels) + max(len(names), 1) + (aggregation == Aggregation.HISTOGRAM)
+        # (a native histogram's buckets are inside its one series: no label)
+        count = len(labels) + max(len(names), 1) \
+            + (classic or aggregation == Aggregation.QUANTILES)
         if count > MAX_LABELS:
             self.add("TOO_MANY_LABELS", self.node, None, count=count, limit=MAX_LABELS)
         overflow = OVERFLOW_LABEL[0]
@@ -758,13 +875,15 @@ class _RuleReader:
                     self.bad("LABEL_CLASH", key, label=label, reason=f"starts with "
                              f"{RESERVED_LABEL_PREFIX}, reserved for the labels l2m adds "
                              f"({overflow}, l2m deliver's l2m_account)")
-        if aggregation == Aggregation.HISTOGRAM:
-            if "le" in names:
-                self.bad("LABEL_CLASH", "group_by", label="le",
-                         reason="is reserved for histogram buckets")
-            if any(label == "le" for label, _ in labels):
-                self.bad("LABEL_CLASH", "labels", label="le",
-                         reason="is reserved for histogram buckets")
+        # `le` for every histogram: a rule that is native alone today may add classic bounds
+        reserved = {Aggregation.HISTOGRAM: ("le", "histogram buckets"),
+                    Aggregation.QUANTILES: ("quantile", "the quantile of a quantile gauge")}
+        if aggregation in reserved:
+            label, what = reserved[aggregation]
+            if label in names:
+                self.bad("LABEL_CLASH", "group_by", label=label, reason=f"is reserved for {what}")
+            if any(name == label for name, _ in labels):
+                self.bad("LABEL_CLASH", "labels", label=label, reason=f"is reserved for {what}")
 
     def account(self, key: str) -> str | None:
         """``account`` or ``target_account``: a string (a number in its string form) in the

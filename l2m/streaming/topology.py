@@ -19,6 +19,7 @@ from l2m.engine.partials import KEY
 from l2m.engine.routing import plan_for
 from l2m.engine.samples import PACK_SAMPLES
 from l2m.kafka.deadletters import DEAD_LETTER_MAX_BYTES
+from l2m.rules.identity import shown_type
 from l2m.rules.model import Rule
 from l2m.state.format import BLOB_FORMAT, CUMULATIVE, STATE_FORMAT, STATE_KEY
 
@@ -57,8 +58,8 @@ def describe(cfg: JobConfig, rules: Sequence[Rule]) -> str:
         return ", ".join(f"`{r.id}`" for r in rs) or "(none)"
 
     def metadata(rs: list[Rule], shown: int = 50) -> str:
-        rows = [f"| `{r.name}` | {'histogram' if r.aggregation == 'histogram' else r.kind.value}"
-                f" | {r.unit or '—'} | {r.description or '—'} |" for r in rs[:shown]]
+        rows = [f"| `{r.name}` | {shown_type(r)} | {r.unit or '—'} | {r.description or '—'} |"
+                for r in rs[:shown]]
         more = [f"\n… and {len(rs) - shown} more (`l2m validate --list`)."] \
             if len(rs) > shown else []
         return "\n".join(["| metric | type | unit | description |", "|---|---|---|---|",

@@ -21,7 +21,7 @@ def test_run_once_processes_everything_and_exits_zero(broker, tmp_path):
     res = subprocess.run([sys.executable, "-m", "l2m.cli", "run", "--config", str(config),
                           "--once"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "l2m run: 17 rules" in res.stderr
+    assert "l2m run: 20 rules" in res.stderr
     assert "metrics  batch     0  in      402 rows" in res.stderr
     assert "preagg " in res.stderr  # the reduction ratio of the pre-aggregation
     assert (tmp_path / "checkpoint" / "metrics" / "offsets").is_dir()

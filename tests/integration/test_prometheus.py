@@ -90,7 +90,7 @@ def test_prometheus_scrapes_the_job_and_counts_every_log(broker, tmp_path):
         assert value(base, "l2m_executors") == 1
         assert value(base, "l2m_executors_expected") == 0
         assert value(base, "l2m_trigger_interval_seconds") == 1
-        assert value(base, "l2m_rules") == 17
+        assert value(base, "l2m_rules") == 20
         assert value(base, 'l2m_rule_matches_total{rule="http-requests"}') > 0
         assert value(base, 'l2m_rule_series{rule="http-requests"}') > 0
         assert value(base, "l2m_preaggregate_rows_in_total") > \

@@ -224,7 +224,10 @@ def test_every_example_rule_file_is_valid():
     assert len(ruleset.rules) >= 12
     assert ruleset.warnings == ()
     aggregations = {r.aggregation for r in ruleset.rules}
-    assert aggregations == {"count", "sum", "avg", "min", "max", "histogram"}
+    assert aggregations == {"count", "sum", "avg", "min", "max", "histogram", "quantiles"}
+    histograms = {(r.id, r.native_schema, bool(r.buckets)) for r in ruleset.rules
+                  if r.aggregation == "histogram" and r.native_schema is not None}
+    assert histograms == {("http-latency-native", 3, False), ("http-response-size", 2, False)}
     for path in sorted((ROOT / "rules").rglob("*.y*ml")):
         if is_rule_file(path.name):  # not the unit tests beside them (l2m test)
             load_rules([path])  # each file also stands on its own
