@@ -30,7 +30,13 @@ from l2m.engine.nativebuckets import is_native_key, native_histogram
 from l2m.engine.partials import ARROW_TYPES, NONFINITE, Partial, nonfinite_text
 from l2m.policy.limits import OVERFLOW_LABEL
 from l2m.rules.model import LABEL_RE, NAME_RE, Rule
-from l2m.semantics.exphist import quantile
+from l2m.semantics.exphist import (
+    SCHEMA_MAX,
+    SCHEMA_MIN,
+    NativeHistogram,
+    magnitude_index,
+    quantile,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,9 +81,11 @@ _MAX_TIME_DIGITS = 19  # a TIME_HEADER longer than this is no time (MAX_MS has 1
 # Why a record read back is not a sample (remote write counts them under these names): not
 # JSON, not an object, a name that is no metric name, labels that are not an object of
 # strings, a value that is no number, a timestamp that is no integer (or past any real time),
-# an unknown kind, an account that is not a non-empty string or null — or an l2m-mark header
-# that is not UTF-8 (a mark l2m never writes, so the record is not one of l2m's); and a label
-# name Prometheus refuses (``__name__`` among them).
+# an unknown kind, an account that is not a non-empty string or null, a ``format`` other than
+# 1 (the key absent) or 2, a format 2 record whose ``histogram`` is no native histogram
+# (:func:`histogram_problem`) — or an l2m-mark header that is not UTF-8 (a mark l2m never
+# writes, so the record is not one of l2m's); and a label name Prometheus refuses
+# (``__name__`` among them).
 MALFORMED = "malformed"
 INVALID_LABEL = "invalid_label"
 # A state call's samples from this many on leave the state stage packed (samples_frame): one
@@ -392,13 +400,26 @@ def read_headers(headers: Iterable[tuple[str, bytes | None]] | None
     return mark, time
 
 
+# A native histogram's counts as read back: below 2^63, so that a bucket's count, the
+# difference of two (remote write's deltas, sint64) and the total (uint64) all fit.
+MAX_HISTOGRAM_COUNT = 2**63 - 1
+# The bucket indexes a double can have, by schema (the smallest subnormal's to the one past
+# MaxFloat64 that holds ±Inf): a record's indexes outside them are no observation's bucket,
+# and kept inside them a span's offset (sint32 on the wire) always fits.
+_MAX_DOUBLE = 1.7976931348623157e308
+_INDEX_RANGE = {schema: (magnitude_index(5e-324, schema), magnitude_index(math.inf, schema))
+                for schema in range(SCHEMA_MIN, SCHEMA_MAX + 1)}
+
+
 @dataclass(frozen=True, slots=True)
 class SampleRecord:
     """A record of the metrics topic, read back and checked (:func:`read_sample`): the
     sample's fields, its ``value`` as the double it stands for (``"+Inf"``, ``"-Inf"``,
     ``"NaN"`` included), ``rule`` as text (another writer's record may hold anything there,
     or nothing: ``"None"``), and its headers: ``mark`` (None: none) and ``batch_ms`` (None:
-    none, or not a time)."""
+    none, or not a time). A native histogram's record (format 2) has its ``histogram`` and
+    ``value`` NaN (it has no value: its sum is the histogram's); a float sample's
+    ``histogram`` is None."""
 
     name: str
     kind: str
@@ -409,6 +430,7 @@ class SampleRecord:
     rule: str
     mark: str | None = None
     batch_ms: int | None = None
+    histogram: NativeHistogram | None = None
 
 
 def read_sample(value: bytes | None, mark: bytes | str | None = None,
@@ -428,18 +450,31 @@ def read_sample(value: bytes | None, mark: bytes | str | None = None,
     if text is _NOT_TEXT:
         return MALFORMED
     assert text is None or isinstance(text, str)
-    return SampleRecord(data["name"], data["kind"], data["labels"], sample_number(data["value"]),
-                        data["timestamp"], data.get("account"), str(data.get("rule")), text,
-                        batch_time(time))
+    histogram = None
+    number = math.nan
+    if FORMAT_KEY in data:  # format 2: sample_problem allows no other
+        histogram = record_histogram(data[HISTOGRAM_KEY])
+    else:
+        number = sample_number(data["value"])
+    return SampleRecord(data["name"], data["kind"], data["labels"], number, data["timestamp"],
+                        data.get("account"), str(data.get("rule")), text, batch_time(time),
+                        histogram)
 
 
 def sample_problem(sample: Any) -> str | None:
     """Why a decoded JSON value is not a sample (:data:`MALFORMED`, :data:`INVALID_LABEL`),
-    or None."""
+    or None. A sample without :data:`FORMAT_KEY` is a float sample (format 1); with
+    ``"format": 2`` a native histogram's (:func:`histogram_problem`); any other format is
+    malformed (a newer writer's record this reader cannot know the meaning of)."""
     if not isinstance(sample, dict):
         return MALFORMED
     name, labels, value = sample.get("name"), sample.get("labels"), sample.get("value")
     timestamp, account = sample.get("timestamp"), sample.get("account")
+    if FORMAT_KEY in sample:
+        if type(sample[FORMAT_KEY]) is not int or sample[FORMAT_KEY] != HISTOGRAM_FORMAT \
+                or histogram_problem(sample.get(HISTOGRAM_KEY)):
+            return MALFORMED
+        value = 0.0  # stands for the histogram, checked above
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         return MALFORMED
     if not isinstance(sample.get("kind"), str) or sample["kind"] not in KINDS:
@@ -457,6 +492,57 @@ def sample_problem(sample: Any) -> str | None:
     if any(k == "__name__" or not LABEL_RE.fullmatch(k) for k in labels):
         return INVALID_LABEL
     return None
+
+
+def histogram_problem(shown: Any) -> bool:
+    """Whether a record's ``histogram`` object is not a native histogram as
+    :func:`native_sample` writes one (docs/spec.md §4): ``schema`` an integer −4..8,
+    ``zero_threshold`` a finite number ≥ 0, ``zero_count`` and ``count`` integers 0..2^63−1
+    (never booleans), ``sum`` a number or ``"+Inf"``, ``"-Inf"``, ``"NaN"``, ``positive``
+    and ``negative`` lists of [index, count] pairs — indexes strictly increasing, each one a
+    double's bucket can have at that schema, counts integers 1..2^63−1 — and ``count`` at
+    least ``zero_count`` plus the buckets' counts (more only by NaNs observed, in no bucket).
+    Other keys are ignored, as a sample's are."""
+    if not isinstance(shown, dict):
+        return True
+    schema, threshold = shown.get("schema"), shown.get("zero_threshold")
+    if type(schema) is not int or not SCHEMA_MIN <= schema <= SCHEMA_MAX:
+        return True
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) \
+            or not 0 <= threshold <= _MAX_DOUBLE:
+        return True
+    zero_count, count = shown.get("zero_count"), shown.get("count")
+    if not (type(zero_count) is int and type(count) is int
+            and 0 <= zero_count <= MAX_HISTOGRAM_COUNT and 0 <= count <= MAX_HISTOGRAM_COUNT):
+        return True
+    total = shown.get("sum")
+    if isinstance(total, bool) or not (isinstance(total, int | float) or (
+            isinstance(total, str) and total in NONFINITE)):
+        return True
+    in_buckets = zero_count
+    low, high = _INDEX_RANGE[schema]
+    for side in ("positive", "negative"):
+        pairs = shown.get(side)
+        if not isinstance(pairs, list):
+            return True
+        last = low - 1
+        for pair in pairs:
+            if not (isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int
+                    and type(pair[1]) is int and last < pair[0] <= high
+                    and 0 < pair[1] <= MAX_HISTOGRAM_COUNT):
+                return True
+            last = pair[0]
+            in_buckets += pair[1]
+    return in_buckets > count
+
+
+def record_histogram(shown: Mapping[str, Any]) -> NativeHistogram:
+    """The native histogram of a record's ``histogram`` object, checked
+    (:func:`histogram_problem` found nothing wrong): :func:`native_sample`'s inverse."""
+    return NativeHistogram(shown["schema"], float(shown["zero_threshold"]), shown["zero_count"],
+                           shown["count"], sample_number(shown["sum"]),
+                           {i: c for i, c in shown["positive"]},
+                           {i: c for i, c in shown["negative"]})
 
 
 def sample_number(shown: float | str) -> float:

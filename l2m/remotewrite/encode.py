@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import cramjam
 
 from l2m.errors import RemoteWriteError
+from l2m.semantics.exphist import NativeHistogram, encode_buckets
 from l2m.semantics.values import LABEL_NAME_RE
 
 # What every request carries (spec 1.0, "Protocol").
@@ -102,6 +103,26 @@ class WireHistogram:
     negative_spans: Sequence[tuple[int, int]] = ()
     negative_deltas: Sequence[int] = ()
     reset_hint: str = "unknown"
+
+
+def wire_histogram(histogram: NativeHistogram, timestamp: int,
+                   reset_hint: str = "unknown") -> WireHistogram:
+    """``histogram`` at ``timestamp`` (ms) in the wire form: its buckets as spans and deltas
+    (:func:`l2m.semantics.exphist.encode_buckets`), ``reset_hint`` a key of
+    :data:`RESET_HINTS`. Not checked: :func:`check_histogram` says whether a receiver
+    takes it."""
+    positive_spans, positive_deltas = encode_buckets(histogram.positive)
+    negative_spans, negative_deltas = encode_buckets(histogram.negative)
+    return WireHistogram(timestamp, histogram.count, histogram.sum, histogram.schema,
+                         histogram.zero_threshold, histogram.zero_count, positive_spans,
+                         positive_deltas, negative_spans, negative_deltas, reset_hint)
+
+
+def check_histogram(name: str | None, histogram: WireHistogram) -> None:
+    """Refuse (:class:`~l2m.errors.RemoteWriteError`) a histogram of metric ``name`` that a
+    receiver would refuse — Prometheus 2.42 answers such a request 500, which a sender
+    retries forever: checked before it joins a request, it is left out instead."""
+    _histogram(name, histogram)
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,16 @@ from l2m.engine.samples import (
     TIME_HEADER,
     read_sample,
 )
+from l2m.errors import RemoteWriteError
 from l2m.remotewrite.client import valid_tenant
-from l2m.remotewrite.encode import Metadata, Series, body
+from l2m.remotewrite.encode import (
+    Metadata,
+    Series,
+    WireHistogram,
+    body,
+    check_histogram,
+    wire_histogram,
+)
 from l2m.rules.model import Aggregation, Rule
 
 __all__ = ["CORRECTION", "FINAL", "INVALID_LABEL", "MALFORMED", "MARK_HEADER", "NEW",
@@ -60,6 +68,10 @@ NOT_FINAL = "not_final"  # a gauge window's value before its window is published
 CORRECTED = "correction"  # a gauge window's update after it was published
 # A record that is not an l2m sample (MALFORMED), or one with a label name Prometheus refuses
 # (INVALID_LABEL): the sample record's own reasons (l2m.engine.samples.read_sample).
+# A native histogram that reads back as one but that a receiver would refuse (its count not
+# what its buckets hold, its sum not NaN): Prometheus 2.42 answers 500 and a sender retries
+# that forever, so it is left out before any request holds it (encode.check_histogram).
+INVALID_HISTOGRAM = "invalid_histogram"
 INVALID_TENANT = "invalid_tenant"  # a tenant an HTTP header cannot carry (visible ASCII only)
 # The label the endpoint adds to tell accounts apart in one tenant is already a label of the
 # sample: adding it would overwrite the sample's own, dropping it would merge two accounts.
@@ -77,9 +89,17 @@ FUTURE_MS = 10 * 60_000
 ERROR = "error"  # a record whose building raised an unexpected error twice (l2m.runtime.deliver)
 OTHER_ACCOUNT = "other_account"  # an account this endpoint does not take
 NO_TENANT = "no_tenant"  # no account, and no default tenant for such samples
-SKIP_REASONS = (NOT_FINAL, CORRECTED, MALFORMED, INVALID_LABEL, INVALID_TENANT,
-                ACCOUNT_LABEL_TAKEN, LOG_APPEND_TIME, FUTURE, ERROR, OTHER_ACCOUNT, NO_TENANT)
+SKIP_REASONS = (NOT_FINAL, CORRECTED, MALFORMED, INVALID_LABEL, INVALID_HISTOGRAM,
+                INVALID_TENANT, ACCOUNT_LABEL_TAKEN, LOG_APPEND_TIME, FUTURE, ERROR,
+                OTHER_ACCOUNT, NO_TENANT)
 _SKIPPED = object()
+# A series' point: a float sample's value, or a native histogram (its own timestamp the
+# point's).
+Value = float | WireHistogram
+Point = tuple[int, Value]
+# A native histogram's reset hint by the sample's kind: a counter's resets are found by the
+# reader (a count that went down), a gauge histogram has none.
+_RESET_HINTS = {"counter": "unknown", "gauge": "gauge"}
 
 
 @dataclass(frozen=True)
@@ -133,14 +153,25 @@ class Request:
     @classmethod
     def of(cls, tenant: str | None, series: list[Series], metadata: list[Metadata]
            ) -> Request:
-        return cls(tenant, body(series, metadata), sum(len(s.samples) for s in series),
-                   tuple(series), tuple(metadata))
+        return cls(tenant, body(series, metadata),
+                   sum(len(s.samples) + len(s.histograms) for s in series), tuple(series),
+                   tuple(metadata))
+
+    def _points(self) -> list[tuple[Mapping[str, str], Point]]:
+        """Every sample and native histogram of the request with its series' labels, each
+        series' samples before its histograms (each kind in time order)."""
+        out: list[tuple[Mapping[str, str], Point]] = []
+        for s in self.series:
+            out += [(s.labels, p) for p in s.samples]
+            out += [(s.labels, (h.timestamp, h)) for h in s.histograms]
+        return out
 
     def halves(self) -> tuple[Request, Request]:
         """The request's samples in two requests of about half each, every series' samples in
         their order. Prometheus refuses a whole request for one bad sample (it rolls back
-        what it appended: 2.42, measured); sent apart, the halves without it get in."""
-        points = [(s.labels, p) for s in self.series for p in s.samples]
+        what it appended: 2.42, measured); sent apart, the halves without it get in. A native
+        histogram counts as a sample."""
+        points = self._points()
         middle = len(points) // 2
         return (self._of(points[:middle], self.metadata), self._of(points[middle:], ()))
 
@@ -149,18 +180,30 @@ class Request:
         of the older newer than any of the newer (the metadata with the newer, sent first).
         For a refusal as too old: the TSDB's limit is a time, so when the newer half is
         refused as too old, every sample of the older half is too old as well."""
-        points = sorted(((s.labels, p) for s in self.series for p in s.samples),
-                        key=lambda lp: lp[1][0])
+        points = sorted(self._points(), key=lambda lp: lp[1][0])
         middle = len(points) // 2
         return (self._of(points[:middle], ()), self._of(points[middle:], self.metadata))
 
-    def _of(self, part: list[tuple[Mapping[str, str], tuple[int, float]]],
+    def _of(self, part: list[tuple[Mapping[str, str], Point]],
             metadata: tuple[Metadata, ...]) -> Request:
-        grouped: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+        grouped: dict[tuple[tuple[str, str], ...], list[Point]] = {}
         for labels, point in part:
             grouped.setdefault(tuple(labels.items()), []).append(point)
-        return Request.of(self.tenant, [Series(dict(k), v) for k, v in grouped.items()],
+        return Request.of(self.tenant, [series(dict(k), v) for k, v in grouped.items()],
                           list(metadata))
+
+
+def series(labels: Mapping[str, str], points: Iterable[Point]) -> Series:
+    """One series of a request from its points in time order: float values as samples,
+    native histograms as histograms."""
+    samples: list[tuple[int, float]] = []
+    histograms: list[WireHistogram] = []
+    for at, value in points:
+        if isinstance(value, WireHistogram):
+            histograms.append(value)
+        else:
+            samples.append((at, value))
+    return Series(labels, samples, histograms)
 
 
 # Requests by outcome: accepted (2xx), refused for good (any other 4xx), retried (a 5xx, a 429
@@ -288,10 +331,20 @@ def refusal_reason(status: int, text: str) -> str:
 
 
 def metadata(rules: Iterable[Rule]) -> dict[str, Metadata]:
-    """Each rule's metric family metadata by rule id: TYPE (a histogram rule's family is its
-    name, of type histogram), HELP from its ``description``, UNIT from its ``unit``."""
-    return {r.id: Metadata(r.name, "histogram" if r.aggregation == Aggregation.HISTOGRAM
-                           else r.kind.value, r.description, r.unit) for r in rules}
+    """Each rule's metric family metadata by rule id: TYPE, HELP from its ``description``,
+    UNIT from its ``unit``. A histogram rule's family is its name (classic and native
+    together: one family), of type histogram — gaugehistogram for a gauge rule's native
+    histograms (a classic one alone stays histogram, as before native histograms); a
+    quantiles rule's is a gauge."""
+    return {r.id: Metadata(r.name, _family_type(r), r.description, r.unit) for r in rules}
+
+
+def _family_type(rule: Rule) -> str:
+    if rule.aggregation != Aggregation.HISTOGRAM:
+        return rule.kind.value
+    if rule.kind.value == "gauge" and rule.native_schema is not None:
+        return "gaugehistogram"
+    return "histogram"
 
 
 class Outbox:
@@ -307,9 +360,9 @@ class Outbox:
         self.tally = tally
         self.families = families or {}
         self._meta: dict[Any, dict[str, Metadata]] = {}
-        # tenant → series labels → {timestamp: value}: a record read twice (a replay) is one
-        # sample; of two values at one timestamp the later record's stands.
-        self._series: dict[Any, dict[tuple[tuple[str, str], ...], dict[int, float]]] = {}
+        # tenant → series labels → {timestamp: value or histogram}: a record read twice (a
+        # replay) is one sample; of two values at one timestamp the later record's stands.
+        self._series: dict[Any, dict[tuple[tuple[str, str], ...], dict[int, Value]]] = {}
 
     def add(self, value: bytes | None, record_ms: int | None, mark: bytes | str | None,
             time: bytes | str | None = None, appended: bool = False) -> None:
@@ -352,6 +405,14 @@ class Outbox:
         if at > self._clock() * 1000 + FUTURE_MS:
             self.tally.skip(FUTURE)
             return
+        point: Value = sample.value
+        if sample.histogram is not None:
+            point = wire_histogram(sample.histogram, at, _RESET_HINTS[sample.kind])
+            try:
+                check_histogram(sample.name, point)
+            except RemoteWriteError:
+                self.tally.skip(INVALID_HISTOGRAM)
+                return
         # An empty value is no label to Prometheus (the encoder drops it): dropped before the
         # series key, so {"user": ""} and {} are one series (the later record's value
         # stands, as in a replay), and an empty account label does not count as taken.
@@ -371,8 +432,10 @@ class Outbox:
             self._meta.setdefault(tenant, {})[family.name] = family
         points = self._series.setdefault(tenant, {}).setdefault(key, {})
         if sample.mark == NEW and sample.kind != "gauge":
-            points.setdefault(at - 1, 0.0)
-        points[at] = sample.value
+            # A native histogram's 0 is the empty histogram of its schema and zero bucket.
+            points.setdefault(at - 1, 0.0 if sample.histogram is None else WireHistogram(
+                at - 1, 0, 0.0, sample.histogram.schema, sample.histogram.zero_threshold))
+        points[at] = point
 
     def requests(self) -> list[Request]:
         """The gathered samples as requests (then forgotten): per tenant, series in label
@@ -388,7 +451,7 @@ class Outbox:
                 ordered = sorted(points.items())
                 while ordered:
                     room = self.max_samples - size
-                    chunk.append(Series(dict(labels), ordered[:room]))
+                    chunk.append(series(dict(labels), ordered[:room]))
                     size += len(ordered[:room])
                     ordered = ordered[room:]
                     if size >= self.max_samples:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from l2m.engine.samples import FINAL, NEW
+from l2m.engine.samples import FINAL, NEW, sample_value
 from l2m.remotewrite.outbox import (
     INVALID_LABEL,
     INVALID_TENANT,
@@ -21,7 +21,8 @@ from l2m.remotewrite.outbox import (
     Route,
     Tally,
 )
-from tests.unit.remotewrite.test_remotewrite import decode
+from l2m.semantics import exphist
+from tests.unit.remotewrite.test_encode_histograms import decode
 from tests.unit.remotewrite.test_remotewrite_outbox import W, sample, sent
 
 GOOD = {"name": "x_total", "kind": "counter", "labels": {"a": "1"}, "value": 2.0,
@@ -127,6 +128,44 @@ _SAMPLE = st.fixed_dictionaries(
                   "timestamp": st.integers(min_value=-(2**63), max_value=2**64 - 1) | _JSON,
                   "account": st.text(max_size=6) | st.none() | _JSON,
                   "rule": _JSON})
+_COUNT = st.integers(min_value=-2, max_value=6) | st.sampled_from([2**63 - 1, 2**63, 2**64 - 1])
+_INDEX = st.integers(min_value=-3, max_value=3) | st.sampled_from([-274945, -8592, 8193, 8194,
+                                                                   2**31, -(2**31) - 1])
+
+
+def shown_histogram(histogram: exphist.NativeHistogram) -> dict:
+    """A histogram's object as native_sample writes it."""
+    return {"schema": histogram.schema, "zero_threshold": histogram.zero_threshold,
+            "zero_count": histogram.zero_count, "count": histogram.count,
+            "sum": sample_value(histogram.sum),
+            "positive": sorted([i, c] for i, c in histogram.positive.items()),
+            "negative": sorted([i, c] for i, c in histogram.negative.items())}
+
+
+# A native histogram's object (docs/spec.md §4): one of observed values, as written, or with
+# one field replaced by what a hostile record may hold there (or left out).
+_OBSERVED = st.builds(lambda values, schema: shown_histogram(exphist.from_values(values, schema)),
+                      st.lists(st.floats() | st.sampled_from([0.0, 1.0, -1.0, 1e-300]),
+                               max_size=6),
+                      st.integers(min_value=exphist.SCHEMA_MIN, max_value=exphist.SCHEMA_MAX))
+_FIELD_VALUES = {
+    "schema": st.integers(min_value=-5, max_value=9),
+    "zero_threshold": st.floats() | st.sampled_from([0, -1.0]),
+    "zero_count": _COUNT, "count": _COUNT | st.integers(min_value=0, max_value=40),
+    "sum": st.floats() | st.sampled_from(["+Inf", "-Inf", "NaN", "inf"]),
+    "positive": st.lists(st.lists(_INDEX | _COUNT, min_size=1, max_size=3), max_size=4),
+    "negative": st.lists(st.lists(_INDEX | _COUNT, min_size=2, max_size=2), max_size=3)}
+_HISTOGRAM = _OBSERVED | st.builds(
+    lambda shown, key, value: {k: v for k, v in {**shown, key: value}.items() if v is not ...},
+    _OBSERVED, st.sampled_from(sorted(_FIELD_VALUES)),
+    st.one_of(*_FIELD_VALUES.values()) | _JSON | st.just(...))
+_HISTOGRAM_SAMPLE = st.builds(
+    lambda h, kind, fmt, account, name: {**{k: v for k, v in GOOD.items() if k != "value"},
+                                         "kind": kind, "histogram": h, "format": fmt,
+                                         "account": account, "name": name},
+    _HISTOGRAM | _JSON, st.sampled_from(["counter", "gauge"]),
+    st.just(2) | st.sampled_from([1, 3, "2", 2.0, None]),
+    st.sampled_from(["acme", None]), st.sampled_from(["x_total", "lat"]))
 # A valid sample with one field replaced by any JSON value (or left out): each check alone.
 _ONE_WRONG = st.tuples(st.sampled_from(sorted(GOOD)), _JSON | st.just(...)).map(
     lambda kv: {k: v for k, v in {**GOOD, kv[0]: kv[1]}.items() if v is not ...})
@@ -149,7 +188,7 @@ def _value(s: dict) -> bytes:
 @given(route=_ROUTE,
        records=st.lists(st.tuples(
            st.binary(max_size=40) | _JSON.map(_value) | _SAMPLE.map(_value)
-           | _ONE_WRONG.map(_value),
+           | _ONE_WRONG.map(_value) | _HISTOGRAM_SAMPLE.map(_value),
            st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1),
            _HEADER, _HEADER, st.booleans()), max_size=12),
        max_samples=st.integers(min_value=1, max_value=4))
@@ -161,7 +200,8 @@ def test_whatever_the_topic_holds_add_never_raises_and_requests_always_encode(
         box.add(value, record_ms, mark, time, appended)
     for request in box.requests():
         decoded = decode(bytes(cramjam.snappy.decompress_raw(request.body)))
-        assert request.samples == sum(len(ts.samples) for ts in decoded.timeseries)
+        assert request.samples == sum(len(ts.samples) + len(ts.histograms)
+                                      for ts in decoded.timeseries)
         assert 0 < request.samples <= max_samples
         assert request.tenant is None or request.tenant.isascii()
         for ts in decoded.timeseries:
