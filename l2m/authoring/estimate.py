@@ -44,17 +44,27 @@ metric name against the per-metric cap, the sum over the account's counter rules
 its gauge rules: they are counted apart) against the per-account cap; a rule without an
 account has only its own cap. A cap is hit when the projection is above it.
 
+**Distributions.** A native histogram is one series per label set (a classic histogram's
+family is its bounds' ``_bucket`` series, ``+Inf``, ``_sum`` and ``_count``; a quantiles
+rule's, one per quantile); what it costs besides is its populated buckets, the rows the
+state keeps per series (and window, for gauges). They are counted exactly on the whole
+sample, with every histogram and quantiles rule run once more as the native histogram it
+keeps (:func:`distribution_lines`), and shown with the rule's ``max_buckets`` limit and the
+lowest schema a series was lowered to under it.
+
 **A unique id.** A group-by label with at least :data:`UNIQUE_SHARE` as many distinct values
 as the rule matched logs, over at least :data:`UNIQUE_MIN_LOGS` logs, makes a series per log
 — a warning names the rule, its field and the counts."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+import orjson
 import pyarrow.compute as pc
 
 from l2m.batch.local import RunSettings, file_lines, run_local
@@ -62,9 +72,10 @@ from l2m.batch.summary import BackfillSummary, table
 from l2m.config.job import JobConfig
 from l2m.engine.admission import RuleCaps, rule_caps
 from l2m.engine.parse import STATUS, TIMESTAMP, ParsePlan, parse_lines
+from l2m.engine.samples import HISTOGRAM_KEY
 from l2m.engine.status import Status
 from l2m.errors import InputError
-from l2m.rules.model import Kind, Rule
+from l2m.rules.model import Aggregation, Kind, Rule
 from l2m.semantics.times import duration_text, iso_text
 from l2m.semantics.windows import MINUTE_MS
 
@@ -236,7 +247,67 @@ def estimate_command(rules: Sequence[Rule], inputs: Sequence[str], cfg: JobConfi
     growths = {r.id: growth(r.id, runs.summaries, runs.fitted) for r in enabled}
     for line in report(enabled, runs.summaries[0], growths, sample, cfg, runs.fitted):
         print(line, file=out)
+    distributions = distribution_lines(settings, enabled, sample.lines)
+    for line in ["", *distributions] if distributions else []:
+        print(line, file=out)
     return 0
+
+
+def tsdb_series(rule: Rule) -> int:
+    """The series one label set of ``rule`` makes in the TSDB: a classic histogram's
+    ``_bucket`` per bound and ``+Inf``, ``_sum`` and ``_count``; a native histogram, one;
+    a quantiles rule, one per quantile; any other rule, one."""
+    if rule.aggregation == Aggregation.QUANTILES:
+        return len(rule.quantiles)
+    if rule.aggregation == Aggregation.HISTOGRAM:
+        classic = len(rule.buckets) + 3 if rule.classic else 0
+        return classic + (1 if rule.native_schema is not None else 0)
+    return 1
+
+
+def distribution_lines(settings: RunSettings, rules: Sequence[Rule], lines: Sequence[bytes]
+                       ) -> list[str]:
+    """The distributions table (module docstring): per histogram or quantiles rule with
+    native buckets, the TSDB series per label set, the populated buckets per series (per
+    series and window for gauges) — the most and the mean — its limit, and the schema it
+    was kept at (the rule's, ``→`` the lowest one a series was lowered to). No lines when
+    no rule has native buckets."""
+    native = [r for r in rules if r.native_schema is not None]
+    if not native:
+        return []
+    # Each as the native histogram it keeps (its own id, kind, schema and limit), no classic
+    # bounds: the samples then carry the buckets the state holds.
+    kept = [dataclasses.replace(r, aggregation=Aggregation.HISTOGRAM, buckets=(),
+                                bucket_labels=(), quantiles=(), quantile_labels=())
+            for r in native]
+    run = run_local(settings.routing(kept), lines)
+    populated: dict[str, list[int]] = {r.id: [] for r in native}
+    schemas: dict[str, int] = {}
+    for line in run.lines:
+        sample = orjson.loads(line)
+        histogram = sample.get(HISTOGRAM_KEY)
+        if histogram is None:
+            continue
+        populated[sample["rule"]].append(len(histogram["positive"]) + len(histogram["negative"])
+                                         + (1 if histogram["zero_count"] else 0))
+        schemas[sample["rule"]] = min(schemas.get(sample["rule"], histogram["schema"]),
+                                      histogram["schema"])
+    rows = []
+    for rule in native:
+        counts = populated[rule.id]
+        assert rule.native_schema is not None
+        lowest = schemas.get(rule.id, rule.native_schema)
+        rows.append([rule.id, str(rule.aggregation), f"{tsdb_series(rule):,}",
+                     f"{max(counts, default=0):,}",
+                     f"{sum(counts) / len(counts):,.1f}" if counts else "-",
+                     f"{rule.native_max_buckets:,}",
+                     str(rule.native_schema) if lowest == rule.native_schema
+                     else f"{rule.native_schema} → {lowest}"])
+    return ["distributions (exact; populated native buckets are the rows the state keeps "
+            "per series, per series and window for gauges):"] + \
+        ["  " + line for line in table(
+            ["rule", "aggregation", "TSDB series per label set", "populated buckets (most)",
+             "(mean)", "max_buckets", "schema"], rows, numeric=(2, 3, 4, 5))]
 
 
 def report(rules: Sequence[Rule], summary: BackfillSummary, growths: dict[str, Growth],

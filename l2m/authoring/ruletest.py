@@ -25,10 +25,12 @@ import orjson
 
 from l2m.authoring.testfile import (
     CountExpectation,
+    NativeExpectation,
     SeriesExpectation,
     TestCase,
     TestFile,
     Value,
+    ValueRange,
     bound_value,
     find_test_files,
     load_test_file,
@@ -37,8 +39,10 @@ from l2m.authoring.testfile import (
 from l2m.batch.local import LocalRun, RunSettings, run_local
 from l2m.batch.summary import BackfillSummary
 from l2m.engine.routing import Routing
+from l2m.engine.samples import HISTOGRAM_KEY, QUANTILE_LABEL
 from l2m.errors import ConfigError, L2mError, Problem, RuleValidationError
 from l2m.rules.model import Aggregation, Rule
+from l2m.semantics import exphist
 from l2m.semantics.times import iso_text
 from l2m.yamlio.suggest import closest
 
@@ -125,9 +129,17 @@ def run_file(path: str, only: re.Pattern[str] | None = None, costs: bool = False
             result.cases.append(CaseResult(case, check(case, run, routing),
                                            time.monotonic() - case_started))
         if costs:
-            result.costs = rule_costs(routing, [c.case for c in result.cases])
+            result.costs = rule_costs(routing, [c.case for c in result.cases],
+                                      file_settings(loaded))
     result.seconds = time.monotonic() - started
     return result
+
+
+def file_settings(test: TestFile) -> RunSettings:
+    """The run settings of the test file's job settings."""
+    cfg = test.config
+    return RunSettings(cfg.timestamp_field, cfg.limits.max_label_value_length,
+                       cfg.limits.series)
 
 
 def file_routing(test: TestFile) -> Routing:
@@ -135,10 +147,8 @@ def file_routing(test: TestFile) -> Routing:
     from l2m.rules.loader import load_rules
 
     cfg = test.config
-    limits = cfg.limits.series
-    ruleset = load_rules(test.rules, cfg.query_config, cfg.rule_tenancy, limits)
-    return RunSettings(cfg.timestamp_field, cfg.limits.max_label_value_length,
-                       limits).routing(ruleset.rules)
+    ruleset = load_rules(test.rules, cfg.query_config, cfg.rule_tenancy, cfg.limits.series)
+    return file_settings(test).routing(ruleset.rules)
 
 
 def rule_problem(test: TestFile, problem: Problem) -> str:
@@ -184,7 +194,7 @@ def check(case: TestCase, run: LocalRun, routing: Routing) -> list[str]:
     by_name: dict[str, list[int]] = {}
     for i, sample in enumerate(samples):
         by_name.setdefault(sample["name"], []).append(i)
-    checker = _Checker(case, samples, by_name, run.summary, {r.id for r in routing.rules})
+    checker = _Checker(case, samples, by_name, run.summary, {r.id: r for r in routing.rules})
     for expectation in case.expectations:
         if isinstance(expectation, CountExpectation):
             checker.count(expectation)
@@ -192,6 +202,8 @@ def check(case: TestCase, run: LocalRun, routing: Routing) -> list[str]:
             pass  # a failure: the samples are a counter's, which have no window
         elif expectation.absent:
             checker.absent(expectation)
+        elif expectation.native is not None:
+            checker.native(expectation, expectation.native)
         elif expectation.histogram:
             checker.histogram(expectation)
         else:
@@ -203,7 +215,7 @@ def check(case: TestCase, run: LocalRun, routing: Routing) -> list[str]:
                     f"{case.at}: '{shown_name(case.name)}': "
                     f"{series_text(sample['name'], sample['labels'])}"
                     f"{_window_note(sample)}: not expected (exhaustive), got "
-                    f"{value_text(sample['value'])}")
+                    f"{sample_text(sample)}")
     return checker.failures
 
 
@@ -211,14 +223,29 @@ def _window_note(sample: Sample) -> str:
     return f" @ {iso_text(sample['timestamp'])}" if sample["kind"] == "gauge" else ""
 
 
+def is_native(sample: Sample) -> bool:
+    """Whether a sample is a native histogram's (a ``histogram`` object, no ``value``)."""
+    return HISTOGRAM_KEY in sample
+
+
+def sample_text(sample: Sample) -> str:
+    """A sample's value as failures show it; a native histogram's count and sum."""
+    if is_native(sample):
+        histogram = sample[HISTOGRAM_KEY]
+        return f"a native histogram (count {value_text(float(histogram['count']))}, sum " \
+               f"{value_text(histogram['sum'])})"
+    return value_text(sample["value"])
+
+
 class _Checker:
     def __init__(self, case: TestCase, samples: list[Sample], by_name: dict[str, list[int]],
-                 summary: BackfillSummary, rule_ids: set[str]) -> None:
+                 summary: BackfillSummary, rules: dict[str, Rule]) -> None:
         self.case = case
         self.samples = samples
         self.by_name = by_name
         self.summary = summary
-        self.rule_ids = rule_ids
+        self.rules = rules
+        self.rule_ids = set(rules)
         self.failures: list[str] = []
         self.covered: set[int] = set()
 
@@ -247,9 +274,11 @@ class _Checker:
 
     def family(self, exp: SeriesExpectation, labels: dict[str, str]) -> list[int]:
         """Indices of the samples of the histogram family ``exp`` names (``_bucket`` of every
-        ``le``, ``_sum``, ``_count``) with ``labels``."""
+        ``le``, ``_sum``, ``_count``) with ``labels``; a native histogram's sample of one of
+        those names (another rule's) is none of them."""
         return [i for part in HISTOGRAM_PARTS for i in
-                self.select(exp, exp.name + part, labels, "le" if part == "_bucket" else None)]
+                self.select(exp, exp.name + part, labels, "le" if part == "_bucket" else None)
+                if not is_native(self.samples[i])]
 
     def counter_window(self, exp: SeriesExpectation) -> bool:
         """Whether ``window:`` names a counter's series (rules of one name but both kinds
@@ -305,6 +334,9 @@ class _Checker:
             family = self.select(exp, name, base, drop)
             found = [i for i in family
                      if _same_bound(self.samples[i]["labels"].get(drop), labels[drop])]
+        floats = [i for i in found if not is_native(self.samples[i])]
+        if floats and len(floats) < len(found):  # another rule's native sample of that name
+            found = floats
         if not found:
             if drop is None:
                 self.fail(exp.at, what, value_text(want), self.missing(exp, name, labels))
@@ -323,11 +355,30 @@ class _Checker:
             return
         sample = self.samples[found[0]]
         self.covered.add(found[0])
-        if not same_value(want, sample["value"]):
+        if is_native(sample):
+            self.fail(exp.at, what, value_text(want),
+                      f"{sample_text(sample)}: give native: (count:, sum:, buckets:, …)")
+            return
+        bound = self.quantile_bound(sample)
+        if bound is not None and not same_value(want, sample["value"]):
+            if not within(want, sample["value"], bound[0]):
+                self.fail(exp.at, what, f"{value_text(want)} (within ±{bound[0]:.2%}: the "
+                                        f"estimate of a schema {bound[1]} histogram)",
+                          value_text(sample["value"]))
+        elif not same_value(want, sample["value"]):
             self.fail(exp.at, what, value_text(want), value_text(sample["value"]))
         if exp.timestamp is not None and sample["timestamp"] != exp.timestamp:
             self.fail(exp.at, f"{what} timestamp", iso_text(exp.timestamp),
                       iso_text(sample["timestamp"]))
+
+    def quantile_bound(self, sample: Sample) -> tuple[float, int] | None:
+        """(relative error bound, schema) of a quantiles rule's sample: its value is the
+        estimate of the window's quantile from a native histogram; None for other samples."""
+        rule = self.rules.get(sample.get("rule") or "")
+        if rule is None or rule.aggregation != Aggregation.QUANTILES or \
+                QUANTILE_LABEL not in sample["labels"] or rule.native_schema is None:
+            return None
+        return exphist.relative_error_bound(rule.native_schema), rule.native_schema
 
     def value(self, exp: SeriesExpectation) -> None:
         assert exp.value is not None
@@ -337,8 +388,11 @@ class _Checker:
         labels = dict(exp.labels)
         family = self.family(exp, labels)
         if not family:
-            self.fail(exp.at, self.where(exp, exp.name, labels), "a histogram",
-                      self.missing(exp, exp.name + "_count", labels, shown=exp.name))
+            natives = [i for i in self.select(exp, exp.name, labels)
+                       if is_native(self.samples[i])]
+            got = "a native histogram only: give native: (count:, sum:, buckets:, …)" \
+                if natives else self.missing(exp, exp.name + "_count", labels, shown=exp.name)
+            self.fail(exp.at, self.where(exp, exp.name, labels), "a histogram", got)
             return
         windows = sorted({self.samples[i]["timestamp"] for i in family})
         if exp.window is None and len(windows) > 1 and \
@@ -363,7 +417,60 @@ class _Checker:
             first = self.samples[found[0]]
             self.fail(exp.at, self.where(exp, exp.name, labels), "absent",
                       f"{len(found)} sample(s): {series_text(first['name'], first['labels'])}"
-                      f"{_window_note(first)} = {value_text(first['value'])}")
+                      f"{_window_note(first)} = {sample_text(first)}")
+
+    def native(self, exp: SeriesExpectation, want: NativeExpectation) -> None:
+        """A native histogram sample's fields, value ranges and buckets against ``want``."""
+        labels = dict(exp.labels)
+        what = self.where(exp, exp.name, labels)
+        named = self.select(exp, exp.name, labels)
+        found = [i for i in named if is_native(self.samples[i])]
+        if not found:
+            if named:
+                got = f"a float sample {sample_text(self.samples[named[0]])}"
+            elif self.family(exp, labels):
+                got = "a classic histogram only: give buckets:, count: or sum:"
+            else:
+                got = self.missing(exp, exp.name, labels)
+            self.fail(exp.at, what, "a native histogram", got)
+            return
+        if len(found) > 1:
+            self.covered.update(found)
+            windows = ", ".join(iso_text(self.samples[i]["timestamp"]) for i in found)
+            self.fail(exp.at, what, "a native histogram",
+                      f"{len(found)} samples (windows {windows}): give window:")
+            return
+        sample = self.samples[found[0]]
+        self.covered.add(found[0])
+        histogram = sample[HISTOGRAM_KEY]
+        if want.schema is not None and histogram["schema"] != want.schema:
+            self.fail(exp.at, f"{what} native schema", str(want.schema),
+                      str(histogram["schema"]))
+        for part in ("count", "sum"):
+            expected = getattr(want, part)
+            if expected is not None and not same_value(expected, histogram[part]):
+                self.fail(exp.at, f"{what} native {part}", value_text(expected),
+                          value_text(float(histogram[part]) if part == "count"
+                                     else histogram[part]))
+        if want.zero_count is not None and histogram["zero_count"] != want.zero_count:
+            self.fail(exp.at, f"{what} native zero_count", str(want.zero_count),
+                      str(histogram["zero_count"]))
+        for value_range, expected in want.ranges:
+            low, high, straddling = range_count(histogram, value_range)
+            if not low <= expected <= high:
+                got = str(low) if low == high else \
+                    f"{low} to {high} ({straddling}; a bucket bound as the range's end is exact)"
+                self.fail(exp.at, f"{what} native buckets[{value_range.written}]",
+                          str(expected), got)
+        for side in ("positive", "negative"):
+            expected_buckets = getattr(want, side)
+            have = [(int(i), int(c)) for i, c in histogram[side]]
+            if expected_buckets is not None and list(expected_buckets) != have:
+                self.fail(exp.at, f"{what} native {side}", _buckets_text(expected_buckets),
+                          _buckets_text(have))
+        if exp.timestamp is not None and sample["timestamp"] != exp.timestamp:
+            self.fail(exp.at, f"{what} timestamp", iso_text(exp.timestamp),
+                      iso_text(sample["timestamp"]))
 
     def count(self, exp: CountExpectation) -> None:
         summary = self.summary
@@ -405,6 +512,64 @@ def closest_rule(written: str, ids: set[str]) -> str | None:
         own = {rule_id.rpartition("/")[2]: rule_id for rule_id in reversed(ordered)}
         near = own.get(written) or own.get(closest(written, own) or "")
     return near
+
+
+def within(want: Value, got: Any, bound: float) -> bool:
+    """A quantile's estimate ``got`` is within ``bound`` (relative, plus the rounding of
+    Prometheus' bounds) of the exact quantile ``want`` — or both 0 up to the zero bucket's
+    width (the estimate of a value in the zero bucket is 0)."""
+    if isinstance(want, str) or isinstance(got, str | bool) or not isinstance(got, int | float):
+        return False
+    error = abs(float(got) - want)
+    return error <= (bound + 1e-15) * abs(want) or error <= exphist.DEFAULT_ZERO_THRESHOLD
+
+
+def _buckets_text(buckets: Sequence[tuple[int, int]]) -> str:
+    return "{" + ", ".join(f"{i}: {c}" for i, c in buckets) + "}"
+
+
+def _bucket_values(histogram: dict[str, Any]) -> list[tuple[float, bool, float, int, str]]:
+    """Every populated bucket of a native histogram sample as (lowest value, whether it is
+    included, highest value (always included or a limit), count, text): positive bucket i
+    holds (base^(i-1), base^i], negative bucket i [-base^i, -base^(i-1)), the zero bucket
+    [-threshold, threshold]."""
+    schema = histogram["schema"]
+    out = []
+    for index, count in histogram["positive"]:
+        low, high = exphist.upper_bound(index - 1, schema), exphist.upper_bound(index, schema)
+        out.append((low, False, high, count, f"({value_text(low)}, {value_text(high)}]"))
+    for index, count in histogram["negative"]:
+        low, high = -exphist.upper_bound(index, schema), -exphist.upper_bound(index - 1, schema)
+        out.append((low, True, high, count, f"[{value_text(low)}, {value_text(high)})"))
+    if histogram["zero_count"]:
+        threshold = histogram["zero_threshold"]
+        out.append((-threshold, True, threshold, histogram["zero_count"],
+                    f"the zero bucket [{value_text(-threshold)}, {value_text(threshold)}]"))
+    return out
+
+
+def range_count(histogram: dict[str, Any], value_range: ValueRange) -> tuple[int, int, str]:
+    """How many observations of a native histogram sample lie in ``value_range``: (at least,
+    at most, the buckets straddling an end). Exact (both equal) unless a populated bucket
+    holds values on both sides of an end — a bucket holds (lower, upper], so an end that is
+    a bucket bound never is straddled. NaN observations are in no bucket, so in no range."""
+    least = most = 0
+    straddling = []
+    a, b = value_range.low, value_range.high
+    for low, low_in, high, count, text in _bucket_values(histogram):
+        # In (a, b] whole when all its values are > a and <= b; apart when none is.
+        all_above = a is None or low > a or (low == a and not low_in)
+        all_below = b is None or high <= b
+        apart = (a is not None and high <= a) or \
+            (b is not None and (low > b or (low == b and not low_in)))
+        if apart:
+            continue
+        most += count
+        if all_above and all_below:
+            least += count
+        else:
+            straddling.append(f"{text} holds {count}")
+    return least, most, ", ".join(straddling)
 
 
 def _same_bound(le: str | None, written: str) -> bool:
@@ -497,12 +662,20 @@ def report(result: FileResult, verbose: bool, out: TextIO) -> None:
             print(f"    {line}", file=out)
 
 
-def rule_costs(routing: Routing, cases: Sequence[TestCase]) -> list[str]:
+def rule_costs(routing: Routing, cases: Sequence[TestCase],
+               settings: RunSettings | None = None) -> list[str]:
     """Each rule's cost as backfill's summary reports it
     (:meth:`~l2m.batch.summary.BackfillSummary.render_rules`), over the cases' logs in one
-    run."""
-    whole = run_local(routing, [line for case in cases for line in case.lines])
-    return whole.summary.render_rules()
+    run; with ``settings``, then the native buckets of its histogram and quantiles rules
+    (:func:`l2m.authoring.estimate.distribution_lines`, as ``validate --estimate``)."""
+    from l2m.authoring.estimate import distribution_lines
+
+    lines = [line for case in cases for line in case.lines]
+    whole = run_local(routing, lines)
+    out = whole.summary.render_rules()
+    if settings is not None:
+        out += distribution_lines(settings, routing.rules, lines)
+    return out
 
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")

@@ -27,6 +27,7 @@ from l2m.config.decode import Decoder, describe, shown
 from l2m.config.job import JobConfig, LimitsConfig, TenancyConfig
 from l2m.config.loader import read_yaml_text
 from l2m.errors import ConfigError, L2mError
+from l2m.semantics.exphist import SCHEMA_MAX, SCHEMA_MIN
 from l2m.semantics.values import (
     LABEL_NAME_RE,
     MAX_TIMESTAMP_MS,
@@ -54,7 +55,10 @@ FILE_KEYS = ("rules", "config", "start", "text_fields", "default_fields", "times
 SETTING_KEYS = ("text_fields", "default_fields", "timestamp_field", "limits", "tenancy")
 CASE_KEYS = ("name", "start", "logs", "input", "expect", "exhaustive")
 SERIES_KEYS = ("series", "name", "labels", "account", "window", "timestamp", "value",
-               "buckets", "count", "sum", "absent")
+               "buckets", "count", "sum", "absent", "native")
+# A native histogram sample's expectation (``native:``): its fields, and observations by value
+# range (``buckets``) or by bucket index (``positive``, ``negative``).
+NATIVE_KEYS = ("count", "sum", "zero_count", "schema", "buckets", "positive", "negative")
 # Counts of the run's summary (l2m.batch.summary.BackfillSummary) an expectation may name.
 RUN_COUNTS = ("logs", "malformed", "no_timestamp", "blank_lines", "samples")
 RULE_COUNTS = ("matches", "cut", "refused")
@@ -73,11 +77,36 @@ class Where:
 
 
 @dataclass(frozen=True)
+class ValueRange:
+    """Observations in (``low``, ``high``] as written in a ``native: buckets:`` key: ``10``
+    or ``<= 10`` (low None: from the lowest), ``> 10`` (high None: to the highest, +Inf
+    included), ``(5, 10]``."""
+
+    written: str
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class NativeExpectation:
+    """What a native histogram sample must hold (``native:``): each field given, the
+    observations in each value range, and the populated buckets of a side (index → count)."""
+
+    count: Value | None = None
+    sum: Value | None = None
+    zero_count: int | None = None
+    schema: int | None = None
+    ranges: tuple[tuple[ValueRange, int], ...] = ()
+    positive: tuple[tuple[int, int], ...] | None = None
+    negative: tuple[tuple[int, int], ...] | None = None
+
+
+@dataclass(frozen=True)
 class SeriesExpectation:
     """What one series must (or must not) hold: ``value`` (a counter's, or a gauge's in
     ``window``), ``buckets``/``count``/``sum`` (a histogram's family: ``name`` is its base
-    name), or ``absent``. ``window``: a gauge window's start (epoch ms); ``account``: the
-    samples' account if ``account_given``."""
+    name), ``native`` (a native histogram sample), or ``absent``. ``window``: a gauge
+    window's start (epoch ms); ``account``: the samples' account if ``account_given``."""
 
     at: Where
     name: str
@@ -91,6 +120,7 @@ class SeriesExpectation:
     count: Value | None = None
     sum: Value | None = None
     absent: bool = False
+    native: NativeExpectation | None = None
     window_at: Where | None = None  # the line window: is written on
 
     @property
@@ -552,12 +582,12 @@ class _Reader:
                 return self.count_expectation(node, key, sorted(counted))
         entries = self.mapping(node, key, SERIES_KEYS)
         name, labels = self.series(node, entries, key)
-        kinds = [k for k in ("value", "buckets", "absent") if k in entries]
+        kinds = [k for k in ("value", "buckets", "absent", "native") if k in entries]
         if "count" in entries or "sum" in entries:
             kinds = [k for k in kinds if k != "buckets"] + ["buckets"]
         if len(kinds) != 1:
-            raise self.fail(node, key, "give one of value:, buckets: (and/or count:, sum:) or "
-                                       "absent: true")
+            raise self.fail(node, key, "give one of value:, buckets: (and/or count:, sum:), "
+                                       "native: or absent: true")
         values: dict[str, Any] = {}
         for part in ("value", "count", "sum"):
             if part in entries:
@@ -566,6 +596,8 @@ class _Reader:
             values["buckets"] = self.buckets(entries["buckets"][1], f"{key}.buckets")
         elif "count" in entries or "sum" in entries:
             values["buckets"] = ()
+        if "native" in entries:
+            values["native"] = self.native(entries["native"][1], f"{key}.native")
         if "absent" in entries:
             if not self.boolean(entries["absent"][1], f"{key}.absent"):
                 raise self.fail(entries["absent"][1], f"{key}.absent",
@@ -647,6 +679,61 @@ class _Reader:
             labels.append((name, value))
         return tuple(sorted(labels))
 
+    def native(self, node: yaml.Node, key: str) -> NativeExpectation:
+        """``native:``: a native histogram sample's count, sum, zero_count, schema, counts by
+        value range (``buckets``) and populated buckets by index (``positive``,
+        ``negative``); at least one."""
+        entries = self.mapping(node, key, NATIVE_KEYS)
+        if not entries:
+            raise self.fail(node, key, f"expected at least one of {', '.join(NATIVE_KEYS)}")
+        values: dict[str, Any] = {}
+        for part in ("count", "sum"):
+            if part in entries:
+                values[part] = self.number(entries[part][1], f"{key}.{part}")
+        if "zero_count" in entries:
+            values["zero_count"] = self.count(entries["zero_count"][1], f"{key}.zero_count")
+        if "schema" in entries:
+            schema = self.plain(entries["schema"][1])
+            if isinstance(schema, bool) or not isinstance(schema, int) or \
+                    not SCHEMA_MIN <= schema <= SCHEMA_MAX:
+                raise self.fail(entries["schema"][1], f"{key}.schema",
+                                f"expected a whole number from {SCHEMA_MIN} to {SCHEMA_MAX}, "
+                                f"got {_described(schema)}")
+            values["schema"] = schema
+        if "buckets" in entries:
+            values["ranges"] = self.ranges(entries["buckets"][1], f"{key}.buckets")
+        for side in ("positive", "negative"):
+            if side in entries:
+                values[side] = self.indexes(entries[side][1], f"{key}.{side}")
+        return NativeExpectation(**values)
+
+    def ranges(self, node: yaml.Node, key: str) -> tuple[tuple[ValueRange, int], ...]:
+        entries = self.mapping(node, key, _Anything())
+        out = []
+        for written, (range_node, value_node) in entries.items():
+            found = value_range(written)
+            if found is None:
+                raise self.fail(range_node, key, f"'{_written(written)}' is not a value range: "
+                                                 "10 or '<= 10', '> 10', '(5, 10]'")
+            out.append((found, self.count(value_node, f"{key}.{written}")))
+        if not out:
+            raise self.fail(node, key, "expected at least one value range (range: count)")
+        return tuple(out)
+
+    def indexes(self, node: yaml.Node, key: str) -> tuple[tuple[int, int], ...]:
+        entries = self.mapping(node, key, _Anything())
+        out = []
+        for written, (index_node, value_node) in entries.items():
+            if not _INTEGER.fullmatch(written) or len(written) > 12:
+                raise self.fail(index_node, key, f"'{_written(written)}' is not a bucket index "
+                                                 "(a whole number)")
+            want = self.count(value_node, f"{key}.{written}")
+            if want == 0:
+                raise self.fail(value_node, f"{key}.{written}", "list populated buckets only "
+                                                                "(count 1 or more)")
+            out.append((int(written), want))
+        return tuple(sorted(out))
+
     def buckets(self, node: yaml.Node, key: str) -> tuple[tuple[float, str, Value], ...]:
         entries = self.mapping(node, key, _Anything())
         bounds = []
@@ -659,6 +746,12 @@ class _Reader:
         if not bounds:
             raise self.fail(node, key, "expected at least one bucket (bound: count)")
         return tuple(bounds)
+
+
+def _written(text: str) -> str:
+    """A key as a problem quotes it: as written when short and printable (``< 3``), else
+    not shown (it may hold anything)."""
+    return text if text.isprintable() and len(text) <= 40 else shown(text)
 
 
 def _key(node: yaml.Node) -> str:
@@ -683,6 +776,40 @@ def bound_value(text: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
+
+
+_RANGE = re.compile(r"\s*(<=|>)\s*(\S+)\s*")
+_BETWEEN = re.compile(r"\s*\(\s*([^,\s]+)\s*,\s*([^\]\s]+)\s*\]\s*")
+
+
+def _range_bound(text: str) -> float | None:
+    """A range's end: a number, or ±Inf (``+Inf``, ``-Inf``, YAML's ``.inf`` forms)."""
+    if text in ("-Inf", "-inf", "-.inf"):
+        return -math.inf
+    return bound_value(text)
+
+
+def value_range(text: str) -> ValueRange | None:
+    """A ``native: buckets:`` key → the observations it counts: ``10`` or ``<= 10`` those at
+    most 10, ``> 10`` those above, ``(5, 10]`` those above 5 and at most 10 (a native bucket's
+    own shape); None if not written so."""
+    plain = bound_value(text)
+    if plain is not None:
+        return ValueRange(text, None, plain)
+    match = _RANGE.fullmatch(text)
+    if match is not None:
+        end = _range_bound(match.group(2))
+        if end is None:
+            return None
+        return ValueRange(text, None, end) if match.group(1) == "<=" \
+            else ValueRange(text, end, None)
+    match = _BETWEEN.fullmatch(text)
+    if match is not None:
+        low, high = _range_bound(match.group(1)), _range_bound(match.group(2))
+        if low is None or high is None or not low < high:
+            return None
+        return ValueRange(text, low, high)
+    return None
 
 
 def _place(doc: dict[str, Any], path: str, value: int) -> None:

@@ -235,8 +235,8 @@ def test_series_notation():
      "t.test.yaml:6:21: tests[0].expect[0]: unknown key 'valeu' (did you mean 'value'?)"),
     ("rules: r.yaml\ntests:\n"
      "  - {name: a, logs: [x], expect: [{series: m, value: 1, absent: true}]}\n",
-     "t.test.yaml:3:35: tests[0].expect[0]: give one of value:, buckets: (and/or count:, sum:) "
-     "or absent: true"),
+     "t.test.yaml:3:35: tests[0].expect[0]: give one of value:, buckets: (and/or count:, sum:), "
+     "native: or absent: true"),
     ("rules: r.yaml\ntests:\n  - {name: a, logs: [x], expect: [{series: 'm{a=1}', value: 1}]}\n",
      "t.test.yaml:3:44: tests[0].expect[0].series: expected label=\"value\" at character 3 "
      "of 'm{a=1}'"),

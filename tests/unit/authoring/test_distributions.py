@@ -1,0 +1,307 @@
+"""``l2m test``, ``validate --estimate`` and ``l2m test -v`` on native histograms and quantile
+gauges (issue 56): the ``native:`` expectation passing and failing with its exact failure
+lines, value ranges exact on bucket bounds and bounded where a bucket straddles them, quantile
+values within the schema's relative error bound, samples without ``value`` in every path.
+
+The expected numbers are worked out from the definitions (docs/rules.md "Distributions",
+l2m.semantics.exphist): at schema 3 a bucket's bounds are 2^((i-1)/8) and 2^(i/8), so 3 lies
+in bucket 13, (2^(12/8), 2^(13/8)] = (2.83, 3.08], and 7 in bucket 23, (6.73, 7.34]; at schema
+0 the bounds are powers of two: 3 in bucket 2 (2, 4], 7 in 3 (4, 8], 1000 in 10 (512, 1024]."""
+
+from __future__ import annotations
+
+import io
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from l2m.authoring.ruletest import _Checker, range_count, run_test_files
+from l2m.authoring.testfile import (
+    SeriesExpectation,
+    TestCase,
+    ValueRange,
+    Where,
+    value_range,
+)
+from l2m.batch.summary import BackfillSummary
+from l2m.cli import main
+
+RULES = """\
+rules:
+  - id: lat
+    name: lat_ms
+    kind: counter
+    query: "_exists_:ms"
+    aggregation: histogram
+    field: ms
+    native: true
+    group_by: [service]
+  - id: both
+    name: both_ms
+    kind: counter
+    query: "_exists_:ms"
+    aggregation: histogram
+    field: ms
+    buckets: [5, 10]
+    native: {schema: 0}
+  - id: q
+    name: q_ms
+    kind: gauge
+    query: "_exists_:ms"
+    aggregation: quantiles
+    field: ms
+    quantiles: [0.5, 0.9]
+    group_by: [service]
+  - id: gn
+    name: gn_ms
+    kind: gauge
+    query: "_exists_:ms"
+    aggregation: histogram
+    field: ms
+    native: {schema: 1, max_buckets: 2}
+"""
+
+LOGS = """\
+    logs:
+      - {"@timestamp": +0s, service: a, ms: 3}
+      - {"@timestamp": +1s, service: a, ms: 7}
+      - {"@timestamp": +2s, service: a, ms: 0}
+      - {"@timestamp": +3s, service: a, ms: -3}
+      - {"@timestamp": +4s, service: a, ms: x}
+      - {"@timestamp": +70s, service: b, ms: 1000}
+"""
+FIRST = 13  # the line of the first expectation
+
+
+def run(tmp_path: Path, expect: str, *args: str, exhaustive: bool = False) -> tuple[int, str]:
+    """Exit code and output of ``l2m test`` on one case of ``LOGS`` with ``expect``."""
+    (tmp_path / "r.yaml").write_text(RULES)
+    body = "rules: r.yaml\nstart: 2026-11-22T10:00:00Z\ntests:\n  - name: c\n" + \
+        ("    exhaustive: true\n" if exhaustive else "") + LOGS + "    expect:\n" + \
+        textwrap.indent(textwrap.dedent(expect), "      ")
+    path = tmp_path / "t.test.yaml"
+    path.write_text(body)
+    out = io.StringIO()
+    code = run_test_files([str(path)], junit=None, only=None, verbose="-v" in args, out=out)
+    text = out.getvalue().replace(str(tmp_path) + "/", "")
+    return code, re.sub(r" in [0-9.]+ s$", " in X s", text.rstrip("\n"), flags=re.M)
+
+
+@pytest.mark.parametrize("expect", [
+    # 3, 7, 0, -3 (the log with ms "x" matches without a value: in no count)
+    "- {series: 'lat_ms{service=\"a\"}', native: {count: 4, sum: 7, zero_count: 1, schema: 3,"
+    " positive: {13: 1, 23: 1}, negative: {13: 1}}}",
+    "- {series: 'lat_ms{service=\"a\"}', native: {buckets: {8: 4, '<= 2': 2, '(2, 4]': 1,"
+    " '> 4': 1, '(-4, -2]': 1, '> 8': 0, +Inf: 4}}}",
+    # the zero bucket [-2^-128, 2^-128] straddles 0: 0 is in it, so 1 or 2 are right
+    "- {series: 'lat_ms{service=\"a\"}', native: {buckets: {'<= 0': 2}}}",
+    "- {series: 'lat_ms{service=\"a\"}', native: {buckets: {'<= 0': 1}}}",
+    "- {series: 'lat_ms{service=\"b\"}', native: {count: 1, sum: 1000, zero_count: 0}}",
+    "- {name: lat_ms, labels: {service: b}, native: {negative: {}}, timestamp: +70s}",
+    # classic and native side by side under one name
+    "- {series: both_ms, buckets: {5: 3, 10: 4, +Inf: 5}, count: 5, sum: 1007}",
+    "- {series: both_ms, native: {count: 5, sum: 1007, schema: 0, positive: {2: 1, 3: 1, 10: 1},"
+    " negative: {2: 1}, buckets: {4: 3, 5: 3, 8: 4, '(512, 1024]': 1}}}",
+    # quantiles: the exact nearest-rank quantile, within 1.08% (schema 5) of the estimate
+    "- {series: 'q_ms{service=\"a\", quantile=\"0.5\"}', value: 0}",
+    "- {series: 'q_ms{service=\"a\", quantile=\"0.9\"}', value: 7}",
+    "- {series: 'q_ms{service=\"a\", quantile=\"0.9\"}', value: 6.948927789100865}",
+    "- {series: 'q_ms{service=\"b\", quantile=\"0.5\"}', value: 1000, window: +60s}",
+    # a gauge histogram per window, lowered to schema -2 to keep at most 2 buckets
+    "- {series: gn_ms, window: +0s, native: {schema: -2, positive: {1: 2}, negative: {1: 1},"
+    " zero_count: 1, buckets: {16: 4, '<= 1': 2}}}",
+    "- {series: gn_ms, window: +0s, native: {buckets: {'<= 8': 3}}}",
+])
+def test_native_and_quantile_expectations_that_hold(tmp_path, expect):
+    assert run(tmp_path, expect) == (0, "1 passed, 0 failed in X s")
+
+
+@pytest.mark.parametrize(("expect", "failure"), [
+    ("- {series: 'lat_ms{service=\"a\"}', native: {count: 5, sum: 7.5, zero_count: 0, "
+     "schema: 2}}",
+     "lat_ms{service=\"a\"} native schema: want 2, got 3\n"
+     "t.test.yaml:13: 'c': lat_ms{service=\"a\"} native count: want 5, got 4\n"
+     "t.test.yaml:13: 'c': lat_ms{service=\"a\"} native sum: want 7.5, got 7\n"
+     "t.test.yaml:13: 'c': lat_ms{service=\"a\"} native zero_count: want 0, got 1"),
+    ("- {series: 'lat_ms{service=\"a\"}', native: {positive: {13: 1}, negative: {12: 1}}}",
+     "lat_ms{service=\"a\"} native positive: want {13: 1}, got {13: 1, 23: 1}\n"
+     "t.test.yaml:13: 'c': lat_ms{service=\"a\"} native negative: want {12: 1}, got {13: 1}"),
+    ("- {series: 'lat_ms{service=\"a\"}', native: {buckets: {'<= 3': 4, 8: 3}}}",
+     "lat_ms{service=\"a\"} native buckets[<= 3]: want 4, got 2 to 3 ((2.82842712474619, "
+     "3.0844216508158815] holds 1; a bucket bound as the range's end is exact)\n"
+     "t.test.yaml:13: 'c': lat_ms{service=\"a\"} native buckets[8]: want 3, got 4"),
+    ("- {series: 'lat_ms{service=\"a\"}', native: {buckets: {'<= 0': 3}}}",
+     "lat_ms{service=\"a\"} native buckets[<= 0]: want 3, got 1 to 2 (the zero bucket "
+     "[-2.938735877055719e-39, 2.938735877055719e-39] holds 1; a bucket bound as the range's "
+     "end is exact)"),
+    ("- {series: 'lat_ms{service=\"c\"}', native: {count: 1}}",
+     "lat_ms{service=\"c\"}: want a native histogram, got no such series; nearest "
+     "lat_ms{service=\"a\"} (service=\"a\", not \"c\")"),
+    ("- {series: 'lat_ms{service=\"b\"}', native: {count: 1}, timestamp: +1s}",
+     "lat_ms{service=\"b\"} timestamp: want 2026-11-22T10:00:01Z, got 2026-11-22T10:01:10Z"),
+    ("- {series: 'lat_ms{service=\"a\"}', value: 4}",
+     "lat_ms{service=\"a\"}: want 4, got a native histogram (count 4, sum 7): give native: "
+     "(count:, sum:, buckets:, …)"),
+    ("- {series: 'lat_ms{service=\"a\"}', count: 4}",
+     "lat_ms{service=\"a\"}: want a histogram, got a native histogram only: give native: "
+     "(count:, sum:, buckets:, …)"),
+    ("- {series: 'q_ms{service=\"a\", quantile=\"0.5\"}', native: {count: 4}}",
+     "q_ms{quantile=\"0.5\",service=\"a\"}: want a native histogram, got a float sample 0"),
+    ("- {series: size_ms, native: {count: 4}}",
+     "size_ms: want a native histogram, got no series of that name"),
+    ("- {series: gn_ms, native: {count: 4}}",
+     "gn_ms: want a native histogram, got 2 samples (windows 2026-11-22T10:00:00Z, "
+     "2026-11-22T10:01:00Z): give window:"),
+    ("- {series: 'q_ms{service=\"a\", quantile=\"0.9\"}', value: 7.1}",
+     "q_ms{quantile=\"0.9\",service=\"a\"}: want 7.1 (within ±1.08%: the estimate of a schema "
+     "5 histogram), got 6.948927789100865"),
+    ("- {series: 'q_ms{service=\"b\", quantile=\"0.5\"}', value: 1010}",
+     "q_ms{quantile=\"0.5\",service=\"b\"}: want 1010 (within ±1.08%: the estimate of a "
+     "schema 5 histogram), got 991.2055044390644"),
+    ("- {series: 'lat_ms{service=\"a\"}', absent: true}",
+     "lat_ms{service=\"a\"}: want absent, got 1 sample(s): lat_ms{service=\"a\"} = a native "
+     "histogram (count 4, sum 7)"),
+])
+def test_native_and_quantile_failures_say_what_and_got(tmp_path, expect, failure):
+    assert run(tmp_path, expect) == (
+        1, f"t.test.yaml:{FIRST}: 'c': {failure}\n0 passed, 1 failed in X s")
+
+
+def test_exhaustive_covers_native_samples_and_names_the_others(tmp_path):
+    code, out = run(tmp_path, """\
+        - {series: 'lat_ms{service="a"}', native: {count: 4}}
+        - {series: 'lat_ms{service="b"}', native: {count: 1}}
+        - {series: both_ms, count: 5}
+        - {series: both_ms, native: {count: 5}}
+        - {series: 'q_ms{service="a", quantile="0.5"}', value: 0}
+        - {series: 'q_ms{service="a", quantile="0.9"}', value: 7}
+        - {series: 'q_ms{service="b", quantile="0.5"}', value: 1000}
+        - {series: 'q_ms{service="b", quantile="0.9"}', value: 1000}
+        - {series: gn_ms, window: +0s, native: {count: 4}}
+        """, exhaustive=True)
+    assert (code, out) == (1, "t.test.yaml:4: 'c': gn_ms @ 2026-11-22T10:01:00Z: not expected "
+                              "(exhaustive), got a native histogram (count 1, sum 1000)\n"
+                              "0 passed, 1 failed in X s")
+
+
+@pytest.mark.parametrize(("expect", "problem"), [
+    ("{series: m, native: {cont: 1}}",
+     "13:30: tests[0].expect[0].native: unknown key 'cont' (did you mean 'count'?)"),
+    ("{series: m, native: {}}",
+     "13:29: tests[0].expect[0].native: expected at least one of count, sum, zero_count, "
+     "schema, buckets, positive, negative"),
+    ("{series: m, native: {schema: 9}}",
+     "13:38: tests[0].expect[0].native.schema: expected a whole number from -4 to 8, got "
+     "integer 9"),
+    ("{series: m, native: {buckets: {'< 3': 1}}}",
+     "13:40: tests[0].expect[0].native.buckets: '< 3' is not a value range: 10 or '<= 10', "
+     "'> 10', '(5, 10]'"),
+    ("{series: m, native: {buckets: {'(3, 2]': 1}}}",
+     "13:40: tests[0].expect[0].native.buckets: '(3, 2]' is not a value range: 10 or '<= 10', "
+     "'> 10', '(5, 10]'"),
+    ("{series: m, native: {positive: {a: 1}}}",
+     "13:41: tests[0].expect[0].native.positive: 'a' is not a bucket index (a whole number)"),
+    ("{series: m, native: {positive: {3: 0}}}",
+     "13:44: tests[0].expect[0].native.positive.3: list populated buckets only (count 1 or "
+     "more)"),
+    ("{series: m, native: {count: 1}, value: 1}",
+     "13:9: tests[0].expect[0]: give one of value:, buckets: (and/or count:, sum:), native: or "
+     "absent: true"),
+])
+def test_native_expectations_are_checked_when_the_file_loads(tmp_path, expect, problem):
+    code, out = run(tmp_path, "- " + expect)
+    assert (code, out) == (1, f"error [CONFIG]: t.test.yaml:{problem}\n"
+                              "0 passed, 0 failed, 1 error(s) in X s")
+
+
+def test_value_ranges_as_written():
+    assert value_range("10") == ValueRange("10", None, 10.0)
+    assert value_range("<= 2.5") == ValueRange("<= 2.5", None, 2.5)
+    assert value_range(">-1") == ValueRange(">-1", -1.0, None)
+    assert value_range("(-Inf, 0]") == ValueRange("(-Inf, 0]", float("-inf"), 0.0)
+    assert value_range("+Inf") == ValueRange("+Inf", None, float("inf"))
+    assert [value_range(t) for t in ("< 3", "(2, 2]", "[1, 2]", "x", "<= x", "")] == [None] * 6
+
+
+def test_range_counts_are_exact_on_bounds_and_bounded_inside_a_bucket():
+    # schema 0: bucket 2 is (2, 4], 3 is (4, 8]; negative bucket 1 is [-2, -1)
+    histogram = {"schema": 0, "zero_threshold": 0.0, "zero_count": 0,
+                 "positive": [[2, 5], [3, 1]], "negative": [[1, 2]]}
+    assert range_count(histogram, ValueRange("4", None, 4.0)) == (7, 7, "")
+    assert range_count(histogram, ValueRange("> 4", 4.0, None)) == (1, 1, "")
+    assert range_count(histogram, ValueRange("(2, 8]", 2.0, 8.0)) == (6, 6, "")
+    assert range_count(histogram, ValueRange("(-2, 8]", -2.0, 8.0)) == (6, 8, "[-2, -1) holds 2")
+    assert range_count(histogram, ValueRange("3", None, 3.0)) == (2, 7, "(2, 4] holds 5")
+    assert range_count(histogram, ValueRange("(3, 3.5]", 3.0, 3.5)) == (0, 5, "(2, 4] holds 5")
+
+
+def test_a_native_sample_named_like_a_family_part_is_not_read_as_one():
+    """Samples of another account's rule may be named like a classic family's ``_count``:
+    the histogram expectation skips them instead of reading a ``value`` they lack."""
+    at = Where("t.test.yaml", 3)
+    samples = [
+        {"name": "h_count", "kind": "counter", "labels": {}, "timestamp": 1, "account": None,
+         "rule": "x", "histogram": {"schema": 0, "zero_threshold": 0.0, "zero_count": 0,
+                                    "count": 2, "sum": 3.0, "positive": [[1, 2]],
+                                    "negative": []}, "format": 2},
+        {"name": "h_count", "kind": "counter", "labels": {}, "value": 5.0, "timestamp": 1,
+         "account": None, "rule": "y"},
+    ]
+    case = TestCase("c", at, (), ())
+    checker = _Checker(case, samples, {"h_count": [0, 1]}, BackfillSummary(), {})
+    checker.histogram(SeriesExpectation(at, "h", count=5.0))
+    assert checker.failures == []
+    checker.histogram(SeriesExpectation(at, "h", count=2.0))
+    assert checker.failures == ["t.test.yaml:3: 'c': h_count: want 2, got 5"]
+
+
+def test_verbose_shows_the_native_buckets_of_each_distribution_rule(tmp_path):
+    code, out = run(tmp_path, "- {series: both_ms, count: 5}", "-v")
+    assert code == 0
+    lines = out.splitlines()
+    at = lines.index("  per rule, the logs of all its cases in one run:")
+    assert [line.split()[:4] for line in lines[at + 2:at + 6]] == [
+        ["lat", "6", "2", "2"], ["both", "6", "6", "1"], ["q", "6", "4", "2"],
+        ["gn", "6", "2", "1"]]
+    assert lines[at + 6:at + 12] == [
+        "    distributions (exact; populated native buckets are the rows the state keeps per "
+        "series, per series and window for gauges):",
+        "      rule  aggregation  TSDB series per label set  populated buckets (most)  (mean)  "
+        "max_buckets  schema",
+        "      lat   histogram                            1                         4     2.5  "
+        "        160  3",
+        "      both  histogram                            6                         5     5.0  "
+        "        160  0",
+        "      q     quantiles                            2                         4     2.5  "
+        "        160  5",
+        "      gn    histogram                            1                         3     2.0  "
+        "          2  1 → -2",
+    ]
+
+
+def test_estimate_counts_native_buckets_and_series_per_label_set(tmp_path, capsys):
+    (tmp_path / "r.yaml").write_text(RULES)
+    sample = tmp_path / "s.jsonl"
+    # 0.5 s apart: 3 (bucket 13 at schema 3), 7 (23), 0 (zero bucket), -3 (negative 13), …
+    values = [3, 7, 0, -3] * 50
+    sample.write_text("".join(
+        f'{{"@timestamp": {1795341600000 + 500 * i}, "service": "a", "ms": {v}}}\n'
+        for i, v in enumerate(values)))
+    assert main(["validate", str(tmp_path / "r.yaml"), "--estimate", str(sample)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("distributions (exact; populated native buckets are the rows the state keeps "
+                   "per series, per series and window for gauges):")
+    assert out[at + 1:] == [
+        "  rule  aggregation  TSDB series per label set  populated buckets (most)  (mean)  "
+        "max_buckets  schema",
+        "  lat   histogram                            1                         4     4.0  "
+        "        160  3",
+        "  both  histogram                            6                         4     4.0  "
+        "        160  0",
+        "  q     quantiles                            2                         4     4.0  "
+        "        160  5",
+        "  gn    histogram                            1                         3     3.0  "
+        "          2  1 → -2",
+    ]
