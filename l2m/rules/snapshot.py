@@ -10,6 +10,7 @@ turns a snapshot back into rules, their queries compiled again."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import operator
 from collections.abc import Iterable
@@ -26,6 +27,13 @@ SNAPSHOT_FORMAT = 1
 FIELDS = ("id", "name", "kind", "query", "aggregation", "field", "buckets", "bucket_labels",
           "group_by", "labels", "account", "target_account", "enabled", "max_series",
           "description", "unit", "file", "line")
+# Fields stored only when a rule's value is not the default (a native histogram's or a
+# quantiles rule's, issue 56): the snapshot of every other rule — and so the version of every
+# rule set without them — stays byte for byte what earlier releases wrote, and a snapshot
+# without them restores the defaults.
+OPTIONAL = ("native_max_buckets", "native_schema", "quantile_labels", "quantiles")
+_DEFAULTS = tuple((name, f.default) for f in dataclasses.fields(Rule) if (name := f.name)
+                  in OPTIONAL)
 VERSION_CHARS = 16  # of the SHA-256 hex digest: a version is short enough for a label
 
 
@@ -39,8 +47,16 @@ def snapshot(rules: Iterable[Rule]) -> bytes:
     """The rules as a format-:data:`SNAPSHOT_FORMAT` snapshot, in a canonical form (rules by
     id, keys sorted)."""
     ordered = sorted(rules, key=lambda r: (r.id, r.file, r.line))
-    return orjson.dumps({"format": SNAPSHOT_FORMAT,
-                         "rules": [dict(zip(_SORTED, _VALUES(r), strict=True)) for r in ordered]})
+    return orjson.dumps({"format": SNAPSHOT_FORMAT, "rules": [_fields(r) for r in ordered]})
+
+
+def _fields(rule: Rule) -> dict[str, object]:
+    """A rule's stored fields, keys sorted: :data:`FIELDS`, and those of :data:`OPTIONAL`
+    whose value is not the default."""
+    fields = dict(zip(_SORTED, _VALUES(rule), strict=True))
+    values = rule.__dict__
+    extra = {name: values[name] for name, default in _DEFAULTS if values[name] != default}
+    return dict(sorted({**fields, **extra}.items())) if extra else fields
 
 
 def version_of(data: bytes) -> str:
@@ -63,8 +79,12 @@ def restore(data: bytes, config: QueryConfig | None = None) -> tuple[Rule, ...]:
     for fields in doc["rules"]:
         try:
             values = {name: fields[name] for name in FIELDS}
-            for name in ("buckets", "bucket_labels", "group_by"):
-                values[name] = tuple(values[name])
+            values.update((name, fields[name]) for name in OPTIONAL if name in fields)
+            for name in ("buckets", "bucket_labels", "group_by", "quantile_labels"):
+                if name in values:
+                    values[name] = tuple(values[name])
+            if "quantiles" in values:
+                values["quantiles"] = tuple(float(q) for q in values["quantiles"])
             values["labels"] = tuple((str(k), str(v)) for k, v in values["labels"])
             rules.append(Rule(**values, compiled=parse_query(values["query"], config)))
         except Exception as exc:  # KeyError, ValueError, QueryError: unreadable, say which
