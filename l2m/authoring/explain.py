@@ -20,10 +20,12 @@ my log not count?").
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+import numpy as np
 import pyarrow as pa
 
 from l2m.batch.local import file_lines
@@ -32,7 +34,9 @@ from l2m.engine.decoding import decode
 from l2m.engine.fanout import value_buckets
 from l2m.engine.labels import cut_value
 from l2m.engine.match import Matcher
+from l2m.engine.nativebuckets import NEGATIVE, NO_BUCKET, POSITIVE, bucket_key_codes, parse_key
 from l2m.engine.parse import ERROR, STATUS, TIMESTAMP, Form, ParsePlan, parse_lines
+from l2m.engine.samples import sample_value
 from l2m.engine.status import Status
 from l2m.errors import ConfigError, InputError
 from l2m.query.clauses import Clause, clause_tree
@@ -53,6 +57,7 @@ from l2m.query.nodes import (
     TextWildcard,
 )
 from l2m.rules.model import Aggregation, Kind, Rule
+from l2m.semantics import exphist
 from l2m.semantics.times import duration_text, iso_text
 from l2m.semantics.values import number, text_tokens
 from l2m.semantics.windows import MINUTE_MS, window_start
@@ -556,6 +561,8 @@ def _tokens(tokens: list[str]) -> str:
 
 
 def _num(x: float) -> str:
+    if x in (math.inf, -math.inf):
+        return "+Inf" if x > 0 else "-Inf"
     return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
 
 
@@ -610,8 +617,10 @@ def _result(rule: Rule, doc: dict[str, Any], batch: Any, plan: ParsePlan, cfg: J
     out["target_account"] = target
     out["tenancy"] = (f"written to account {target!r} (target_account)" if target else
                       "written with account null (no target_account)")
-    names = ([f"{rule.name}_bucket", f"{rule.name}_sum", f"{rule.name}_count"]
-             if rule.aggregation == Aggregation.HISTOGRAM else [rule.name])
+    names = [f"{rule.name}_bucket", f"{rule.name}_sum", f"{rule.name}_count"] \
+        if rule.classic else []
+    if not rule.classic or rule.native_schema is not None:
+        names.append(rule.name)  # the value's, or the native histogram's, or the quantiles'
     out["metrics"] = names
     if ts is not None and rule.kind == Kind.GAUGE and window is not None:
         end = window + MINUTE_MS
@@ -637,7 +646,7 @@ def _value(rule: Rule, doc: dict[str, Any], batch: Any, plan: ParsePlan) -> dict
                        "as a match only, no sample from it alone")
         return out
     out["text"] = f"{rule.aggregation} of {rule.field}: {found['text']} → {_num(value)}"
-    if rule.aggregation == Aggregation.HISTOGRAM:
+    if rule.classic:
         # The engine's bucket (the first bound at or above the value); the log counts in it
         # and every bucket above (cumulative, as the samples are).
         first = value_buckets(rule, pa.array([value], pa.float64()))[0].as_py()
@@ -645,7 +654,60 @@ def _value(rule: Rule, doc: dict[str, Any], batch: Any, plan: ParsePlan) -> dict
         les = every[every.index(first):]
         out["buckets"] = les
         out["text"] += f", counted in the buckets le={', '.join(les)}"
+    if rule.native_schema is not None:
+        out["native"] = _native_bucket(rule, value)
+    if rule.aggregation == Aggregation.QUANTILES:
+        out["quantiles"] = _quantiles(rule)
     return out
+
+
+def _native_bucket(rule: Rule, value: float) -> dict[str, Any]:
+    """The native bucket the engine counts ``value`` in (its bucket key, from
+    :func:`~l2m.engine.nativebuckets.bucket_key_codes`: the partial row's ``le``), with the
+    bucket's bounds (:func:`~l2m.semantics.exphist.upper_bound`)."""
+    schema = rule.native_schema
+    assert schema is not None
+    codes, keys = bucket_key_codes(np.array([value], np.float64), schema)
+    key = keys[int(codes[0])]
+    side, _schema, index = parse_key(key)
+    holder = "its window" if rule.kind == Kind.GAUGE else "the series"
+    kept = (f"; in a coarser schema's bucket that holds it once {holder} has more than "
+            f"{rule.native_max_buckets} populated buckets")
+    out: dict[str, Any] = {"schema": schema, "key": key, "index": None, "lower": None,
+                           "upper": None}
+    if side == NO_BUCKET:  # NaN: in the count and the sum only
+        out["side"] = "none"
+        out["text"] = f"schema {schema}: NaN is in no bucket (counted in count and sum only)"
+        return out
+    if side not in (POSITIVE, NEGATIVE):
+        threshold = exphist.DEFAULT_ZERO_THRESHOLD
+        out.update(side="zero", lower=-threshold, upper=threshold)
+        out["text"] = (f"schema {schema}: the zero bucket [{_num(-threshold)}, {_num(threshold)}]"
+                       f" (|value| at most the zero threshold){kept}")
+        return out
+    lower, upper = exphist.upper_bound(index - 1, schema), exphist.upper_bound(index, schema)
+    if side == POSITIVE:
+        shown = f"({_num(lower)}, {_num(upper)}]"
+        out.update(side="positive", index=index, lower=sample_value(lower),
+                   upper=sample_value(upper))
+    else:
+        shown = f"[{_num(-upper)}, {_num(-lower)})"
+        out.update(side="negative", index=index, lower=sample_value(-upper),
+                   upper=sample_value(-lower))
+    out["text"] = f"schema {schema}: {out['side']} bucket {index} {shown}{kept}"
+    return out
+
+
+def _quantiles(rule: Rule) -> dict[str, Any]:
+    """What a quantiles rule writes of a window holding the log."""
+    assert rule.native_schema is not None
+    bound = exphist.relative_error_bound(rule.native_schema)
+    return {"quantiles": list(rule.quantile_labels), "schema": rule.native_schema,
+            "relative_error": bound,
+            "text": f"the log is one observation of its window's native histogram (schema "
+                    f"{rule.native_schema}); each sample (quantile="
+                    f"{', '.join(rule.quantile_labels)}) is the window's estimate of that "
+                    f"quantile from it, within {bound:.2%} of the exact one — not this value"}
 
 
 # --- the log's outcomes --------------------------------------------------------------------------
@@ -748,6 +810,10 @@ def _rule_text(rule: dict[str, Any]) -> list[str]:
             lines.append(f"  label: {label['text']}")
         lines.append(f"  labels: {_labels(result['sample_labels'])}")
         lines.append(f"  value: {result['value']['text']}")
+        if "native" in result["value"]:
+            lines.append(f"  native bucket: {result['value']['native']['text']}")
+        if "quantiles" in result["value"]:
+            lines.append(f"  quantiles: {result['value']['quantiles']['text']}")
         lines.append(f"  time: {result['time']['text']}")
         lines.append(f"  account: {result['tenancy']}")
         if "late" in result:

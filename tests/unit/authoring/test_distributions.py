@@ -10,13 +10,17 @@ in bucket 13, (2^(12/8), 2^(13/8)] = (2.83, 3.08], and 7 in bucket 23, (6.73, 7.
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
 import re
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from l2m.authoring.explain import explain_log, render_text
 from l2m.authoring.ruletest import _Checker, range_count, run_test_files
 from l2m.authoring.testfile import (
     SeriesExpectation,
@@ -25,8 +29,11 @@ from l2m.authoring.testfile import (
     Where,
     value_range,
 )
+from l2m.batch.local import RunSettings, run_local
 from l2m.batch.summary import BackfillSummary
 from l2m.cli import main
+from l2m.config.job import JobConfig
+from tests.unit.authoring.test_explain import rules_of
 
 RULES = """\
 rules:
@@ -305,3 +312,98 @@ def test_estimate_counts_native_buckets_and_series_per_label_set(tmp_path, capsy
         "  gn    histogram                            1                         3     3.0  "
         "          2  1 → -2",
     ]
+
+
+# --- l2m explain ----------------------------------------------------------------------------
+
+EXPLAIN_RULES = rules_of(
+    "id: lat, name: lat_ms, kind: counter, query: '*', aggregation: histogram, field: ms, "
+    "native: true",
+    "id: both, name: both_ms, kind: counter, query: '*', aggregation: histogram, field: ms, "
+    "buckets: [5, 10], native: {schema: 0}",
+    "id: q, name: q_ms, kind: gauge, query: '*', aggregation: quantiles, field: ms, "
+    "quantiles: [0.5, 0.99]",
+    "id: gn, name: gn_ms, kind: gauge, query: '*', aggregation: histogram, field: ms, "
+    "native: {schema: -1, max_buckets: 2}",
+)
+
+
+def explained(rule_id: str, value: object) -> dict[str, Any]:
+    line = json.dumps({"@timestamp": "2026-11-22T10:00:07Z", "ms": value})
+    (said,) = explain_log([r for r in EXPLAIN_RULES if r.id == rule_id], line,
+                          JobConfig())["rules"]
+    return dict(said)
+
+
+def explained_lines(rule_id: str, value: object) -> list[str]:
+    line = json.dumps({"@timestamp": "2026-11-22T10:00:07Z", "ms": value})
+    text = render_text(explain_log([r for r in EXPLAIN_RULES if r.id == rule_id], line,
+                                   JobConfig()))
+    return [x for x in text.splitlines() if x.startswith(("  value:", "  native", "  quantiles",
+                                                          "  time:"))]
+
+
+def test_explain_names_the_native_bucket_of_the_value():
+    # 3 at schema 3: frexp(3) = 0.75·2^2, 0.75 between the table's 2^(-3/8) and 2^(-2/8):
+    # bucket 5 + 8·(2 - 1) = 13, (2^(12/8), 2^(13/8)]
+    assert explained_lines("lat", 3) == [
+        '  value: histogram of ms: ms = 3 (top-level key "ms") → 3',
+        "  native bucket: schema 3: positive bucket 13 (2.82842712474619, 3.0844216508158815]; "
+        "in a coarser schema's bucket that holds it once the series has more than 160 "
+        "populated buckets",
+        "  time: counter: the sample's timestamp is the newest event time counted into the "
+        "series, at least 1795341607000 (2026-11-22T10:00:07Z)"]
+    # classic and native: both buckets; a power of two is the upper bound of its bucket
+    assert explained_lines("both", -4)[:2] == [
+        '  value: histogram of ms: ms = -4 (top-level key "ms") → -4, counted in the buckets '
+        "le=5, 10, +Inf",
+        "  native bucket: schema 0: negative bucket 2 [-4, -2); in a coarser schema's bucket "
+        "that holds it once the series has more than 160 populated buckets"]
+    assert explained_lines("gn", 0)[1] == (
+        "  native bucket: schema -1: the zero bucket [-2.938735877055719e-39, "
+        "2.938735877055719e-39] (|value| at most the zero threshold); in a coarser schema's "
+        "bucket that holds it once its window has more than 2 populated buckets")
+
+
+def test_explain_says_a_quantile_sample_is_the_window_s_estimate():
+    # 1000 = 2^9.966: at schema 5 bucket ceil(9.966·32) = 319, (2^(318/32), 2^(319/32)]
+    assert explained_lines("q", 1000) == [
+        '  value: quantiles of ms: ms = 1000 (top-level key "ms") → 1000',
+        "  native bucket: schema 5: positive bucket 319 (980.5857594353392, 1002.0577915778047]; "
+        "in a coarser schema's bucket that holds it once its window has more than 160 "
+        "populated buckets",
+        "  quantiles: the log is one observation of its window's native histogram (schema 5); "
+        "each sample (quantile=0.5, 0.99) is the window's estimate of that quantile from it, "
+        "within 1.08% of the exact one — not this value",
+        "  time: window [2026-11-22T10:00:00Z, 2026-11-22T10:01:00Z); the sample's timestamp "
+        "is the window start 1795341600000"]
+    result = explained("q", 1000)["result"]
+    assert result["metrics"] == ["q_ms"]
+    assert result["value"]["native"] == {
+        "schema": 5, "key": "p5/319", "index": 319, "side": "positive",
+        "lower": 980.5857594353392, "upper": 1002.0577915778047,
+        "text": result["value"]["native"]["text"]}
+    assert result["value"]["quantiles"] == {
+        "quantiles": ["0.5", "0.99"], "schema": 5, "relative_error": 0.010830001253373618,
+        "text": result["value"]["quantiles"]["text"]}
+
+
+@pytest.mark.parametrize("value", [3, -3, 0, 1e-300, 1.7976931348623157e308, -0.5, 0.5, 1,
+                                   1000, 2 ** 0.5, 123456.789])
+@pytest.mark.parametrize("rule_id", ["lat", "both", "q", "gn"])
+def test_the_native_bucket_stated_is_the_one_run_local_counts_the_value_in(rule_id, value):
+    said = explained(rule_id, value)["result"]
+    rule = next(r for r in EXPLAIN_RULES if r.id == rule_id)
+    line = json.dumps({"@timestamp": "2026-11-22T10:00:07Z", "ms": value})
+    check_rule = rule if rule.aggregation != "quantiles" else dataclasses.replace(
+        rule, aggregation="histogram", quantiles=(), quantile_labels=())
+    samples = [json.loads(s) for s in run_local(RunSettings().routing([check_rule]),
+                                                [line]).lines]
+    (native,) = [s["histogram"] for s in samples if "histogram" in s]
+    bucket = said["value"]["native"]
+    assert native["schema"] == bucket["schema"]
+    where = {"positive": native["positive"], "negative": native["negative"],
+             "zero": [[None, native["zero_count"]]] if native["zero_count"] else []}
+    assert where[bucket["side"]] == [[bucket["index"], 1]]
+    assert set(said["metrics"]) == {s["name"] for s in samples} | (
+        {"q_ms"} if rule_id == "q" else set())
