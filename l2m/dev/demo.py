@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from l2m.config.job import JobConfig, SourceConfig, Topics
 from l2m.dev.broker import EmbeddedBroker, create_topics
 from l2m.dev.generator import GeneratorConfig, LogGenerator
+from l2m.engine.samples import HISTOGRAM_KEY, QUANTILE_LABEL
 from l2m.rules.model import Rule
 from l2m.runtime.runner import Runner
 
@@ -122,7 +123,8 @@ def render_table(samples: Iterable[dict[str, Any]], rows: int, per_metric: int =
                  width: int | None = None) -> list[str]:
     """The table of the live view: the newest sample of a few series of every metric
     (histogram buckets hidden: their ``_sum`` and ``_count`` stand for them), so every rule
-    shows on one screen.
+    shows on one screen. A native histogram's sample shows its count and sum; a quantiles
+    rule's samples of one series and window are one row, each quantile's value after it.
 
     Columns are as wide as their widest text. Labels are never cut off: when ``width`` (the
     terminal's) leaves the labels column less than the widest label text, a row's labels wrap
@@ -130,12 +132,24 @@ def render_table(samples: Iterable[dict[str, Any]], rows: int, per_metric: int =
     differently. Values are plain numbers (:func:`format_value`)."""
     by_series: dict[tuple[str, str], dict[str, Any]] = {}
     for s in samples:
-        if s["name"].endswith("_bucket"):
+        if s["name"].endswith("_bucket") and "le" in s["labels"]:
             continue
-        series = (s["name"], _labels(s["labels"]))
+        labels = s["labels"]
+        quantile = labels.get(QUANTILE_LABEL) if HISTOGRAM_KEY not in s else None
+        if quantile is not None:  # one row per series, its quantiles side by side
+            labels = {k: v for k, v in labels.items() if k != QUANTILE_LABEL}
+        series = (s["name"], _labels(labels))
         old = by_series.get(series)
-        if old is None or s["timestamp"] >= old["timestamp"]:
-            by_series[series] = s
+        if old is not None and s["timestamp"] < old["timestamp"]:
+            continue
+        if quantile is None:
+            by_series[series] = {**s, "text": _value_text(s)}
+            continue
+        if old is None or s["timestamp"] > old["timestamp"] or "quantiles" not in old:
+            old = by_series[series] = {**s, "labels": labels, "quantiles": {}}
+        old["quantiles"][quantile] = s["value"]
+        old["text"] = "  ".join(f"q{q}: {format_value(v)}"
+                                for q, v in sorted(old["quantiles"].items(), key=_q_order))
     ordered = sorted(by_series.values(), key=lambda s: (s["kind"], s["name"],
                                                          _labels(s["labels"])))
     shown: list[dict[str, Any]] = []
@@ -147,7 +161,7 @@ def render_table(samples: Iterable[dict[str, Any]], rows: int, per_metric: int =
     shown = shown[:rows]
     names = [s["name"] for s in shown]
     labels = [_labels(s["labels"]) for s in shown]
-    values = [format_value(s["value"]) for s in shown]
+    values = [s["text"] for s in shown]
     kinds = [s["kind"] for s in shown]
     name_w = max([len("metric"), *map(len, names)])
     value_w = max([len("value"), *map(len, values)])
@@ -211,6 +225,23 @@ def format_value(value: float) -> str:
     decimals = min(15, 2 - math.floor(math.log10(abs(v))))
     text = f"{v:.{decimals}f}".rstrip("0")
     return text + "0" if text.endswith(".") else text
+
+
+def _value_text(s: dict[str, Any]) -> str:
+    """A sample's value; a native histogram's observations and their sum."""
+    histogram = s.get(HISTOGRAM_KEY)
+    if isinstance(histogram, dict):
+        total = histogram.get("sum", 0)  # "+Inf", "-Inf", "NaN" as the sample writes them
+        return f"n={format_value(histogram.get('count', 0))} " \
+               f"sum={total if isinstance(total, str) else format_value(total)}"
+    return format_value(s.get("value", math.nan))
+
+
+def _q_order(item: tuple[str, Any]) -> tuple[float, str]:
+    try:
+        return float(item[0]), item[0]
+    except ValueError:
+        return math.inf, item[0]
 
 
 def _labels(labels: dict[str, str]) -> str:
