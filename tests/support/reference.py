@@ -1,6 +1,9 @@
 """A slow, obvious, pure-Python implementation of SPEC §2–4, written from the spec and not
 from the Spark code: differential tests compare the Spark pipeline against it. It shares
-only the rule loader, the compiled query tree and the value helpers of :mod:`l2m.semantics.values`.
+only the rule loader, the compiled query tree, the value helpers of :mod:`l2m.semantics.values`
+and the definition of native histograms (:mod:`l2m.semantics.exphist`: a series' values
+bucketed, limited to the rule's bucket count and read for quantiles — not the engine's
+bucket keys).
 
 Regular expressions run on RE2, the engine the rules are specified for (SPEC §2), called
 through pyarrow one value at a time and anchored with ``\\A``/``\\z`` (the pipeline uses
@@ -37,6 +40,7 @@ from l2m.query.nodes import (
     TextWildcard,
 )
 from l2m.rules.model import Rule
+from l2m.semantics import exphist
 from l2m.semantics.values import (
     label_name,
     lookup,
@@ -219,15 +223,41 @@ def backfill(rules: list[Rule], lines: list[str]) -> list[dict[str, Any]]:
                     "timestamp": ts, "account": rule.target_account, "rule": rule.id}
 
         total = float(state["sum"])
-        if rule.aggregation == "histogram":
+        if rule.aggregation in ("histogram", "quantiles") and rule.native_schema is not None:
+            histogram = exphist.limit_buckets(
+                exphist.from_values(state["values"], rule.native_schema),
+                rule.native_max_buckets)
+        if rule.aggregation == "quantiles":
+            for q, label in zip(rule.quantiles, rule.quantile_labels, strict=True):
+                out.append(sample(rule.name, {**base, "quantile": label},
+                                  exphist.quantile(histogram, q)))
+            continue
+        if rule.aggregation == "histogram" and rule.buckets:
             for le, bound in zip(rule.bucket_labels, rule.buckets, strict=True):
                 count = sum(1 for v in state["values"] if v <= bound)
                 out.append(sample(f"{rule.name}_bucket", {**base, "le": le}, count))
             out.append(sample(f"{rule.name}_bucket", {**base, "le": "+Inf"}, state["n"]))
             out.append(sample(f"{rule.name}_sum", base, total))
             out.append(sample(f"{rule.name}_count", base, state["n"]))
+        if rule.aggregation == "histogram":
+            if rule.native_schema is not None:
+                out.append(native_sample(rule, base, histogram, total, ts))
         else:
             value = {"count": state["n"], "sum": total, "avg": total / state["n"],
                      "min": state["min"], "max": state["max"]}[rule.aggregation]
             out.append(sample(rule.name, base, value))
     return out
+
+
+def native_sample(rule: Rule, labels: dict[str, str], histogram: exphist.NativeHistogram,
+                  total: float, ts: int) -> dict[str, Any]:
+    """A native histogram's sample (SPEC §4, format 2): its buckets as sorted [index, count]
+    pairs, the exact sum of its values."""
+    return {"name": rule.name, "kind": rule.kind, "labels": labels,
+            "histogram": {"schema": histogram.schema,
+                          "zero_threshold": histogram.zero_threshold,
+                          "zero_count": histogram.zero_count, "count": histogram.count,
+                          "sum": total,
+                          "positive": sorted([i, c] for i, c in histogram.positive.items()),
+                          "negative": sorted([i, c] for i, c in histogram.negative.items())},
+            "timestamp": ts, "account": rule.target_account, "rule": rule.id, "format": 2}
