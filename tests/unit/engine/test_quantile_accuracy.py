@@ -34,7 +34,7 @@ import pytest
 
 from l2m.batch.local import routing_for, run_local
 from l2m.query.compiler import parse_query
-from l2m.rules.model import MAX_NATIVE_BUCKETS, NATIVE_MAX_BUCKETS, Rule
+from l2m.rules.model import MAX_NATIVE_BUCKETS, NATIVE_MAX_BUCKETS, Aggregation, Kind, Rule
 from l2m.semantics import exphist
 
 SEEDS = (56, 2026)
@@ -98,8 +98,8 @@ def _lines(rng: random.Random, data: dict[tuple[str, int], list[float]]) -> list
 
 def _rule(rule_id: str, aggregation: str, schema: int, max_buckets: int) -> Rule:
     quantiles = aggregation == "quantiles"
-    return Rule(id=rule_id, name=f"latency_{rule_id.replace('-', '_')}", kind="gauge",
-                query=QUERY, aggregation=aggregation, field="v", native_schema=schema,
+    return Rule(id=rule_id, name=f"latency_{rule_id.replace('-', '_')}", kind=Kind.GAUGE,
+                query=QUERY, aggregation=Aggregation(aggregation), field="v", native_schema=schema,
                 native_max_buckets=max_buckets, quantiles=QS if quantiles else (),
                 quantile_labels=Q_LABELS if quantiles else (), group_by=("dist",),
                 compiled=parse_query(QUERY))
