@@ -119,8 +119,10 @@ def _type_name(value: Any) -> str:
 def _shown(value: Any) -> str:
     """A wrong value in a message: a scalar as written, anything else by its type."""
     if isinstance(value, str):
-        return repr(value) if len(value) <= 40 else "a string"
+        return repr(value) if len(value) <= 40 else f"a string of {len(value)} characters"
     text = string_form(value) if not isinstance(value, list | dict) else None
+    if text is not None and len(text) > 40:  # YAML reads integers of up to 4,300 digits
+        return f"{text[:20]}… ({len(text)} characters)"
     return _type_name(value) if text is None else text
 
 

@@ -159,6 +159,8 @@ def test_a_histogram_needs_buckets_or_native():
     ("3", "3", "expected true, false or a mapping, got integer"),
     ("[3]", "[3]", "expected true, false or a mapping, got list"),
     ("null", "null", "expected true, false or a mapping, got null"),
+    (f"{{schema: {'1' * 300}}}", "1", f"schema must be a whole number from -4 to 8, got "
+                                     f"{'1' * 20}… (300 characters)"),
 ])
 def test_a_bad_native_value_is_refused_at_its_node(native, token, says):
     text = rules(f"{HIST}, native: {native}")
@@ -237,6 +239,10 @@ def test_a_quantiles_rule_needs_quantiles_and_a_field_and_is_a_gauge():
     ("[0.5, 0.50]", "0.50", "quantile 0.5 is listed twice"),
     ("[0, 0.0]", "0.0", "quantile 0.0 is listed twice"),
     ("[0.9, 0.5]", "0.5", "quantiles must be strictly increasing (0.5 after 0.9)"),
+    (f"[{'9' * 4000}]", "9", f"quantile {'9' * 20}… (4000 characters) is not a number from 0 "
+                             "to 1"),
+    (f"['{'x' * 41}']", "'x", "quantile a string of 41 characters is not a number from 0 to 1"),
+    ('["é\\u0000"]', '"é', "quantile 'é\\x00' is not a number from 0 to 1"),
 ])
 def test_bad_quantiles_are_refused_at_the_offending_node(quantiles, token, says):
     text = rules(f"{QUANT}, quantiles: {quantiles}")
@@ -548,3 +554,18 @@ def test_a_snapshot_without_the_new_fields_restores_their_defaults():
         assert (rule.native_schema, rule.native_max_buckets, rule.quantiles,
                 rule.quantile_labels) == (None, 160, (), ())
 
+
+
+# --- the docs --------------------------------------------------------------------------------
+
+
+def test_the_resolution_table_of_the_docs_is_exphist_s():
+    from l2m.semantics.exphist import growth_factor, relative_error_bound
+
+    text = (ROOT / "docs" / "rules.md").read_text()
+    section = text[text.index("## Distributions"):text.index("## Series identity")]
+    rows = [line.split(" | ") for line in section.splitlines()
+            if line.startswith("| ") and line[2].isdigit()]
+    assert [(int(r[0][2]), r[1], r[2], r[3].rstrip(" |")) for r in rows] == [
+        (s, f"{growth_factor(s):.4f}", f"{100 * relative_error_bound(s):.2f}%",
+         f"{100 * (growth_factor(s) - 1):.2f}%") for s in range(9)]
