@@ -407,3 +407,49 @@ def test_the_native_bucket_stated_is_the_one_run_local_counts_the_value_in(rule_
     assert where[bucket["side"]] == [[bucket["index"], 1]]
     assert set(said["metrics"]) == {s["name"] for s in samples} | (
         {"q_ms"} if rule_id == "q" else set())
+
+
+def test_tenant_rules_quantiles_are_judged_by_their_own_schema(tmp_path, capsys):
+    """In tenant mode a sample's rule is ``account/id``: its schema (here 0, a bound of
+    33.33%) is still the one the quantile is judged by."""
+    (tmp_path / "rules" / "acme").mkdir(parents=True)
+    (tmp_path / "rules" / "acme" / "r.yaml").write_text(textwrap.dedent("""\
+        rules:
+          - {id: q, name: q_ms, kind: gauge, query: '*', aggregation: quantiles, field: ms,
+             quantiles: [0.5], native: {schema: 0}}
+        """))
+    (tmp_path / "t.test.yaml").write_text(textwrap.dedent("""\
+        rules: rules
+        tenancy: {mode: accounts}
+        start: 0
+        tests:
+          - name: within a third
+            logs:
+              - {"@timestamp": +1s, account: acme, ms: 3}
+            expect:
+              # 3 is in (2, 4]: estimated as 2·2·4/(2+4) = 2.67, 11% off
+              - {series: 'q_ms{quantile="0.5"}', value: 3}
+          - name: beyond a third
+            logs:
+              - {"@timestamp": +1s, account: acme, ms: 3}
+            expect:
+              - {series: 'q_ms{quantile="0.5"}', value: 4.1}
+        """))
+    junit = tmp_path / "junit.xml"
+    assert main(["test", str(tmp_path / "t.test.yaml"), "--junit", str(junit)]) == 1
+    out = capsys.readouterr().out.replace(str(tmp_path) + "/", "")
+    assert out.splitlines()[0] == (
+        "t.test.yaml:15: 'beyond a third': q_ms{quantile=\"0.5\"}: want 4.1 (within ±33.33%: "
+        "the estimate of a schema 0 histogram), got "
+        "2.6666666666666665")
+    xml = junit.read_text()
+    assert 'tests="2" failures="1" errors="0"' in xml
+    assert "want 4.1 (within ±33.33%: the estimate of a schema 0 histogram)" in xml
+
+
+def test_junit_carries_native_failures(tmp_path):
+    run(tmp_path, "- {series: 'lat_ms{service=\"a\"}', native: {count: 5}}")
+    junit = tmp_path / "j.xml"
+    assert run_test_files([str(tmp_path / "t.test.yaml")], junit=str(junit), only=None,
+                          verbose=False, out=io.StringIO()) == 1
+    assert "lat_ms{service=&quot;a&quot;} native count: want 5, got 4" in junit.read_text()
