@@ -4,9 +4,10 @@ Every verdict is the engine's: the log goes through the parse stage
 (:func:`l2m.engine.parse.parse_lines`, with a plan holding every field and pattern any clause,
 label, value or account scope reads) and every clause's compiled node through
 :class:`l2m.engine.match.Matcher` — so explain cannot disagree with backfill or streaming.
-Labels, the value, the histogram bucket, the event time, and every string form and number
-the text states are the engine's columns too (the plan holds the string and number form of
-every field a clause reads), and the log is decoded by the engine's decoder
+Labels, the value, the histogram bucket (a native one by the engine's own bucket key,
+:func:`l2m.engine.nativebuckets.bucket_key_codes`), the event time, and every string form
+and number the text states are the engine's columns too (the plan holds the string and
+number form of every field a clause reads), and the log is decoded by the engine's decoder
 (:func:`l2m.engine.decoding.decode`) to say how a field was looked up — so no description can
 contradict a verdict. The Python value semantics (:mod:`l2m.semantics.values`) only split an
 engine string form into tokens and state the comparison of a range.

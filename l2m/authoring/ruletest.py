@@ -8,7 +8,9 @@ case's expectations.
 
 Input: test files or directories (:func:`l2m.authoring.testfile.find_test_files`). Output: one
 line per failed expectation (``file:line: 'case': series: want W, got G``, with the nearest
-series when the one wanted is missing), a summary line ``N passed, M failed in X s``, an
+series when the one wanted is missing; a quantile sample passes within its rule's relative
+error bound of the exact quantile, a native histogram's value ranges within what its buckets
+allow), a summary line ``N passed, M failed in X s``, an
 optional JUnit XML file, and the exit code: 0 when every case passed, 1 otherwise (a test file
 that does not load counts as an error)."""
 
