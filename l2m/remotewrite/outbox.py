@@ -13,19 +13,25 @@ reason and tenant) and skipped (per reason; gauge corrections per rule), which
 The policy, so that Prometheus accepts every sample and no timestamp is ever written twice
 with two values:
 
-* **counters** (histogram families of counter rules too) are stamped with their record's
-  timestamp: the micro-batch that computed the value (the state stage's batch time, the same
-  when a batch is replayed), so the value changes only with a new timestamp, and a family's
+* **counters** (histogram families and native histograms of counter rules too) are stamped
+  with their record's timestamp: the micro-batch that computed the value (the state stage's
+  batch time, the same when a batch is replayed), so the value changes only with a new
+  timestamp, and a family's
   ``_bucket``/``_sum``/``_count`` share it. The sample's own ``timestamp`` (the largest event
   time counted) stands still while late logs raise the value: Prometheus refuses that as a
   duplicate sample. A series' first sample (marked :data:`NEW`) is preceded by a 0 one
-  millisecond earlier, so that ``increase()`` counts its first value, and a series that
-  starts again (after its TTL) reads as a counter reset.
+  millisecond earlier (a native histogram's by the empty histogram of its schema), so that
+  ``increase()`` counts its first value, and a series that starts again (after its TTL)
+  reads as a counter reset.
 * **gauges** are stamped with their window's start and sent only when final: the state stage
   publishes a window once the newest event time has passed its end by the publish delay,
   every series of it in records marked :data:`FINAL`; the updates it still takes after that
   (marked :data:`CORRECTION`) stay on the topic for consumers that accept overwrites, and
-  are counted here per rule instead of sent."""
+  are counted here per rule instead of sent.
+
+A native histogram's record (format 2) becomes a histogram of ``TimeSeries.histograms``
+(reset hint unknown for counters, gauge for gauges), checked as a receiver checks it first:
+Prometheus 2.42 answers a malformed one 500, which would be retried forever."""
 
 from __future__ import annotations
 
