@@ -163,6 +163,11 @@ class Request:
                    sum(len(s.samples) + len(s.histograms) for s in series), tuple(series),
                    tuple(metadata))
 
+    @property
+    def mixed(self) -> bool:
+        """Whether the request holds both float samples and native histograms."""
+        return any(s.samples for s in self.series) and any(s.histograms for s in self.series)
+
     def _points(self) -> list[tuple[Mapping[str, str], Point]]:
         """Every sample and native histogram of the request with its series' labels, each
         series' samples before its histograms (each kind in time order)."""

@@ -481,9 +481,12 @@ class EndpointDelivery:
                 settle(tally, older, answer.status, answer.reason)
             if splittable(request, answer.status, answer.reason):
                 if too_old:
-                    # The newer half first: refused too, it says the older one is too.
+                    # The newer half first: refused too, it says the older one is too —
+                    # unless the request mixes floats and native histograms, whose limits
+                    # differ (Prometheus 2.42: the out-of-order window for floats, the head's
+                    # hour for histograms): then the older half is tried as well.
                     old, new = request.by_time()
-                    pending[:0] = [(new, old), (old, None)]
+                    pending[:0] = [(new, None if request.mixed else old), (old, None)]
                 else:
                     pending[:0] = [(half, None) for half in request.halves()]
                 continue

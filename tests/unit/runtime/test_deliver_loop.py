@@ -248,6 +248,36 @@ def test_a_request_partly_too_old_sends_every_sample_that_is_not(monkeypatch):
     assert len(sender.seen) <= 2 * 10 + 1
 
 
+def test_a_request_of_floats_and_histograms_partly_too_old_sends_every_one_that_is_not(
+        monkeypatch):
+    """Native histograms have another limit than floats (Prometheus 2.42: the head's hour, no
+    out-of-order window): a newer half refused as too old for a histogram says nothing of the
+    older half's floats, so that half is sent too."""
+    from l2m.remotewrite.encode import Series, WireHistogram
+    from tests.unit.remotewrite.test_encode_histograms import decode as decode_histograms
+
+    def answer(body: bytes, tenant: str | None) -> Delivery:
+        series = decode_histograms(bytes(cramjam.snappy.decompress_raw(body))).timeseries
+        floats = [s.timestamp for ts in series for s in ts.samples]
+        histograms = [h.timestamp for ts in series for h in ts.histograms]
+        if min(floats, default=W + 100) < W + 100 or min(histograms, default=W + 700) < W + 700:
+            return Delivery(400, "out of bounds", 1)
+        return Delivery(204, "", 1)
+
+    sender = Sender(answer)
+    delivery, _, _ = loop([], sender, monkeypatch)
+    request = Request.of("acme", [
+        Series({"__name__": "x_total", "i": str(i)}, [(W + 2 * i, 1.0)]) if i % 2 == 0 else
+        Series({"__name__": "h", "i": str(i)},
+               histograms=[WireHistogram(W + 2 * i + 1, 1, 1.0, 0, zero_count=1)])
+        for i in range(500)], [])
+    assert request.mixed
+    assert delivery._send([request])
+    # floats from W + 100 on: i = 50, 52, … 498; histograms from W + 700: i = 351, 353, … 499
+    assert delivery.tally.sent == 225 + 75
+    assert delivery.tally.refused == {("too_old", "acme"): 200}
+
+
 def test_a_topic_with_log_append_time_is_said_once_and_its_counters_skipped(monkeypatch):
     records = [Record(sample(), i, kind=TIMESTAMP_LOG_APPEND_TIME) for i in range(3)]
     records.append(Record(sample(), 3, kind=TIMESTAMP_LOG_APPEND_TIME,
