@@ -757,6 +757,12 @@ def render_markdown(result: dict[str, Any]) -> str:
     lines += issue21_markdown(result.get("issue21") or {})
     lines += remote_write_markdown(result.get("remote_write"))
     lines += live_rules_markdown(result.get("live_rules"), result.get("rollout"))
+    histograms = RESULTS / "histograms.json"
+    if not small and histograms.exists():
+        # Measured apart (python -m benchmarks.histograms): its section survives a re-render.
+        from benchmarks.histograms import markdown as histograms_markdown
+
+        lines += ["", *histograms_markdown(json.loads(histograms.read_text()))]
     lines += ["", *[f"![{p}]({p})" for p in result.get("plots", [])], ""]
     return "\n".join(lines)
 
