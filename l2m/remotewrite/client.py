@@ -135,15 +135,16 @@ class Sender:
     """Requests to one endpoint over one kept-alive connection (reopened after a failure).
     ``sleep`` is injectable for tests; ``stop`` ends a retry loop early (the
     job stopping): the request is then reported with status 0, not sent. ``on_retry`` is
-    called before each backoff: an attempt failed (a 5xx, a 429, no answer) and will be
-    made again; ``on_auth`` instead when it was answered 401 or 403, and ``credentials``
-    (when given) then gives the headers to send from now on (read again: a rotated token).
+    called before each backoff with the attempt's status and answer (0 and the error: no
+    answer): it failed (a 5xx, a 429, no answer) and will be made again; ``on_auth``
+    instead when it was answered 401 or 403, and ``credentials`` (when given) then gives
+    the headers to send from now on (read again: a rotated token).
     ``auth_attempts``: a 401 or 403 answered that many times in a row is returned (for a
     run that must end), else it is retried until ``stop``."""
 
     def __init__(self, endpoint: Endpoint, sleep: Callable[[float], None] = time.sleep,
                  stop: Callable[[], bool] = lambda: False,
-                 on_retry: Callable[[], None] = lambda: None,
+                 on_retry: Callable[[int, str], None] = lambda status, reason: None,
                  on_auth: Callable[[int], None] = lambda status: None,
                  credentials: Callable[[], Mapping[str, str]] | None = None,
                  auth_attempts: int | None = None) -> None:
@@ -228,7 +229,7 @@ class Sender:
                 if self._credentials is not None:
                     self._headers = dict(self._credentials())
             else:
-                self._on_retry()
+                self._on_retry(status, reason)
             wait = backoff
             seconds = retry_seconds(retry_after)
             if seconds is not None:

@@ -71,6 +71,9 @@ from l2m.rules.model import Rule
 from l2m.runtime.delivermetrics import DeliveryTelemetry
 from l2m.runtime.endpoint import Endpoint as MonitoringEndpoint
 
+# Prometheus 2.40-3.7 without --enable-feature=native-histograms answers a request holding a
+# native histogram 500 with this text.
+NATIVE_DISABLED = "native histograms are disabled"
 POLL_RECORDS = 10_000  # records per poll: a poll's samples are sent before its offsets commit
 PROGRESS_S = 10.0  # a progress line per endpoint at most this often, when something changed
 # While a request is retried the lag is refreshed at most this often (each poll refreshes it).
@@ -290,6 +293,7 @@ class EndpointDelivery:
         self._in_a_row = 0  # errors since the last poll delivered
         self._auth_logged = False
         self._append_logged = False
+        self._native_logged = False
         self.ready = False  # reading the topic
         self._running = False
         self._beat = time.monotonic()
@@ -354,8 +358,17 @@ class EndpointDelivery:
             self.log(f"l2m deliver: {self.name}: {exc}")
             return self.sender.headers
 
-    def _retried(self) -> None:
+    def _retried(self, status: int, reason: str) -> None:
         self.tally.retried()
+        if not self._native_logged and status >= 500 and NATIVE_DISABLED in reason.lower():
+            # Retried like any 5xx (the flag may be turned on), but said: else the endpoint
+            # only looks stalled.
+            self._native_logged = True
+            self.log(f"l2m deliver: {self.name}: the receiver does not take native histograms "
+                     f"(HTTP {status}: {self._scrubbed(reason)[:100]}); their requests are "
+                     "retried and nothing after them is sent until it does: start Prometheus "
+                     "with --enable-feature=native-histograms (Mimir: "
+                     "native_histograms_ingestion_enabled: true)")
         self._moved()
 
     def _moved(self) -> None:

@@ -103,8 +103,8 @@ def test_each_retry_is_reported_before_its_backoff(receiver):
     events: list[str] = []
     got = Sender(Endpoint(f"http://127.0.0.1:{receiver.server_address[1]}/w"),
                  sleep=lambda s: events.append(f"sleep {s}"),
-                 on_retry=lambda: events.append("retry")).send(b"x")
-    assert got.sent and events == ["retry", "sleep 0.03", "retry", "sleep 0.06"]
+                 on_retry=lambda status, text: events.append(f"retry {status}")).send(b"x")
+    assert got.sent and events == ["retry 503", "sleep 0.03", "retry 500", "sleep 0.06"]
 
 
 def test_a_connection_that_cannot_be_made_is_retried_not_raised(tmp_path):
