@@ -82,7 +82,7 @@ _MAX_TIME_DIGITS = 19  # a TIME_HEADER longer than this is no time (MAX_MS has 1
 # JSON, not an object, a name that is no metric name, labels that are not an object of
 # strings, a value that is no number, a timestamp that is no integer (or past any real time),
 # an unknown kind, an account that is not a non-empty string or null, a ``format`` other than
-# 1 (the key absent) or 2, a format 2 record whose ``histogram`` is no native histogram
+# 2 (format 1 is written without one), a format 2 record whose ``histogram`` is no native histogram
 # (:func:`histogram_problem`) — or an l2m-mark header that is not UTF-8 (a mark l2m never
 # writes, so the record is not one of l2m's); and a label name Prometheus refuses
 # (``__name__`` among them).
@@ -518,6 +518,8 @@ def histogram_problem(shown: Any) -> bool:
     total = shown.get("sum")
     if isinstance(total, bool) or not (isinstance(total, int | float) or (
             isinstance(total, str) and total in NONFINITE)):
+        return True
+    if isinstance(total, int) and abs(total) > _MAX_DOUBLE:  # no double (not from JSON)
         return True
     in_buckets = zero_count
     low, high = _INDEX_RANGE[schema]
