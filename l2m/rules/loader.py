@@ -578,8 +578,10 @@ class _RuleReader:
         buckets, bucket_labels = self.buckets(aggregation)
         native_schema, native_max_buckets = self.native(aggregation)
         quantiles, quantile_labels = self.quantiles(aggregation)
+        # `native: false` says "no native buckets": classic ones are then needed (a bad
+        # `native` value is reported as such, not as missing buckets too)
         if aggregation == Aggregation.HISTOGRAM and "buckets" not in self.raw \
-                and "native" not in self.raw:
+                and self.raw.get("native", (False,))[0] is False:
             self.add("MISSING_BUCKETS", self.node, None)
         classic = aggregation == Aggregation.HISTOGRAM and "buckets" in self.raw
         self.reserved_name(name, classic)

@@ -135,11 +135,14 @@ rules:
 
 
 def test_a_histogram_needs_buckets_or_native():
-    assert found(rules(HIST)) == [
-        "f.yaml:2:5: rule 'h': aggregation 'histogram' needs 'buckets' (classic bounds) or "
-        "'native' (exponential buckets), or both [MISSING_BUCKETS]"]
-    # native: false answers it too: the histogram then has neither
-    assert found(rules(f"{HIST}, native: false")) == []
+    missing = ("f.yaml:2:5: rule 'h': aggregation 'histogram' needs 'buckets' (classic "
+               "bounds) or 'native' (exponential buckets), or both [MISSING_BUCKETS]")
+    assert found(rules(HIST)) == [missing]
+    # native: false is no native buckets: the histogram would have none at all
+    assert found(rules(f"{HIST}, native: false")) == [missing]
+    # a bad native value is that problem alone
+    text = rules(f"{HIST}, native: 1")
+    assert [p.split(" [")[-1] for p in found(text)] == ["INVALID_NATIVE]"]
 
 
 @pytest.mark.parametrize("native, token, says", [
