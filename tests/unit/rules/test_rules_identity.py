@@ -124,7 +124,7 @@ def _brute_force(rules_: list[Rule]) -> list[tuple[str, str, str]]:
     entries = []
     for rule in rules_:
         entries.append((rule, rule.name, None))
-        if rule.aggregation == "histogram":
+        if rule.classic:  # only a classic histogram writes the suffixed names
             entries += [(rule, rule.name + s, s) for s in HISTOGRAM_SUFFIXES]
     for i, (later, name, later_suffix) in enumerate(entries):
         for earlier, other, earlier_suffix in entries[:i]:
