@@ -47,6 +47,7 @@ from l2m.rules.model import (
     NAME_RE,
     NATIVE_MAX_BUCKETS,
     NATIVE_SCHEMA,
+    QUANTILES_MAX_BUCKETS,
     QUANTILES_SCHEMA,
     REQUIRED,
     RESERVED_ID_PREFIX,
@@ -710,10 +711,12 @@ class _RuleReader:
         """``native``: the schema and bucket limit of a histogram's native (exponential)
         buckets — None for none (``false``, or absent on a histogram) — or of the window
         histogram a quantiles rule estimates from (always one: its default when absent)."""
-        default = QUANTILES_SCHEMA if aggregation == Aggregation.QUANTILES else NATIVE_SCHEMA
-        unset = default if aggregation == Aggregation.QUANTILES else None
+        quantiles = aggregation == Aggregation.QUANTILES
+        default = QUANTILES_SCHEMA if quantiles else NATIVE_SCHEMA
+        limit = QUANTILES_MAX_BUCKETS if quantiles else NATIVE_MAX_BUCKETS
+        unset = default if quantiles else None
         if "native" not in self.raw:
-            return unset, NATIVE_MAX_BUCKETS
+            return unset, limit
         value, key_node, value_node = self.raw["native"]
         if aggregation is not None and aggregation not in (Aggregation.HISTOGRAM,
                                                             Aggregation.QUANTILES):
@@ -725,12 +728,12 @@ class _RuleReader:
                 self._bad_native(value_node, "aggregation 'quantiles' always estimates from a "
                                              "native histogram: leave 'native' out or give "
                                              "its resolution")
-            return (default if value else unset), NATIVE_MAX_BUCKETS
+            return (default if value else unset), limit
         if not isinstance(value_node, yaml.MappingNode):
             self._bad_native(value_node, f"expected true, false or a mapping, got "
                                          f"{_type_name(value)}")
-            return unset, NATIVE_MAX_BUCKETS
-        schema, max_buckets = default, NATIVE_MAX_BUCKETS
+            return unset, limit
+        schema, max_buckets = default, limit
         for key, key_node, item_node in _mapping_items(value_node, self.ctx, self.rule_id):
             item = _construct(item_node)
             whole = isinstance(item, int) and not isinstance(item, bool)

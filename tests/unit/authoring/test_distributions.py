@@ -282,7 +282,7 @@ def test_verbose_shows_the_native_buckets_of_each_distribution_rule(tmp_path):
         "      both  histogram                            6                         5     5.0  "
         "        160  0",
         "      q     quantiles                            2                         4     2.5  "
-        "        160  5",
+        "        320  5",
         "      gn    histogram                            1                         3     2.0  "
         "          2  1 → -2",
     ]
@@ -308,7 +308,7 @@ def test_estimate_counts_native_buckets_and_series_per_label_set(tmp_path, capsy
         "  both  histogram                            6                         4     4.0  "
         "        160  0",
         "  q     quantiles                            2                         4     4.0  "
-        "        160  5",
+        "        320  5",
         "  gn    histogram                            1                         3     3.0  "
         "          2  1 → -2",
     ]
@@ -370,7 +370,7 @@ def test_explain_says_a_quantile_sample_is_the_window_s_estimate():
     assert explained_lines("q", 1000) == [
         '  value: quantiles of ms: ms = 1000 (top-level key "ms") → 1000',
         "  native bucket: schema 5: positive bucket 319 (980.5857594353392, 1002.0577915778047]; "
-        "in a coarser schema's bucket that holds it once its window has more than 160 "
+        "in a coarser schema's bucket that holds it once its window has more than 320 "
         "populated buckets",
         "  quantiles: the log is one observation of its window's native histogram (schema 5); "
         "each sample (quantile=0.5, 0.99) is the window's estimate of that quantile from it, "

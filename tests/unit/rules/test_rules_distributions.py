@@ -91,7 +91,7 @@ def test_a_quantiles_rule_loads_its_quantiles_and_their_labels_as_written():
     assert (rule.aggregation, rule.kind, rule.native_schema, rule.native_max_buckets,
             rule.quantiles, rule.quantile_labels, rule.buckets, rule.bucketed,
             rule.classic) == (
-        "quantiles", "gauge", 5, 160, (0.0, 0.5, 0.9, 0.99, 0.999, 1.0),
+        "quantiles", "gauge", 5, 320, (0.0, 0.5, 0.9, 0.99, 0.999, 1.0),
         ("0", "0.5", "0.9", "0.99", "0.999", "1"), (), True, False)
     assert all(type(q) is float for q in rule.quantiles)
     assert rule.signature == ("quantiles", "v", (), ("service",), 5)
@@ -500,7 +500,7 @@ def test_the_shipped_latency_rules_are_what_their_comments_say():
     assert {i: (r.kind, r.aggregation, r.native_schema, r.native_max_buckets, r.buckets,
                 r.quantile_labels, r.group_by) for i, r in by_id.items()} == {
         "http-latency-native": ("counter", "histogram", 3, 160, (), (), ("service",)),
-        "http-latency-quantiles": ("gauge", "quantiles", 5, 160, (), ("0.5", "0.9", "0.99"),
+        "http-latency-quantiles": ("gauge", "quantiles", 5, 320, (), ("0.5", "0.9", "0.99"),
                                    ("service",)),
         "http-response-size": ("gauge", "histogram", 2, 80, (), (), ("service",)),
     }
