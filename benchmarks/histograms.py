@@ -5,7 +5,7 @@ a rule costs the read task and the drain, on the same logs.
                                     [--runs 2] [--quick] [--no-drain] [--out DIR]
 
 Logs: the load generator's (:mod:`benchmarks.load`, :class:`l2m.dev.generator.LogGenerator`):
-``http.duration_ms`` lognormal (median 25 ms, 5xx four times slower; 0.1 ms to seconds),
+``http.duration_ms`` lognormal (median 25 ms, 5xx four times slower; 0.2 ms to 3 s),
 six services, 2,000 logs per second of event time. Rules, one at a time, each over
 ``http.duration_ms`` by ``service`` (built in code, :data:`VARIANTS`): a classic counter
 histogram of 10 bounds, native counter histograms at schemas 3 and 5 (the default bucket
@@ -31,7 +31,8 @@ gauge histogram, per-minute quantiles at schema 5).
 Prints a table; writes ``histograms.json`` and ``histograms.png`` into ``--out`` (default
 ``./bench-results`` in the working directory; ``benchmarks/results`` to record a run: then
 ``RESULTS.md``'s section is rewritten from it); names the machine and its load. Not part of
-``python -m benchmarks`` (about four minutes on 2 cores)."""
+``python -m benchmarks`` (about three minutes on 2 cores at the defaults, four to seven
+for ``--logs 480000 --runs 3``, the recorded run)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ from l2m.engine.parse import Form
 from l2m.engine.partials import PARTIAL_ARROW, Partial, merge, partial_rows
 from l2m.engine.readtask import ReadTask
 from l2m.query.compiler import parse_query
-from l2m.rules.model import NATIVE_MAX_BUCKETS, Aggregation, Kind, Rule
+from l2m.rules.model import MAX_NATIVE_BUCKETS, NATIVE_MAX_BUCKETS, Aggregation, Kind, Rule
 from l2m.semantics import exphist
 from l2m.state.format import dump_entry
 
@@ -86,6 +87,7 @@ class Variant:
     aggregation: Aggregation
     buckets: tuple[float, ...] = ()
     schema: int | None = None
+    max_buckets: int = NATIVE_MAX_BUCKETS
 
 
 VARIANTS = (
@@ -93,12 +95,16 @@ VARIANTS = (
             CLASSIC_BOUNDS),
     Variant("native-3", "native, schema 3", Kind.COUNTER, Aggregation.HISTOGRAM, schema=3),
     Variant("native-5", "native, schema 5", Kind.COUNTER, Aggregation.HISTOGRAM, schema=5),
+    Variant("native-5-wide", "native, schema 5, limit 10,000", Kind.COUNTER,
+            Aggregation.HISTOGRAM, schema=5, max_buckets=MAX_NATIVE_BUCKETS),
     Variant("both-3", "classic 10 + native 3", Kind.COUNTER, Aggregation.HISTOGRAM,
             CLASSIC_BOUNDS, 3),
     Variant("gauge-classic-10", "gauge, classic, 10 bounds", Kind.GAUGE,
             Aggregation.HISTOGRAM, CLASSIC_BOUNDS),
     Variant("gauge-quantiles-5", "gauge, quantiles, schema 5", Kind.GAUGE,
             Aggregation.QUANTILES, schema=5),
+    Variant("gauge-quantiles-5-wide", "gauge, quantiles, schema 5, limit 10,000", Kind.GAUGE,
+            Aggregation.QUANTILES, schema=5, max_buckets=MAX_NATIVE_BUCKETS),
 )
 
 
@@ -108,7 +114,7 @@ def rule_of(variant: Variant) -> Rule:
     return Rule(id=variant.id, name=f"bench_{variant.id.replace('-', '_')}_ms",
                 kind=variant.kind, query=QUERY, aggregation=variant.aggregation, field=FIELD,
                 buckets=variant.buckets, bucket_labels=tuple(f"{b:g}" for b in variant.buckets),
-                native_schema=variant.schema, native_max_buckets=NATIVE_MAX_BUCKETS,
+                native_schema=variant.schema, native_max_buckets=variant.max_buckets,
                 quantiles=QUANTILES if quantiles else (),
                 quantile_labels=tuple(f"{q:g}" for q in QUANTILES) if quantiles else (),
                 group_by=("service",), compiled=parse_query(QUERY))
@@ -157,7 +163,7 @@ def state_cost(variant: Variant, lines: Sequence[bytes]) -> dict[str, Any]:
     held: dict[tuple[str, int | None], dict[str, Partial]] = defaultdict(dict)
     for _rule, series, le, window, part in partial_rows(table):
         held[series, window][le or ""] = part
-    entries, columns, rows, schemas = [], [], [], []
+    entries, columns, rows, schemas, values = [], [], [], [], []
     for (_series, _window), parts in held.items():
         if rule.native_schema is not None:
             parts = reduced_parts(parts, rule.native_max_buckets) or parts
@@ -171,11 +177,33 @@ def state_cost(variant: Variant, lines: Sequence[bytes]) -> dict[str, Any]:
         entries.append(len(dump_entry(entry)))
         columns.append(len(dump_entry(alternative)))
         rows.append(len(parts))
+        values.append(sum(p.n for le, p in parts.items() if "/" not in le)
+                      if rule.native_schema is None else
+                      sum(p.n for le, p in parts.items() if "/" in le))
     return {"series": len(entries), "bytes_per_series": round(statistics.mean(entries)),
             "bytes_max": max(entries), "rows_per_series": round(statistics.mean(rows), 1),
             "column_bytes_per_series": round(statistics.mean(columns))
             if rule.native_schema is not None else None,
-            "schemas_kept": sorted(set(schemas))}
+            "schemas_kept": sorted(set(schemas)),
+            "values_per_series": round(statistics.mean(values), 1)}
+
+
+GROWTH = ("classic-10", "native-3", "native-5", "native-5-wide")
+GROWTH_LOGS = (60, 600, 6_000, 60_000)
+
+
+def growth(lines: Sequence[bytes]) -> dict[str, list[list[float]]]:
+    """Stored bytes per counter series against the values it holds: the first 60, 600, …
+    logs (as many as there are), per rule of :data:`GROWTH`: ``[values per series, bytes]``."""
+    out: dict[str, list[list[float]]] = {}
+    by_id = {v.id: v for v in VARIANTS}
+    for variant_id in GROWTH:
+        points = []
+        for n in [*(n for n in GROWTH_LOGS if n < len(lines)), len(lines)]:
+            cost = state_cost(by_id[variant_id], lines[:n])
+            points.append([cost["values_per_series"], cost["bytes_per_series"]])
+        out[variant_id] = points
+    return out
 
 
 def window_values(rule: Rule, lines: Sequence[bytes]) -> dict[tuple[str, int], list[float]]:
@@ -275,13 +303,13 @@ def drain_cost(variants: Sequence[Variant], records: int, partitions: int, per_t
 
 def table(result: dict[str, Any]) -> str:
     """The result as a text table."""
-    rows = [f"{'rule':<28} {'state B/series':>14} {'rows/series':>11} {'schema kept':>11} "
+    rows = [f"{'rule':<42} {'state B/series':>14} {'rows/series':>11} {'schema kept':>11} "
             f"{'column B':>8} {'task rows':>9} {'local logs/s':>12} {'drain logs/s':>12} "
             f"{'median':>8}"]
     for r in result["rules"]:
         drain = r.get("drain", {}).get("logs_per_s")
         kept = ",".join(map(str, r["state"]["schemas_kept"])) or "-"
-        rows.append(f"{r['label']:<28} {r['state']['bytes_per_series']:>14,} "
+        rows.append(f"{r['label']:<42} {r['state']['bytes_per_series']:>14,} "
                     f"{r['state']['rows_per_series']:>11} {kept:>11} "
                     f"{_n(r['state']['column_bytes_per_series']):>8} {r['read']['task_rows']:>9,} "
                     f"{r['read']['local_logs_per_s']:>12,} "
@@ -299,7 +327,7 @@ def quantile_line(r: dict[str, Any]) -> str:
     e = r["quantile_error"]
     return (f"{r['label']}: {e['samples']:,} quantile samples, largest relative error against "
             f"the exact quantile {e['max_relative_error']:.3%} (bound at its schema "
-            f"{e['bound_of_schema']:.3%}; at the coarsest schema the 160-bucket limit kept "
+            f"{e['bound_of_schema']:.3%}; at the coarsest schema its bucket limit kept "
             f"{e['bound_of_schema_kept']:.3%})")
 
 
@@ -328,13 +356,32 @@ def markdown(result: dict[str, Any]) -> list[str]:
     for r in result["rules"]:
         s = r["state"]
         drain = r.get("drain", {}).get("logs_per_s")
-        lines.append(f"| {r['label']} | {s['bytes_per_series']:,} | {s['rows_per_series']} | "
+        lines.append(f"| {r['label']} (`{r['id']}`) | {s['bytes_per_series']:,} | "
+                     f"{s['rows_per_series']} | "
                      f"{','.join(map(str, s['schemas_kept'])) or '—'} | "
                      f"{_n(s['column_bytes_per_series'])} | {r['read']['task_rows']:,} | "
                      f"{r['read']['local_logs_per_s']:,} | {_n(drain)} | "
                      f"{_n(r.get('drain', {}).get('median_logs_per_s'))} |")
-    lines += ["", *(quantile_line(r) + "." for r in result["rules"] if r.get("quantile_error")),
-              "", "![histograms.png](histograms.png)", MARK]
+    lines += ["", *("- " + quantile_line(r) + "." for r in result["rules"]
+                    if r.get("quantile_error")),
+              *growth_markdown(result.get("growth") or {}), "",
+              "![histograms.png](histograms.png)", MARK]
+    return lines
+
+
+def growth_markdown(grown: dict[str, list[list[float]]]) -> list[str]:
+    """The growth of a counter series' stored bytes with its values, as a table."""
+    if not grown:
+        return []
+    labels = {v.id: v.label for v in VARIANTS}
+    first = next(iter(grown.values()))
+    lines = ["", "Stored bytes of a counter series against the values it holds (the first "
+             "logs of the same stream):", "",
+             "| values per series | " + " | ".join(labels[v] for v in grown) + " |",
+             "|---|" + "---|" * len(grown)]
+    for i, (count, _bytes) in enumerate(first):
+        lines.append(f"| {count:,.0f} | "
+                     + " | ".join(f"{points[i][1]:,}" for points in grown.values()) + " |")
     return lines
 
 
@@ -356,32 +403,43 @@ def record(result: dict[str, Any], folder: Path) -> None:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    """Stored bytes per series and drain logs/s per rule, side by side."""
+    """Stored bytes per series and the drain's logs/s per rule; a counter series' stored
+    bytes against its values."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rules = result["rules"]
-    labels = [r["label"].replace(", ", "\n") for r in rules]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    labels = [r["id"] for r in rules]
+    fig, (left, right, third) = plt.subplots(1, 3, figsize=(17, 4.5))
     x = range(len(rules))
     left.bar([i - 0.2 for i in x], [r["state"]["bytes_per_series"] for r in rules], 0.4,
              label="stored (partial per bucket)")
     left.bar([i + 0.2 for i in x], [r["state"]["column_bytes_per_series"] or 0 for r in rules], 0.4,
              label="a histogram column (not taken)")
-    left.set_xticks(list(x), labels, fontsize=7)
+    left.set_xticks(list(x), labels, fontsize=7, rotation=30, ha="right")
     left.set_ylabel("state bytes per series (gauges: per window)")
     left.legend()
     left.set_title("State")
-    drains = [r.get("drain", {}).get("logs_per_s") or 0 for r in rules]
-    right.bar([i - 0.2 for i in x], drains, 0.4, label="drain (streaming job)")
-    right.bar([i + 0.2 for i in x], [r["read"]["local_logs_per_s"] for r in rules], 0.4,
-              label="backfill's stages, one process")
-    right.set_xticks(list(x), labels, fontsize=7)
-    right.set_ylabel("logs/s")
-    right.legend()
-    right.set_title("Rate, one rule")
+    runs = [r.get("drain", {}).get("runs") or [0] for r in rules]
+    middle = [statistics.median(v) for v in runs]
+    right.bar(list(x), middle, 0.6,
+              yerr=[[m - min(v) for m, v in zip(middle, runs, strict=True)],
+                    [max(v) - m for m, v in zip(middle, runs, strict=True)]], capsize=4)
+    right.set_xticks(list(x), labels, fontsize=7, rotation=30, ha="right")
+    right.set_ylabel("drain logs/s: median, min to max")
+    right.set_title(f"Streaming drain, one rule ({result['drain_logs']:,} logs)")
+    labels_of = {v.id: v.label for v in VARIANTS}
+    for variant_id, points in (result.get("growth") or {}).items():
+        third.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                   label=labels_of[variant_id])
+    third.set_xscale("log")
+    third.set_yscale("log")
+    third.set_xlabel("values in the series")
+    third.set_ylabel("stored bytes per counter series")
+    third.legend(fontsize=7)
+    third.set_title("State against values")
     fig.suptitle(f"Native vs classic histograms: {result['machine']['cpus']} cores, "
                  f"{result['logs']:,} logs")
     fig.tight_layout()
@@ -430,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         drains = drain_cost(VARIANTS, args.logs, args.partitions, args.per_task, args.runs)
         for r in result["rules"]:
             r["drain"] = drains[r["id"]]
+    result["growth"] = growth(lines)
     result["load_average"]["after"] = _load()
     result["seconds"] = round(time.monotonic() - started, 1)
     (out / "histograms.json").write_text(json.dumps(result, indent=2))
