@@ -10,15 +10,15 @@ window:
 * each quantile gauge is within :func:`~l2m.semantics.exphist.relative_error_bound` of its
   schema of the exact nearest-rank quantile of the window's values (the k-th smallest,
   k = max(1, ceil(q·n))), and exactly 0 when that value is in the zero bucket;
-* each native histogram sample is :func:`~l2m.semantics.exphist.from_values` of the window's
-  values — the definition: count, zero count and every bucket count equal, the sum the exact
-  decimal sum (each value's shortest digits rounded to 18 places, as
-  :mod:`l2m.engine.preaggregate` states);
+* each native histogram sample (a gauge's per window, a counter's over every window) is
+  :func:`~l2m.semantics.exphist.from_values` of its values, the definition: count, zero
+  count and every bucket count equal, the sum the exact decimal sum (each value's shortest
+  digits rounded to 18 places, as :mod:`l2m.engine.preaggregate` states);
 * with the default bucket limit (160), both are those of
   :func:`~l2m.semantics.exphist.limit_buckets` of it: resolution lowered, nothing lost.
 
 The largest error measured per distribution and schema is printed beside its bound
-(``pytest -s``); benchmarks/RESULTS.md records a run."""
+(``pytest -s``); benchmarks/README.md records a run ("Native histograms and quantiles")."""
 
 from __future__ import annotations
 
@@ -96,9 +96,10 @@ def _lines(rng: random.Random, data: dict[tuple[str, int], list[float]]) -> list
     return lines
 
 
-def _rule(rule_id: str, aggregation: str, schema: int, max_buckets: int) -> Rule:
+def _rule(rule_id: str, aggregation: str, schema: int, max_buckets: int,
+          kind: Kind = Kind.GAUGE) -> Rule:
     quantiles = aggregation == "quantiles"
-    return Rule(id=rule_id, name=f"latency_{rule_id.replace('-', '_')}", kind=Kind.GAUGE,
+    return Rule(id=rule_id, name=f"latency_{rule_id.replace('-', '_')}", kind=kind,
                 query=QUERY, aggregation=Aggregation(aggregation), field="v", native_schema=schema,
                 native_max_buckets=max_buckets, quantiles=QS if quantiles else (),
                 quantile_labels=Q_LABELS if quantiles else (), group_by=("dist",),
@@ -114,6 +115,10 @@ def _rules() -> list[Rule]:
             # the default limit: resolution lowered where a window populates more buckets
             rules.append(_rule(f"{tag}{schema}-limited", aggregation, schema,
                                NATIVE_MAX_BUCKETS))
+        # a counter: one cumulative histogram per series, over every window
+        rules.append(_rule(f"c{schema}", "histogram", schema, MAX_NATIVE_BUCKETS, Kind.COUNTER))
+        rules.append(_rule(f"c{schema}-limited", "histogram", schema, NATIVE_MAX_BUCKETS,
+                           Kind.COUNTER))
     return rules
 
 
@@ -185,9 +190,15 @@ def test_quantile_gauges_are_within_the_bound_of_the_exact_quantile(seed: int) -
 def test_native_histogram_samples_are_the_histograms_of_the_values(seed: int) -> None:
     data, samples = _samples(seed)
     got: dict[tuple[str, str, int], dict[str, Any]] = {}
+    counters: dict[tuple[str, str], dict[str, Any]] = {}
     for s in samples:
         if "histogram" in s:
-            assert s["kind"] == "gauge" and s["format"] == 2
+            assert s["format"] == 2
+            if s["kind"] == "counter":
+                assert (s["rule"], s["labels"]["dist"]) not in counters
+                counters[s["rule"], s["labels"]["dist"]] = s
+                continue
+            assert s["kind"] == "gauge"
             key = (s["rule"], s["labels"]["dist"], s["timestamp"])
             assert key not in got
             got[key] = s
@@ -202,8 +213,17 @@ def test_native_histogram_samples_are_the_histograms_of_the_values(seed: int) ->
                 assert sample["labels"] == {"dist": name}
                 assert _histogram(sample) == want, (rule_id, name, start)
                 lowered += want.schema < schema
-    assert got == {}  # no other histogram sample
+    assert got == {}  # no other gauge histogram sample
     assert lowered  # the limit was reached somewhere: lowering is exercised
+    for schema in SCHEMAS:
+        for name in DISTRIBUTIONS:
+            values = [v for (dist, _start), vs in data.items() if dist == name for v in vs]
+            expected = exphist.from_values(values, schema)
+            expected.sum = exact_sum(values)
+            for rule_id, want in ((f"c{schema}", expected), (f"c{schema}-limited",
+                                  exphist.limit_buckets(expected, NATIVE_MAX_BUCKETS))):
+                assert _histogram(counters.pop((rule_id, name))) == want, (rule_id, name)
+    assert counters == {}
 
 
 def test_the_zero_bucket_and_the_signs_are_ranked_in_order() -> None:
