@@ -1,32 +1,38 @@
 """Native histograms against a classic one (issue 56): what a series costs the state, and what
 a rule costs the read task and the drain, on the same logs.
 
-    python -m benchmarks.histograms [--logs 240000] [--partitions 8] [--per-task 30000]
-                                    [--runs 2] [--quick] [--no-drain] [--out DIR]
+    python -m benchmarks.histograms [--logs 240000] [--state-logs 120000] [--partitions 8]
+                                    [--per-task 30000] [--runs 2] [--quick] [--no-drain]
+                                    [--out DIR]
 
 Logs: the load generator's (:mod:`benchmarks.load`, :class:`l2m.dev.generator.LogGenerator`):
 ``http.duration_ms`` lognormal (median 25 ms, 5xx four times slower; 0.2 ms to 3 s),
 six services, 2,000 logs per second of event time. Rules, one at a time, each over
 ``http.duration_ms`` by ``service`` (built in code, :data:`VARIANTS`): a classic counter
 histogram of 10 bounds, native counter histograms at schemas 3 and 5 (the default bucket
-limit, 160), both kinds in one rule, and the same as gauges (one-minute windows: a classic
-gauge histogram, per-minute quantiles at schema 5).
+limit, 160) and at schema 5 with a limit of 10,000, both kinds in one rule, and gauges
+(one-minute windows): a classic gauge histogram, per-minute quantiles at schema 5 with
+either limit.
 
-* **State** (no JVM): the logs through the read task and the merge (as ``l2m backfill``'s
-  stages, :mod:`l2m.batch.local`), each series' partials by ``le`` bounded as the state
-  bounds them (:func:`l2m.engine.nativebuckets.reduced_parts`), then its stored form: a
-  format 7 series entry (:func:`l2m.state.format.dump_entry` of ``[generation, last seen,
-  {le: partial}]`` for counters, ``[generation, {le: partial}]`` per gauge window; LZ4-framed
-  past 1 KiB). Beside it, the form a *histogram column* would have stored (one partial for
-  count and sum, the buckets as spans and deltas): the design rejected (README, "Native
-  histograms and quantiles").
+* **State** (no JVM; ``--state-logs`` logs): the logs through the read task and the merge
+  (as ``l2m backfill``'s stages, :mod:`l2m.batch.local`), each series' partials by ``le``
+  bounded as the state bounds them (:func:`l2m.engine.nativebuckets.reduced_parts`), then
+  its stored form: a format 7 series entry (:func:`l2m.state.format.dump_entry` of
+  ``[generation, last seen, {le: partial}]`` for counters, ``[generation, {le: partial}]``
+  per gauge window; LZ4-framed past 1 KiB). Beside it, the form a *histogram column* would
+  have stored (one partial for count and sum, the buckets as spans and deltas): the design
+  rejected (README, "Native histograms and quantiles"). And a counter series' stored bytes
+  against the values it holds (the first 60, 600, … logs).
+* **Quantile error** (no JVM): each quantiles rule's samples against the exact nearest-rank
+  quantile of each window's values, as the parse stage reads them.
 * **Read task** (no JVM): partial rows out of one task of ``--per-task`` logs, and the
   logs/s of all of backfill's stages in this process (:func:`l2m.batch.local.run_local`;
   parsing is most of it and the same for every rule), the best of five rounds or
   ``--runs``, the rules in turn in each.
 * **Drain** (``local[2]``, embedded broker): a backlog of ``--logs`` logs on ``--partitions``
   partitions drained by the streaming job (availableNow, the skew-aware plan) with one rule,
-  each rule in turn, ``--runs`` rounds alternating; the best of each.
+  each rule in turn, ``--runs`` rounds alternating (after one unmeasured drain); the best
+  and the median of each, with the load average after each run.
 
 Prints a table; writes ``histograms.json`` and ``histograms.png`` into ``--out`` (default
 ``./bench-results`` in the working directory; ``benchmarks/results`` to record a run: then
