@@ -206,19 +206,30 @@ def family_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int
     return out
 
 
+def _rule_histogram(rule: Rule, timestamp: int | None, parts: Mapping[str, Partial]
+                    ) -> tuple[NativeHistogram, int] | None:
+    """A series' (window's) native histogram at the rule's resolution and its sample's
+    timestamp (``timestamp``, else the largest event time counted); None without values."""
+    assert rule.native_schema is not None
+    found = native_histogram(parts, rule.native_schema, rule.native_max_buckets)
+    if found is None:
+        return None
+    histogram, total = found
+    ts = timestamp if timestamp is not None else total.ts
+    assert ts is not None
+    return histogram, int(ts)
+
+
 def native_sample(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: int | None,
                   parts: Mapping[str, Partial]) -> list[dict[str, Any]]:
     """A native histogram's sample from its partials keyed by native bucket key
     (:mod:`l2m.engine.nativebuckets`; classic bounds' partials are ignored): the histogram at
     the rule's schema, lowered until at most its ``native_max_buckets`` buckets are populated;
     none without values. ``timestamp`` None means: the largest event time counted."""
-    assert rule.native_schema is not None
-    found = native_histogram(parts, rule.native_schema, rule.native_max_buckets)
+    found = _rule_histogram(rule, timestamp, parts)
     if found is None:
         return []
-    histogram, total = found
-    ts = timestamp if timestamp is not None else total.ts
-    assert ts is not None
+    histogram, ts = found
     return [{
         "name": rule.name,
         "kind": rule.kind,
@@ -245,13 +256,10 @@ def quantile_samples(rule: Rule, labels: Iterable[tuple[str, str]], timestamp: i
     q-quantile from its native histogram (:func:`l2m.semantics.exphist.quantile`, relative
     error at most :func:`~l2m.semantics.exphist.relative_error_bound` of the histogram's
     schema), labelled ``quantile``; none without values."""
-    assert rule.native_schema is not None
-    found = native_histogram(parts, rule.native_schema, rule.native_max_buckets)
+    found = _rule_histogram(rule, timestamp, parts)
     if found is None:
         return []
-    histogram, total = found
-    ts = timestamp if timestamp is not None else total.ts
-    assert ts is not None
+    histogram, ts = found
     base = dict(labels)
     return [sample(rule, rule.name, {**base, QUANTILE_LABEL: label}, quantile(histogram, q), ts)
             for q, label in zip(rule.quantiles, rule.quantile_labels, strict=True)]
