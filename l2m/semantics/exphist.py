@@ -33,6 +33,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 SCHEMA_MIN = -4
 SCHEMA_MAX = 8
@@ -435,9 +436,19 @@ def decode_buckets(spans: Iterable[Span], deltas: Iterable[int]) -> dict[int, in
     return buckets
 
 
+def nearest_rank(q: float, n: int) -> int:
+    """k = max(1, ceil(q·n)), the rank of the nearest-rank q-quantile of n values, with q·n
+    computed exactly for q as written: ``repr(q)``, the shortest decimal that reads back as
+    the double (the ``quantile`` label's text). The double product can round up past a whole
+    number (0.0011 × 110,000 = 121.00000000000001 → rank 122, not 121)."""
+    exact = Fraction(repr(q)) * n
+    return max(1, math.ceil(exact))
+
+
 def quantile(histogram: NativeHistogram, q: float) -> float:
     """The ``q``-quantile's estimate, 0 <= q <= 1: the observation of nearest rank
-    k = max(1, ceil(q·n)) (q·n a double) among the n observations in buckets (NaN excluded),
+    k = max(1, ceil(q·n)) among the n observations in buckets (NaN excluded) — q·n exact, q
+    taken as the decimal it is written as (:func:`nearest_rank`),
     in order (negative buckets, zero bucket, positive buckets), estimated by
     :func:`representative` (0 in the zero bucket: absolute error <= the zero threshold).
     NaN when no observation is in a bucket."""
@@ -447,7 +458,7 @@ def quantile(histogram: NativeHistogram, q: float) -> float:
         + sum(histogram.negative.values())
     if total == 0:
         return math.nan
-    rank = max(1, math.ceil(q * total))
+    rank = nearest_rank(q, total)
     seen = 0
     for index in sorted(histogram.negative, reverse=True):
         seen += histogram.negative[index]

@@ -34,6 +34,7 @@ from l2m.dev.memory import NAME, MemorySource, append
 from l2m.engine.samples import unpacked_samples
 from l2m.rules.model import Rule
 from l2m.streaming.job import Job, start_job
+from tests.support.kafka_helpers import canonical as canonical
 
 # l2m's own counters (l2m_input_logs_total, l2m_late_logs_total, …) have rule ids with this
 # prefix; samples() leaves them out unless asked, so tests compare only their rules' samples.
@@ -208,8 +209,3 @@ class StreamTest:
                                  f"{missing[:5]}; {len(unexpected)} received but not expected "
                                  f"{unexpected[:5]}")
 
-
-def canonical(samples: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """Samples as sorted tuples of every field, for exact comparison."""
-    return sorted((s["rule"], s["name"], tuple(sorted(s["labels"].items())), s["timestamp"],
-                   s["value"], s["kind"], s["account"]) for s in samples)

@@ -27,6 +27,7 @@ import math
 import random
 from collections import defaultdict
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import orjson
@@ -123,9 +124,10 @@ def _rules() -> list[Rule]:
 
 
 def exact_quantile(values: list[float], q: float) -> float:
-    """The nearest-rank q-quantile: the k-th smallest value, k = max(1, ceil(q·n))."""
+    """The nearest-rank q-quantile: the k-th smallest value, k = max(1, ceil(q·n)), q·n exact
+    for q as written (its decimal, not the double: Fraction of its text)."""
     ordered = sorted(values)
-    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+    return ordered[max(1, math.ceil(Fraction(repr(q)) * len(ordered))) - 1]
 
 
 def exact_sum(values: list[float]) -> float:

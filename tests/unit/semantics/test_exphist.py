@@ -447,3 +447,14 @@ def test_promql_error_is_bounded_by_base_minus_one_only(schema, exponential):
     spike = from_values([math.nextafter(1.0, 2)] * 100, schema)
     assert promql_quantile(spike, 1.0, exponential) == pytest.approx(base)
     assert quantile(spike, 1.0) <= 1.0 + relative_error_bound(schema) * (1 + 1e-9)
+
+
+def test_the_nearest_rank_is_exact_for_the_quantile_as_written() -> None:
+    # 0.0011 * 110_000 is 121.00000000000001 in doubles: the rank must stay 121
+    assert 0.0011 * 110_000 > 121
+    assert exphist.nearest_rank(0.0011, 110_000) == 121
+    assert [exphist.nearest_rank(q, 10) for q in (0.0, 0.05, 0.1, 0.11, 0.5, 0.99, 1.0)] == \
+        [1, 1, 1, 2, 5, 10, 10]
+    histogram = exphist.from_values([1.0] * 121 + [1000.0] * (110_000 - 121), 3)
+    assert exphist.quantile(histogram, 0.0011) == exphist.representative(
+        exphist.bucket_of(1.0, 3)[1], 3)
