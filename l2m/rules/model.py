@@ -66,7 +66,10 @@ NATIVE_SCHEMA = 3
 QUANTILES_SCHEMA = 5
 NATIVE_MAX_BUCKETS = 160
 QUANTILES_MAX_BUCKETS = 320
-MAX_NATIVE_BUCKETS = 10_000
+# A rule's max_buckets at most: a series of a native histogram weighs about 90 bytes of state
+# per populated bucket, and its sample that many on the metrics topic each time it changes
+# (10,000 let one tenant's rule hold 724 KB per series); a classic histogram has 128 bounds.
+MAX_NATIVE_BUCKETS = 1_000
 MAX_QUANTILES = 20
 # Metric metadata (HELP, UNIT): what Prometheus shows and remote write sends with the samples.
 MAX_DESCRIPTION = 1024  # Mimir's default metadata length limit
@@ -135,10 +138,14 @@ class Rule:
         field, bucket bounds and group-by (:func:`l2m.state.counters.signature`). Strings and
         tuples of them only: the cyclic collector stops tracking it (a list per rule, 100,000
         rules, made the collections after every state task take 0.2–0.4 s)."""
-        base = (self.aggregation.value, self.field, self.bucket_labels, self.group_by)
-        # A native schema only where there is one: the stored signatures of every other rule
-        # stay the 4 values releases wrote.
-        return base if self.native_schema is None else (*base, self.native_schema)
+        if self.native_schema is None:
+            return (self.aggregation.value, self.field, self.bucket_labels, self.group_by)
+        # The native schema as one more "bound" ("native/3": no classic label holds "/"):
+        # every other rule's stored signature stays what releases wrote, and a build that
+        # knows no native buckets sees a signature unlike its rule's and restarts the series
+        # — rather than summing the native rows into +Inf, _sum and _count.
+        return (self.aggregation.value, self.field,
+                (*self.bucket_labels, f"native/{self.native_schema}"), self.group_by)
 
     @property
     def bucketed(self) -> bool:

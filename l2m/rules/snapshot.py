@@ -23,6 +23,12 @@ from l2m.query.nodes import QueryConfig
 from l2m.rules.model import Rule, share_values
 
 SNAPSHOT_FORMAT = 1
+# The format of a snapshot holding a rule with native buckets or quantiles: a build that reads
+# format 1 only refuses it (RuleSnapshotError, naming the format) instead of ignoring the
+# fields it does not know and restoring a native histogram as a classic one. Every other
+# snapshot stays format 1, its bytes and version those earlier releases wrote.
+DISTRIBUTIONS_FORMAT = 2
+READ_FORMATS = (SNAPSHOT_FORMAT, DISTRIBUTIONS_FORMAT)
 # The stored fields of a rule, in order; ``compiled`` is rebuilt from ``query``.
 FIELDS = ("id", "name", "kind", "query", "aggregation", "field", "buckets", "bucket_labels",
           "group_by", "labels", "account", "target_account", "enabled", "max_series",
@@ -44,10 +50,14 @@ _VALUES = operator.attrgetter(*_SORTED)
 
 
 def snapshot(rules: Iterable[Rule]) -> bytes:
-    """The rules as a format-:data:`SNAPSHOT_FORMAT` snapshot, in a canonical form (rules by
-    id, keys sorted)."""
+    """The rules as a snapshot in a canonical form (rules by id, keys sorted): format
+    :data:`SNAPSHOT_FORMAT`, or :data:`DISTRIBUTIONS_FORMAT` when a rule stores a field of
+    :data:`OPTIONAL`."""
     ordered = sorted(rules, key=lambda r: (r.id, r.file, r.line))
-    return orjson.dumps({"format": SNAPSHOT_FORMAT, "rules": [_fields(r) for r in ordered]})
+    stored = [_fields(r) for r in ordered]
+    distributions = any(len(fields) > len(FIELDS) for fields in stored)
+    return orjson.dumps({"format": DISTRIBUTIONS_FORMAT if distributions else SNAPSHOT_FORMAT,
+                         "rules": stored})
 
 
 def _fields(rule: Rule) -> dict[str, object]:
@@ -71,10 +81,10 @@ def restore(data: bytes, config: QueryConfig | None = None) -> tuple[Rule, ...]:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise RuleSnapshotError(f"rule set snapshot is not JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("format") != SNAPSHOT_FORMAT:
+    if not isinstance(doc, dict) or doc.get("format") not in READ_FORMATS:
         found = doc.get("format") if isinstance(doc, dict) else None
         raise RuleSnapshotError(f"rule set snapshot has format {found!r}; this l2m reads "
-                                f"format {SNAPSHOT_FORMAT}")
+                                f"formats {SNAPSHOT_FORMAT} and {DISTRIBUTIONS_FORMAT}")
     rules = []
     for fields in doc["rules"]:
         try:

@@ -63,11 +63,10 @@ def signature(rule: Rule) -> tuple[Any, ...]:
 
 def same_signature(stored: Any, rule: Rule) -> bool:
     """Whether a stored signature (read back as lists, or set in this call) is the rule's
-    (a native histogram's has its schema fifth, :attr:`~l2m.rules.model.Rule.signature`)."""
+    (a native schema is among its bounds, :attr:`~l2m.rules.model.Rule.signature`)."""
     sig = rule.signature
     return stored is not None and len(stored) == len(sig) and stored[0] == sig[0] \
-        and stored[1] == sig[1] and tuple(stored[2]) == sig[2] and tuple(stored[3]) == sig[3] \
-        and list(stored[4:]) == list(sig[4:])
+        and stored[1] == sig[1] and tuple(stored[2]) == sig[2] and tuple(stored[3]) == sig[3]
 
 
 @dataclass

@@ -4,6 +4,7 @@ the listing of native histograms and quantile gauges."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from pathlib import Path
@@ -46,7 +47,7 @@ def loaded(text: str) -> Rule:
 
 
 NATIVE_FORM = ("; 'native' is true, false or a mapping of schema (-4 to 8) and max_buckets "
-               "(1 to 10000) [INVALID_NATIVE]")
+               "(1 to 1000) [INVALID_NATIVE]")
 
 
 # --- good rules ------------------------------------------------------------------------------
@@ -57,14 +58,14 @@ def test_a_native_histogram_takes_the_default_schema_and_bucket_limit():
     assert (rule.native_schema, rule.native_max_buckets, rule.buckets, rule.bucket_labels,
             rule.quantiles, rule.quantile_labels, rule.classic, rule.bucketed) == (
         3, 160, (), (), (), (), False, True)
-    assert rule.signature == ("histogram", "v", (), ("service",), 3)
+    assert rule.signature == ("histogram", "v", ("native/3",), ("service",))
 
 
 def test_a_native_mapping_sets_either_key_and_the_other_keeps_its_default():
     assert (loaded(rules(f"{HIST}, native: {{schema: -4}}")).native_schema,
             loaded(rules(f"{HIST}, native: {{schema: -4}}")).native_max_buckets) == (-4, 160)
-    rule = loaded(rules(f"{HIST}, native: {{max_buckets: 10000}}"))
-    assert (rule.native_schema, rule.native_max_buckets) == (3, 10000)
+    rule = loaded(rules(f"{HIST}, native: {{max_buckets: 1000}}"))
+    assert (rule.native_schema, rule.native_max_buckets) == (3, 1000)
     rule = loaded(rules(f"{HIST}, native: {{}}"))
     assert (rule.native_schema, rule.native_max_buckets) == (3, 160)
     rule = loaded(rules(f"{HIST}, native: {{schema: 8, max_buckets: 1}}"))
@@ -75,7 +76,7 @@ def test_classic_and_native_together():
     rule = loaded(rules(f"{HIST}, buckets: [5, 10.0, 25.00], native: {{schema: 2}}"))
     assert (rule.buckets, rule.bucket_labels, rule.native_schema, rule.classic) == (
         (5.0, 10.0, 25.0), ("5", "10.0", "25.0"), 2, True)
-    assert rule.signature == ("histogram", "v", ("5", "10.0", "25.0"), (), 2)
+    assert rule.signature == ("histogram", "v", ("5", "10.0", "25.0", "native/2"), ())
     assert (rule.native_max_buckets, rule.quantiles) == (160, ())
 
 
@@ -94,7 +95,7 @@ def test_a_quantiles_rule_loads_its_quantiles_and_their_labels_as_written():
         "quantiles", "gauge", 5, 320, (0.0, 0.5, 0.9, 0.99, 0.999, 1.0),
         ("0", "0.5", "0.9", "0.99", "0.999", "1"), (), True, False)
     assert all(type(q) is float for q in rule.quantiles)
-    assert rule.signature == ("quantiles", "v", (), ("service",), 5)
+    assert rule.signature == ("quantiles", "v", ("native/5",), ("service",))
 
 
 def test_a_quantiles_rule_takes_native_for_its_window_histogram():
@@ -153,11 +154,11 @@ def test_a_histogram_needs_buckets_or_native():
     ("{schema: true}", "true", "schema must be a whole number from -4 to 8, got true"),
     ("{schema: null}", "null", "schema must be a whole number from -4 to 8, got null"),
     ("{schema: [3]}", "[3]", "schema must be a whole number from -4 to 8, got list"),
-    ("{max_buckets: 0}", "0", "max_buckets must be a whole number from 1 to 10000, got 0"),
-    ("{max_buckets: 10001}", "10001",
-     "max_buckets must be a whole number from 1 to 10000, got 10001"),
+    ("{max_buckets: 0}", "0", "max_buckets must be a whole number from 1 to 1000, got 0"),
+    ("{max_buckets: 1001}", "1001",
+     "max_buckets must be a whole number from 1 to 1000, got 1001"),
     ("{max_buckets: .inf}", ".inf",
-     "max_buckets must be a whole number from 1 to 10000, got inf"),
+     "max_buckets must be a whole number from 1 to 1000, got inf"),
     ("yes", "yes", "expected true, false or a mapping, got string"),
     ("3", "3", "expected true, false or a mapping, got integer"),
     ("[3]", "[3]", "expected true, false or a mapping, got list"),
@@ -199,7 +200,7 @@ rules:
         f"f.yaml:9:15: rule 'h': native: schema must be a whole number from -4 to 8, got 12"
         f"{NATIVE_FORM}",
         f"f.yaml:10:20: rule 'h': native: max_buckets must be a whole number from 1 to "
-        f"10000, got -1{NATIVE_FORM}",
+        f"1000, got -1{NATIVE_FORM}",
         "f.yaml:11:7: rule 'h': key 'schema' appears more than once [DUPLICATE_KEY]"]
 
 
@@ -526,7 +527,7 @@ def test_the_example_classic_rules_snapshot_as_before_native_histograms(monkeypa
 
 def test_native_and_quantile_rules_round_trip_through_a_snapshot():
     text = rules(f"{HIST}, native: {{schema: -2, max_buckets: 7}}, buckets: [0.5, 1]",
-                 f"{QUANT}, quantiles: [0, 0.25, 1], native: {{max_buckets: 9999}}",
+                 f"{QUANT}, quantiles: [0, 0.25, 1], native: {{max_buckets: 999}}",
                  f"{HIST.replace('id: h', 'id: d').replace('lat', 'lat_d')}, native: true")
     made, problems = load_text(text, "f.yaml")
     assert problems == []
@@ -537,7 +538,7 @@ def test_native_and_quantile_rules_round_trip_through_a_snapshot():
             for i, r in stored.items()} == {
         "d": {"native_schema": 3},
         "h": {"native_max_buckets": 7, "native_schema": -2},
-        "q": {"native_max_buckets": 9999, "native_schema": 5, "quantile_labels": ["0", "0.25",
+        "q": {"native_max_buckets": 999, "native_schema": 5, "quantile_labels": ["0", "0.25",
                                                                                   "1"],
               "quantiles": [0.0, 0.25, 1.0]},
     }
@@ -545,9 +546,9 @@ def test_native_and_quantile_rules_round_trip_through_a_snapshot():
     restored = restore(data)
     assert sorted(restored, key=lambda r: r.id) == sorted(made, key=lambda r: r.id)
     assert [(r.id, r.signature) for r in restored] == [
-        ("d", ("histogram", "v", (), (), 3)),
-        ("h", ("histogram", "v", ("0.5", "1"), (), -2)),
-        ("q", ("quantiles", "v", (), (), 5))]
+        ("d", ("histogram", "v", ("native/3",), ())),
+        ("h", ("histogram", "v", ("0.5", "1", "native/-2"), ())),
+        ("q", ("quantiles", "v", ("native/5",), ()))]
     assert snapshot(restored) == data
 
 
@@ -572,3 +573,31 @@ def test_the_resolution_table_of_the_docs_is_exphist_s():
     assert [(int(r[0][2]), r[1], r[2], r[3].rstrip(" |")) for r in rows] == [
         (s, f"{growth_factor(s):.4f}", f"{100 * relative_error_bound(s):.2f}%",
          f"{100 * (growth_factor(s) - 1):.2f}%") for s in range(9)]
+
+
+def test_a_snapshot_with_native_or_quantile_rules_is_format_2_and_others_stay_format_1():
+    # A build that reads format 1 only refuses format 2 with a RuleSnapshotError instead of
+    # dropping `native` and restoring a native histogram as a classic one.
+    native, problems = load_text(rules(f"{HIST}, native: true, buckets: [1]"), "f.yaml")
+    assert problems == []
+    assert orjson.loads(snapshot(native))["format"] == 2
+    assert list(restore(snapshot(native))) == list(native)
+    classic = load_rules([ROOT / "rules" / "web.yaml"]).rules
+    assert orjson.loads(snapshot(classic))["format"] == 1
+
+
+def test_a_build_without_native_buckets_restarts_a_native_series_instead_of_reading_it():
+    # Rolled back to, an older build restores the rule as its classic part: the stored
+    # signature (the native schema among the bounds) is not that rule's, so the series
+    # restarts instead of its native rows being summed into +Inf, _sum and _count.
+    from l2m.state.counters import same_signature
+
+    both, problems = load_text(rules(f"{HIST}, native: true, buckets: [1, 10]"), "f.yaml")
+    assert problems == []
+    stored = [list(part) if isinstance(part, tuple) else part for part in both[0].signature]
+    classic = dataclasses.replace(both[0], native_schema=None)
+    assert stored[2] == ["1", "10", "native/3"]
+    assert same_signature(stored, both[0])
+    assert not same_signature(stored, classic)
+    # the comparison of the builds before native buckets: its four elements, in order
+    assert tuple(stored[2]) != classic.signature[2]

@@ -64,7 +64,7 @@ def test_the_version_does_not_depend_on_the_order_rules_were_loaded_in():
 
 @pytest.mark.parametrize("data, says", [
     (b"not json", "not JSON"),
-    (b'{"format": 2, "rules": []}', "format 2; this l2m reads format 1"),
+    (b'{"format": 3, "rules": []}', "format 3; this l2m reads formats 1 and 2"),
     (b'{"format": 1, "rules": [{"id": "a"}]}', "rule 'a' of a rule set snapshot cannot"),
 ])
 def test_a_snapshot_this_release_cannot_read_is_a_clear_error(data, says):
