@@ -447,6 +447,46 @@ def test_tenant_rules_quantiles_are_judged_by_their_own_schema(tmp_path, capsys)
     assert "want 4.1 (within ±33.33%: the estimate of a schema 0 histogram)" in xml
 
 
+def test_a_quantile_is_judged_by_the_schema_its_window_was_kept_at(tmp_path):
+    """Past ``max_buckets`` the window's histogram is lowered, and its estimate judged by the
+    bound of the schema kept, which the failure names. 3, 3.5, 7 and 100 populate 4 buckets
+    at schema 5; at schema 1 (bounds 2^(k/2)) 3 and 3.5 share (2.83, 4]: 3 buckets, kept.
+    The median 3.5 is estimated 2·2.83·4/(2.83+4) = 3.31, 5.3% off: beyond schema 5's 1.08%,
+    within schema 1's 17.16%. The next window (one value) keeps schema 5."""
+    (tmp_path / "r.yaml").write_text(textwrap.dedent("""\
+        rules:
+          - {id: q, name: q_ms, kind: gauge, query: '*', aggregation: quantiles, field: ms,
+             quantiles: [0.5], native: {schema: 5, max_buckets: 3}, group_by: [service]}
+        """))
+    (tmp_path / "t.test.yaml").write_text(textwrap.dedent("""\
+        rules: r.yaml
+        start: 2026-11-22T10:00:00Z
+        tests:
+          - name: lowered
+            logs:
+              - {"@timestamp": +1s, service: a, ms: 3}
+              - {"@timestamp": +2s, service: a, ms: 3.5}
+              - {"@timestamp": +3s, service: a, ms: 7}
+              - {"@timestamp": +4s, service: a, ms: 100}
+              - {"@timestamp": +61s, service: a, ms: 3.5}
+            expect:
+              - {series: 'q_ms{service="a", quantile="0.5"}', window: +0s, value: 3.5}
+              - {series: 'q_ms{service="a", quantile="0.5"}', window: +0s, value: 4.5}
+              - {series: 'q_ms{service="a", quantile="0.5"}', window: +1m, value: 3.5}
+              - {series: 'q_ms{service="a", quantile="0.5"}', window: +1m, value: 3.6}
+        """))
+    out = io.StringIO()
+    assert run_test_files([str(tmp_path / "t.test.yaml")], junit=None, only=None,
+                          verbose=False, out=out) == 1
+    assert out.getvalue().replace(str(tmp_path) + "/", "").splitlines()[:2] == [
+        "t.test.yaml:13: 'lowered': q_ms{quantile=\"0.5\",service=\"a\"} @ "
+        "2026-11-22T10:00:00Z: want 4.5 (within ±17.16%: the estimate of a schema 1 histogram, "
+        "the rule's schema 5 lowered past max_buckets 3), got 3.3137084989847603",
+        "t.test.yaml:15: 'lowered': q_ms{quantile=\"0.5\",service=\"a\"} @ "
+        "2026-11-22T10:01:00Z: want 3.6 (within ±1.08%: the estimate of a schema 5 "
+        "histogram), got 3.4744638945504325"]
+
+
 def test_junit_carries_native_failures(tmp_path):
     run(tmp_path, "- {series: 'lat_ms{service=\"a\"}', native: {count: 5}}")
     junit = tmp_path / "j.xml"
