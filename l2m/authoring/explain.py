@@ -683,8 +683,9 @@ def _native_bucket(rule: Rule, value: float) -> dict[str, Any]:
     if side not in (POSITIVE, NEGATIVE):
         threshold = exphist.DEFAULT_ZERO_THRESHOLD
         out.update(side="zero", lower=-threshold, upper=threshold)
+        # The zero bucket is the same at every schema: lowering never moves a value out of it.
         out["text"] = (f"schema {schema}: the zero bucket [{_num(-threshold)}, {_num(threshold)}]"
-                       f" (|value| at most the zero threshold){kept}")
+                       " (|value| at most the zero threshold), at every schema")
         return out
     lower, upper = exphist.upper_bound(index - 1, schema), exphist.upper_bound(index, schema)
     if side == POSITIVE:

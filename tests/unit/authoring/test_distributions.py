@@ -361,8 +361,11 @@ def test_explain_names_the_native_bucket_of_the_value():
         "that holds it once the series has more than 160 populated buckets"]
     assert explained_lines("gn", 0)[1] == (
         "  native bucket: schema -1: the zero bucket [-2.938735877055719e-39, "
-        "2.938735877055719e-39] (|value| at most the zero threshold); in a coarser schema's "
-        "bucket that holds it once its window has more than 2 populated buckets")
+        "2.938735877055719e-39] (|value| at most the zero threshold), at every schema")
+    # lowered or not, the zero bucket stays: -0.0 and 1e-40 too
+    assert explained_lines("lat", -0.0)[1] == explained_lines("lat", 1e-40)[1] == (
+        "  native bucket: schema 3: the zero bucket [-2.938735877055719e-39, "
+        "2.938735877055719e-39] (|value| at most the zero threshold), at every schema")
 
 
 def test_explain_says_a_quantile_sample_is_the_window_s_estimate():
