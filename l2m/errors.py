@@ -64,10 +64,7 @@ ERROR_CLASSES: dict[str, str] = {
         "buckets), or both"
     ),
     "INVALID_BUCKETS": "{reason}",
-    "INVALID_NATIVE": (
-        "{reason}; 'native' is true, false or a mapping of schema ({schema_min} to "
-        "{schema_max}) and max_buckets (1 to {max_buckets})"
-    ),
+    "INVALID_NATIVE": "{reason}{form}",
     "MISSING_QUANTILES": (
         "aggregation 'quantiles' needs 'quantiles', a list of quantiles from 0 to 1 "
         "(e.g. [0.5, 0.9, 0.99])"

@@ -76,7 +76,7 @@ def _family(members: list[Member], order: dict[int, int],
     fewer than :data:`MAX_PER_RULE` problems (``reported``, across families)."""
     suffixed: list[Member] = []  # earlier histograms writing this name with a suffix
     plain: list[Member] = []  # earlier rules writing this name as it is
-    by_type: dict[tuple[str, bool], _Layouts] = {}  # earlier plain rules by metric type
+    by_type: dict[tuple[str, bool, bool], _Layouts] = {}  # earlier plain rules by metric type
     for rule, suffix in members:
         if suffix is not None:
             # Only a plain rule of the name collides with a histogram's suffixed series.
@@ -104,8 +104,13 @@ def _family(members: list[Member], order: dict[int, int],
             by_type.setdefault(_kind(rule), _Layouts()).add(rule)
 
 
-def _kind(rule: Rule) -> tuple[str, bool]:
-    return rule.kind, rule.aggregation == Aggregation.HISTOGRAM
+def _kind(rule: Rule) -> tuple[str, bool, bool]:
+    """A metric family's type as one name must keep it: its kind, whether a histogram, and
+    whether a gauge histogram with native buckets — remote write's ``gaugehistogram``, where
+    a classic gauge histogram is sent as ``histogram``: one family name, one TYPE."""
+    histogram = rule.aggregation == Aggregation.HISTOGRAM
+    return rule.kind, histogram, histogram and rule.kind == Kind.GAUGE \
+        and rule.native_schema is not None
 
 
 class _Layouts:
@@ -198,8 +203,7 @@ def _pair(earlier: Rule, earlier_suffix: str | None, later: Rule, later_suffix: 
                                     else (later, earlier, later_suffix))
         return _problem(later, "HISTOGRAM_NAME_COLLISION", name=plain.name,
                         family=histogram.name, suffix=suffix, other=other)
-    kinds = (earlier.kind, earlier.aggregation == Aggregation.HISTOGRAM)
-    if kinds != (later.kind, later.aggregation == Aggregation.HISTOGRAM):
+    if _kind(earlier) != _kind(later):
         return _problem(later, "METRIC_TYPE_CONFLICT", name=later.name, type=_type(later),
                         other=other, other_type=_type(earlier))
     if not can_coincide(earlier, later):
@@ -228,6 +232,8 @@ def _example(a: Rule, b: Rule) -> str:
 
 
 def _type(rule: Rule) -> str:
+    if _kind(rule)[2]:
+        return "gauge native histogram"
     return f"{rule.kind} histogram" if rule.aggregation == Aggregation.HISTOGRAM else rule.kind
 
 

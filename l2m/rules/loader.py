@@ -61,7 +61,7 @@ from l2m.rules.model import (
     share_values,
 )
 from l2m.semantics.exphist import SCHEMA_MAX, SCHEMA_MIN
-from l2m.semantics.values import label_name, string_form
+from l2m.semantics.values import label_name, number, string_form
 from l2m.yamlio import yamlsafe
 from l2m.yamlio.suggest import similar
 
@@ -125,6 +125,16 @@ def _shown(value: Any) -> str:
     if text is not None and len(text) > 40:  # YAML reads integers of up to 4,300 digits
         return f"{text[:20]}… ({len(text)} characters)"
     return _type_name(value) if text is None else text
+
+
+def _text_number_hint(value: Any) -> str:
+    """Why a number-looking string is one: YAML 1.1 reads an exponent without a dot (1e-1)
+    as text."""
+    if not isinstance(value, str) or number(value) is None:
+        return ""
+    if "." not in value and "e" in value.lower():
+        return " (YAML reads an exponent without a dot as text: write 0.1 or 1.0e-1)"
+    return " (a string: write it without quotes)"
 
 
 def _mapping_items(node: yaml.MappingNode, ctx: _Ctx, rule_id: str | None
@@ -727,7 +737,10 @@ class _RuleReader:
             if not value and aggregation == Aggregation.QUANTILES:
                 self._bad_native(value_node, "aggregation 'quantiles' always estimates from a "
                                              "native histogram: leave 'native' out or give "
-                                             "its resolution")
+                                             "its resolution, a mapping of schema "
+                                             f"({SCHEMA_MIN} to {SCHEMA_MAX}) and "
+                                             f"max_buckets (1 to {MAX_NATIVE_BUCKETS})",
+                                 form=False)
             return (default if value else unset), limit
         if not isinstance(value_node, yaml.MappingNode):
             self._bad_native(value_node, f"expected true, false or a mapping, got "
@@ -757,9 +770,11 @@ class _RuleReader:
                 self.add("UNKNOWN_KEY", key_node, "native", key=key, hint=hint)
         return schema, max_buckets
 
-    def _bad_native(self, node: yaml.Node, reason: str) -> None:
-        self.add("INVALID_NATIVE", node, "native", reason=reason, schema_min=SCHEMA_MIN,
-                 schema_max=SCHEMA_MAX, max_buckets=MAX_NATIVE_BUCKETS)
+    def _bad_native(self, node: yaml.Node, reason: str, form: bool = True) -> None:
+        """An INVALID_NATIVE at ``node``; ``form``: followed by what ``native`` may be."""
+        tail = (f"; 'native' is true, false or a mapping of schema ({SCHEMA_MIN} to "
+                f"{SCHEMA_MAX}) and max_buckets (1 to {MAX_NATIVE_BUCKETS})") if form else ""
+        self.add("INVALID_NATIVE", node, "native", reason=reason, form=tail)
 
     def quantiles(self, aggregation: Aggregation | None
                   ) -> tuple[tuple[float, ...], tuple[str, ...]]:
@@ -788,16 +803,17 @@ class _RuleReader:
             if isinstance(item, bool) or not isinstance(item, int | float) \
                     or not 0 <= item <= 1:  # NaN is not either
                 self.add("INVALID_QUANTILES", item_node, "quantiles",
-                         reason=f"quantile {_shown(item)} is not a number from 0 to 1")
+                         reason=f"quantile {_shown(item)} is not a number from 0 to 1"
+                                + _text_number_hint(item))
                 return (), ()
             if found and float(item) <= found[-1]:
                 reason = (f"quantile {string_form(item)} is listed twice" if item in found
                           else f"quantiles must be strictly increasing ({string_form(item)} "
-                               f"after {string_form(found[-1])})")
+                               f"after {string_form(value[len(found) - 1])})")
                 self.add("INVALID_QUANTILES", item_node, "quantiles", reason=reason)
                 return (), ()
-            found.append(float(item))
-        return tuple(found), tuple(string_form(q) or "" for q in value)
+            found.append(float(item) + 0.0)  # -0.0 is 0, its label too
+        return tuple(found), tuple("0" if q == 0 else string_form(q) or "" for q in value)
 
     def group_by(self) -> tuple[str, ...]:
         if "group_by" not in self.raw:

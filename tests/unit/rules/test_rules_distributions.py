@@ -209,7 +209,23 @@ def test_quantiles_always_keep_a_native_histogram():
     assert found(text) == [
         f"{at(text, 'false', 'native')}: "
         "rule 'q': native: aggregation 'quantiles' always estimates from a "
-        f"native histogram: leave 'native' out or give its resolution{NATIVE_FORM}"]
+        "native histogram: leave 'native' out or give its resolution, a mapping of schema "
+        "(-4 to 8) and max_buckets (1 to 1000) [INVALID_NATIVE]"]
+
+
+def test_a_quantile_is_a_number_as_written():
+    text = rules(f"{QUANT}, quantiles: [-0.0, 1e-1]")
+    assert found(text) == [
+        f"{at(text, '1e-1', 'quantiles')}: rule 'q': quantiles: quantile '1e-1' is not a "
+        "number from 0 to 1 (YAML reads an exponent without a dot as text: write 0.1 or "
+        "1.0e-1) [INVALID_QUANTILES]"]
+    rule = loaded(rules(f"{QUANT}, quantiles: [-0.0, 0.50, 1]"))
+    assert (rule.quantiles, rule.quantile_labels) == ((0.0, 0.5, 1.0), ("0", "0.5", "1"))
+    assert str(rule.quantiles[0]) == "0.0"  # not -0.0
+    text = rules(f"{QUANT}, quantiles: [1, 0]")
+    assert found(text) == [
+        f"{at(text, '0', '1, ')}: rule 'q': quantiles: quantiles must be strictly increasing "
+        "(0 after 1) [INVALID_QUANTILES]"]
 
 
 def test_a_quantiles_rule_needs_quantiles_and_a_field_and_is_a_gauge():
@@ -234,7 +250,8 @@ def test_a_quantiles_rule_needs_quantiles_and_a_field_and_is_a_gauge():
     ("{a: 1}", "{a", "expected a non-empty list of numbers from 0 to 1, got mapping"),
     ("[0.5, 1.5]", "1.5", "quantile 1.5 is not a number from 0 to 1"),
     ("[-0.1]", "-0.1", "quantile -0.1 is not a number from 0 to 1"),
-    ("['0.5']", "'0.5'", "quantile '0.5' is not a number from 0 to 1"),
+    ("['0.5']", "'0.5'",
+     "quantile '0.5' is not a number from 0 to 1 (a string: write it without quotes)"),
     ("[true]", "true", "quantile true is not a number from 0 to 1"),
     ("[.nan]", ".nan", "quantile nan is not a number from 0 to 1"),
     ("[null]", "null", "quantile null is not a number from 0 to 1"),
@@ -601,3 +618,17 @@ def test_a_build_without_native_buckets_restarts_a_native_series_instead_of_read
     assert not same_signature(stored, classic)
     # the comparison of the builds before native buckets: its four elements, in order
     assert tuple(stored[2]) != classic.signature[2]
+
+
+def test_a_classic_and_a_native_gauge_histogram_of_one_name_are_two_metric_types():
+    # remote write sends the first as TYPE histogram, the second as gaugehistogram: one
+    # family name keeps one type
+    gauge = HIST.replace("counter", "gauge")
+    assert found(rules(f"{gauge}, buckets: [1], labels: {{x: '1'}}",
+                       f"{gauge.replace('id: h', 'id: n')}, native: true, "
+                       f"labels: {{x: '2'}}")) == [
+        "f.yaml:3:1: rule 'n': name: metric 'lat' is a gauge native histogram here and a "
+        "gauge histogram in rule 'h' at f.yaml:2 [METRIC_TYPE_CONFLICT]"]
+    assert found(rules(f"{gauge}, buckets: [1], native: true, labels: {{x: '1'}}",
+                       f"{gauge.replace('id: h', 'id: n')}, native: true, "
+                       f"labels: {{x: '2'}}")) == []
