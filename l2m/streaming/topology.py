@@ -115,8 +115,9 @@ Fields parsed: {fields or "(none)"}.
 Counter rules: {rule_list(counters)}.
 Gauge rules: {rule_list(gauges)}.
 
-Metric metadata (rules' `unit` and `description`: remote write's TYPE, UNIT and HELP,
-docs/prometheus.md):
+Metric metadata (rules' `unit` and `description`, remote write's UNIT and HELP; the type
+column is the rule's form, whose TYPE remote write sends as counter, gauge (quantiles too),
+histogram, or gaugehistogram for a gauge with native buckets; docs/prometheus.md):
 
 {metadata(enabled)}
 """
