@@ -92,7 +92,7 @@ class NativeExpectation:
     """What a native histogram sample must hold (``native:``): each field given, the
     observations in each value range, and the populated buckets of a side (index → count)."""
 
-    count: Value | None = None
+    count: int | None = None  # observations: a whole number, as zero_count and bucket counts
     sum: Value | None = None
     zero_count: int | None = None
     schema: int | None = None
@@ -687,11 +687,11 @@ class _Reader:
         if not entries:
             raise self.fail(node, key, f"expected at least one of {', '.join(NATIVE_KEYS)}")
         values: dict[str, Any] = {}
-        for part in ("count", "sum"):
+        for part in ("count", "zero_count"):
             if part in entries:
-                values[part] = self.number(entries[part][1], f"{key}.{part}")
-        if "zero_count" in entries:
-            values["zero_count"] = self.count(entries["zero_count"][1], f"{key}.zero_count")
+                values[part] = self.count(entries[part][1], f"{key}.{part}")
+        if "sum" in entries:
+            values["sum"] = self.number(entries["sum"][1], f"{key}.sum")
         if "schema" in entries:
             schema = self.plain(entries["schema"][1])
             if isinstance(schema, bool) or not isinstance(schema, int) or \

@@ -213,6 +213,25 @@ def test_exhaustive_covers_native_samples_and_names_the_others(tmp_path):
     ("{series: m, native: {positive: {3: 0}}}",
      "13:44: tests[0].expect[0].native.positive.3: list populated buckets only (count 1 or "
      "more)"),
+    # counts are whole numbers of observations: no fraction, no infinity, none below 0
+    ("{series: m, native: {count: 1.5}}",
+     "13:37: tests[0].expect[0].native.count: expected a whole number (0 or more), got "
+     "number 1.5"),
+    ("{series: m, native: {count: +Inf}}",
+     "13:37: tests[0].expect[0].native.count: expected a whole number (0 or more), got "
+     "string '+Inf'"),
+    ("{series: m, native: {count: .inf}}",
+     "13:37: tests[0].expect[0].native.count: expected a whole number (0 or more), got "
+     "number inf"),
+    ("{series: m, native: {count: -1}}",
+     "13:37: tests[0].expect[0].native.count: expected a whole number (0 or more), got "
+     "integer -1"),
+    ("{series: m, native: {count: 4, zero_count: 0.5}}",
+     "13:52: tests[0].expect[0].native.zero_count: expected a whole number (0 or more), got "
+     "number 0.5"),
+    ("{series: m, native: {zero_count: NaN}}",
+     "13:42: tests[0].expect[0].native.zero_count: expected a whole number (0 or more), got "
+     "string 'NaN'"),
     ("{series: m, native: {count: 1}, value: 1}",
      "13:9: tests[0].expect[0]: give one of value:, buckets: (and/or count:, sum:), native: or "
      "absent: true"),
