@@ -14,6 +14,11 @@ is retried like a 5xx. ``Retry-After`` (seconds) on a 429 or 503 is honoured, wi
 
 * a 5xx that says its samples are too old (Prometheus before 2.50 answers 500 "too old" for
   samples past its out-of-order window) is final: sent again, it is refused again forever;
+* a 5xx that says native histograms are disabled (Prometheus 2.40-3.7 without
+  ``--enable-feature=native-histograms`` answers 500 "native histograms are disabled" to a
+  request holding one) is final: the caller sends the request again without its histograms
+  (:mod:`l2m.runtime.deliver`), else one tenant's native rule would stop every tenant's
+  floats behind it;
 * a 401 or 403 (the receiver refuses l2m's credentials) is about the endpoint, not the data:
   retried with backoff, the credentials read again before each retry (a rotated token is
   picked up), until they work — unless the endpoint's ``auth_failures`` is ``refuse``."""
@@ -35,6 +40,10 @@ from l2m.remotewrite.encode import HEADERS
 TENANT_HEADER = "X-Scope-OrgID"  # Mimir, Cortex and Loki's; Thanos receive takes it too
 AUTH_STATUSES = frozenset({401, 403})
 AUTH_RETRY, AUTH_REFUSE = "retry", "refuse"
+# Prometheus 2.40-3.7's answer (500) to a request holding a native histogram when started
+# without --enable-feature=native-histograms: storage.ErrNativeHistogramsDisabled's text, the
+# same from 2.40 to 3.7 (measured on 2.42: tests/integration/test_native_histograms_receiver.py).
+NATIVE_DISABLED = "native histograms are disabled"
 # A tenant as a header carries it unchanged: visible ASCII (no space, which a receiver may
 # trim; no control character, which ends a header; nothing a latin-1 header would re-encode).
 _TENANT = re.compile(r"[\x21-\x7e]+")
@@ -115,11 +124,18 @@ def too_old(text: str) -> bool:
     return any(needle in lowered for needle in ("too old", "out of bounds", "too-old"))
 
 
+def histograms_disabled(status: int, text: str) -> bool:
+    """Whether a receiver's answer says it does not take native histograms (a 5xx holding
+    :data:`NATIVE_DISABLED`)."""
+    return status >= 500 and NATIVE_DISABLED in text.lower()
+
+
 def retriable(status: int, text: str = "") -> bool:
     """Spec 1.0: retry 5xx and 429; every other answer is final. A 5xx that says its samples
-    are too old is final too: they would be refused again forever."""
+    are too old is final too: they would be refused again forever; so is one that says native
+    histograms are disabled: the request goes again without them."""
     if status >= 500:
-        return not too_old(text)
+        return not too_old(text) and not histograms_disabled(status, text)
     return status == 429
 
 

@@ -5,8 +5,9 @@ Input: records of the metrics topic — the sample's JSON (SPEC §4), the record
 (ms) and its :data:`MARK_HEADER` and :data:`TIME_HEADER` headers, read back and checked by
 the record's one definition (:func:`l2m.engine.samples.read_sample`) — and one endpoint's
 :class:`Route`. Output:
-:class:`Request` bodies, one tenant each, at most ``max_samples`` samples each, every series'
-samples in strictly increasing time order; a :class:`Tally` of the samples sent, refused (per
+:class:`Request` bodies, one tenant each, at most ``max_samples`` samples each (a native
+histogram weighing more by its buckets: :func:`weight`), every series' samples in strictly
+increasing time order; a :class:`Tally` of the samples sent, refused (per
 reason and tenant) and skipped (per reason; gauge corrections per rule), which
 :mod:`l2m.runtime.deliver` completes with its requests' outcomes and its lag.
 
@@ -65,9 +66,9 @@ from l2m.remotewrite.encode import (
 )
 from l2m.rules.model import Aggregation, Rule
 
-__all__ = ["CORRECTION", "FINAL", "INVALID_LABEL", "MALFORMED", "MARK_HEADER", "NEW",
-           "REQUEST_OUTCOMES", "SKIP_REASONS", "TIME_HEADER", "Outbox", "Request", "Route",
-           "Tally"]
+__all__ = ["CORRECTION", "FINAL", "HISTOGRAMS_REFUSED", "INVALID_LABEL", "MALFORMED",
+           "MARK_HEADER", "NEW", "REQUEST_OUTCOMES", "SKIP_REASONS", "TIME_HEADER", "Outbox",
+           "Request", "Route", "Tally"]
 # Skipped samples, by reason (docs/prometheus.md lists them; keep the names stable: alerts,
 # dashboards and tests read them).
 NOT_FINAL = "not_final"  # a gauge window's value before its window is published
@@ -95,9 +96,22 @@ FUTURE_MS = 10 * 60_000
 ERROR = "error"  # a record whose building raised an unexpected error twice (l2m.runtime.deliver)
 OTHER_ACCOUNT = "other_account"  # an account this endpoint does not take
 NO_TENANT = "no_tenant"  # no account, and no default tenant for such samples
+# A native histogram of a request the receiver refused because it takes none (Prometheus
+# without --enable-feature=native-histograms: 500 "native histograms are disabled"), or one
+# left out without trying while that endpoint's refusal is recent (l2m.runtime.deliver): the
+# request's floats are sent without it.
+HISTOGRAMS_REFUSED = "histograms_refused"
 SKIP_REASONS = (NOT_FINAL, CORRECTED, MALFORMED, INVALID_LABEL, INVALID_HISTOGRAM,
                 INVALID_TENANT, ACCOUNT_LABEL_TAKEN, LOG_APPEND_TIME, FUTURE, ERROR,
-                OTHER_ACCOUNT, NO_TENANT)
+                OTHER_ACCOUNT, NO_TENANT, HISTOGRAMS_REFUSED)
+# What a native histogram weighs in a request's budget of max_samples: 1 + its buckets
+# (deltas on the wire) // BUCKETS_PER_SAMPLE. Measured (tests/unit/remotewrite/
+# test_remotewrite_weights.py): a float sample in its own series, labels included, is ~99
+# bytes of protobuf; a histogram ~114 bytes plus ~2 per bucket when its buckets are
+# contiguous, ~5 when every bucket is its own span (counts up to 5,000) — so 16 buckets weigh
+# at most about one float sample, and a request of histograms of 1,000 buckets (the most a
+# rule keeps) stays within twice the bytes of one of floats instead of ~50 times them.
+BUCKETS_PER_SAMPLE = 16
 _SKIPPED = object()
 # A series' point: a float sample's value, or a native histogram (its own timestamp the
 # point's).
@@ -164,6 +178,18 @@ class Request:
                    tuple(metadata))
 
     @property
+    def histograms(self) -> int:
+        """How many native histograms the request holds."""
+        return sum(len(s.histograms) for s in self.series)
+
+    def floats(self) -> Request:
+        """The request without its native histograms: its float samples and its metadata
+        (for a receiver that takes no histograms; the metadata kept even when no sample is
+        left: the families of floats sent later in the poll need it)."""
+        kept = [Series(s.labels, s.samples) for s in self.series if s.samples]
+        return Request.of(self.tenant, kept, list(self.metadata))
+
+    @property
     def mixed(self) -> bool:
         """Whether the request holds both float samples and native histograms."""
         return any(s.samples for s in self.series) and any(s.histograms for s in self.series)
@@ -202,6 +228,15 @@ class Request:
             grouped.setdefault(tuple(labels.items()), []).append(point)
         return Request.of(self.tenant, [series(dict(k), v) for k, v in grouped.items()],
                           list(metadata))
+
+
+def weight(value: Value) -> int:
+    """What a point weighs in a request's budget of ``max_samples``: a float sample 1, a
+    native histogram 1 + its buckets // :data:`BUCKETS_PER_SAMPLE`."""
+    if isinstance(value, WireHistogram):
+        buckets = len(value.positive_deltas) + len(value.negative_deltas)
+        return 1 + buckets // BUCKETS_PER_SAMPLE
+    return 1
 
 
 def series(labels: Mapping[str, str], points: Iterable[Point]) -> Series:
@@ -450,24 +485,30 @@ class Outbox:
 
     def requests(self) -> list[Request]:
         """The gathered samples as requests (then forgotten): per tenant, series in label
-        order, each series' samples oldest first, at most ``max_samples`` per request (a
-        series split across requests keeps its order: they are sent in this order); the
-        metadata of the tenant's metric families with its first request."""
+        order, each series' samples oldest first, requests of at most ``max_samples``
+        weighed by :func:`weight` (a native histogram by its buckets; one heavier than that
+        alone in its request); a series split across requests keeps its order: they are
+        sent in this order; the metadata of the tenant's metric families with its first
+        request."""
         out: list[Request] = []
         for tenant in sorted(self._series, key=lambda t: (t is not None, t or "")):
             chunk: list[Series] = []
             size = 0
             meta = [m for _, m in sorted(self._meta.get(tenant, {}).items())]
             for labels, points in sorted(self._series[tenant].items()):
-                ordered = sorted(points.items())
-                while ordered:
-                    room = self.max_samples - size
-                    chunk.append(series(dict(labels), ordered[:room]))
-                    size += len(ordered[:room])
-                    ordered = ordered[room:]
-                    if size >= self.max_samples:
+                taken: list[Point] = []
+                for point in sorted(points.items()):
+                    heavy = weight(point[1])
+                    if size and size + heavy > self.max_samples:
+                        if taken:
+                            chunk.append(series(dict(labels), taken))
+                            taken = []
                         out.append(Request.of(tenant, chunk, meta))
                         chunk, size, meta = [], 0, []
+                    taken.append(point)
+                    size += heavy
+                if taken:
+                    chunk.append(series(dict(labels), taken))
             if chunk:
                 out.append(Request.of(tenant, chunk, meta))
         self._series.clear()

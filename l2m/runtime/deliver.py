@@ -48,6 +48,7 @@ from l2m.remotewrite.client import (
     AUTH_STATUSES,
     Endpoint,
     Sender,
+    histograms_disabled,
     valid_header_name,
     valid_header_value,
     valid_tenant,
@@ -55,6 +56,7 @@ from l2m.remotewrite.client import (
 from l2m.remotewrite.encode import Metadata
 from l2m.remotewrite.outbox import (
     ERROR,
+    HISTOGRAMS_REFUSED,
     LOG_APPEND_TIME,
     TOO_OLD,
     Outbox,
@@ -71,9 +73,11 @@ from l2m.rules.model import Rule
 from l2m.runtime.delivermetrics import DeliveryTelemetry
 from l2m.runtime.endpoint import Endpoint as MonitoringEndpoint
 
-# Prometheus 2.40-3.7 without --enable-feature=native-histograms answers a request holding a
-# native histogram 500 with this text.
-NATIVE_DISABLED = "native histograms are disabled"
+# After a receiver refused native histograms (histograms_disabled), the endpoint's histograms
+# are skipped without trying for this long, then tried again: long enough that a receiver
+# without the feature costs one refused request per 10 minutes, not one per poll; short enough
+# that turning the flag on (a Prometheus restart) resumes delivery without restarting l2m.
+HISTOGRAMS_PAUSE_S = 600.0
 POLL_RECORDS = 10_000  # records per poll: a poll's samples are sent before its offsets commit
 PROGRESS_S = 10.0  # a progress line per endpoint at most this often, when something changed
 # While a request is retried the lag is refreshed at most this often (each poll refreshes it).
@@ -275,6 +279,7 @@ class EndpointDelivery:
     once_idle_s: float | None = None  # once: end after the topic gave nothing this long
     families: dict[str, Metadata] | None = None  # the rules' metadata by rule id
     log: Callable[[str], None] = _stderr
+    clock: Callable[[], float] = time.monotonic  # seconds: when refused histograms are retried
 
     def __post_init__(self) -> None:
         self.name = endpoint_name(self.cfg)
@@ -293,7 +298,8 @@ class EndpointDelivery:
         self._in_a_row = 0  # errors since the last poll delivered
         self._auth_logged = False
         self._append_logged = False
-        self._native_logged = False
+        # The receiver refused native histograms: they are skipped until this clock() time.
+        self._histograms_until: float | None = None
         self.ready = False  # reading the topic
         self._running = False
         self._beat = time.monotonic()
@@ -360,16 +366,38 @@ class EndpointDelivery:
 
     def _retried(self, status: int, reason: str) -> None:
         self.tally.retried()
-        if not self._native_logged and status >= 500 and NATIVE_DISABLED in reason.lower():
-            # Retried like any 5xx (the flag may be turned on), but said: else the endpoint
-            # only looks stalled.
-            self._native_logged = True
-            self.log(f"l2m deliver: {self.name}: the receiver does not take native histograms "
-                     f"(HTTP {status}: {self._scrubbed(reason)[:100]}); their requests are "
-                     "retried and nothing after them is sent until it does: start Prometheus "
-                     "with --enable-feature=native-histograms (Mimir: "
-                     "native_histograms_ingestion_enabled: true)")
         self._moved()
+
+    def _without_histograms(self, request: Request, tally: Tally) -> Request | None:
+        """``request`` to send while the receiver's refusal of native histograms is recent:
+        its histograms skipped (:data:`HISTOGRAMS_REFUSED`), None when nothing is left to
+        send; as it is when it holds none, or once :data:`HISTOGRAMS_PAUSE_S` has passed
+        (the receiver is tried again)."""
+        if self._histograms_until is None or not request.histograms:
+            return request
+        if self.clock() >= self._histograms_until:
+            return request
+        tally.skip(HISTOGRAMS_REFUSED, request.histograms)
+        floats = request.floats()
+        return floats if floats.series or floats.metadata else None
+
+    def _histograms_refused(self, request: Request, status: int, reason: str,
+                            tally: Tally) -> Request | None:
+        """The receiver refused ``request`` because it takes no native histograms: they are
+        skipped and counted, said once (until the receiver takes them again), left out
+        without trying for :data:`HISTOGRAMS_PAUSE_S`; the request's floats to send instead
+        (None: none)."""
+        if self._histograms_until is None:
+            self.log(f"l2m deliver: {self.name}: the receiver does not take native histograms "
+                     f"(HTTP {status}: {self._scrubbed(reason)[:100]}); they are skipped "
+                     f"({HISTOGRAMS_REFUSED}) and the other samples sent, tried again every "
+                     f"{HISTOGRAMS_PAUSE_S / 60:g} minutes: start Prometheus with "
+                     "--enable-feature=native-histograms (Mimir: "
+                     "native_histograms_ingestion_enabled: true)")
+        self._histograms_until = self.clock() + HISTOGRAMS_PAUSE_S
+        tally.skip(HISTOGRAMS_REFUSED, request.histograms)
+        floats = request.floats()
+        return floats if floats.series or floats.metadata else None
 
     def _moved(self) -> None:
         self._beat = time.monotonic()
@@ -473,6 +501,10 @@ class EndpointDelivery:
         pending: list[tuple[Request, Request | None]] = [(r, None) for r in requests]
         while pending:
             request, older = pending.pop(0)
+            kept = self._without_histograms(request, tally)
+            if kept is None:
+                continue
+            request = kept
             answer = self.sender.send(request.body, request.tenant)
             if answer.status == 0:  # stopped while retrying: nothing committed
                 return False
@@ -486,6 +518,15 @@ class EndpointDelivery:
             tally.answered(answer.status, time.time())
             self._auth_logged = self._auth_logged and not answer.sent
             self._beat = time.monotonic()
+            if request.histograms and histograms_disabled(answer.status, answer.reason):
+                floats = self._histograms_refused(request, answer.status, answer.reason, tally)
+                if floats is not None:
+                    pending.insert(0, (floats, None))
+                continue
+            if answer.sent and request.histograms and self._histograms_until is not None:
+                self._histograms_until = None
+                self.log(f"l2m deliver: {self.name}: the receiver takes native histograms "
+                         "again")
             too_old = not answer.sent and refusal_reason(answer.status, answer.reason) == TOO_OLD
             if older is not None and too_old:
                 # Each of its samples is at most as new as one refused as too old: too old as

@@ -278,21 +278,6 @@ def test_a_request_of_floats_and_histograms_partly_too_old_sends_every_one_that_
     assert delivery.tally.refused == {("too_old", "acme"): 200}
 
 
-def test_a_receiver_without_native_histograms_is_said_once_while_retried(monkeypatch):
-    """Prometheus 2.42 without the feature flag answers 500 (tests/integration/
-    test_native_histograms_receiver.py): retried as any 5xx, and said once."""
-    delivery, lines, _ = loop([], Sender(), monkeypatch)
-    delivery._retried(503, "service unavailable")
-    for _ in range(3):
-        delivery._retried(500, "native histograms are disabled")
-    assert delivery.tally.requests["retried"] == 4
-    assert lines == [
-        "l2m deliver: ep: the receiver does not take native histograms (HTTP 500: native "
-        "histograms are disabled); their requests are retried and nothing after them is sent "
-        "until it does: start Prometheus with --enable-feature=native-histograms (Mimir: "
-        "native_histograms_ingestion_enabled: true)"]
-
-
 def test_a_topic_with_log_append_time_is_said_once_and_its_counters_skipped(monkeypatch):
     records = [Record(sample(), i, kind=TIMESTAMP_LOG_APPEND_TIME) for i in range(3)]
     records.append(Record(sample(), 3, kind=TIMESTAMP_LOG_APPEND_TIME,
