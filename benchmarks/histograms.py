@@ -3,16 +3,16 @@ a rule costs the read task and the drain, on the same logs.
 
     python -m benchmarks.histograms [--logs 240000] [--state-logs 120000] [--partitions 8]
                                     [--per-task 30000] [--runs 2] [--quick] [--no-drain]
-                                    [--out DIR]
+                                    [--only ID,…] [--out DIR]
 
 Logs: the load generator's (:mod:`benchmarks.load`, :class:`l2m.dev.generator.LogGenerator`):
 ``http.duration_ms`` lognormal (median 25 ms, 5xx four times slower; 0.2 ms to 3 s),
 six services, 2,000 logs per second of event time. Rules, one at a time, each over
 ``http.duration_ms`` by ``service`` (built in code, :data:`VARIANTS`): a classic counter
-histogram of 10 bounds, native counter histograms at schemas 3 and 5 (the default bucket
-limit, 160) and at schema 5 with a limit of 10,000, both kinds in one rule, and gauges
-(one-minute windows): a classic gauge histogram, per-minute quantiles at schema 5 with
-either limit.
+histogram of 10 bounds, native counter histograms at schemas 3 and 5 (a histogram's default
+bucket limit, 160) and at schema 5 with a limit of 1,000 (:data:`WIDE_MAX_BUCKETS`), both
+kinds in one rule, and gauges (one-minute windows): a classic gauge histogram, per-minute
+quantiles at schema 5 with a quantiles rule's default limit (320) and with 1,000.
 
 * **State** (no JVM; ``--state-logs`` logs): the logs through the read task and the merge
   (as ``l2m backfill``'s stages, :mod:`l2m.batch.local`), each series' partials by ``le``
@@ -36,7 +36,10 @@ either limit.
 
 Prints a table; writes ``histograms.json`` and ``histograms.png`` into ``--out`` (default
 ``./bench-results`` in the working directory; ``benchmarks/results`` to record a run: then
-``RESULTS.md``'s section is rewritten from it); names the machine and its load. Not part of
+``RESULTS.md``'s section is rewritten from it); names the machine and its load. ``--only``
+re-runs the named variants (:data:`VARIANTS` ids) with the options of the run recorded in
+``--out`` and replaces their rows there, the others kept as recorded; the section lists what
+was re-run when. Not part of
 ``python -m benchmarks`` (about three minutes on 2 cores at the defaults, four to seven
 for ``--logs 480000 --runs 3``, the recorded run)."""
 
@@ -67,7 +70,14 @@ from l2m.engine.parse import Form
 from l2m.engine.partials import PARTIAL_ARROW, Partial, merge, partial_rows
 from l2m.engine.readtask import ReadTask
 from l2m.query.compiler import parse_query
-from l2m.rules.model import MAX_NATIVE_BUCKETS, NATIVE_MAX_BUCKETS, Aggregation, Kind, Rule
+from l2m.rules.model import (
+    MAX_NATIVE_BUCKETS,
+    NATIVE_MAX_BUCKETS,
+    QUANTILES_MAX_BUCKETS,
+    Aggregation,
+    Kind,
+    Rule,
+)
 from l2m.semantics import exphist
 from l2m.state.format import dump_entry
 
@@ -81,6 +91,11 @@ START_MS = 1_795_341_600_000  # benchmarks.load's backlog start
 SEED = 11  # benchmarks.load's first producer's
 WINDOW_MS = 60_000
 MARK = "<!-- histograms.py -->"  # RESULTS.md's section lies between two of these
+# The "-wide" variants' limit: the most a rule may ask for (MAX_NATIVE_BUCKETS, 1,000), far
+# above what these values populate at schema 5 (about 330 buckets), so nothing is lowered.
+WIDE_MAX_BUCKETS = min(1_000, MAX_NATIVE_BUCKETS)
+# Options a re-run of some variants (--only) must share with the run it completes.
+SAME_OPTIONS = ("logs", "drain_logs", "partitions", "per_task", "runs")
 
 
 @dataclass(frozen=True)
@@ -101,16 +116,17 @@ VARIANTS = (
             CLASSIC_BOUNDS),
     Variant("native-3", "native, schema 3", Kind.COUNTER, Aggregation.HISTOGRAM, schema=3),
     Variant("native-5", "native, schema 5", Kind.COUNTER, Aggregation.HISTOGRAM, schema=5),
-    Variant("native-5-wide", "native, schema 5, limit 10,000", Kind.COUNTER,
-            Aggregation.HISTOGRAM, schema=5, max_buckets=MAX_NATIVE_BUCKETS),
+    Variant("native-5-wide", f"native, schema 5, limit {WIDE_MAX_BUCKETS:,}", Kind.COUNTER,
+            Aggregation.HISTOGRAM, schema=5, max_buckets=WIDE_MAX_BUCKETS),
     Variant("both-3", "classic 10 + native 3", Kind.COUNTER, Aggregation.HISTOGRAM,
             CLASSIC_BOUNDS, 3),
     Variant("gauge-classic-10", "gauge, classic, 10 bounds", Kind.GAUGE,
             Aggregation.HISTOGRAM, CLASSIC_BOUNDS),
-    Variant("gauge-quantiles-5", "gauge, quantiles, schema 5", Kind.GAUGE,
-            Aggregation.QUANTILES, schema=5),
-    Variant("gauge-quantiles-5-wide", "gauge, quantiles, schema 5, limit 10,000", Kind.GAUGE,
-            Aggregation.QUANTILES, schema=5, max_buckets=MAX_NATIVE_BUCKETS),
+    # a quantiles rule's own default limit, as a rule without max_buckets gets it
+    Variant("gauge-quantiles-5", f"gauge, quantiles, schema 5, limit {QUANTILES_MAX_BUCKETS}",
+            Kind.GAUGE, Aggregation.QUANTILES, schema=5, max_buckets=QUANTILES_MAX_BUCKETS),
+    Variant("gauge-quantiles-5-wide", f"gauge, quantiles, schema 5, limit {WIDE_MAX_BUCKETS:,}",
+            Kind.GAUGE, Aggregation.QUANTILES, schema=5, max_buckets=WIDE_MAX_BUCKETS),
 )
 
 
@@ -198,12 +214,14 @@ GROWTH = ("classic-10", "native-3", "native-5", "native-5-wide")
 GROWTH_LOGS = (60, 600, 6_000, 60_000)
 
 
-def growth(lines: Sequence[bytes]) -> dict[str, list[list[float]]]:
+def growth(lines: Sequence[bytes], ids: Sequence[str] = GROWTH
+           ) -> dict[str, list[list[float]]]:
     """Stored bytes per counter series against the values it holds: the first 60, 600, …
-    logs (as many as there are), per rule of :data:`GROWTH`: ``[values per series, bytes]``."""
+    logs (as many as there are), per rule of :data:`GROWTH` (those of ``ids``):
+    ``[values per series, bytes]``."""
     out: dict[str, list[list[float]]] = {}
     by_id = {v.id: v for v in VARIANTS}
-    for variant_id in GROWTH:
+    for variant_id in (i for i in GROWTH if i in ids):
         points = []
         for n in [*(n for n in GROWTH_LOGS if n < len(lines)), len(lines)]:
             cost = state_cost(by_id[variant_id], lines[:n])
@@ -355,6 +373,11 @@ def markdown(result: dict[str, Any]) -> list[str]:
         f"{result['drain_logs']:,} logs on {result['partitions']} partitions, "
         f"{result['drain_logs'] // 2:,} per micro-batch "
         f"({result['runs']} runs of each, alternating).", "",
+        *(line for r in result.get("reruns", []) for line in (
+            f"Re-run on {r['date']} with the same options (load average {r['before']} before, "
+            f"{r['after']} after): {', '.join(f'`{i}`' for i in r['ids'])}, alternating among "
+            "themselves; the other rows are the whole run's. Rates of different runs met "
+            "different loads: compare those within one run.", "")),
         "| rule | stored bytes per series | partial rows per series | schema kept | "
         "column bytes | task rows | local logs/s | drain logs/s, best | median |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -457,6 +480,29 @@ def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+def merged(recorded: dict[str, Any], rerun: dict[str, Any], ids: Sequence[str]
+           ) -> dict[str, Any]:
+    """The recorded run with the rows of ``ids`` replaced by ``rerun``'s (the same options:
+    else ValueError), and the re-run listed under ``reruns``."""
+    if differ := [f"{k} {recorded.get(k)} (recorded) against {rerun[k]}"
+                  for k in SAME_OPTIONS if recorded.get(k) != rerun[k]]:
+        raise ValueError("--only re-runs with the recorded run's options; these differ: "
+                         + ", ".join(differ))
+    out = dict(recorded)
+    fresh = {r["id"]: r for r in rerun["rules"]}
+    order = [v.id for v in VARIANTS]
+    kept = [r for r in recorded["rules"] if r["id"] not in fresh and r["id"] in order]
+    out["rules"] = sorted([*kept, *fresh.values()], key=lambda r: order.index(r["id"]))
+    out["growth"] = {i: (rerun["growth"].get(i) or recorded.get("growth", {}).get(i))
+                     for i in GROWTH
+                     if i in rerun["growth"] or i in recorded.get("growth", {})}
+    out["reruns"] = [*recorded.get("reruns", []),
+                     {"ids": list(ids), "date": rerun["machine"]["date"],
+                      "before": rerun["load_average"]["before"],
+                      "after": rerun["load_average"]["after"], "seconds": rerun["seconds"]}]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.histograms")
     ap.add_argument("--logs", type=int, default=240_000, help="logs drained per rule")
@@ -467,8 +513,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=2, help="runs of each (the best is kept)")
     ap.add_argument("--quick", action="store_true", help="8,000 logs, one run")
     ap.add_argument("--no-drain", action="store_true", help="no JVM: state and read task only")
+    ap.add_argument("--only", default=None,
+                    help="these variant ids (comma-separated), merged into --out's run")
     ap.add_argument("--out", default=None, help="results folder (default ./bench-results)")
     args = ap.parse_args(argv)
+    known = [v.id for v in VARIANTS]
+    only = known if args.only is None else [i.strip() for i in args.only.split(",")]
+    if unknown := [i for i in only if i not in known]:
+        ap.error(f"--only: no variant {', '.join(unknown)} (variants: {', '.join(known)})")
+    variants = [v for v in VARIANTS if v.id in only]
     if args.quick:
         args.logs = args.state_logs = 8_000
         args.per_task, args.runs = 2_000, 1
@@ -476,34 +529,55 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out) if args.out else Path.cwd() / "bench-results"
     out.mkdir(parents=True, exist_ok=True)
+    recorded = None
+    if args.only is not None:
+        if not (out / "histograms.json").exists():
+            ap.error(f"--only completes a recorded run: no histograms.json in {out}")
+        recorded = json.loads((out / "histograms.json").read_text())
+        options = {"logs": args.state_logs, "drain_logs": args.logs, "rules": [],
+                   "partitions": args.partitions, "per_task": args.per_task, "runs": args.runs}
+        try:  # before minutes of work
+            merged(recorded, {**options, "growth": {}, "machine": {"date": ""},
+                              "load_average": {"before": 0, "after": 0}, "seconds": 0}, only)
+        except ValueError as e:
+            ap.error(str(e))
     started = time.monotonic()
     result: dict[str, Any] = {"machine": machine(), "load_average": {"before": _load()},
                               "logs": args.state_logs, "drain_logs": args.logs,
                               "partitions": args.partitions, "per_task": args.per_task,
                               "runs": args.runs, "classic_bounds": list(CLASSIC_BOUNDS),
-                              "max_buckets": NATIVE_MAX_BUCKETS, "rules": []}
+                              "max_buckets": NATIVE_MAX_BUCKETS,
+                              "quantiles_max_buckets": QUANTILES_MAX_BUCKETS, "rules": []}
     lines = log_lines(args.state_logs)
-    rates = local_rates(VARIANTS, lines, max(args.runs, 5))
-    for variant in VARIANTS:
+    rates = local_rates(variants, lines, max(args.runs, 5))
+    for variant in variants:
         read = task_rows(variant, lines, args.per_task)
         read.update(local_logs_per_s=max(rates[variant.id]), local_runs=rates[variant.id])
         result["rules"].append({"id": variant.id, "label": variant.label,
+                                "max_buckets": variant.max_buckets,
                                 "state": state_cost(variant, lines), "read": read,
                                 "quantile_error": quantile_error(variant, lines)})
     if not args.no_drain:
-        drains = drain_cost(VARIANTS, args.logs, args.partitions, args.per_task, args.runs)
+        drains = drain_cost(variants, args.logs, args.partitions, args.per_task, args.runs)
         for r in result["rules"]:
             r["drain"] = drains[r["id"]]
-    result["growth"] = growth(lines)
+    result["growth"] = growth(lines, only)
     result["load_average"]["after"] = _load()
     result["seconds"] = round(time.monotonic() - started, 1)
+    if recorded is not None:
+        try:
+            result = merged(recorded, result, only)
+        except ValueError as e:
+            ap.error(str(e))
     (out / "histograms.json").write_text(json.dumps(result, indent=2))
     plot(result, out / "histograms.png")
     if out.resolve() == RESULTS.resolve():
         record(result, out)
     print(table(result))
-    print(f"({result['machine']['cpus']} cores, load {result['load_average']['before']} → "
-          f"{result['load_average']['after']}, {result['seconds']} s; results in {out})")
+    this = result["reruns"][-1] if recorded is not None else {
+        **result["load_average"], "seconds": result["seconds"]}
+    print(f"({result['machine']['cpus']} cores, load {this['before']} → {this['after']}, "
+          f"{this['seconds']} s; results in {out})")
     return 0
 
 

@@ -11,17 +11,56 @@ import pytest
 from benchmarks.histograms import (
     MARK,
     VARIANTS,
+    WIDE_MAX_BUCKETS,
     log_lines,
     markdown,
+    merged,
     quantile_error,
     record,
     state_cost,
     task_rows,
 )
+from l2m.rules.model import MAX_NATIVE_BUCKETS, NATIVE_MAX_BUCKETS, QUANTILES_MAX_BUCKETS
 from l2m.semantics import exphist
 
 LINES = log_lines(3_000)
 BY_ID = {v.id: v for v in VARIANTS}
+
+
+def test_variants_use_the_limits_a_rule_gets() -> None:
+    """Without max_buckets a histogram keeps 160 buckets, a quantiles rule 320; the "wide"
+    variants ask for 1,000, no more than a rule may."""
+    limits = {v.id: (v.max_buckets, v.label) for v in VARIANTS if v.schema is not None}
+    assert limits["native-5"] == (NATIVE_MAX_BUCKETS, "native, schema 5")
+    assert limits["gauge-quantiles-5"] == (QUANTILES_MAX_BUCKETS,
+                                           "gauge, quantiles, schema 5, limit 320")
+    assert WIDE_MAX_BUCKETS == 1_000 <= MAX_NATIVE_BUCKETS
+    assert limits["native-5-wide"] == (1_000, "native, schema 5, limit 1,000")
+    assert limits["gauge-quantiles-5-wide"] == (1_000, "gauge, quantiles, schema 5, limit 1,000")
+
+
+def _run(date: str, ids: list[str], runs: int = 3) -> dict[str, object]:
+    return {"machine": {"date": date, "cpus": 2, "cpu": "test"},
+            "load_average": {"before": 1.0, "after": 2.0}, "logs": 3_000, "drain_logs": 8_000,
+            "partitions": 4, "per_task": 1_000, "runs": runs, "seconds": 9.5,
+            "rules": [{"id": i, "label": BY_ID[i].label, "from": date} for i in ids],
+            "growth": {i: [[1, 2]] for i in ids if i in ("native-5-wide", "native-3")}}
+
+
+def test_a_re_run_replaces_its_rows_and_says_when() -> None:
+    whole = _run("whole", [v.id for v in VARIANTS])
+    again = merged(whole, _run("later", ["gauge-quantiles-5", "native-5-wide"]),
+                   ["gauge-quantiles-5", "native-5-wide"])
+    assert [(r["id"], r["from"]) for r in again["rules"]] == [
+        (v.id, "later" if v.id in ("gauge-quantiles-5", "native-5-wide") else "whole")
+        for v in VARIANTS]
+    assert again["reruns"] == [{"ids": ["gauge-quantiles-5", "native-5-wide"], "date": "later",
+                                "before": 1.0, "after": 2.0, "seconds": 9.5}]
+    assert again["machine"]["date"] == "whole" and list(again["growth"]) == [
+        "native-3", "native-5-wide"]
+    with pytest.raises(ValueError, match=r"^--only re-runs with the recorded run's options; "
+                                         r"these differ: runs 3 \(recorded\) against 1$"):
+        merged(whole, _run("later", ["native-3"], runs=1), ["native-3"])
 
 
 def test_state_cost_of_classic_and_native_histograms() -> None:
