@@ -15,12 +15,14 @@ timestamps, same values, which a receiver accepts again.
 It runs beside the aggregation, not inside it: a receiver that is slow, down or refusing
 holds back only its own endpoint — its requests are retried with backoff for as long as the
 outage lasts (spec 1.0), or its credentials are refused (401/403) — never ``l2m run`` nor
-the other endpoints (one thread and one consumer each). Nothing a record holds stops it (it
-is skipped and counted), and an unexpected error restarts only its endpoint's loop, which
-then builds that poll's requests record by record, skipping a record whose building fails
-again; an error while sending (the endpoint's, not a record's) skips nothing. Partitions
-are assigned, not subscribed (no group rebalancing; the group only keeps the offsets): run
-one ``l2m deliver`` per configuration.
+the other endpoints (one thread and one consumer each). A receiver that takes no native
+histograms (500 "native histograms are disabled") gets such a request again without them,
+skipped and counted (``histograms_refused``), and none for :data:`HISTOGRAMS_PAUSE_S`.
+Nothing a record holds stops it (it is skipped and counted), and an unexpected error
+restarts only its endpoint's loop, which then builds that poll's requests record by record,
+skipping a record whose building fails again; an error while sending (the endpoint's, not a
+record's) skips nothing. Partitions are assigned, not subscribed (no group rebalancing; the
+group only keeps the offsets): run one ``l2m deliver`` per configuration.
 
 With ``monitoring.port`` in the job file it serves ``/metrics``, ``/healthz`` and ``/readyz``
 as ``l2m run`` does (:mod:`l2m.runtime.endpoint`; the metrics:
