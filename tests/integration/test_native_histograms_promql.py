@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import random
-import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -43,11 +42,10 @@ from l2m.batch.local import routing_for, run_local
 from l2m.remotewrite.outbox import NOT_FINAL
 from l2m.rules.loader import load_text
 from l2m.semantics import exphist
-from tests.integration.conftest import _ready
+from tests.integration.prometheus_server import NATIVE_HISTOGRAMS, running_prometheus
 from tests.integration.test_deliver import _endpoint, _rejected, _run_and_deliver
-from tests.integration.test_prometheus import free_port, promql, wait_for
+from tests.integration.test_prometheus import promql
 from tests.support.kafka_helpers import fresh_topics, job_config
-from tests.support.tools import tool
 
 MIN = 60_000
 SERVICES = {"cart": 3.0, "search": 4.0, "auth": 2.0}  # ln of each service's median latency
@@ -70,24 +68,8 @@ def native_prometheus(tmp_path: Path) -> Iterator[str]:
     """A Prometheus with native histograms and the remote-write receiver on (and the
     30-minute out-of-order window docs/prometheus.md asks for, which 2.42 applies to floats
     only); it scrapes itself every second. Its base URL."""
-    port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text("global: {scrape_interval: 1s}\n"
-                      "storage: {tsdb: {out_of_order_time_window: 30m}}\n"
-                      f"scrape_configs: [{{job_name: self, static_configs: "
-                      f"[{{targets: ['127.0.0.1:{port}']}}]}}]\n")
-    process = subprocess.Popen(
-        [tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         "--enable-feature=native-histograms", "--web.enable-remote-write-receiver",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _ready(base), 60, "Prometheus ready")
+    with running_prometheus(tmp_path, NATIVE_HISTOGRAMS, scrape_self=True) as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def _log(ts: int, service: str, ms: float) -> bytes:

@@ -23,27 +23,16 @@ from __future__ import annotations
 
 import math
 import struct
-import subprocess
 import time
-import urllib.error
-import urllib.request
 
 import cramjam
 
 from l2m.remotewrite.client import Endpoint, Sender
-from l2m.remotewrite.encode import HEADERS, STALE_NAN_BITS, Series, WireHistogram, body
-from tests.integration.test_prometheus import free_port, promql, value, wait_for
-from tests.support.tools import tool
-from tests.support.web import get
+from l2m.remotewrite.encode import STALE_NAN_BITS, Series, WireHistogram, body
+from tests.integration.prometheus_server import NATIVE_HISTOGRAMS, PrometheusServer, post_write
+from tests.integration.test_prometheus import promql, value
 
 Bucket = tuple[float, float, float]  # lower, upper, count — in 2.42's iteration order
-
-
-def _ready(base: str) -> bool:
-    try:
-        return get(f"{base}/-/ready")[0] == 200
-    except urllib.error.URLError:  # not listening yet
-        return False
 
 
 def _bound(index: int, schema: int) -> float:
@@ -146,17 +135,6 @@ def _unchecked(name: str, timestamp: int, deltas: bytes) -> bytes:
     return bytes(cramjam.snappy.compress_raw(_field(1, _field(1, label) + _field(4, histogram))))
 
 
-def _post(base: str, data: bytes) -> tuple[int, str]:
-    """One POST, no retries (the client retries a 5xx, which 2.42 answers here)."""
-    request = urllib.request.Request(f"{base}/api/v1/write", data=data, method="POST",
-                                     headers=dict(HEADERS))
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-
-
 def _histogram_json(base: str, query: str) -> dict[str, object]:
     got = promql(base, query)
     assert len(got) == 1 and "histogram" in got[0], got
@@ -164,21 +142,14 @@ def _histogram_json(base: str, query: str) -> dict[str, object]:
 
 
 def test_prometheus_stores_native_histograms_as_sent_and_promql_reads_them(tmp_path):
-    port = free_port()
     # The out-of-order window docs/prometheus.md asks for: 2.42 applies it to floats only.
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1m}\nstorage: {tsdb: {out_of_order_time_window: 30m}}\n")
-    prometheus = subprocess.Popen(
-        [tool("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'tsdb'}", "--web.enable-remote-write-receiver",
-         "--enable-feature=native-histograms", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
+    server = PrometheusServer(tmp_path)
+    base = server.base
     sent = Sender(Endpoint(f"{base}/api/v1/write"))
     now = int(time.time() * 1000) // 1000 * 1000
     t1, t2, t3 = now - 90_000, now - 60_000, now - 30_000
     try:
-        wait_for(lambda: _ready(base), 60, "Prometheus ready")
+        server.start(NATIVE_HISTOGRAMS)
         # Counter histogram, schema 0 (bucket i is (2**(i-1), 2**i]), zero bucket ±0.001.
         # At t2: zero 2, (0.5,1] 4, (1,2] 6, (4,8] 2, (8,16] 1 — 15 observations.
         latency = {"__name__": "l2m_test_latency_seconds", "service": "cart"}
@@ -245,24 +216,24 @@ def test_prometheus_stores_native_histograms_as_sent_and_promql_reads_them(tmp_p
         changed = WireHistogram(t2, count=16, sum=50.25, schema=0, zero_threshold=0.001,
                                   zero_count=3, positive_spans=[(0, 2), (1, 2)],
                                   positive_deltas=[4, 2, -4, -1])
-        assert _post(base, body([Series(latency, histograms=[changed])])) \
+        assert post_write(base, body([Series(latency, histograms=[changed])])) \
             == (400, "duplicate sample for timestamp\n")
-        assert _post(base, body([Series(latency, histograms=counter[1:])])) == (204, "")
+        assert post_write(base, body([Series(latency, histograms=counter[1:])])) == (204, "")
         older = WireHistogram(t1 - 1000, count=1, sum=1.0, schema=0, zero_count=1)
-        assert _post(base, body([Series(latency, histograms=[older])])) \
+        assert post_write(base, body([Series(latency, histograms=[older])])) \
             == (400, "out of order sample\n")
         floats = {"__name__": "l2m_test_float_total"}
-        assert _post(base, body([Series(floats, [(t2, 2.0)])])) == (204, "")
-        assert _post(base, body([Series(floats, [(t1, 1.0)])])) == (204, "")
+        assert post_write(base, body([Series(floats, [(t2, 2.0)])])) == (204, "")
+        assert post_write(base, body([Series(floats, [(t1, 1.0)])])) == (204, "")
         # A malformed histogram (the encoder refuses it, tests/unit/remotewrite/
         # test_encode_histograms.py) is answered 500 — which a sender retries, forever.
-        assert _post(base, _unchecked("l2m_test_bad", t2, b"\x02\x02")) == (
+        assert post_write(base, _unchecked("l2m_test_bad", t2, b"\x02\x02")) == (
             500, "positive side: spans need 1 buckets, have 2 buckets: histogram spans specify "
                  "different number of buckets than provided\n")
-        assert _post(base, _unchecked("l2m_test_bad", t2, b"\x03")) == (
+        assert post_write(base, _unchecked("l2m_test_bad", t2, b"\x03")) == (
             500, "positive side: bucket number 1 has observation count of -2: histogram has a "
                  "bucket whose observation count is negative\n")
-        assert _post(base, _unchecked("l2m_test_good", t2, b"\x02")) == (204, "")
+        assert post_write(base, _unchecked("l2m_test_good", t2, b"\x02")) == (204, "")
         assert promql(base, "l2m_test_bad") == []
         assert value(base, f"histogram_count(l2m_test_good @ {at})") == 1.0
 
@@ -274,5 +245,4 @@ def test_prometheus_stores_native_histograms_as_sent_and_promql_reads_them(tmp_p
         assert value(base, f"histogram_count(l2m_test_latency_seconds @ {at})") == 15.0
     finally:
         sent.close()
-        prometheus.terminate()
-        prometheus.wait(timeout=30)
+        server.stop()

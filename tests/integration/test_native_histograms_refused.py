@@ -10,29 +10,22 @@ histograms again: turning the flag on resumes delivery without restarting l2m.""
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import orjson
 from confluent_kafka import Producer
 
 from l2m.config.job import RemoteWriteConfig, RemoteWriteEndpoint
-from l2m.remotewrite.encode import HEADERS, Series, WireHistogram, body
+from l2m.remotewrite.encode import Series, WireHistogram, body
 from l2m.remotewrite.outbox import HISTOGRAMS_REFUSED
 from l2m.runtime import deliver as deliver_module
 from l2m.runtime.deliver import EndpointDelivery
 from l2m.semantics.exphist import DEFAULT_ZERO_THRESHOLD
-from tests.integration.conftest import _ready
-from tests.integration.test_prometheus import free_port, promql, value, wait_for
+from tests.integration.prometheus_server import PrometheusServer, post_write
+from tests.integration.test_prometheus import promql, value
 from tests.support.kafka_helpers import fresh_topics, job_config
-from tests.support.tools import tool
 
 HIST = {"schema": 3, "zero_threshold": DEFAULT_ZERO_THRESHOLD, "zero_count": 1, "count": 6,
         "sum": 21.5, "positive": [[0, 2], [8, 3]], "negative": []}
@@ -60,58 +53,17 @@ def _produce(bootstrap: str, topic: str, run: int) -> None:
     assert producer.flush(30) == 0
 
 
-class _Prometheus:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp, self.port = tmp, free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, *flags: str) -> None:
-        self.process = subprocess.Popen(
-            [tool("prometheus"), f"--config.file={self.tmp / 'prometheus.yml'}",
-             f"--storage.tsdb.path={self.tmp / 'tsdb'}", "--web.enable-remote-write-receiver",
-             f"--web.listen-address=127.0.0.1:{self.port}", *flags],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: _ready(self.base), 60, "Prometheus ready")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-            self.process = None
-
-
-def _post(base: str, data: bytes) -> tuple[int, str]:
-    request = urllib.request.Request(f"{base}/api/v1/write", data=data, method="POST",
-                                     headers=dict(HEADERS))
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-
-
-@contextlib.contextmanager
-def _prometheus(tmp_path: Path) -> Iterator[_Prometheus]:
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1m}\nstorage: {tsdb: {out_of_order_time_window: 30m}}\n")
-    prometheus = _Prometheus(tmp_path)
-    try:
-        yield prometheus
-    finally:
-        prometheus.stop()
-
-
 def test_floats_get_in_histograms_are_skipped_and_taken_again_once_the_flag_is_on(
         broker, tmp_path):
-    with _prometheus(tmp_path) as prometheus:
+    prometheus = PrometheusServer(tmp_path)
+    try:
         prometheus.start()  # no --enable-feature=native-histograms
         base = prometheus.base
         # The receiver's exact answer, the one deliver matches.
         at = int(time.time() * 1000)
         one = WireHistogram(at, 1, 1.0, 0, zero_count=1)
-        assert _post(base, body([Series({"__name__": "l2m_probe"}, histograms=[one])])) == (
-            500, "native histograms are disabled\n")
+        probe = body([Series({"__name__": "l2m_probe"}, histograms=[one])])
+        assert post_write(base, probe) == (500, "native histograms are disabled\n")
 
         t = fresh_topics(broker.bootstrap)
         endpoint = RemoteWriteEndpoint(url=f"{base}/api/v1/write", name="prom",
@@ -155,3 +107,5 @@ def test_floats_get_in_histograms_are_skipped_and_taken_again_once_the_flag_is_o
         for i in range(3):
             assert value(base, f'histogram_count(l2m_refused_h_ms{{i="{i}"}})') == 7.0
         assert lines[1:] == ["l2m deliver: prom: the receiver takes native histograms again"]
+    finally:
+        prometheus.stop()
