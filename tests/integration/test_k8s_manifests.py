@@ -8,7 +8,8 @@ the pod gets, and uses no variable the pod does not set; the driver Deployment k
 promises (one replica, Recreate, the grace period, probes on l2m's endpoints, a restricted
 securityContext, the config path); the executor pod template mounts the checkpoint where the
 driver does; a rule change renames the rules ConfigMap (and so rolls the driver); the image's
-Dockerfile lints clean and each of its install scripts runs here."""
+Dockerfile lints clean and each of its install scripts runs here; the `l2m load` Job
+(k8s/load) validates the same way, reads Kafka as the driver does and leaves the rules alone."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ CONFIG = ROOT / "topology" / "kubernetes.yaml"
 RULES = ROOT / "rules"
 BUILDS = {"dev": K8S / "overlays" / "dev", "prod": K8S / "overlays" / "prod",
           "operator": K8S / "operator"}
+# Not a deployment of the job: the `l2m load` Job run next to one (docs/load-testing.md).
+LOAD = K8S / "load"
 DEPLOYMENTS = ("dev", "prod")
 # The Kubernetes versions the built-in objects are validated for: the kubectl here and in CI
 # (1.32), and the newest kubernetes-validate ships schemas for.
@@ -70,7 +73,7 @@ def kustomize(path: Path) -> list[dict[str, Any]]:
 
 @functools.cache
 def built(name: str) -> tuple[dict[str, Any], ...]:
-    return tuple(kustomize(BUILDS[name]))
+    return tuple(kustomize(LOAD if name == "load" else BUILDS[name]))
 
 
 def objects(name: str, kind: str) -> list[dict[str, Any]]:
@@ -981,3 +984,74 @@ def test_the_deliver_pod_is_scraped_on_its_monitoring_port(tmp_path: Path,
                 if any("namespaceSelector" in f for f in rule.get("from", []))
                 for p in rule["ports"]}
     assert admitted == {cfg.monitoring.port}
+
+
+# -- the load-test Job (k8s/load, docs/load-testing.md) ---------------------------------------
+
+def load_pod() -> dict[str, Any]:
+    job = one("load", "Job")
+    spec = job["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    return {"spec": spec, "container": container, "namespace": job["metadata"]["namespace"],
+            "job": job, "labels": job["spec"]["template"]["metadata"]["labels"]}
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_the_load_job_validates_strictly(version: str) -> None:
+    """Built with no flags: the Job, its NetworkPolicy and the job's configuration; no
+    Secret, and never the rules ConfigMap (applying a load test must not change live rules)."""
+    objs = built("load")
+    assert sorted((o["kind"], re.sub(r"-[a-z0-9]{10}$", "", o["metadata"]["name"]))
+                  for o in objs) == [("ConfigMap", "l2m-config"), ("Job", "l2m-load"),
+                                     ("NetworkPolicy", "l2m-load")]
+    for obj in objs:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_the_load_job_reads_kafka_as_the_driver_does(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`l2m load --config` on the driver's configuration (the same ConfigMap, hash and all, in
+    the dev namespace) with the driver's Kafka environment: every ${VAR} of the kafka section
+    is set, the password from the Secret l2m-kafka; it runs once, as a restricted pod."""
+    pod = load_pod()
+    container, spec = pod["container"], pod["spec"]
+    assert pod["namespace"] == driver("dev")["namespace"]
+    assert container["image"] == driver("dev")["container"]["image"]
+    assert container["args"][:3] == ["load", "--config", CONFIG_PATH]
+    assert "--rate" in container["args"] and "--watch" in container["args"]
+    restricted(spec, container, "load Job")
+    assert spec["restartPolicy"] == "Never" and pod["job"]["spec"]["backoffLimit"] == 0
+    assert spec["automountServiceAccountToken"] is False
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    deployed = configmap("dev", "l2m-config")
+    assert volumes["config"]["configMap"]["name"] == deployed["metadata"]["name"]
+    (config,) = objects("load", "ConfigMap")
+    assert config["data"] == deployed["data"]
+    kafka_env = {k: v for k, v in env_sources(container).items() if k.startswith("L2M_KAFKA_")}
+    driver_env = env_sources(driver("dev")["container"])
+    assert kafka_env == {k: v for k, v in driver_env.items() if k.startswith("L2M_KAFKA_")}
+    for var in config_vars() | {v for v in os.environ if v.startswith("L2M_")}:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in pod_env("load", pod).items():
+        monkeypatch.setenv(var, value)
+    materialize("load", tmp_path, pod)
+    cfg = load_config(tmp_path / CONFIG_PATH.lstrip("/"))
+    assert "$" not in json.dumps(cfg.kafka)
+    assert cfg.kafka["sasl.password"] == "secret:l2m-kafka/password"
+    assert cfg.topics.logs and cfg.topics.metrics
+
+
+def test_the_load_pod_may_reach_kafka_and_prometheus() -> None:
+    """One of l2m's pods for the policy l2m (DNS, Kafka), plus egress to Prometheus' API for
+    --prometheus; the driver's PodMonitor does not scrape it."""
+    labels = load_pod()["labels"]
+    policies = {p["metadata"]["name"]: p["spec"] for p in objects("dev", "NetworkPolicy")}
+    assert policies["l2m"]["podSelector"]["matchLabels"].items() <= labels.items()
+    kafka = {p["port"] for r in policies["l2m"]["egress"] if "to" not in r for p in r["ports"]}
+    assert {9092, 9093} <= kafka
+    (own,) = [p["spec"] for p in objects("load", "NetworkPolicy")]
+    assert own["podSelector"]["matchLabels"].items() <= labels.items()
+    assert own["policyTypes"] == ["Egress"]
+    assert {p["port"] for r in own["egress"] for p in r["ports"]} == {9090}
+    (monitor,) = [m["spec"] for m in objects("dev", "PodMonitor") if m["metadata"]["name"] == "l2m"]
+    assert not monitor["selector"]["matchLabels"].items() <= labels.items()
