@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from l2m import defaults
 from l2m.errors import INTERRUPTED, ConfigError, L2mError, Problem, RuleValidationError
@@ -17,6 +18,7 @@ from l2m.query.nodes import QueryConfig
 
 if TYPE_CHECKING:
     from l2m.config.job import JobConfig
+    from l2m.dev.loadgen import LoadSpec
     from l2m.rules.model import RuleSet
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -363,6 +365,228 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- l2m load (issue 57): argument checks here, the work in l2m.dev.loadgen/loadwatch ------
+
+# A bad argument of `l2m load` is one line and exit 2, before any connection is made.
+LOAD_USAGE = 2
+# After the last log, how long `--watch`/`--prometheus` wait for the job to count them all.
+LOAD_DRAIN_S = 60.0
+# Kafka's own rule for topic names.
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+# --watch given without a topic: --config's topics.metrics.
+_CONFIG_METRICS = "\0config"
+
+
+class LoadArgumentError(L2mError):
+    """A bad argument of ``l2m load``: printed as ``l2m load: message [CODE]``, exit 2."""
+
+    def __init__(self, message: str, code: str = ConfigError.code) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _load_error(message: str) -> NoReturn:
+    # argparse's own errors (missing --rate, an unknown choice) as one line too
+    raise LoadArgumentError(message.removeprefix("argument "))
+
+
+def _number(kind: Callable[[str], float], low: float, high: float, what: str
+            ) -> Callable[[str], float]:
+    """An argument type: ``kind(text)`` from ``low`` to ``high`` (NaN never is), else
+    "expected ``what``"."""
+    def parse(text: str) -> float:
+        try:
+            value: float | None = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {what}, got '{text}'")
+        return value
+    return parse
+
+
+def _load_duration(text: str) -> float:
+    from l2m.config.decode import Invalid, parse_duration_ms
+
+    try:
+        ms = parse_duration_ms(text)
+    except Invalid as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if ms <= 0:
+        raise argparse.ArgumentTypeError(f"expected a duration above 0 (e.g. '20s', "
+                                         f"'5 minutes'), got '{text}'")
+    return ms / 1000
+
+
+def _bootstrap(text: str) -> str:
+    servers = [s.strip() for s in text.split(",")]
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536 or " " in host:
+            raise argparse.ArgumentTypeError(f"expected HOST:PORT[,HOST:PORT...], got '{text}'")
+    return ",".join(servers)
+
+
+def _add_load_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+                     common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("load", parents=[common],
+                       help="drive any Kafka with realistic logs at a set rate and skew; "
+                       "with --watch, measure the job's latency as users feel it")
+    p.error = _load_error  # type: ignore[method-assign]
+    p.add_argument("--config", metavar="JOB.yaml",
+                   help="the job's configuration: its kafka section (security, SASL, TLS "
+                   "files; secrets never printed), topics.logs (--topic's default) and "
+                   "topics.metrics (--watch's, given without a topic)")
+    p.add_argument("--bootstrap", type=_bootstrap, metavar="HOST:PORT",
+                   help="Kafka's bootstrap.servers (overrides --config's)")
+    p.add_argument("--topic", help=f"the logs topic (default: --config's topics.logs, else "
+                   f"{defaults.LOGS_TOPIC})")
+    p.add_argument("--rate", required=True, metavar="LOGS_PER_S",
+                   type=_number(float, 0.001, 10_000_000, "logs per second, above 0 and "
+                                "at most 10,000,000"), help="logs per second, held steady")
+    end = p.add_mutually_exclusive_group(required=True)
+    end.add_argument("--duration", type=_load_duration, metavar="DURATION",
+                     help="how long to send ('20s', '5 minutes')")
+    end.add_argument("--logs", type=_number(int, 1, 10**12, "a whole number of logs, at "
+                                            "least 1"), metavar="N", help="how many to send")
+    p.add_argument("--skew", default="uniform", metavar="uniform|hot:SHARE|zipf:S",
+                   help="how logs spread over partitions: evenly, SHARE of them on partition "
+                   "0, or partition k weighing 1/k^S (default uniform)")
+    p.add_argument("--partitions", metavar="N", type=_number(int, 1, 100_000, "a whole "
+                   "number of partitions, at least 1"),
+                   help="send to partitions 0..N-1 only (default: all of the topic's)")
+    p.add_argument("--accounts", metavar="N", type=_number(int, 0, 1_000_000, "a whole "
+                   "number of accounts from 0 to 1,000,000"), default=0,
+                   help="spread the logs over N tenant accounts acct-0000… (default 0: "
+                   "the generator's acme and globex)")
+    p.add_argument("--late-share", metavar="F", default=0.0,
+                   type=_number(float, 0, 1, "a share from 0 to 1"),
+                   help="share of logs dated 1-30 minutes before they are sent")
+    p.add_argument("--malformed-share", metavar="F", default=0.0,
+                   type=_number(float, 0, 1, "a share from 0 to 1"),
+                   help="share of lines that are not JSON objects")
+    p.add_argument("--processes", metavar="N", default=1,
+                   type=_number(int, 1, 64, "a whole number of processes from 1 to 64"),
+                   help="producer processes sharing the rate (when one cannot keep it)")
+    p.add_argument("--watch", nargs="?", const=_CONFIG_METRICS, metavar="METRICS_TOPIC",
+                   help="read the job's metrics topic: end-to-end latency of its counter "
+                   "samples and its lag (no topic: --config's topics.metrics)")
+    p.add_argument("--prometheus", metavar="URL",
+                   help="also poll this Prometheus (behind l2m deliver) for "
+                   "sum(l2m_input_logs_total): the delay until the logs are queryable")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON "
+                   "document instead of the table")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="also draw rate and latency over time (needs l2m[bench])")
+    p.add_argument("--seed", metavar="N", default=7,
+                   type=_number(int, 0, 2**32 - 1, "a whole number from 0 to 4294967295"),
+                   help="the generator's seed (default 7)")
+    p.set_defaults(func=cmd_load)
+
+
+def _load_plan(args: argparse.Namespace) -> tuple[LoadSpec, dict[str, str], str | None]:
+    """The load's spec, the watcher's client settings and the metrics topic to watch (None:
+    no --watch), from the arguments; a bad one is a :class:`LoadArgumentError`."""
+    from l2m.dev.loadgen import LoadSpec
+    from l2m.dev.skew import parse_skew
+
+    cfg = _load_config(args.config) if args.config else None
+    if cfg is None and not args.bootstrap:
+        raise LoadArgumentError("--bootstrap HOST:PORT or --config JOB.yaml is needed: "
+                                "where to send the logs")
+    if cfg is not None and args.bootstrap:
+        cfg = cfg.with_bootstrap(args.bootstrap)
+    kafka = dict(cfg.kafka) if cfg is not None else {"bootstrap.servers": args.bootstrap}
+    sink = dict(cfg.sink) if cfg is not None else dict(kafka)
+    watch = args.watch
+    if watch == _CONFIG_METRICS:
+        if cfg is None:
+            raise LoadArgumentError("--watch needs the metrics topic (--watch TOPIC), or "
+                                    "--config whose topics.metrics it reads")
+        watch = cfg.topics.metrics
+    topic = args.topic if args.topic is not None else \
+        cfg.topics.logs if cfg is not None else defaults.LOGS_TOPIC
+    for flag, name in (("--topic", topic), ("--watch", watch)):
+        if name is not None and not _TOPIC.fullmatch(name):
+            raise LoadArgumentError(f"{flag}: {name!r} is not a Kafka topic name (1 to 249 "
+                                    "letters, digits, '.', '_' or '-')")
+    if args.prometheus is not None:
+        from l2m.dev.loadwatch import prometheus_query_url
+
+        prometheus_query_url(args.prometheus)
+    if args.plot is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            from l2m.dev.loadreport import BENCH_EXTRA
+
+            raise LoadArgumentError(f"--plot needs matplotlib: {BENCH_EXTRA}")
+        parent = Path(args.plot).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise LoadArgumentError(f"--plot: no directory {str(parent)!r} to write "
+                                    f"{Path(args.plot).name!r} in")
+    if args.late_share + args.malformed_share > 1:
+        raise LoadArgumentError("--late-share and --malformed-share add up to more than 1")
+    spec = LoadSpec(kafka=kafka, topic=topic, rate=args.rate, duration_s=args.duration,
+                    logs=args.logs, skew=parse_skew(args.skew), partitions=args.partitions,
+                    accounts=args.accounts, late_share=args.late_share,
+                    malformed_share=args.malformed_share, processes=args.processes,
+                    seed=args.seed)
+    if spec.processes > spec.total:
+        raise LoadArgumentError(f"--processes {spec.processes}: more processes than the "
+                                f"{spec.total} log(s) to send")
+    return spec, sink, watch
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    """``l2m load``: check every argument (a bad one: one line, exit 2), start the watchers,
+    produce, wait for the job to count the logs, report."""
+    import time
+
+    try:
+        spec, sink, watch = _load_plan(args)
+    except L2mError as exc:
+        print(f"l2m load: {exc.message} [{exc.code}]", file=sys.stderr)
+        return LOAD_USAGE
+    from l2m.dev import loadreport
+    from l2m.dev.loadgen import Progress, run_load
+    from l2m.dev.loadwatch import MetricsWatcher, PrometheusWatcher
+
+    end = f"{spec.total:,} logs" if spec.logs is not None else \
+        f"{spec.duration_s:g} s ({spec.total:,} logs)"
+    print(f"l2m load: {spec.rate:,.6g} logs/s, {end} → topic {spec.topic} on "
+          f"{spec.kafka.get('bootstrap.servers')}, skew {spec.skew.label}, "
+          f"{spec.processes} process(es)" + (f"; watching {watch}" if watch else ""),
+          file=sys.stderr, flush=True)
+
+    def progress(p: Progress) -> None:
+        print(f"l2m load: {p.seconds:5.1f} s  {p.sent:,} sent  target {p.target_rate:,.0f}/s"
+              f"  achieved {p.rate:,.0f}/s", file=sys.stderr, flush=True)
+
+    start_ms = int(time.time() * 1000)
+    watcher = MetricsWatcher(sink, watch, start_ms).start() if watch else None
+    prometheus = PrometheusWatcher(args.prometheus, start_ms).start() \
+        if args.prometheus else None
+    try:
+        summary = run_load(spec, progress=progress)
+        waiting = [w for w in (watcher, prometheus) if w is not None]
+        if waiting:
+            print(f"l2m load: sent {summary.sent:,}; waiting up to {LOAD_DRAIN_S:g} s for the "
+                  "job to count them", file=sys.stderr, flush=True)
+            deadline = time.monotonic() + LOAD_DRAIN_S
+            for w in waiting:
+                w.wait_processed(summary.sent, max(0.0, deadline - time.monotonic()))
+    finally:
+        watched = watcher.stop() if watcher is not None else None
+        polled = prometheus.stop() if prometheus is not None else None
+    report = loadreport.LoadReport(summary, watched, polled)
+    print(loadreport.json_text(report) if args.json else loadreport.table(report), end="")
+    if args.plot:
+        loadreport.write_plot(report, args.plot)
+        print(f"l2m load: wrote {args.plot}", file=sys.stderr)
+    return 0 if summary.failed == 0 else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -506,13 +730,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=30, help="series shown")
     p.add_argument("--rules", help="rules path (default: the example rules)")
     p.set_defaults(func=cmd_demo)
+
+    _add_load_parser(sub, common)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Errors are one line, ``l2m: error [CODE]: message`` with the real cause
     (exit 1); ``--debug`` adds the traceback."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except LoadArgumentError as exc:
+        print(f"l2m load: {exc.message} [{exc.code}]", file=sys.stderr)
+        return LOAD_USAGE
+    if unknown:
+        message = f"unrecognized arguments: {' '.join(unknown)}"
+        if args.command == "load":
+            print(f"l2m load: {message} [{ConfigError.code}]", file=sys.stderr)
+            return LOAD_USAGE
+        parser.error(message)
     debug = getattr(args, "debug", False)
     if debug:  # Spark's own failure logs too, with their stack traces (runtime/session.py)
         import os
