@@ -1,7 +1,8 @@
 """Load generator for the benchmarks: realistic JSON logs (300–600 bytes) on a configurable
 number of partitions, with partition skew (uniform, one hot partition, Zipf), key skew (a few
 services carrying most logs), late records, as a pre-loaded backlog (parallel producer
-processes) or at a fixed rate."""
+processes) or at a fixed rate. The skews (:class:`Skew`, :func:`partition_counts`) are
+``l2m load``'s too, so they live in :mod:`l2m.dev.skew` (a wheel ships no benchmarks/)."""
 
 from __future__ import annotations
 
@@ -9,53 +10,17 @@ import multiprocessing as mp
 import random
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
 from l2m.config.job import Topics
 from l2m.dev.broker import create_topics
 from l2m.dev.generator import SERVICES, GeneratorConfig, LogGenerator
+from l2m.dev.skew import Skew, partition_counts
 
-
-@dataclass(frozen=True)
-class Skew:
-    """How records spread over partitions."""
-
-    mode: str = "uniform"  # uniform | hot | zipf
-    hot_share: float = 0.7  # hot: share of records on partition 0
-    zipf_s: float = 1.2  # zipf: exponent
-
-    def weights(self, partitions: int) -> list[float]:
-        if self.mode == "uniform" or partitions == 1:
-            return [1.0 / partitions] * partitions
-        if self.mode == "hot":
-            rest = (1.0 - self.hot_share) / (partitions - 1)
-            return [self.hot_share] + [rest] * (partitions - 1)
-        if self.mode == "zipf":
-            raw = [1.0 / (k ** self.zipf_s) for k in range(1, partitions + 1)]
-            total = sum(raw)
-            return [w / total for w in raw]
-        raise ValueError(f"unknown skew mode {self.mode!r}")
-
-    @property
-    def label(self) -> str:
-        if self.mode == "hot":
-            return f"hot {self.hot_share:.0%}"
-        if self.mode == "zipf":
-            return f"zipf s={self.zipf_s:g}"
-        return "uniform"
-
-
-def partition_counts(n: int, weights: Sequence[float]) -> list[int]:
-    """Exact record counts per partition for ``n`` records (largest remainders)."""
-    raw = [n * w for w in weights]
-    counts = [int(x) for x in raw]
-    order = sorted(range(len(raw)), key=lambda i: raw[i] - counts[i], reverse=True)
-    for i in order[: n - sum(counts)]:
-        counts[i] += 1
-    return counts
+__all__ = ["LoadSpec", "Skew", "close_partitions", "fresh_topics", "partition_counts",
+           "preload"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +29,7 @@ class LoadSpec:
     topic: str
     partitions: int
     records: int
-    skew: Skew = Skew()
+    skew: Skew = field(default_factory=Skew)
     key_skew: float = 0.0  # > 0: services drawn Zipf(key_skew) instead of uniformly
     late_ratio: float = 0.0
     malformed_ratio: float = 0.0
