@@ -176,14 +176,14 @@ def produced_at(timeline: Timeline, n: float) -> float | None:
 @dataclass(frozen=True)
 class LagPoint:
     """The job at one moment (``t``: s since the load's start): logs sent and processed so
-    far, ``lag`` = sent − processed, and ``behind_s``: how long ago the last processed log was
-    produced (None before the first, or when processed passes sent — other producers)."""
+    far, ``lag`` = sent − processed, and ``behind_s``: how long the oldest log sent and not
+    yet processed had waited (0 when none waited)."""
 
     t: float
     sent: int
     processed: int
     lag: int
-    behind_s: float | None
+    behind_s: float
 
 
 def lag_points(processed: Iterable[tuple[float, int]], timeline: Timeline,
@@ -192,9 +192,9 @@ def lag_points(processed: Iterable[tuple[float, int]], timeline: Timeline,
     out = []
     for t, done in processed:
         sent = round(sent_at(timeline, t))
-        made = produced_at(timeline, done)
-        out.append(LagPoint(round(t - start_ms / 1000, 3), sent, done, sent - done,
-                            None if made is None else round(t - made, 3)))
+        waiting = produced_at(timeline, done + 1)
+        behind = 0.0 if waiting is None or waiting > t else round(t - waiting, 3)
+        out.append(LagPoint(round(t - start_ms / 1000, 3), sent, done, sent - done, behind))
     return out
 
 

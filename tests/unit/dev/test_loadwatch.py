@@ -139,8 +139,8 @@ def test_processed_from_input_counter_with_baseline_before_start() -> None:
     assert result.baseline_exact is True
     assert result.records == 4  # before the start: not counted
     timeline = [(T0, 0), (T0 + 1.0, 400), (T0 + 2.0, 800), (T0 + 3.0, 1000)]
-    assert result.lag(timeline) == [LagPoint(1.2, 480, 302, 178, 0.445),
-                                    LagPoint(2.4, 880, 505, 375, 1.138)]
+    assert result.lag(timeline) == [LagPoint(1.2, 480, 302, 178, 0.443),
+                                    LagPoint(2.4, 880, 505, 375, 1.135)]
 
 
 def test_processed_first_sight_and_reset() -> None:
