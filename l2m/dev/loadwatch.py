@@ -313,7 +313,10 @@ class MetricsWatcher:
             raise KafkaUnavailableError(f"metrics topic {self.topic}: {why}")
         since = int(self.start_ms - self.lookback_s * 1000)
         asked = [TopicPartition(self.topic, p, since) for p in sorted(found.partitions)]
-        offsets = consumer.offsets_for_times(asked, timeout=30)
+        try:
+            offsets = consumer.offsets_for_times(asked, timeout=30)
+        except Exception:  # a broker without times: from the end, no baseline then
+            offsets = [TopicPartition(self.topic, tp.partition, -1) for tp in asked]
         # No record at or after that time: the partition's end.
         consumer.assign([TopicPartition(self.topic, tp.partition,
                                         tp.offset if tp.offset >= 0 else OFFSET_END)

@@ -294,3 +294,17 @@ def test_prometheus_url() -> None:
     for bad in ("ftp://x", "127.0.0.1:9090", "http://"):
         with pytest.raises(ConfigError):
             prometheus_query_url(bad)
+
+
+def test_broker_without_offsets_by_time_reads_from_the_end() -> None:
+    from confluent_kafka import OFFSET_END, KafkaException
+
+    class NoTimes(FakeConsumer):
+        def offsets_for_times(self, partitions: list[Any], timeout: float) -> list[Any]:
+            raise KafkaException("unsupported")
+
+    fake = NoTimes([])
+    w = MetricsWatcher({}, "metrics", START, consumer_factory=lambda s: fake).start()
+    w.stop()
+    assert [(tp.partition, tp.offset) for tp in fake.assigned] == [(0, OFFSET_END),
+                                                                    (1, OFFSET_END)]
