@@ -20,8 +20,9 @@ processed count over time → lag) and :class:`PrometheusResult` (processed coun
   its baseline; a series born during the load (mark ``new``) starts from 0; otherwise its
   first value seen is the baseline and the count is short by that first micro-batch's logs
   (``baseline_exact`` False). A value below the last one is a restarted counter (state reset,
-  expired series): counted from 0 again, as PromQL's ``increase()`` does. On a job fed by
-  other producers too, their logs count as processed.
+  expired series): counted from 0 again, as PromQL's ``increase()`` does; a sample of a
+  micro-batch no newer than the series' last (``l2m-time``: a batch replayed after a restart)
+  is skipped. On a job fed by other producers too, their logs count as processed.
 
 Memory stays bounded on long runs: latencies are kept as counts per whole millisecond (the
 samples' own resolution), so the percentiles are exact over every sample measured, in memory
@@ -200,18 +201,37 @@ def lag_points(processed: Iterable[tuple[float, int]], timeline: Timeline,
 
 class _Processed:
     """Cumulative counters (one per key) summed as their increase since a baseline, counter
-    resets counted from 0; one observation per second kept (the last)."""
+    resets counted from 0; one observation per second kept (the last). A sample of a
+    micro-batch no newer than the key's last one (``batch_ms``) is a replay after a restart
+    (at-least-once): it holds an older value, not a reset, and is skipped."""
 
     def __init__(self) -> None:
         self.last: dict[str, float] = {}
+        self.batch: dict[str, int] = {}
+        self.counting: set[str] = set()
         self.total = 0.0
         self.exact = True
         self.points: dict[int, tuple[float, int]] = {}
 
-    def before(self, key: str, value: float) -> None:
-        self.last[key] = value
+    def _replayed(self, key: str, batch_ms: int | None) -> bool:
+        if batch_ms is None:
+            return False
+        if batch_ms <= self.batch.get(key, batch_ms - 1):
+            return True
+        self.batch[key] = batch_ms
+        return False
 
-    def after(self, key: str, value: float, born: bool, at: float) -> None:
+    def before(self, key: str, value: float, batch_ms: int | None = None) -> None:
+        """A value from before the load: the baseline (never once counting began)."""
+        if key not in self.counting and not self._replayed(key, batch_ms):
+            self.last[key] = value
+
+    def after(self, key: str, value: float, born: bool, at: float,
+              batch_ms: int | None = None) -> None:
+        """A value during the load (``born``: the series' first sample), seen at ``at``."""
+        if self._replayed(key, batch_ms):
+            return
+        self.counting.add(key)
         last = self.last.get(key)
         if last is None:
             last = 0.0 if born else value
@@ -372,9 +392,10 @@ class MetricsWatcher:
             if math.isnan(sample.value):
                 return
             if early:
-                self._processed.before(status, sample.value)
+                self._processed.before(status, sample.value, sample.batch_ms)
             else:
-                self._processed.after(status, sample.value, sample.mark == NEW, arrival_s)
+                self._processed.after(status, sample.value, sample.mark == NEW, arrival_s,
+                                      sample.batch_ms)
             return
         if early or sample.rule.startswith(RESERVED_ID_PREFIX):
             return

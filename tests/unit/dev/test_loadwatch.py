@@ -308,3 +308,14 @@ def test_broker_without_offsets_by_time_reads_from_the_end() -> None:
     w.stop()
     assert [(tp.partition, tp.offset) for tp in fake.assigned] == [(0, OFFSET_END),
                                                                     (1, OFFSET_END)]
+
+
+def test_replayed_batches_are_not_resets() -> None:
+    w = watcher()
+    w.observe([Record(inputs("ok", 100), START - 1_000)], T0 + 0.1)         # baseline
+    w.observe([Record(inputs("ok", 300), START + 1_000)], T0 + 1.1)
+    w.observe([Record(inputs("ok", 200), START + 500),                     # replayed
+               Record(inputs("ok", 100), START - 1_000)], T0 + 2.1)        # replayed too
+    w.observe([Record(inputs("ok", 350), START + 3_000)], T0 + 3.1)
+    w.observe([Record(inputs("ok", 20), START + 4_000)], T0 + 4.1)         # a real reset
+    assert w.snapshot().processed == [(T0 + 1.1, 200), (T0 + 3.1, 250), (T0 + 4.1, 270)]
