@@ -21,7 +21,8 @@ The ``--json`` document (``"report": 1``; keys are stable, new ones may be added
     sent, failed      logs Kafka took / did not take
     rate              {"target": logs/s, "achieved": logs/s}
     partition_counts  logs per partition, partition 0 first
-    rate_series       [[t, logs sent in the second from t]], one per whole second
+    rate_series       [[t, logs/s sent in the second from t]], one per second (a last part
+                      of a second only from half a second on, scaled to a second)
     watch             null without --watch, else {"records": records read since the start,
                       "not_samples": of those not sample records, "samples": counter samples
                       of users' rules measured, "before_start": such samples dated before the
@@ -75,14 +76,17 @@ class LoadReport:
 
 
 def rate_series(summary: LoadSummary) -> list[tuple[int, float]]:
-    """Logs sent in each whole second from the first log (the last second's share scaled to
-    a full second when the run ended inside it)."""
+    """Logs sent in each whole second from the first log; a last part of a second, if the run
+    ended at least half a second into it, scaled to a full second (a shorter one says little:
+    a few logs more or less are a large share of it)."""
     out: list[tuple[int, float]] = []
     t0 = summary.started
     seconds = summary.seconds
     t = 0
     while t < seconds:
         span = min(1.0, seconds - t)
+        if span < 0.5 and t > 0:
+            break
         sent = sent_at(summary.timeline, t0 + t + span) - sent_at(summary.timeline, t0 + t)
         out.append((t, round(sent / span, 1)))
         t += 1
@@ -218,7 +222,9 @@ def _prometheus_lines(summary: LoadSummary, prometheus: PrometheusResult | None)
     after = prometheus.queryable_after(summary.timeline)
     failed = f", {_n(prometheus.failed)} failed" if prometheus.failed else ""
     polls = f"({_n(prometheus.polls)} queries{failed})"
-    if after is None:
+    if not prometheus.processed and prometheus.failed == prometheus.polls:
+        line = f"  prometheus  no answer {polls}"
+    elif after is None:
         line = f"  prometheus  not every log queryable while watched {polls}"
     else:
         line = f"  prometheus  every log queryable {after:.1f} s after the last was sent {polls}"
@@ -245,9 +251,12 @@ def write_plot(report: LoadReport, path: str | Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     try:
         series = doc["rate_series"]
-        top.plot([p[0] for p in series], [p[1] for p in series], drawstyle="steps-post",
-                 label="achieved")
+        # The last step drawn as wide as it was (steps-post ends at a step's start).
+        xs = [p[0] for p in series] + ([summary.seconds] if series else [])
+        ys = [p[1] for p in series] + ([series[-1][1]] if series else [])
+        top.plot(xs, ys, drawstyle="steps-post", label="achieved")
         top.axhline(summary.target_rate, linestyle="--", color="grey", label="target")
+        top.set_ylim(bottom=0)  # from 0: a 0.1% wobble is not a cliff
         top.set_ylabel("logs/s")
         top.set_title(f"l2m load: {summary.topic}, {summary.skew.label}")
         top.legend(loc="lower right")

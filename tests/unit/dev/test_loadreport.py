@@ -82,6 +82,12 @@ l2m load: topic ünï, skew uniform, 1 partition, 2 producer processes
     inexact = WatchResult(**{**WATCH.__dict__, "baseline_exact": False})
     assert "              (no input count from before the load: short by its first " \
         "micro-batch)\n" in table(LoadReport(SUMMARY, inexact))
+    unanswered = PrometheusResult(start_ms=START_MS, polls=4, failed=4,
+                                  last_error="URLError: refused", processed=[])
+    assert table(LoadReport(SUMMARY, prometheus=unanswered)).endswith("""
+  prometheus  no answer (4 queries, 4 failed)
+              last error: URLError: refused
+""")
 
 
 def test_json_document() -> None:
@@ -112,9 +118,13 @@ def test_json_document() -> None:
 
 def test_rate_series_of_an_uneven_run() -> None:
     uneven = LoadSummary(topic="t", target_rate=100.0, partitions=1, processes=1, skew=Skew(),
-                         started=T0, seconds=1.25, sent=150, failed=0, partition_counts=[150],
-                         timeline=[(T0, 0), (T0 + 1.0, 50), (T0 + 1.25, 150)])
-    assert rate_series(uneven) == [(0, 50.0), (1, 400.0)]
+                         started=T0, seconds=1.5, sent=150, failed=0, partition_counts=[150],
+                         timeline=[(T0, 0), (T0 + 1.0, 50), (T0 + 1.5, 150)])
+    assert rate_series(uneven) == [(0, 50.0), (1, 200.0)]
+    # A last fragment under half a second is left out.
+    short = LoadSummary(**{**uneven.__dict__, "seconds": 1.25,
+                           "timeline": [(T0, 0), (T0 + 1.0, 50), (T0 + 1.25, 150)]})
+    assert rate_series(short) == [(0, 50.0)]
 
 
 def test_plot_written(tmp_path: Path) -> None:
