@@ -262,16 +262,21 @@ def write_plot(report: LoadReport, path: str | Path) -> None:
         top.legend(loc="lower right")
         if doc["latency"] is not None:
             lat = doc["latency"]["series"]
-            bottom.plot([p[0] for p in lat], [p[2] / 1000 for p in lat], label="mean")
-            bottom.plot([p[0] for p in lat], [p[3] / 1000 for p in lat], label="max")
+            bottom.plot([p[0] for p in lat], [p[2] / 1000 for p in lat],
+                        label="metrics topic, mean per second")
+            bottom.plot([p[0] for p in lat], [p[3] / 1000 for p in lat],
+                        label="metrics topic, max per second")
         if doc["prometheus"] is not None and doc["prometheus"]["series"]:
             prom = doc["prometheus"]["series"]
-            bottom.plot([p[0] for p in prom], [p[1] for p in prom], ".", label="queryable")
+            bottom.plot([p[0] for p in prom], [p[1] for p in prom], ".",
+                        label="queryable in Prometheus")
         if doc["latency"] is None and not (doc["prometheus"] or {}).get("series"):
             bottom.text(0.5, 0.5, "latency not measured", ha="center", va="center",
                         transform=bottom.transAxes)
         else:
-            bottom.legend(loc="upper left")
+            bottom.legend(loc="best")
+        if doc["latency"] is None or doc["latency"]["min_ms"] >= 0:
+            bottom.set_ylim(bottom=0)
         bottom.set_ylabel("latency (s)")
         bottom.set_xlabel("seconds since the first log")
         fig.tight_layout()
