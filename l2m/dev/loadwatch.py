@@ -65,6 +65,9 @@ PROMETHEUS_QUERY = f"sum({INPUT_METRIC})"
 PROMETHEUS_INTERVAL_S = 1.0
 PROMETHEUS_TIMEOUT_S = 5.0
 QUANTILES = (0.5, 0.9, 0.99)
+# The largest count of logs believed (2^53: every integer below it is a double): a larger
+# one is another writer's record, and sums of such would leave the doubles.
+MAX_COUNT = float(2**53)
 
 Timeline = Sequence[tuple[float, int]]
 
@@ -389,7 +392,7 @@ class MetricsWatcher:
             return
         if sample.rule == INPUT_RULE_ID and sample.name == INPUT_METRIC:
             status = sample.labels.get("status", "")
-            if math.isnan(sample.value):
+            if not 0 <= sample.value < MAX_COUNT:  # NaN, ±Inf, negative: no count of logs
                 return
             if early:
                 self._processed.before(status, sample.value, sample.batch_ms)
@@ -566,6 +569,8 @@ class PrometheusWatcher:
         try:
             value = answer_value(self._fetch(self.url, PROMETHEUS_TIMEOUT_S))
             error = None
+            if not 0 <= value < MAX_COUNT:
+                raise ValueError(f"not a count of logs: {value:g}")
         except (OSError, ValueError) as exc:  # urllib's errors are OSErrors
             value, error = math.nan, f"{type(exc).__name__}: {exc}"[:300]
         at = self._clock()

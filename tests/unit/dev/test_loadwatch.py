@@ -319,3 +319,25 @@ def test_replayed_batches_are_not_resets() -> None:
     w.observe([Record(inputs("ok", 350), START + 3_000)], T0 + 3.1)
     w.observe([Record(inputs("ok", 20), START + 4_000)], T0 + 4.1)         # a real reset
     assert w.snapshot().processed == [(T0 + 1.1, 200), (T0 + 3.1, 250), (T0 + 4.1, 270)]
+
+
+def test_input_values_that_are_no_counts_are_skipped() -> None:
+    w = watcher()
+    w.observe([Record(inputs("ok", 10), START - 1_000)], T0)
+    for i, bad in enumerate([float("inf"), -5.0, 1e300, float("nan")]):
+        value = orjson.dumps({"name": INPUT_METRIC, "kind": "counter",
+                              "labels": {"status": "ok"},
+                              "value": "+Inf" if bad == float("inf") else
+                              "NaN" if bad != bad else bad,
+                              "timestamp": START, "account": None, "rule": INPUT_RULE_ID})
+        w.observe([Record(value, START + 1_000 * (i + 1))], T0 + i + 1)
+    w.observe([Record(inputs("ok", 30), START + 9_000)], T0 + 9)
+    result = w.stop()
+    assert (result.processed, result.error) == ([(T0 + 9, 20)], None)
+    fetched = [answer("5"), answer("1e300"), answer("-1"), answer("9")]
+    p = PrometheusWatcher("http://127.0.0.1:9090", START, clock=lambda: T0 + 1,
+                          fetch=lambda url, timeout: fetched.pop(0))
+    for _ in range(4):
+        p.poll()
+    assert p.stop().processed == [(T0 + 1, 4)]
+    assert p.stop().last_error == "ValueError: not a count of logs: -1"
