@@ -32,6 +32,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from l2m.cli import build_parser
 from l2m.config.job import JobConfig
 from l2m.config.loader import load_config
 from l2m.rules.loader import is_rule_file, load_rules
@@ -1018,7 +1019,8 @@ def test_the_load_job_reads_kafka_as_the_driver_does(tmp_path: Path,
     assert pod["namespace"] == driver("dev")["namespace"]
     assert container["image"] == driver("dev")["container"]["image"]
     assert container["args"][:3] == ["load", "--config", CONFIG_PATH]
-    assert "--rate" in container["args"] and "--watch" in container["args"]
+    args = build_parser().parse_args(container["args"])  # as the image's `l2m` parses them
+    assert args.rate > 0 and args.duration and args.watch is not None
     restricted(spec, container, "load Job")
     assert spec["restartPolicy"] == "Never" and pod["job"]["spec"]["backoffLimit"] == 0
     assert spec["automountServiceAccountToken"] is False
