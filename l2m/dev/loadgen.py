@@ -140,12 +140,16 @@ Report = Callable[[int, float, int], None]  # (worker, wall time, sent so far)
 def produce_share(spec: LoadSpec, worker: int, rate: float, logs: int, partitions: int,
                   producer: Any, report: Report | None = None,
                   clock: Callable[[], float] = time.time,
-                  sleep: Callable[[float], None] = time.sleep) -> WorkerResult:
+                  sleep: Callable[[float], None] = time.sleep,
+                  monotonic: Callable[[], float] | None = None) -> WorkerResult:
     """Produce ``logs`` logs at ``rate`` per second with ``producer`` (a confluent_kafka
     Producer's ``produce``/``poll``/``flush``), stamping each with ``clock()``'s time: the k-th
     is due k/rate after the start, what fell due is sent every few ms. Partitions follow the
     spec's skew, interleaved (:func:`~l2m.dev.skew.schedule`), each worker from its own point
-    of the cycle. ``report``: (worker, time, sent) every :data:`REPORT_S`."""
+    of the cycle. ``report``: (worker, time, sent) every :data:`REPORT_S`. The pace follows
+    ``monotonic`` (default time.monotonic; with a fake ``clock``, that clock): a wall clock
+    set back or forward stamps the logs, it does not stall or burst them."""
+    pace = monotonic or (time.monotonic if clock is time.time else clock)
     failures = [0]
 
     def delivered(err: Any, _msg: Any) -> None:
@@ -156,17 +160,17 @@ def produce_share(spec: LoadSpec, worker: int, rate: float, logs: int, partition
         seed=spec.seed * 1009 + worker, rate_per_s=_NO_SPACING, late_ratio=spec.late_share,
         malformed_ratio=spec.malformed_share, accounts=spec.accounts))
     order = schedule(spec.skew.weights(partitions), max(SCHEDULE_LENGTH, 100 * partitions))
-    slot = (worker * len(order)) // max(1, spec.processes)
+    slot = (worker * len(order)) // max(1, spec.processes) % len(order)
     counts = [0] * partitions
     topic, send, poll = spec.topic, producer.produce, producer.poll
     burst = max(1, int(rate * CATCH_UP_S))
-    start = clock()
-    timeline = [(start, 0)]
+    start = pace()
+    timeline = [(clock(), 0)]
     next_report = start + REPORT_S
     sent = 0
     while sent < logs:
-        now = clock()
-        due = min(logs, int((now - start) * rate) + 1, sent + burst) - sent
+        now = pace()
+        due = max(0, min(logs, int((now - start) * rate) + 1, sent + burst) - sent)
         for _ in range(due):
             gen.clock = clock() * 1000.0
             partition = order[slot]
@@ -181,11 +185,12 @@ def produce_share(spec: LoadSpec, worker: int, rate: float, logs: int, partition
             counts[partition] += 1
         sent += due
         poll(0)
-        now = clock()
+        now = pace()
         if now >= next_report or sent >= logs:
-            timeline.append((now, sent))
+            wall = clock()
+            timeline.append((wall, sent))
             if report is not None:
-                report(worker, now, sent)
+                report(worker, wall, sent)
             next_report = now + REPORT_S
         if sent < logs:
             wait = start + sent / rate - now
