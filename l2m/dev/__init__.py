@@ -5,4 +5,11 @@
 * :mod:`l2m.dev.demo` — ``l2m demo``: broker, generator, the job and a live view together;
 * :mod:`l2m.dev.memory` — the in-memory stand-in for the Kafka source, for tests;
 * :mod:`l2m.dev.jvmarchive` — the driver JVM's class-data archive, built by a training run
-  of the whole job."""
+  of the whole job;
+* :mod:`l2m.dev.skew` — how logs spread over partitions (uniform, hot, Zipf), for ``l2m load``
+  and the benchmarks;
+* :mod:`l2m.dev.loadgen` — ``l2m load``'s producers: logs stamped with their production time,
+  at a steady rate, by a skew;
+* :mod:`l2m.dev.loadwatch` — ``l2m load``'s watchers: latency and lag from the metrics topic,
+  the delay until Prometheus counts the logs;
+* :mod:`l2m.dev.loadreport` — ``l2m load``'s report: the table, the JSON document, the plot."""
