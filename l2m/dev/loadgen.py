@@ -40,8 +40,10 @@ CATCH_UP_S = 0.1
 # row follow the skew to 0.1%.
 SCHEDULE_LENGTH = 1000
 # Producer settings for a steady, low-latency stream; the user's settings win.
+# librdkafka's own log stays off (log_level 0): it repeats a refused connection 20 times a
+# second on stderr; what fails reaches the user as one line of ours.
 PRODUCER_DEFAULTS = {"linger.ms": "5", "batch.num.messages": "10000",
-                     "queue.buffering.max.messages": "1000000", "log_level": "3"}
+                     "queue.buffering.max.messages": "1000000", "log_level": "0"}
 # Event-time spacing the generator adds to each log: nothing (we stamp the wall clock).
 _NO_SPACING = 1e12
 
@@ -221,7 +223,7 @@ def _new_producer(kafka: Mapping[str, str]) -> Any:
     try:
         return Producer(producer_config(kafka))
     except (KafkaException, ValueError, TypeError) as exc:
-        raise ConfigError(f"kafka client settings: {_masked(str(exc), kafka)}") from None
+        raise ConfigError(f"kafka client settings: {_masked(_reason(exc), kafka)}") from None
 
 
 def topic_partitions(producer: Any, spec: LoadSpec, timeout: float = 15.0) -> int:
@@ -235,7 +237,7 @@ def topic_partitions(producer: Any, spec: LoadSpec, timeout: float = 15.0) -> in
     except KafkaException as exc:
         raise KafkaUnavailableError(
             f"no answer from Kafka at {bootstrap} within {timeout:g} s: "
-            f"{_masked(str(exc.args[0] if exc.args else exc), spec.kafka)}") from None
+            f"{_masked(_reason(exc), spec.kafka)}") from None
     info = meta.topics.get(spec.topic)
     if info is None or info.error is not None or not info.partitions:
         raise ConfigError(f"topic '{spec.topic}' does not exist on {bootstrap}")
@@ -244,6 +246,13 @@ def topic_partitions(producer: Any, spec: LoadSpec, timeout: float = 15.0) -> in
         raise ConfigError(f"--partitions {spec.partitions}: topic '{spec.topic}' has "
                           f"{count} partition(s)")
     return spec.partitions or count
+
+
+def _reason(exc: Exception) -> str:
+    """A KafkaException's own words (``Failed to get metadata: …``), not its repr."""
+    error = exc.args[0] if exc.args else None
+    text = getattr(error, "str", None)
+    return str(text()) if callable(text) else str(exc)
 
 
 def _shares(spec: LoadSpec) -> list[tuple[float, int]]:

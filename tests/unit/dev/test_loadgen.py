@@ -259,3 +259,13 @@ def test_run_load_on_a_thread() -> None:
     assert 0.25 <= summary.seconds <= 1.0
     assert seen and all(p.target_rate == 2000.0 for p in seen)
     assert len(producers) == 1 and len(producers[0].sent) == 600
+
+
+def test_a_setting_librdkafka_refuses_is_one_line_without_secrets() -> None:
+    from l2m.dev.loadgen import _new_producer
+
+    with pytest.raises(ConfigError) as caught:
+        _new_producer({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "hunter2",
+                       "sasl.password": "hunter2"})
+    assert str(caught.value) == ('kafka client settings: Invalid value "***" for '
+                                 'configuration property "security.protocol"')
