@@ -310,7 +310,12 @@ class MetricsWatcher:
             from confluent_kafka import Consumer
 
             self._factory = Consumer
-        consumer = self._factory(self._settings())
+        settings = self._settings()
+        try:
+            consumer = self._factory(settings)
+        except Exception as exc:  # librdkafka refused a setting: it quotes the value
+            raise ConfigError(f"--watch: kafka client settings: {_masked(str(exc), settings)}"
+                              ) from None
         try:
             self._assign(consumer)
         except BaseException:
@@ -448,6 +453,15 @@ class MetricsWatcher:
                 self._result = self._result or done
                 done = self._result
         return done
+
+
+def _masked(text: str, settings: Mapping[str, Any]) -> str:
+    """``text`` with every setting's value but the bootstrap servers masked (a job's settings
+    hold passwords)."""
+    for key, value in settings.items():
+        if key != "bootstrap.servers" and len(str(value)) >= 3:
+            text = text.replace(str(value), "***")
+    return text
 
 
 def _record_time(record: Any) -> int | None:

@@ -341,3 +341,13 @@ def test_input_values_that_are_no_counts_are_skipped() -> None:
         p.poll()
     assert p.stop().processed == [(T0 + 1, 4)]
     assert p.stop().last_error == "ValueError: not a count of logs: -1"
+
+
+def test_refused_client_settings_are_one_line_without_secrets() -> None:
+    watch = MetricsWatcher({"bootstrap.servers": "127.0.0.1:1", "sasl.password": "hunter2",
+                            "security.protocol": "sasl_nonsense"}, "metrics", START)
+    with pytest.raises(ConfigError) as caught:
+        watch.start()
+    assert "hunter2" not in caught.value.message
+    assert caught.value.message.startswith("--watch: kafka client settings: ")
+    assert "\n" not in caught.value.message
