@@ -264,15 +264,26 @@ def _shares(spec: LoadSpec) -> list[tuple[float, int]]:
 
 def _process_main(spec: LoadSpec, worker: int, rate: float, logs: int, partitions: int,
                   out: Any, go: Any) -> None:
-    """A producer process: ready, wait for the common start, produce, hand back its result."""
+    """A producer process: ready, wait for the common start, produce, hand back its result.
+    Ctrl-C is the parent's to handle (it ends the processes); a parent gone (killed) ends
+    this one at its next report, instead of producing on alone."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = mp.parent_process()
+
+    def report(w: int, t: float, n: int) -> None:
+        if parent is not None and not parent.is_alive():
+            raise SystemExit(0)
+        out.put(("sent", w, t, n))
+
     try:
         producer = _new_producer(spec.kafka)
         with contextlib.suppress(Exception):  # metadata now, not at the first log
             producer.list_topics(topic=spec.topic, timeout=10)
         out.put(("ready", worker))
         go.wait()
-        result = produce_share(spec, worker, rate, logs, partitions, producer,
-                               lambda w, t, n: out.put(("sent", w, t, n)))
+        result = produce_share(spec, worker, rate, logs, partitions, producer, report)
         out.put(("done", result))
     except Exception as exc:  # the parent reports it, one line
         out.put(("error", worker, getattr(exc, "code", "L2M"), str(exc)))
@@ -364,13 +375,19 @@ def run_load(spec: LoadSpec, progress: Callable[[Progress], None] | None = None,
                 last_t, last_sent = now, total
                 next_progress += progress_every
     finally:
+        # Done: the workers are ending (a process flushes, then exits). Interrupted or failed:
+        # no more logs — processes are ended at once; a thread dies with this process.
+        complete = len(results) == spec.processes
         for worker in workers:
             if isinstance(worker, threading.Thread):
-                worker.join(timeout=5)
+                if complete:
+                    worker.join(timeout=5)
             else:
-                worker.join(timeout=5)
+                if complete:
+                    worker.join(timeout=5)
                 if worker.is_alive():
                     worker.terminate()
+                    worker.join(timeout=5)
     done = [results[w] for w in sorted(results)]
     timeline = merged_timeline([r.timeline for r in done])
     first = min(r.timeline[0][0] for r in done)
