@@ -192,14 +192,10 @@ def test_merged_timeline_sums_each_workers_latest_count() -> None:
         (1.0, 0), (1.1, 0), (1.2, 10), (1.3, 15), (1.4, 25)]
 
 
-def test_produced_at_interpolates_the_timeline() -> None:
+def test_the_achieved_rate() -> None:
     summary = LoadSummary("logs", 10.0, 1, 1, Skew(), 100.0, 2.0, 20, 0, [20],
                           [(100.0, 0), (101.0, 10), (102.0, 20)])
     assert summary.rate == 10.0
-    assert summary.produced_at(5) == 100.5
-    assert summary.produced_at(10) == 101.0
-    assert summary.produced_at(20) == 102.0
-    assert summary.produced_at(21) is None
 
 
 def test_total_logs() -> None:
