@@ -584,7 +584,11 @@ def cmd_load(args: argparse.Namespace) -> int:
     if args.plot:
         loadreport.write_plot(report, args.plot)
         print(f"l2m load: wrote {args.plot}", file=sys.stderr)
-    return 0 if summary.failed == 0 else 1
+    if summary.failed:
+        print(f"l2m load: {summary.failed:,} log(s) were not delivered to Kafka",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
