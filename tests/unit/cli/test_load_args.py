@@ -154,3 +154,32 @@ def test_a_bad_config_is_one_line_without_its_secrets(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.startswith("l2m load: ") and err.endswith(" [CONFIG]\n")
     assert err.count("\n") == 1 and "s3cret" not in err
+
+
+def test_a_run_prints_the_report_and_a_failed_delivery_exits_1(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from l2m.dev import loadgen
+
+    given = []
+
+    def fake_run(spec: loadgen.LoadSpec, progress: object = None) -> loadgen.LoadSummary:
+        given.append(spec)
+        return loadgen.LoadSummary("logs", 100.0, 2, 1, Skew(), 1_800_000_000.0, 0.5,
+                                   50 - failed, failed, [25, 25],
+                                   [(1_800_000_000.0, 0), (1_800_000_000.5, 50)])
+
+    monkeypatch.setattr(loadgen, "run_load", fake_run)
+    failed = 0
+    assert main(["load", *GOOD, "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert (doc["sent"], doc["partition_counts"], doc["watch"]) == (50, [25, 25], None)
+    assert err.startswith("l2m load: 100 logs/s, 50 logs → topic logs on 127.0.0.1:9092, "
+                          "skew uniform, 1 process(es)\n")
+    assert given[0].total == 50
+    failed = 3
+    assert main(["load", *GOOD]) == 1
+    assert capsys.readouterr().err.endswith(
+        "l2m load: 3 log(s) were not delivered to Kafka\n")
