@@ -185,8 +185,9 @@ def produce_share(spec: LoadSpec, worker: int, rate: float, logs: int, partition
             wait = start + sent / rate - now
             if wait > 0:
                 sleep(min(max(wait, MIN_TICK_S), MAX_TICK_S))
-    producer.flush(60)
-    failed = failures[0]
+    # Still queued after a minute: not delivered either (flush answers how many).
+    undelivered = producer.flush(60)
+    failed = failures[0] + (undelivered if isinstance(undelivered, int) else 0)
     return WorkerResult(worker, sent - failed, failed, counts, timeline)
 
 

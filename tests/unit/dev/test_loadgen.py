@@ -56,6 +56,7 @@ class FakeProducer:
         self.callbacks: list[Any] = []
         self.polls: list[float] = []
         self.flushed = False
+        self.stuck = 0  # messages flush() leaves undelivered
 
     def produce(self, topic: str, value: bytes, partition: int, on_delivery: Any) -> None:
         assert topic == "logs"
@@ -73,7 +74,7 @@ class FakeProducer:
         for i, callback in enumerate(self.callbacks):
             callback("MSG_TIMED_OUT" if i in self.fail else None, None)
         self.flushed = True
-        return 0
+        return self.stuck
 
 
 def spec(**changes: Any) -> LoadSpec:
@@ -169,6 +170,10 @@ def test_a_full_queue_is_waited_out_and_failed_deliveries_counted_apart() -> Non
     assert len(producer.sent) == 10
     assert producer.polls.count(0.05) == 3
     assert (result.sent, result.failed, sum(result.counts)) == (8, 2, 10)
+    stuck = FakeProducer()
+    stuck.stuck = 4
+    result = produce_share(spec(), 0, 1e9, 10, 2, stuck)
+    assert (result.sent, result.failed) == (6, 4)
 
 
 def test_reports_and_timeline() -> None:
