@@ -369,7 +369,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 # A bad argument of `l2m load` is one line and exit 2, before any connection is made.
 LOAD_USAGE = 2
-# After the last log, how long `--watch`/`--prometheus` wait for the job to count them all.
+# After the last log, how long `--watch`/`--prometheus` wait by default (`--drain`) for the
+# job to count them all.
 LOAD_DRAIN_S = 60.0
 # Kafka's own rule for topic names.
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -449,6 +450,9 @@ def _add_load_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                      help="how long to send ('20s', '5 minutes')")
     end.add_argument("--logs", type=_number(int, 1, 10**12, "a whole number of logs, at "
                                             "least 1"), metavar="N", help="how many to send")
+    p.add_argument("--drain", type=_load_duration, metavar="DURATION", default=LOAD_DRAIN_S,
+                   help=f"after the last log, how long --watch/--prometheus wait for the job "
+                   f"to count them all (default {LOAD_DRAIN_S:g}s)")
     p.add_argument("--skew", default="uniform", metavar="uniform|hot:SHARE|zipf:S",
                    help="how logs spread over partitions: evenly, SHARE of them on partition "
                    "0, or partition k weighing 1/k^S (default uniform)")
@@ -571,9 +575,9 @@ def cmd_load(args: argparse.Namespace) -> int:
         summary = run_load(spec, progress=progress)
         waiting = [w for w in (watcher, prometheus) if w is not None]
         if waiting:
-            print(f"l2m load: sent {summary.sent:,}; waiting up to {LOAD_DRAIN_S:g} s for the "
+            print(f"l2m load: sent {summary.sent:,}; waiting up to {args.drain:g} s for the "
                   "job to count them", file=sys.stderr, flush=True)
-            deadline = time.monotonic() + LOAD_DRAIN_S
+            deadline = time.monotonic() + args.drain
             for w in waiting:
                 w.wait_processed(summary.sent, max(0.0, deadline - time.monotonic()))
     finally:

@@ -85,6 +85,8 @@ SKEW = "expected uniform, hot:SHARE (0 < SHARE < 1) or zipf:S (0 < S <= 100)"
     ([*GOOD, "--plot", "/no/such/folder/load.png"],
      "--plot: no directory '/no/such/folder' to write 'load.png' in"),
     ([*GOOD, "--skew=uniform", "--verbose"], "unrecognized arguments: --verbose"),
+    ([*GOOD, "--drain", "0s"],
+     "--drain: expected a duration above 0 (e.g. '20s', '5 minutes'), got '0s'"),
     ([*GOOD, "--config", "/no/such/job.yaml"],
      "/no/such/job.yaml: cannot read: No such file or directory"),
 ])
@@ -183,3 +185,13 @@ def test_a_run_prints_the_report_and_a_failed_delivery_exits_1(
     assert main(["load", *GOOD]) == 1
     assert capsys.readouterr().err.endswith(
         "l2m load: 3 log(s) were not delivered to Kafka\n")
+
+
+def test_the_drain_is_a_duration_above_zero():
+    from l2m.cli import build_parser
+
+    args = build_parser().parse_args(["load", "--bootstrap", "127.0.0.1:9092", "--rate", "10",
+                                      "--logs", "5", "--drain", "15s"])
+    assert args.drain == 15.0
+    assert build_parser().parse_args(["load", "--bootstrap", "127.0.0.1:9092", "--rate", "10",
+                                      "--logs", "5"]).drain == 60.0
