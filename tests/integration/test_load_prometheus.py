@@ -7,6 +7,8 @@ measured on the metrics topic."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -46,7 +48,11 @@ def test_load_measures_the_delay_until_prometheus_counts_the_logs(
                 capture_output=True, text=True, timeout=120)
             counted = value(prometheus, "sum(l2m_input_logs_total)")
         finally:
-            deliver_code = stop(deliver)
+            try:
+                deliver_code = stop(deliver)
+            finally:
+                if deliver.poll() is None:
+                    os.killpg(deliver.pid, signal.SIGKILL)
         assert stop(job) == 0, log.read_text()[-3000:]
     assert deliver_code == 0, deliver_log.read_text()[-3000:]
     assert done.returncode == 0, done.stderr[-3000:]
