@@ -78,9 +78,13 @@ def test_load_measures_the_delay_until_prometheus_counts_the_logs(
     else:
         assert after is None, (counted, prom)
     # A log is queryable only after a trigger, its micro-batch, the metrics topic, deliver's
-    # poll and the watcher's next query: later than it showed up on the metrics topic at the
-    # quickest, and well within a minute on a job that keeps up.
+    # poll and the watcher's next query: well within a minute on a job that keeps up. (Not
+    # bounded below by the topic's quickest latency: that is a sample's newest log, while a
+    # delay dates the V-th log counted from the load's timeline — one run measured 0.651 s
+    # against a quickest sample of 0.652 s.) The last log, counted, came through all of it.
     quickest = result["latency"]["min_ms"] / 1000
-    assert all(quickest <= d < 60 for d in delays), (quickest, prom)
+    assert all(0 < d < 60 for d in delays), prom
+    if after is not None:
+        assert quickest <= after < 60, (quickest, prom)
     times = [t for t, _ in prom["series"]]
     assert times == sorted(times) and times[0] > 0, prom
