@@ -98,7 +98,7 @@ def counts_logs(le: str, twice: bool) -> bool:
     """Whether a partial keyed ``le`` counts the logs it stands for (``matches``): every one
     does, but the native keys' of a rule with two rows per log (:func:`logs_twice`), whose
     logs its classic rows count already."""
-    return not (twice and "/" in le)
+    return not (twice and is_native_key(le))
 
 
 def bucket_key(side: int, index: int, schema: int) -> str:
@@ -137,11 +137,17 @@ def bucket_key_codes(values: np.ndarray, schema: int) -> tuple[np.ndarray, list[
     return codes.astype(np.int32).reshape(-1), keys
 
 
+def _is_bucket_key(key: str) -> bool:
+    """Whether ``key`` is a positive or negative bucket's (not the zero bucket's, NAN_KEY or
+    a classic bound's)."""
+    return is_native_key(key) and key[0] in _PREFIX_SIDE
+
+
 def _bucket_keys(parts: Mapping[str, Partial]) -> list[tuple[str, int, int, int]]:
     """(key, side, schema, index) of the positive and negative bucket keys among ``parts``."""
     found = []
     for key in parts:
-        if "/" in key and key[0] in _PREFIX_SIDE:
+        if _is_bucket_key(key):
             side, schema, index = parse_key(key)
             found.append((key, side, schema, index))
     return found
@@ -174,8 +180,7 @@ def reduced_parts(parts: Mapping[str, Partial], max_buckets: int
     target = _coarsest(buckets, max_buckets, buckets[0][2])
     if all(s == target for _key, _side, s, _index in buckets):
         return None
-    out: dict[str, Partial] = {k: p for k, p in parts.items() if not (
-        "/" in k and k[0] in _PREFIX_SIDE)}
+    out: dict[str, Partial] = {k: p for k, p in parts.items() if not _is_bucket_key(k)}
     for key, side, s, index in buckets:
         new = bucket_key(side, exphist.target_index(index, s, target), target)
         before = out.get(new)
@@ -192,7 +197,7 @@ def native_histogram(parts: Mapping[str, Partial], schema: int, max_buckets: int
     until at most ``max_buckets`` (0: no limit) buckets are populated."""
     total = Partial()
     for key, part in parts.items():
-        if "/" in key:
+        if is_native_key(key):
             total = total.merge(part)
     if total.n <= 0:
         return None
