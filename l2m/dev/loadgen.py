@@ -196,7 +196,7 @@ def producer_config(kafka: Mapping[str, str]) -> dict[str, str]:
     return {**PRODUCER_DEFAULTS, **kafka}
 
 
-def _masked(text: str, kafka: Mapping[str, str]) -> str:
+def masked(text: str, kafka: Mapping[str, Any]) -> str:
     """``text`` with every setting's value but the bootstrap servers masked: librdkafka
     quotes an invalid value, and a job's settings hold passwords."""
     for key, value in kafka.items():
@@ -211,7 +211,7 @@ def _new_producer(kafka: Mapping[str, str]) -> Any:
     try:
         return Producer(producer_config(kafka))
     except (KafkaException, ValueError, TypeError) as exc:
-        raise ConfigError(f"kafka client settings: {_masked(_reason(exc), kafka)}") from None
+        raise ConfigError(f"kafka client settings: {masked(_reason(exc), kafka)}") from None
 
 
 def topic_partitions(producer: Any, spec: LoadSpec, timeout: float = 15.0) -> int:
@@ -225,7 +225,7 @@ def topic_partitions(producer: Any, spec: LoadSpec, timeout: float = 15.0) -> in
     except KafkaException as exc:
         raise KafkaUnavailableError(
             f"no answer from Kafka at {bootstrap} within {timeout:g} s: "
-            f"{_masked(_reason(exc), spec.kafka)}") from None
+            f"{masked(_reason(exc), spec.kafka)}") from None
     info = meta.topics.get(spec.topic)
     if info is None or info.error is not None or not info.partitions:
         raise ConfigError(f"topic '{spec.topic}' does not exist on {bootstrap}")

@@ -28,7 +28,7 @@ Memory stays bounded on long runs: latencies are kept as counts per whole millis
 samples' own resolution), so the percentiles are exact over every sample measured, in memory
 that grows with the spread of the latencies, not with the number of samples; the series over
 time keep one aggregate (or one point) per second. Percentiles are nearest-rank: the
-``ceil(q·n)``-th smallest latency."""
+``ceil(q·n)``-th smallest latency (:func:`l2m.semantics.exphist.nearest_rank`)."""
 
 from __future__ import annotations
 
@@ -45,9 +45,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from l2m.dev.loadgen import masked
 from l2m.engine.samples import NEW, SampleRecord, read_headers, read_sample
 from l2m.errors import ConfigError, KafkaUnavailableError
 from l2m.rules.model import RESERVED_ID_PREFIX
+from l2m.semantics.exphist import nearest_rank
 
 # l2m's own input counter (l2m.state.counters.INPUT_RULE; not imported: the state package
 # imports pyspark, which the dev tools never do — a unit test keeps the two equal).
@@ -133,7 +135,7 @@ class Latencies:
         if not total:
             return None
         values = sorted(self._by_ms)
-        ranks = [max(1, math.ceil(q * total)) for q in QUANTILES]
+        ranks = [nearest_rank(q, total) for q in QUANTILES]
         found: list[int] = []
         seen = 0
         for value in values:
@@ -314,7 +316,7 @@ class MetricsWatcher:
         try:
             consumer = self._factory(settings)
         except Exception as exc:  # librdkafka refused a setting: it quotes the value
-            raise ConfigError(f"--watch: kafka client settings: {_masked(str(exc), settings)}"
+            raise ConfigError(f"--watch: kafka client settings: {masked(str(exc), settings)}"
                               ) from None
         try:
             self._assign(consumer)
@@ -453,15 +455,6 @@ class MetricsWatcher:
                 self._result = self._result or done
                 done = self._result
         return done
-
-
-def _masked(text: str, settings: Mapping[str, Any]) -> str:
-    """``text`` with every setting's value but the bootstrap servers masked (a job's settings
-    hold passwords)."""
-    for key, value in settings.items():
-        if key != "bootstrap.servers" and len(str(value)) >= 3:
-            text = text.replace(str(value), "***")
-    return text
 
 
 def _record_time(record: Any) -> int | None:
