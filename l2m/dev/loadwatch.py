@@ -152,14 +152,23 @@ class Latencies:
 # --- the timeline ---------------------------------------------------------------------------
 
 
+# Searched in place (no list of times or counts built per call): the report asks for every
+# second of a run, and a day's timeline holds hundreds of thousands of points.
+def _time(point: tuple[float, int]) -> float:
+    return point[0]
+
+
+def _count(point: tuple[float, int]) -> int:
+    return point[1]
+
+
 def sent_at(timeline: Timeline, t: float) -> float:
     """How many logs the load had sent at wall time ``t`` (epoch s): the timeline's points
     joined by straight lines (the load keeps a steady pace between them), 0 before the first
     point, the last count after the last."""
     if not timeline or t < timeline[0][0]:
         return 0.0
-    times = [p[0] for p in timeline]
-    i = bisect.bisect_right(times, t) - 1
+    i = bisect.bisect_right(timeline, t, key=_time) - 1
     if i >= len(timeline) - 1:
         return float(timeline[-1][1])
     (t0, s0), (t1, s1) = timeline[i], timeline[i + 1]
@@ -171,8 +180,7 @@ def produced_at(timeline: Timeline, n: float) -> float | None:
     straight line); None if it never sent that many (or ``n`` ≤ 0, or no timeline)."""
     if not timeline or n <= 0 or n > timeline[-1][1]:
         return None
-    counts = [p[1] for p in timeline]
-    i = bisect.bisect_left(counts, n)
+    i = bisect.bisect_left(timeline, n, key=_count)
     if i == 0:
         return float(timeline[0][0])
     (t0, s0), (t1, s1) = timeline[i - 1], timeline[i]
