@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import cramjam
 
 from l2m.errors import RemoteWriteError
-from l2m.semantics.exphist import NativeHistogram, encode_buckets
+from l2m.semantics.exphist import SCHEMA_MAX, SCHEMA_MIN, NativeHistogram, encode_buckets
 from l2m.semantics.values import LABEL_NAME_RE
 
 # What every request carries (spec 1.0, "Protocol").
@@ -71,8 +71,6 @@ METRIC_TYPES: Mapping[str, int] = {"counter": 1, "gauge": 2, "histogram": 3,
 # Histogram.ResetHint by name: "gauge" marks a gauge histogram (no counter resets), "yes" the
 # first histogram after a reset, "no" none since the last, "unknown" that the reader checks.
 RESET_HINTS: Mapping[str, int] = {"unknown": 0, "yes": 1, "no": 2, "gauge": 3}
-# The exponential schemas a receiver takes: each power of two split into 2**schema buckets.
-SCHEMA_MIN, SCHEMA_MAX = -4, 8
 # Prometheus's stale marker: a NaN with this exact bit pattern ends a series.
 STALE_NAN_BITS = 0x7FF0000000000002
 _VARINT, _I64, _LEN = 0, 1, 2
