@@ -271,6 +271,14 @@ def route(cfg: RemoteWriteEndpoint) -> Route:
                  cfg.default_tenant, cfg.tenant_header is not None, cfg.account_label, shared)
 
 
+def _skip_histograms(request: Request, tally: Tally) -> Request | None:
+    """``request``'s native histograms skipped and counted (:data:`HISTOGRAMS_REFUSED`):
+    its floats and metadata to send instead, None when nothing is left."""
+    tally.skip(HISTOGRAMS_REFUSED, request.histograms)
+    floats = request.floats()
+    return floats if floats.series or floats.metadata else None
+
+
 @dataclass
 class EndpointDelivery:
     """One endpoint's loop: its consumer, sender and tally."""
@@ -379,9 +387,7 @@ class EndpointDelivery:
             return request
         if self.clock() >= self._histograms_until:
             return request
-        tally.skip(HISTOGRAMS_REFUSED, request.histograms)
-        floats = request.floats()
-        return floats if floats.series or floats.metadata else None
+        return _skip_histograms(request, tally)
 
     def _histograms_refused(self, request: Request, status: int, reason: str,
                             tally: Tally) -> Request | None:
@@ -397,9 +403,7 @@ class EndpointDelivery:
                      "--enable-feature=native-histograms (Mimir: "
                      "native_histograms_ingestion_enabled: true)")
         self._histograms_until = self.clock() + HISTOGRAMS_PAUSE_S
-        tally.skip(HISTOGRAMS_REFUSED, request.histograms)
-        floats = request.floats()
-        return floats if floats.series or floats.metadata else None
+        return _skip_histograms(request, tally)
 
     def _moved(self) -> None:
         self._beat = time.monotonic()
