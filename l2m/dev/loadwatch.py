@@ -442,13 +442,10 @@ class MetricsWatcher:
     def wait_processed(self, count: int, timeout_s: float) -> bool:
         """Wait until ``count`` logs are processed (True) or ``timeout_s`` passed or the
         watcher stopped (False)."""
-        deadline = time.monotonic() + timeout_s
-        while self.processed() < count:
-            if self._stop.is_set() or time.monotonic() >= deadline or \
-                    (self._thread is not None and not self._thread.is_alive()):
-                return False
-            self._stop.wait(min(0.1, max(0.0, deadline - time.monotonic())))
-        return True
+        return _wait_processed(self.processed, self._stop, count, timeout_s, self._alive)
+
+    def _alive(self) -> bool:
+        return self._thread is None or self._thread.is_alive()
 
     def stop(self, timeout_s: float = 10.0) -> WatchResult:
         """End the thread (it closes its consumer) and return the result; again: the same."""
@@ -463,6 +460,18 @@ class MetricsWatcher:
                 self._result = self._result or done
                 done = self._result
         return done
+
+
+def _wait_processed(processed: Callable[[], int], stop: threading.Event, count: int,
+                    timeout_s: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    """A watcher's ``wait_processed``: True once ``processed()`` reaches ``count``; False at
+    ``stop``, after ``timeout_s``, or once the watcher's thread is not ``alive()``."""
+    deadline = time.monotonic() + timeout_s
+    while processed() < count:
+        if stop.is_set() or time.monotonic() >= deadline or not alive():
+            return False
+        stop.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+    return True
 
 
 def _record_time(record: Any) -> int | None:
@@ -607,12 +616,7 @@ class PrometheusWatcher:
 
     def wait_processed(self, count: int, timeout_s: float) -> bool:
         """As :meth:`MetricsWatcher.wait_processed`."""
-        deadline = time.monotonic() + timeout_s
-        while self.processed() < count:
-            if self._stop.is_set() or time.monotonic() >= deadline:
-                return False
-            self._stop.wait(min(0.1, max(0.0, deadline - time.monotonic())))
-        return True
+        return _wait_processed(self.processed, self._stop, count, timeout_s)
 
     def snapshot(self) -> PrometheusResult:
         with self._lock:
