@@ -180,34 +180,30 @@ def _labels(labels: Mapping[str, str]) -> list[tuple[str, str]]:
 
 
 def _sample(timestamp: int, value: float) -> bytes:
-    out = b""
-    if value != 0.0 or math.copysign(1.0, value) < 0 or math.isnan(value):
-        out += _key(1, _I64) + struct.pack("<d", value)
-    if timestamp:
-        out += _key(2, _VARINT) + _varint(timestamp)
-    return out
+    return _double(1, value) + (_key(2, _VARINT) + _varint(timestamp) if timestamp else b"")
+
+
+def _in_order(name: str | None, what: str, last: int | None, timestamp: int) -> int:
+    """``timestamp``, refused unless after ``last`` (the series' previous one of ``what``)."""
+    if last is not None and timestamp <= last:
+        raise RemoteWriteError(
+            f"{what} of {name} out of order: {timestamp} after {last} (a series' {what} must "
+            "be in strictly increasing time order)")
+    return timestamp
 
 
 def _series(series: Series) -> bytes:
-    out = [_bytes(1, _string(1, name) + _string(2, value))
-           for name, value in _labels(series.labels)]
+    name = series.labels.get("__name__")
+    out = [_bytes(1, _string(1, label) + _string(2, value))
+           for label, value in _labels(series.labels)]
     last: int | None = None
     for timestamp, value in series.samples:
-        if last is not None and timestamp <= last:
-            raise RemoteWriteError(
-                f"samples of {series.labels.get('__name__')} out of order: {timestamp} after "
-                f"{last} (a series' samples must be in strictly increasing time order)")
-        last = timestamp
+        last = _in_order(name, "samples", last, timestamp)
         out.append(_bytes(2, _sample(int(timestamp), float(value))))
     last = None
     for histogram in series.histograms:
-        encoded = _histogram(series.labels.get("__name__"), histogram)  # timestamp checked
-        if last is not None and histogram.timestamp <= last:
-            raise RemoteWriteError(
-                f"histograms of {series.labels.get('__name__')} out of order: "
-                f"{histogram.timestamp} after {last} (a series' histograms must be in strictly "
-                f"increasing time order)")
-        last = histogram.timestamp
+        encoded = _histogram(name, histogram)  # timestamp checked
+        last = _in_order(name, "histograms", last, histogram.timestamp)
         out.append(_bytes(4, encoded))
     return b"".join(out)
 
