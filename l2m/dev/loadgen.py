@@ -367,15 +367,11 @@ def run_load(spec: LoadSpec, progress: Callable[[Progress], None] | None = None,
         # no more logs — processes are ended at once; a thread dies with this process.
         complete = len(results) == spec.processes
         for worker in workers:
-            if isinstance(worker, threading.Thread):
-                if complete:
-                    worker.join(timeout=5)
-            else:
-                if complete:
-                    worker.join(timeout=5)
-                if worker.is_alive():
-                    worker.terminate()
-                    worker.join(timeout=5)
+            if complete:
+                worker.join(timeout=5)
+            if not isinstance(worker, threading.Thread) and worker.is_alive():
+                worker.terminate()
+                worker.join(timeout=5)
     done = [results[w] for w in sorted(results)]
     timeline = merged_timeline([r.timeline for r in done])
     first = min(r.timeline[0][0] for r in done)
