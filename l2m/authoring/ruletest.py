@@ -42,9 +42,9 @@ from l2m.authoring.testfile import (
 from l2m.batch.local import LocalRun, RunSettings, run_local
 from l2m.batch.summary import BackfillSummary
 from l2m.engine.routing import Routing
-from l2m.engine.samples import HISTOGRAM_KEY, QUANTILE_LABEL
+from l2m.engine.samples import HISTOGRAM_KEY
 from l2m.errors import ConfigError, L2mError, Problem, RuleValidationError
-from l2m.rules.model import Aggregation, Rule
+from l2m.rules.model import QUANTILE_LABEL, Aggregation, Rule
 from l2m.semantics import exphist
 from l2m.semantics.times import iso_text
 from l2m.yamlio.suggest import closest

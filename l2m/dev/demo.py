@@ -23,8 +23,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from l2m.config.job import JobConfig, SourceConfig, Topics
 from l2m.dev.broker import EmbeddedBroker, create_topics
 from l2m.dev.generator import GeneratorConfig, LogGenerator
-from l2m.engine.samples import HISTOGRAM_KEY, QUANTILE_LABEL
-from l2m.rules.model import Rule
+from l2m.engine.samples import HISTOGRAM_KEY
+from l2m.rules.model import QUANTILE_LABEL, Rule
 from l2m.runtime.runner import Runner
 
 PARTITIONS = 4

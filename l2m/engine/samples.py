@@ -29,7 +29,7 @@ from l2m.engine.columns import PACK_COLUMN, SAMPLE_COLUMNS
 from l2m.engine.nativebuckets import is_native_key, native_histogram
 from l2m.engine.partials import ARROW_TYPES, NONFINITE, Partial, nonfinite_text
 from l2m.policy.limits import OVERFLOW_LABEL
-from l2m.rules.model import LABEL_RE, NAME_RE, Rule
+from l2m.rules.model import LABEL_RE, NAME_RE, QUANTILE_LABEL, Rule
 from l2m.semantics.exphist import (
     SCHEMA_MAX,
     SCHEMA_MIN,
@@ -74,7 +74,6 @@ HISTOGRAM_FIELDS = ("name", "kind", "labels", HISTOGRAM_KEY, "timestamp", "accou
 # ``positive``/``negative`` are [index, count] pairs by index, nonzero counts only.
 HISTOGRAM_VALUE_FIELDS = ("schema", "zero_threshold", "zero_count", "count", "sum", "positive",
                           "negative")
-QUANTILE_LABEL = "quantile"
 KINDS = frozenset({"counter", "gauge"})
 MIN_MS, MAX_MS = -(2**62), 2**62
 _MAX_TIME_DIGITS = 19  # a TIME_HEADER longer than this is no time (MAX_MS has 19 digits)

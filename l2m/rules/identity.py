@@ -32,13 +32,10 @@ from collections.abc import Iterator, Sequence
 from itertools import islice
 
 from l2m.errors import Problem, render
-from l2m.rules.model import Aggregation, Kind, Rule
+from l2m.rules.model import QUANTILE_LABEL, Aggregation, Kind, Rule
 from l2m.semantics.values import label_name
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
-# The label a quantiles rule adds to each of its series (l2m.engine.samples.QUANTILE_LABEL,
-# not imported: the rules stage is below the engine).
-QUANTILE_LABEL = "quantile"
 # Problems reported per later rule: its first collisions in load order. A rule colliding with
 # thousands of others is one mistake, and its first few name it.
 MAX_PER_RULE = 10

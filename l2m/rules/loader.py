@@ -35,6 +35,7 @@ from l2m.rules.identity import HISTOGRAM_SUFFIXES, collisions
 from l2m.rules.model import (
     AGGREGATIONS,
     ALLOWED,
+    BUCKETED,
     ID_RE,
     KEYS,
     KINDS,
@@ -47,6 +48,7 @@ from l2m.rules.model import (
     NAME_RE,
     NATIVE_MAX_BUCKETS,
     NATIVE_SCHEMA,
+    QUANTILE_LABEL,
     QUANTILES_MAX_BUCKETS,
     QUANTILES_SCHEMA,
     REQUIRED,
@@ -728,8 +730,7 @@ class _RuleReader:
         if "native" not in self.raw:
             return unset, limit
         value, key_node, value_node = self.raw["native"]
-        if aggregation is not None and aggregation not in (Aggregation.HISTOGRAM,
-                                                            Aggregation.QUANTILES):
+        if aggregation is not None and aggregation not in BUCKETED:
             self.add("UNUSED_KEY", key_node, None, severity="warning", key="native",
                      aggregation=aggregation)
             return None, NATIVE_MAX_BUCKETS
@@ -900,7 +901,7 @@ class _RuleReader:
                              f"({overflow}, l2m deliver's l2m_account)")
         # `le` for every histogram: a rule that is native alone today may add classic bounds
         reserved = {Aggregation.HISTOGRAM: ("le", "histogram buckets"),
-                    Aggregation.QUANTILES: ("quantile", "the quantile of a quantile gauge")}
+                    Aggregation.QUANTILES: (QUANTILE_LABEL, "the quantile of a quantile gauge")}
         if aggregation in reserved:
             label, what = reserved[aggregation]
             if label in names:

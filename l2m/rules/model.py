@@ -76,6 +76,9 @@ MAX_DESCRIPTION = 1024  # Mimir's default metadata length limit
 UNIT_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 REQUIRED = ("id", "name", "kind", "query", "aggregation")
 MAX_BUCKETS = 128
+# The label a quantiles rule adds to each of its series: the quantile as written (its
+# `quantile_labels`), as a Prometheus summary's.
+QUANTILE_LABEL = "quantile"
 # Labels a series may carry (static labels, group-by labels and a histogram's `le`): Mimir's
 # default per-series limit, so every series l2m writes is one a TSDB takes.
 MAX_LABELS = 30
