@@ -64,7 +64,7 @@ from l2m.remotewrite.encode import (
     check_histogram,
     wire_histogram,
 )
-from l2m.rules.model import Aggregation, Rule
+from l2m.rules.model import Rule
 
 __all__ = ["CORRECTION", "FINAL", "HISTOGRAMS_REFUSED", "INVALID_LABEL", "MALFORMED",
            "MARK_HEADER", "NEW", "REQUEST_OUTCOMES", "SKIP_REASONS", "TIME_HEADER", "Outbox",
@@ -382,15 +382,7 @@ def metadata(rules: Iterable[Rule]) -> dict[str, Metadata]:
     together: one family), of type histogram — gaugehistogram for a gauge rule's native
     histograms (a classic one alone stays histogram, as before native histograms); a
     quantiles rule's is a gauge."""
-    return {r.id: Metadata(r.name, _family_type(r), r.description, r.unit) for r in rules}
-
-
-def _family_type(rule: Rule) -> str:
-    if rule.aggregation != Aggregation.HISTOGRAM:
-        return rule.kind.value
-    if rule.kind.value == "gauge" and rule.native_schema is not None:
-        return "gaugehistogram"
-    return "histogram"
+    return {r.id: Metadata(r.name, r.metric_type, r.description, r.unit) for r in rules}
 
 
 class Outbox:

@@ -73,7 +73,7 @@ def _family(members: list[Member], order: dict[int, int],
     fewer than :data:`MAX_PER_RULE` problems (``reported``, across families)."""
     suffixed: list[Member] = []  # earlier histograms writing this name with a suffix
     plain: list[Member] = []  # earlier rules writing this name as it is
-    by_type: dict[tuple[str, bool, bool], _Layouts] = {}  # earlier plain rules by metric type
+    by_type: dict[tuple[str, str], _Layouts] = {}  # earlier plain rules by metric type
     for rule, suffix in members:
         if suffix is not None:
             # Only a plain rule of the name collides with a histogram's suffixed series.
@@ -101,13 +101,12 @@ def _family(members: list[Member], order: dict[int, int],
             by_type.setdefault(_kind(rule), _Layouts()).add(rule)
 
 
-def _kind(rule: Rule) -> tuple[str, bool, bool]:
-    """A metric family's type as one name must keep it: its kind, whether a histogram, and
-    whether a gauge histogram with native buckets — remote write's ``gaugehistogram``, where
-    a classic gauge histogram is sent as ``histogram``: one family name, one TYPE."""
-    histogram = rule.aggregation == Aggregation.HISTOGRAM
-    return rule.kind, histogram, histogram and rule.kind == Kind.GAUGE \
-        and rule.native_schema is not None
+def _kind(rule: Rule) -> tuple[str, str]:
+    """A metric family's type as one name must keep it: its kind and the type remote write
+    sends (:attr:`~l2m.rules.model.Rule.metric_type`: a classic gauge histogram is a
+    ``histogram``, one with native buckets a ``gaugehistogram``) — one family name, one
+    TYPE."""
+    return rule.kind.value, rule.metric_type
 
 
 class _Layouts:
@@ -229,7 +228,7 @@ def _example(a: Rule, b: Rule) -> str:
 
 
 def _type(rule: Rule) -> str:
-    if _kind(rule)[2]:
+    if rule.metric_type == "gaugehistogram":
         return "gauge native histogram"
     return f"{rule.kind} histogram" if rule.aggregation == Aggregation.HISTOGRAM else rule.kind
 

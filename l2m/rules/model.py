@@ -156,6 +156,17 @@ class Rule:
         return self.aggregation in BUCKETED
 
     @property
+    def metric_type(self) -> str:
+        """The type of the metric family this rule writes, as remote write's metadata sends
+        it: ``counter`` or ``gauge`` (quantile gauges too), ``histogram`` (a classic gauge
+        histogram too, as before native histograms), ``gaugehistogram`` for a gauge with
+        native buckets."""
+        if self.aggregation != Aggregation.HISTOGRAM:
+            return self.kind.value
+        return "gaugehistogram" if self.kind == Kind.GAUGE and self.native_schema is not None \
+            else "histogram"
+
+    @property
     def classic(self) -> bool:
         """Whether this rule writes a classic histogram family (``_bucket``, ``_sum``,
         ``_count``): a histogram with ``buckets``."""
