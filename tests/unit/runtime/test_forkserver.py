@@ -4,11 +4,11 @@ fresh interpreter would is forked by it, with the client's argv, working directo
 environment, standard streams, ignored signals and exit status; anything else, and every
 process when there is no server, runs on the plain interpreter.
 
-The processes are this file itself, run as ``python -m test_forkserver MODE ...`` from its own
-folder (``-m`` puts the working directory first on the path, forked or not; a ``PYTHONPATH``
-entry would make the server decline): each mode prints what the process sees as one JSON line
-(see :func:`_main`). A forked process's parent is the server; a plain one's is this process,
-since the wrapper and the client ``exec`` the interpreter."""
+The processes are forkprobe.py beside this file, run as ``python -m forkprobe MODE ...`` from
+this folder (``-m`` puts the working directory first on the path, forked or not; a
+``PYTHONPATH`` entry would make the server decline): each mode prints what the process sees as
+one JSON line (see forkprobe's ``_main``). A forked process's parent is the server; a plain
+one's is this process, since the wrapper and the client ``exec`` the interpreter."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -32,18 +31,18 @@ import pytest
 
 import l2m
 from l2m.runtime import forkserver
+from tests.unit.runtime.forkprobe import SIGNALS
 
 BIN = Path(l2m.__file__).resolve().parent / "bin"
 WRAPPER = BIN / "python"
 CLIENT = BIN / "forkclient.py"
 HERE = Path(__file__).resolve().parent
-PROBE = ["-m", Path(__file__).stem]
+PROBE = ["-m", "forkprobe"]
 # Every process a test starts ends well within this, or the test fails instead of hanging.
 TIMEOUT = 20
 # The server's hash seed (forkserver.start): a request must carry it to be forked.
 SEED = os.environ.get("PYTHONHASHSEED", forkserver.HASH_SEED)
 OTHER_SEED = "1" if SEED != "1" else "2"
-SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCHLD")
 
 
 def _fresh_signals() -> dict[str, str]:
@@ -191,9 +190,9 @@ def test_a_module_is_forked_with_the_client_s_argv_cwd_environment_streams_and_s
     report, done = _probe(["report", str(code), "two words", "", "ü"], env,
                           stdin=b"line one\nline two\n")
     assert report["ppid"] == server.process.pid
-    assert report["argv"] == [str(HERE / "test_forkserver.py"),
+    assert report["argv"] == [str(HERE / "forkprobe.py"),
                               "report", str(code), "two words", "", "ü"]
-    assert report["name"] == "__main__" and report["spec"] == "test_forkserver"
+    assert report["name"] == "__main__" and report["spec"] == "forkprobe"
     assert report["cwd"] == str(HERE) and report["path0"] == str(HERE)
     assert report["env"] == env  # exactly: L2M_TEST_X and nothing of the server's own
     assert report["stdin"] == "line one\nline two\n"
@@ -564,91 +563,6 @@ def test_stopping_lets_running_children_finish_and_later_processes_run_plain() -
         report, done = _probe(["report"], env)
         assert report["ppid"] == os.getpid()
         assert done.returncode == 0
-
-
-# ---------------------------------------------------------------------------------------------
-# The probe: this file run as `python -m test_forkserver MODE ...`
-
-
-def _disposition(name: str) -> str:
-    handler = signal.getsignal(getattr(signal, name))
-    if handler == signal.SIG_IGN:
-        return "ignored"
-    if handler == signal.SIG_DFL:
-        return "default"
-    if handler is signal.default_int_handler:
-        return "KeyboardInterrupt"
-    return repr(handler)
-
-
-def _report(**more: object) -> None:
-    """One JSON line of what this process sees, flushed."""
-    try:
-        import l2m_forkserver_marker  # type: ignore[import-not-found]  # a PYTHONPATH test's
-
-        marker = l2m_forkserver_marker.FOUND
-    except ImportError:
-        marker = None
-    streams = {name: {"buffer": type(stream.buffer).__name__,
-                      "line_buffering": stream.line_buffering,
-                      "write_through": getattr(stream, "write_through", None),
-                      "encoding": stream.encoding, "errors": stream.errors}
-               for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout),
-                                    ("stderr", sys.stderr))}
-    report = {
-        "pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv, "name": __name__,
-        "spec": __spec__.name if __spec__ else None, "cwd": os.getcwd(), "path0": sys.path[0],
-        "path": sys.path, "env": dict(os.environ), "hash": hash("abc"),
-        "signals": {name: _disposition(name) for name in SIGNALS}, "streams": streams,
-        "flags": repr(sys.flags), "no_user_site": bool(sys.flags.no_user_site),
-        "executable": sys.executable, "marker": marker, **more,
-    }
-    print(json.dumps(report), flush=True)
-
-
-def _main(mode: str, args: list[str]) -> None:
-    if mode == "report":  # report [CODE [ARGS]]: reads stdin, writes both streams
-        _report(stdin=sys.stdin.read())
-        print("on stdout")
-        print("on stderr", file=sys.stderr)
-        sys.exit(int(args[0]) if args else 0)
-    elif mode == "exit":  # exit MESSAGE
-        _report()
-        sys.exit(args[0])
-    elif mode == "raise":
-        _report()
-        raise RuntimeError("boom")
-    elif mode == "echo":  # stdin to stdout, through the text layer
-        _report()
-        sys.stdout.write(sys.stdin.read())
-    elif mode == "sleep":  # sleep SECONDS
-        _report()
-        time.sleep(float(args[0]))
-    elif mode == "trap":  # until SIGTERM, then exit 7
-        def stop(number: int, frame: object) -> None:
-            print("got SIGTERM", flush=True)
-            sys.exit(7)
-
-        signal.signal(signal.SIGTERM, stop)
-        _report()
-        time.sleep(TIMEOUT)
-    elif mode == "failed-start":  # failed-start FOLDER: a server whose Python does not exist
-        tempfile.tempdir = args[0]
-        before = set(os.listdir("/proc/self/fd"))
-        try:
-            forkserver.start(os.path.join(args[0], "no-such-python"))
-        except FileNotFoundError:
-            after = set(os.listdir("/proc/self/fd"))
-            print(json.dumps({"opened": sorted(after - before), "closed": sorted(before - after),
-                              "env_set": forkserver.ENV in os.environ}))
-        else:
-            sys.exit("the server started")
-    else:
-        raise SystemExit(f"unknown probe mode {mode!r}")
-
-
-if __name__ == "__main__":
-    _main(sys.argv[1], sys.argv[2:])
 
 
 def test_a_server_that_cannot_start_leaves_nothing_behind(tmp_path: Path) -> None:
