@@ -140,7 +140,8 @@ class Receiver:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/api/v1/write"
 
     def __enter__(self) -> Receiver:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        # serve_forever's default 0.5 s poll is how long __exit__'s shutdown() would wait.
+        threading.Thread(target=self._server.serve_forever, args=(0.01,), daemon=True).start()
         return self
 
     def __exit__(self, *_: Any) -> None:

@@ -313,7 +313,7 @@ def test_once_credentials_refused_end_the_endpoint_with_an_error_naming_it(monke
 
     monkeypatch.setattr(deliver_module, "ONCE_AUTH_ATTEMPTS", 3)
     server = Receiver([(401, {})] * 10)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
     try:
         delivery, lines, consumers = loop([Record(sample(account="acme"), 0)], Sender(),
                                           monkeypatch)
