@@ -188,6 +188,7 @@ def run_mode(spark: SparkSession, bootstrap: str, workdir: Path, mode: str, burs
         out = {"kind": kind, "logs": len(lines), "batches": len(batches),
                "batch_ms": sum(p["durationMs"]["triggerExecution"] for p in batches),
                "durations": [p["durationMs"] for p in batches],
+               "batch_ids": [p["batchId"] for p in batches],
                "new_series": new_series(series_before, series_after),
                "refused_logs": refused_logs(activity_before, dict(counts.activity.value)),
                "offered": dict(source.offered) if kind == "burst" else {},
