@@ -58,8 +58,8 @@ class CounterCall(KeyCall):
             return self.count(shard, rule_id, rule_rows, stored, gen, book, now, watermark,
                               admission, tally)
 
-        samples = self.apply(self.vars.counter_series, book, rows, counters.rules,
-                             COUNTED_INTERNAL, update)
+        samples = self.apply(self.vars.counter_series, self.vars.counter_pages, book, rows,
+                             counters.rules, COUNTED_INTERNAL, update)
         # A new key's meta is written whatever the clock: RuleBook.fresh relies on it.
         if fresh or now - meta.get("swept", 0) >= SWEEP_MS:
             tally.update(self.recount(shard, book, meta))
@@ -95,20 +95,24 @@ class CounterCall(KeyCall):
                 book.live(rule_id, counters.rules.get(rule_id))
             return samples
         added = []
-        writes = []
-        for name, (last_seen, buckets) in sorted(updated["series"].items()):
-            if last_seen != now:
+        written: dict[str, Any] = {}
+        for name, value in updated["series"].items():
+            if value[0] != now:
                 continue  # fetched, not touched (an overflow series nothing went to)
-            writes.append(((rule_id, name), dump_value([gen, last_seen, buckets])))
+            written[name] = value
             if user and name != OVERFLOW_SERIES:
                 book.add(rule_id, seen.get(name))
                 if name not in seen:
                     added.append(name)
             elif user:
                 book.touch(rule_id)
-        MapIO(self.vars.counter_series).put(writes)
         if user:
+            self.write_series(book, rule_id, gen, written)
             book.listing(rule_id, added, ())
+        else:
+            MapIO(self.vars.counter_series).put(
+                [((rule_id, name), dump_value([gen, *value]))
+                 for name, value in sorted(written.items())])
         if status and "late" in updated:  # rewritten each batch: it lives while logs come
             self.vars.counter_series.updateValue((STATUS_RULE, LATE_SERIES),
                                                  dump_value([0, now, updated["late"]]))

@@ -70,20 +70,22 @@ touched rules are swept each batch). A section:
 from __future__ import annotations
 
 import functools
+import zlib
 from typing import Any
 
 import orjson
 
 from l2m.errors import StateFormatError
 
-STATE_FORMAT = 7  # the format a new checkpoint is written in
+STATE_FORMAT = 8  # the format a new checkpoint is written in
 BLOB_FORMAT = 2  # the format releases 0.1.0 and 0.2.0 wrote: continued, one blob per key
 READABLE = (BLOB_FORMAT, STATE_FORMAT)  # every format this l2m continues (tests/golden)
 # Who wrote each format this l2m refuses: no release of l2m did.
 WRITTEN_BY = {0: "l2m builds before state format versions",
               1: "l2m builds before 0.1.0",
               3: "0.3.0 development builds", 4: "0.3.0 development builds",
-              5: "0.3.0 development builds", 6: "0.3.0 development builds"}
+              5: "0.3.0 development builds", 6: "0.3.0 development builds",
+              7: "0.3.0 development builds"}
 UPGRADE_HINT = (
     "Start this release on a new `checkpoint:` path with `source.starting_offsets` set to where "
     "the old job stopped: counters restart at 0, which PromQL reads as a counter reset; "
@@ -92,13 +94,17 @@ UPGRADE_HINT = (
 STATE_KEY = ("shard", "window")  # the state key's columns, both formats
 CUMULATIVE = -1  # the window of every counter key
 
-# Format 7's key layout.
+# Format 8's key layout.
 LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
 GROUP_PREFIX = "@"  # a bucket's key in a rule map: a rule id never starts with it
 RULE_ACCOUNT = "acct"  # an own rule entry's account (a member's is its group's)
 # An entry's JSON longer than this many bytes is stored as an LZ4 frame (dump_entry): below
 # it the frame's header would eat most of what it saves.
 FRAME_BYTES = 1024
+# A rule past its small size keeps its series in pages of about this many (pages_for): a page
+# is one state request whichever number of its series a batch touches, and a request's fixed
+# cost is that of about 3 KB of value (benchmarks/README.md, "How is state stored?").
+PAGE_SERIES = 32
 _FRAMED = b"\x00"  # the first byte of a framed entry: never the first of JSON text
 
 
@@ -113,8 +119,40 @@ def refusal(found: object, where: str) -> str:
 
 
 def bucket_key(number: int) -> str:
-    """The key of bucket ``number``'s entry in a rule map (format 7)."""
+    """The key of bucket ``number``'s entry in a rule map."""
     return GROUP_PREFIX + str(number)
+
+
+def series_hash(name: str) -> int:
+    """The hash that places a series in its rule's pages: CRC-32 of its UTF-8 name. Stored
+    pages are found by it: it must never change."""
+    return zlib.crc32(name.encode("utf-8", "surrogatepass"))
+
+
+def page_at(h: int, pages: int) -> int:
+    """The page of ``pages`` (linear hashing) holding a series of hash ``h``: the low bits of
+    ``h`` below the smallest power of two of at least ``pages``, one bit fewer when that names
+    a page not made yet. Growing ``pages`` by one splits one page only (:func:`split_from`)."""
+    high = 1 << max(pages - 1, 0).bit_length()
+    page = h & (high - 1)
+    return page if page < pages else page & ((high >> 1) - 1)
+
+
+def page_of(name: str, pages: int) -> int:
+    """The page of a rule's ``pages`` holding the series ``name``."""
+    return page_at(series_hash(name), pages)
+
+
+def split_from(old: int, new: int) -> list[int]:
+    """The pages of ``old`` whose series may move when a rule grows to ``new`` pages: the page
+    each new page's series were in (a new page's number is itself a hash that lands in it)."""
+    return sorted({page_at(page, old) for page in range(old, new)})
+
+
+def pages_for(series: int) -> int:
+    """How many pages a rule of ``series`` series spreads them over: one per
+    :data:`PAGE_SERIES`."""
+    return max(1, -(-series // PAGE_SERIES))
 
 
 def dump_blob(content: dict[str, Any]) -> bytes:
@@ -172,11 +210,12 @@ def load_value(stored: tuple[Any, ...] | None) -> Any:
 
 
 def check_key_meta(meta: dict[str, Any]) -> None:
-    """A format 7 key's stored meta, or :class:`StateFormatError`: a key of another format, or
-    one a development build continued from format 4 or 5 without moving it into buckets (its
-    meta says 7, but it has no buckets, ``"nb"``, or no complete groups, ``"g"``)."""
+    """A key's stored meta of :data:`STATE_FORMAT`, or :class:`StateFormatError`: a key of
+    another format, named as the build that wrote it knew it (a development build continued
+    format 4 or 5 keys as 7 without moving them into buckets: no ``"nb"``, or no complete
+    groups, ``"g"``)."""
     version = meta.get("v")
-    if version == STATE_FORMAT and ("nb" not in meta or meta.get("g") != 1):
+    if version == 7 and ("nb" not in meta or meta.get("g") != 1):
         version = 4 if meta.get("g") != 1 else 5
     if version != STATE_FORMAT:
         raise StateFormatError(refusal(version, "a state key of the checkpoint"))

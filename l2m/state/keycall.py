@@ -30,10 +30,10 @@ from l2m.engine.rulesets import RuleVersion
 from l2m.rules.model import Rule
 from l2m.state.caps import CallCaps
 from l2m.state.counters import REFUSED_RULE, CounterState
-from l2m.state.format import STATE_FORMAT, check_key_meta, dump_value, load_value
+from l2m.state.format import STATE_FORMAT, check_key_meta, load_value, pages_for
 from l2m.state.gauges import GaugeState
-from l2m.state.mapio import MapIO
 from l2m.state.output import refusal_rows
+from l2m.state.pages import Pages
 from l2m.state.rows import Rows
 from l2m.state.rulebook import RuleBook, live_since
 from l2m.state.tally import Tally
@@ -78,6 +78,7 @@ class KeyCall:
         self.call = call
         self.vars = variables
         self.handle = handle
+        self.pages = Pages(None, True, None)  # the call's, made by apply()
 
     def meta(self) -> tuple[dict[str, Any], bool]:
         """The key's meta, and whether the key is new (:func:`read_meta`)."""
@@ -96,16 +97,39 @@ class KeyCall:
                since: int | None = None) -> tuple[dict[str, Any], bool]:
         """The stored entries of the rule's series among ``names`` (for a listed rule only
         the listed ones are read), its overflow series' too when some are new; and whether
-        some are. ``since``: counters last touched before it count as expired."""
+        some are. ``since``: counters last touched before it count as expired. A rule with an
+        entry keeps its series in pages (:attr:`pages`), l2m's own rules one entry each in
+        ``state``."""
         listed = book.listed(rule_id)
         lookup = names if listed is None else names & listed
-        found = self.fetch(state, book, rule_id, sorted(lookup), gen, since)
+        found = self.stored(state, book, rule_id, sorted(lookup), gen, since)
         if listed is not None and len(found) < len(lookup):
             book.listing(rule_id, (), lookup - found.keys())  # expired meanwhile
         new = not names <= found.keys()
         if new:
-            found.update(self.fetch(state, book, rule_id, (OVERFLOW_SERIES,), gen, since))
+            found.update(self.stored(state, book, rule_id, (OVERFLOW_SERIES,), gen, since))
         return found, new
+
+    def stored(self, state: Any, book: RuleBook, rule_id: str, names: Iterable[str], gen: int,
+               since: int | None) -> dict[str, Any]:
+        """The stored entries of these series (:meth:`fetch`): a paged rule's from its pages."""
+        entry = book.entries.get(rule_id)
+        if entry is None:
+            return self.fetch(state, book, rule_id, names, gen, since)
+        return self.pages.fetch(rule_id, gen, entry["pg"], names)
+
+    def write_series(self, book: RuleBook, rule_id: str, gen: int, values: dict[str, Any]
+                     ) -> None:
+        """A paged rule's written series in their pages, which are spread over more once the
+        rule's series outgrow them (:meth:`~l2m.state.pages.Pages.grow`)."""
+        entry = book.entries[rule_id]
+        pages = entry["pg"]
+        self.pages.put(rule_id, gen, pages, values, book.listed(rule_id))
+        wanted = pages_for(book.bound(rule_id, None))
+        if wanted > pages:
+            self.pages.grow(rule_id, gen, pages, wanted)
+            entry["pg"] = wanted
+            book.changed.add(rule_id)
 
     def keep_small(self, rule_id: str, book: RuleBook, state: Any, gen: int,
                    series: dict[str, Any]) -> None:
@@ -117,17 +141,16 @@ class KeyCall:
             self.spill(rule_id, book, state, gen)
 
     def spill(self, rule_id: str, book: RuleBook, state: Any, gen: int) -> None:
-        """A rule outgrew :data:`SMALL_RULE`: its series move from its entry to one entry each
+        """A rule outgrew :data:`SMALL_RULE`: its series move from its entry to its pages
         (once per generation), counted and listed as such rules are."""
         entry = book.entries[rule_id]
         small = entry.pop("s")
-        counters = book.bucket_ms is not None
-        MapIO(state).put([((rule_id, name), dump_value([gen, *value] if counters
-                                                       else [gen, value]))
-                          for name, value in sorted(small.items())])
+        pages = entry["pg"] = pages_for(len(small))
+        # Pages of an older generation read as holding nothing: none is read.
+        self.pages.load(rule_id, gen, (), range(pages))
+        self.pages.put(rule_id, gen, pages, small)
         names = sorted(n for n in small if n != OVERFLOW_SERIES)
-        if counters:
-            assert book.bucket_ms is not None
+        if book.bucket_ms is not None:
             n: dict[str, int] = {}
             for name in names:
                 bucket = str(small[name][0] // book.bucket_ms)
@@ -139,13 +162,12 @@ class KeyCall:
             book.list_from(rule_id, names)
         book.changed.add(rule_id)
 
-    @staticmethod
-    def exists(state: Any) -> Callable[[str, str, int], bool]:
-        """Whether a series entry of a rule's generation is stored in ``state``."""
-        def exists(rule_id: str, name: str, gen: int) -> bool:
-            entry = load_value(state.getValue((rule_id, name)))
-            return entry is not None and entry[0] == gen
-        return exists
+    def holds(self, book: RuleBook) -> Callable[[str, str, int], bool]:
+        """Whether a series of a paged rule's generation is stored (its page read if not
+        yet): what prunes a rule's list of its series."""
+        def holds(rule_id: str, name: str, gen: int) -> bool:
+            return self.pages.holds(rule_id, gen, book.entries[rule_id]["pg"], name)
+        return holds
 
     @staticmethod
     def fetch(state: Any, book: RuleBook, rule_id: str, names: Iterable[str], gen: int,
@@ -166,14 +188,16 @@ class KeyCall:
                 found[name] = entry[1:]
         return found
 
-    def apply(self, state: Any, book: RuleBook, rows: dict[str, Rows],
+    def apply(self, state: Any, page_state: Any, book: RuleBook, rows: dict[str, Rows],
               rules: Mapping[str, Rule], internal: Iterable[str], update: Update
               ) -> list[dict[str, Any]]:
         """One key's batch, counters' or a window's: each rule's entry and the stored series
         its rows touch read, the caps of the rules bringing new series looked up, ``update``
-        called per rule (then for the refusals the caps made), the rule entries written
-        back. ``internal``: l2m's own rules among ``rows`` (series entries of generation 0,
-        no caps). Returns the samples."""
+        called per rule (then for the refusals the caps made), the rule entries and pages
+        written back. ``state``: the series entries of ``internal``, l2m's own rules among
+        ``rows`` (generation 0, no caps); ``page_state``: the pages of every other rule.
+        Returns the samples."""
+        self.pages = Pages(page_state, book.fresh, book.since)
         fetched: dict[str, dict[str, Any]] = {}
         gens: dict[str, int] = {}
         new: dict[str, int] = {}  # rule → its series this call may start, at most
@@ -216,5 +240,6 @@ class KeyCall:
             stored = self.fetch(state, book, REFUSED_RULE,
                                 {name for name, _le, _p in refusals}, 0)
             samples += update(REFUSED_RULE, refusals, stored, 0, None)
-        book.write(self.exists(state) if book.bucket_ms is not None else None)
+        book.write(self.holds(book) if book.bucket_ms is not None else None)
+        self.pages.flush()
         return samples

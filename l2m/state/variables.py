@@ -1,4 +1,4 @@
-"""The state processor's variables (format 7), declared on Spark's handle, and the light
+"""The state processor's variables (format 8), declared on Spark's handle, and the light
 wrapper the query is given (:class:`Deferred`).
 
 Light on purpose: Spark runs the processor's ``init`` on the driver too, in a Python process of
@@ -18,7 +18,7 @@ from typing import Any
 from pyspark import cloudpickle
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
 from l2m.process.collector import task_paused, task_resumed
 
@@ -26,6 +26,7 @@ from l2m.process.collector import task_paused, task_resumed
 # to be parsed, a round trip per schema in every state task's init (14 calls instead of 5).
 ENTRY = StructType([StructField("value", BinaryType())])  # orjson bytes (l2m.state.format)
 SERIES_KEY = StructType([StructField("rule", StringType()), StructField("series", StringType())])
+PAGE_KEY = StructType([StructField("rule", StringType()), StructField("page", IntegerType())])
 RULE_KEY = StructType([StructField("rule", StringType())])
 BUCKETS = 128  # last-touch buckets per counter TTL: how late an expired series stops counting
 
@@ -40,8 +41,10 @@ class Variables:
     """The processor's state variables (layouts: :mod:`l2m.state.format`)."""
 
     counter_series: Any  # MapState (rule, series) -> entry, expiring after the counter TTL
+    counter_pages: Any  # MapState (rule, page) -> entry, expiring after the counter TTL
     counter_rules: Any  # MapState rule -> entry, outliving the buckets that count its series
     gauge_series: Any  # MapState (rule, series) -> entry
+    gauge_pages: Any  # MapState (rule, page) -> entry
     gauge_rules: Any  # MapState rule -> entry
     meta: Any  # ValueState: the key's format, buckets, sweep or timer
 
@@ -50,11 +53,13 @@ def declare(handle: StatefulProcessorHandle, ttl_ms: int) -> Variables:
     """Declare the variables on ``handle`` (only possible in the processor's ``init``)."""
     return Variables(
         counter_series=handle.getMapState("counter_series", SERIES_KEY, ENTRY, ttl_ms),
+        counter_pages=handle.getMapState("counter_pages", PAGE_KEY, ENTRY, ttl_ms),
         # A rule's entry must outlive the buckets that count its series: the last one's end
         # comes up to a bucket after its newest series expires.
         counter_rules=handle.getMapState("counter_rules", RULE_KEY, ENTRY,
                                          ttl_ms + 2 * bucket_ms(ttl_ms)),
         gauge_series=handle.getMapState("gauge_series", SERIES_KEY, ENTRY),
+        gauge_pages=handle.getMapState("gauge_pages", PAGE_KEY, ENTRY),
         gauge_rules=handle.getMapState("gauge_rules", RULE_KEY, ENTRY),
         meta=handle.getValueState("meta", ENTRY),
     )

@@ -86,7 +86,8 @@ class WindowCall(KeyCall):
                 tally[SeriesCount(rule_id, shard, window)] = book.live(rule_id, rules[rule_id])
             return out
 
-        samples = self.apply(self.vars.gauge_series, book, by_rule(frames), rules, (), update)
+        samples = self.apply(self.vars.gauge_series, self.vars.gauge_pages, book,
+                             by_rule(frames), rules, (), update)
         if gauges.tally is not None and tally:
             gauges.tally.add(tally)
         out = list(emitted(samples, self.call.activity, now,
@@ -123,18 +124,21 @@ class WindowCall(KeyCall):
                                          {"sig": signature(rule), "series": stored}, rows,
                                          admission)
         added = []
-        writes = []
-        for name, buckets in sorted(updated["series"].items()):
+        written: dict[str, Any] = {}
+        for name, buckets in updated["series"].items():
             if before.get(name) == orjson.dumps(buckets):
                 continue  # fetched, not touched (an overflow series nothing went to)
-            writes.append(((rule_id, name), dump_value([gen, buckets])))
+            written[name] = buckets
             if rule_id != REFUSED_RULE and name != OVERFLOW_SERIES:
                 book.add(rule_id, None if name not in before else 0)
                 if name not in before:
                     added.append(name)
-        MapIO(self.vars.gauge_series).put(writes)
         if rule_id != REFUSED_RULE:
+            self.write_series(book, rule_id, gen, written)
             book.listing(rule_id, added, ())
+        else:
+            MapIO(self.vars.gauge_series).put([((rule_id, name), dump_value([gen, buckets]))
+                                               for name, buckets in sorted(written.items())])
         return samples
 
     def publish(self, window: int, watermark: int, now: int,
@@ -163,9 +167,13 @@ class WindowCall(KeyCall):
                 small[rule_id] = entry["s"]
         series: dict[str, dict[str, Any]] = {**small}
         for (rule_id, name), stored in list(self.vars.gauge_series.iterator()):
-            value = load_value(stored)
-            if rule_id not in small and gens.get(rule_id) == value[0]:
+            value = load_value(stored)  # l2m's refusal gauge's
+            if gens.get(rule_id) == value[0]:
                 series.setdefault(rule_id, {})[name] = value[1]
+        for (rule_id, _number), stored in list(self.vars.gauge_pages.iterator()):
+            page = load_value(stored)
+            if rule_id not in small and gens.get(rule_id) == page["g"]:
+                series.setdefault(rule_id, {}).update(page["s"])
         samples: list[dict[str, Any]] = []
         for rule_id in sorted(series):
             of = self.rule(rule_id)
@@ -231,5 +239,6 @@ class WindowCall(KeyCall):
         for at in list(self.handle.listTimers()):
             self.handle.deleteTimer(at)
         self.vars.gauge_series.clear()
+        self.vars.gauge_pages.clear()
         self.vars.gauge_rules.clear()
         self.vars.meta.clear()

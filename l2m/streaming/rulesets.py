@@ -52,6 +52,7 @@ from l2m.rules.model import Rule
 from l2m.rules.snapshot import restore, snapshot, version_of
 from l2m.semantics.windows import MINUTE_MS
 from l2m.state.checkpoint import Files, LocalFiles, local_checkpoint
+from l2m.state.format import STATE_FORMAT
 
 FOLDER = "rulesets"  # under the checkpoint: the snapshots
 CURRENT = "CURRENT"  # under the local folder: the version new batches are planned with
@@ -160,7 +161,8 @@ class RulesetPublisher:
         """A new good rule set: new batches are planned with it from now on; its version."""
         if not self.live:
             raise RuleSnapshotError(
-                "live rule changes need a checkpoint of state format 7; this one holds format 2, "
+                f"live rule changes need a checkpoint of state format {STATE_FORMAT}; this one "
+                "holds format 2, "
                 "of release 0.2.0 or earlier (docs/streaming.md \"Upgrading\"): restart l2m run "
                 "to apply the changed rules, or start a new checkpoint")
         with collector_paused():

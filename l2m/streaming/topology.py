@@ -21,7 +21,7 @@ from l2m.engine.samples import PACK_SAMPLES
 from l2m.kafka.deadletters import DEAD_LETTER_MAX_BYTES
 from l2m.rules.identity import shown_type
 from l2m.rules.model import Rule
-from l2m.state.format import BLOB_FORMAT, CUMULATIVE, STATE_FORMAT, STATE_KEY
+from l2m.state.format import BLOB_FORMAT, CUMULATIVE, PAGE_SERIES, STATE_FORMAT, STATE_KEY
 
 
 def _fmt_ms(ms: int) -> str:
@@ -85,7 +85,7 @@ l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
     --> partials only leave the task: those of one state key in one row (an Arrow IPC stream)
     --> Watermark: max event time of routed logs - {_fmt_ms(cfg.grace_ms)}
     --> Exchange: hash({keys}); shard = the shard of the rule's account (of the rule without one)
-    --> State: transformWithStateInPandas, RocksDB, keyed by ({keys}), one map entry per series
+    --> State: transformWithStateInPandas, RocksDB, keyed by ({keys}), a large rule's series in pages
           series caps per rule {_cap(lim.max_series_per_rule)}, metric {_cap(lim.max_series_per_metric)}, account {_cap(lim.max_series_per_account)}: past them, the rule's overflow series
           counters: window {CUMULATIVE}, {cfg.counter_shards} shards, TTL {_fmt_ms(cfg.counter_ttl_ms)}
           gauges:   1-minute windows, until the watermark passes the window
@@ -98,7 +98,7 @@ l2m-metrics ({len(counters)} counter rules, {len(gauges)} gauge rules)
 | parse | `{m("l2m.engine.parse")}` | JSON → typed columns for the referenced fields only, and one boolean per regex/wildcard (RE2, `{m("l2m.query.patterns")}`); event time `{cfg.timestamp_field}`, else the Kafka timestamp; more than {_fmt_ms(cfg.max_future_ms)} ahead of the record: `future`; malformed and future → `{cfg.topics.dead_letters}` with the reason (records over {DEAD_LETTER_MAX_BYTES // 1024} KiB cut) |
 | route | `{m("l2m.engine.match")}`, `{m("l2m.engine.fanout")}` | each rule's query evaluated on Arrow, every distinct query node once per chunk of logs; rules scoped to an account only on that account's logs; one row per (log, rule, series) |
 | pre-aggregate | `{m("l2m.engine.preaggregate")}`, `{m("l2m.engine.partials")}`, `{m("l2m.engine.streamtask")}` | per task, before any shuffle: one partial per ({", ".join(KEY)}); counters have no window; exact decimal sums; a state key's partials leave the task as one packed row, read back at once by the state stage |
-| state | `{m("l2m.state.processor")}` | one key per ({keys}) for all rules together, one map entry per series: a batch reads and writes only the series it touches; idle counters expire by the state TTL |
+| state | `{m("l2m.state.processor")}` | one key per ({keys}) for all rules together; a small rule's series in its entry, a large rule's in pages of about {PAGE_SERIES} (hashed): a batch reads and writes only the entries of the series it touches; idle counters expire by the state TTL |
 | series caps | `{m("l2m.engine.admission")}` | every series of an account in one shard, so each cap is counted in one key; a new series past a cap goes to its rule's overflow series (`l2m_overflow="true"`), the logs counted as `l2m_series_refused_total` |
 | counters | `{m("l2m.state.counters")}` (`CounterState`) | cumulative per series, many series per Python call; idle series dropped after the TTL; the input statuses (one key) also count late logs, `l2m_late_logs_total` |
 | gauges | `{m("l2m.state.gauges")}` (`GaugeState`) | watermark = max event time − grace; corrected windows re-emitted; logs for windows past the watermark dropped |

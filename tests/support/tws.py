@@ -40,6 +40,18 @@ class Store:
                 and (v[1] is None or self.now < v[1])}
 
 
+    def paged(self, name: str, key: Any = None) -> dict[tuple[str, str], Any]:
+        """Every series the pages of ``name`` (``counter_pages``, ``gauge_pages``) hold, of
+        one grouping key or all, by (rule, series): the value stored for it (pages of an
+        older generation than their rule's included; their series read as absent)."""
+        out: dict[tuple[str, str], Any] = {}
+        for k, page in self.live(name, key).items():
+            rule = (k if key is not None else k[1])[0]
+            for series, value in page["s"].items():
+                out[rule, series] = value
+        return out
+
+
 class _State:
     def __init__(self, store: Store, name: str, ttl_ms: int | None) -> None:
         self.store = store

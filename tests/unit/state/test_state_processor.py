@@ -28,7 +28,7 @@ from l2m.rules.model import Aggregation
 from l2m.state.buckets import GROUP_SERIES, bucket_count, bucket_of
 from l2m.state.caps import CallCaps
 from l2m.state.counters import CounterState
-from l2m.state.format import CUMULATIVE, bucket_key
+from l2m.state.format import CUMULATIVE, bucket_key, page_of
 from l2m.state.gauges import GaugeState
 from l2m.state.keycall import SMALL_RULE
 from l2m.state.processor import MetricProcessor
@@ -112,10 +112,14 @@ def test_a_batch_reads_and_writes_only_the_series_it_touches():
     store.reset()
     out = call(fn, store, (0, CUMULATIVE), [row("c", 3), row("c", 7)], now=W + 500)
     assert values(out) == {("c", (("s", "s3"),)): 2.0, ("c", (("s", "s7"),)): 2.0}
-    # two series read and written; the account's group (which lists the rule as having an
-    # entry of its own), the rule's entry and the key's meta read
+    # the pages of the two series read and written (1,000 series: 32 pages); the account's
+    # group (which lists the rule as having an entry of its own), the rule's entry and the
+    # key's meta read
+    assert rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")["pg"] == 32
+    assert [page_of(name(i), 32) for i in (3, 7)] == [19, 10]
     assert (store.reads, store.writes) == (5, 2)
-    assert len(store.live("counter_series")) == 1000
+    assert len(store.paged("counter_pages")) == 1000
+    assert len(store.live("counter_pages")) == 32
     store.reset()  # in the next last-touch bucket the rule's counts move: its entry written,
     # and its account's group, which must outlive it (once per bucket)
     call(fn, store, (0, CUMULATIVE), [row("c", 3)], now=W + 1000)
@@ -175,8 +179,8 @@ def test_counters_and_caps_decide_exactly_as_one_blob_per_key(seed, small):
         assert values(got) == values(expected), b
         overflowed |= any(s["labels"].get("l2m_overflow") for s in got)
     assert overflowed
-    per_series = {k[1][1] for k in store.live("counter_series")}
-    assert (OVERFLOW_SERIES in per_series) == (small < 6)  # moved to one entry per series
+    paged = {series for _rule, series in store.paged("counter_pages")}
+    assert (OVERFLOW_SERIES in paged) == (small < 6)  # moved to pages
 
 
 @pytest.mark.parametrize("small", [0, 512, 4])
@@ -224,9 +228,9 @@ def test_gauges_decide_exactly_as_one_blob_per_key_and_close_with_the_watermark(
     assert store.timers[(0, W)] == {W + 60_000}
     tws.fire(fn, store, now=W + 60_000, watermark=W + 30_000)  # not closed yet: again later
     assert store.timers[(0, W)] == {W + 120_000}
-    assert store.live("gauge_series" if not small else "gauge_rules")
+    assert store.live("gauge_pages" if not small else "gauge_rules")
     tws.fire(fn, store, now=W + 120_000, watermark=W + 60_000)
-    assert not store.live("gauge_series") and not store.live("gauge_rules")
+    assert not store.live("gauge_pages") and not store.live("gauge_rules")
     assert not store.timers[(0, W)] and not store.live("meta")
 
 
@@ -263,12 +267,13 @@ def test_a_small_rule_is_one_read_and_one_write_per_batch_whatever_it_touches():
     out = tws.call(fn, store, (0, CUMULATIVE), [row("c", 3), row("c", 7)], now=W + 500)
     assert values(out) == {("c", (("s", "s3"),)): 2.0, ("c", (("s", "s7"),)): 2.0}
     assert (store.reads, store.writes) == (2, 1)  # the rule's entry (and the key's meta)
-    assert not store.live("counter_series")
+    assert not store.live("counter_pages")
     tws.call(fn, store, (0, CUMULATIVE), [row("c", i) for i in range(100, 600)],
-             now=W + 600)  # past SMALL_RULE: one entry per series from now on
-    assert len(store.live("counter_series")) == 600
+             now=W + 600)  # past SMALL_RULE: in pages from now on
+    assert len(store.paged("counter_pages")) == 600
+    assert len(store.live("counter_pages")) == 19  # 600 series, 32 a page
     entry = rule_entry(store, "counter_rules", (0, CUMULATIVE), "c")
-    assert "s" not in entry and entry["n"] == {str(W // 1000): 600}
+    assert "s" not in entry and entry["n"] == {str(W // 1000): 600} and entry["pg"] == 19
 
 
 def test_a_changed_signature_restarts_the_rule_without_rewriting_its_entries():
@@ -303,15 +308,15 @@ def test_an_untouched_rule_restarted_by_its_signature_counts_none_of_its_old_ser
 
 def test_an_entry_of_another_format_is_refused():
     fn, store = processor()
-    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 8}',), None)
-    with pytest.raises(StateFormatError, match="format 8"):
+    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 9}',), None)
+    with pytest.raises(StateFormatError, match="format 9"):
         tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W)
 
 
 @pytest.mark.parametrize(("meta", "found"), [
     (b'{"v": 6, "g": 1, "nb": 1}', 6), (b'{"v": 5, "g": 1}', 5), (b'{"v": 4}', 4),
     # continued by a development build, which rewrote the version but not the layout
-    (b'{"v": 7, "g": 1}', 5), (b'{"v": 7, "nb": 1}', 4)])
+    (b'{"v": 7, "g": 1}', 5), (b'{"v": 7, "nb": 1}', 4), (b'{"v": 7, "g": 1, "nb": 1}', 7)])
 def test_a_key_of_a_development_build_s_format_is_refused_naming_it(meta, found):
     fn, store = processor()
     store.data[("meta", (0, CUMULATIVE), None)] = ((meta,), None)
@@ -320,7 +325,7 @@ def test_a_key_of_a_development_build_s_format_is_refused_naming_it(meta, found)
     assert str(err.value).startswith(
         f"a state key of the checkpoint holds state format {found}, which only 0.3.0 "
         "development builds wrote; this l2m continues format 2 (releases 0.1.0 and 0.2.0) "
-        "and format 7. Start this release on a new `checkpoint:` path")
+        "and format 8. Start this release on a new `checkpoint:` path")
 
 
 # The golden state's first account (acme): small rules (c, g) in its group, rules past the
@@ -351,10 +356,10 @@ def golden_row(rule: str, series: str, value: float, window: int | None = None,
 
 
 def _golden_store(kind: str) -> tuple[tws.Store, tuple[int, int], int]:
-    """A store holding one key's format 7 state as pinned in tests/golden (written with a
+    """A store holding one key's format 8 state as pinned in tests/golden (written with a
     7-day TTL by :data:`GOLDEN_RULES`), every value as its stored bytes (base64: some are LZ4
     frames)."""
-    doc = orjson.loads(GOLDEN_DIR.joinpath(f"state-v7-{kind}.json").read_bytes())
+    doc = orjson.loads(GOLDEN_DIR.joinpath(f"state-v8-{kind}.json").read_bytes())
     key = tuple(doc["key"])
     store = tws.Store()
     for name, entries in doc["state"].items():
@@ -380,9 +385,9 @@ def test_a_full_capped_rule_fed_unique_ids_reads_only_its_own_series():
                            ("c", (("l2m_overflow", "true"),)): 200.0,
                            ("l2m-series-refused", (("account", "a"), ("limit", "rule"),
                                                    ("rule", "c"))): 200.0}
-    # the account's group, the rule's entry, its one listed series, its overflow series, the
-    # refusal count, meta
-    assert store.reads == 6
+    # the account's group, the rule's entry, its one page (its listed series' and its overflow
+    # series'), the refusal count, meta
+    assert store.reads == 5
 
 
 def test_a_listed_series_that_expired_is_new_again_and_the_list_is_pruned():
@@ -545,8 +550,8 @@ def test_the_query_is_given_a_deferred_processor_that_decides_exactly_as_the_pro
     wrapped.close()
     assert gc.isenabled()  # … to its end
     assert store.ttls == expected.ttls == {
-        "counter_series": TTL, "counter_rules": TTL + 2 * (TTL // BUCKETS),
-        "gauge_series": None, "gauge_rules": None, "meta": None}
+        "counter_series": TTL, "counter_pages": TTL, "counter_rules": TTL + 2 * (TTL // BUCKETS),
+        "gauge_series": None, "gauge_pages": None, "gauge_rules": None, "meta": None}
 
 
 # The rules format 7's golden state was written by: two accounts (acme: c, d, g, k; zeta: e,
@@ -574,13 +579,14 @@ def test_bucket_of_is_pinned_and_bucket_count_a_power_of_two_near_one_per_8_acco
         1, 1, 1, 2, 4, 16, 256, 4_096]
 
 
-# Format 7's golden state (tests/golden/state-v7-*.json, every value as its stored bytes): a
-# counter key with zeta's rule e's 24 series and more, and a gauge window
-# with 24 series of g and of h — each key's bucket past 1 KiB, stored as an LZ4 frame.
-GOLDEN7_SERIES = [f"5:svc{i:02d}" for i in range(24)]
+# Format 8's golden state (tests/golden/state-v8-*.json, every value as its stored bytes): a
+# counter key with zeta's rule e's 24 series and more, and acme's rule d in a page of its own;
+# a gauge window with 24 series of g and of h, and acme's rule k in a page — each key's bucket
+# past 1 KiB, stored as an LZ4 frame.
+GOLDEN_SERIES = [f"5:svc{i:02d}" for i in range(24)]
 
 
-def test_v7_counter_state_continues_exactly_from_a_framed_bucket():
+def test_v8_counter_state_continues_exactly_from_a_framed_bucket_and_a_page():
     store, key, now = _golden_store("counter")
     bucket = (bucket_key(0),)
     assert store.data[("counter_rules", key, bucket)][0][0][:1] == b"\x00"  # framed
@@ -595,10 +601,22 @@ def test_v7_counter_state_continues_exactly_from_a_framed_bucket():
     assert (store.reads, store.writes) == (2, 1)  # meta and the bucket; the bucket
     assert store.data[("counter_rules", key, bucket)][0][0][:1] == b"\x00"  # framed again
     assert sorted(group_of(store, "counter_rules", key, "zeta")["r"]["e"]["s"]) == sorted(
-        ["3:web", *GOLDEN7_SERIES])
+        ["3:web", *GOLDEN_SERIES])
+    store.reset()
+    out = tws.call(fn, store, key, [golden_row("d", "2:db", 3.0, ts=now + 100)],
+                   now=now + 2000)
+    assert values(out) == {("d", (("svc", "db"),)): 5.0}
+    # meta, the bucket (acme's group lists d's own entry), d's entry, its page; the page
+    assert (store.reads, store.writes) == (4, 1)
+    assert store.paged("counter_pages", key) == {
+        ("d", n): [now + 2000 if n == "2:db" else W + 1000, {"": [
+            *([2, 2, 5.0, "5.0", 2.0, 3.0, now + 100] if n == "2:db" else [1, 1, v, str(v),
+                                                                           v, v, W + 100])]}]
+        for n, v in (("!overflow", 1.0), ("2:db", 2.0), ("2:mq", 1.0), ("3:api", 1.0),
+                     ("3:dns", 4.0))}
 
 
-def test_v7_gauge_state_publishes_every_series_of_a_framed_bucket_once():
+def test_v8_gauge_state_publishes_every_series_of_a_framed_bucket_and_a_page_once():
     store, key, now = _golden_store("gauge")
     fn = _golden_processor(store)
     out = tws.call(fn, store, key, [golden_row("h", "5:svc03", 9.0, window=key[1],
@@ -606,8 +624,8 @@ def test_v7_gauge_state_publishes_every_series_of_a_framed_bucket_once():
     assert values(out) == {("h", (("svc", "svc03"),)): 9.0}
     final = tws.fire(fn, store, now=now + 60_000, watermark=key[1] + 120_000)
     published = output_samples(final)
-    expected = {("g", (("svc", s[2:]),)): 7.0 for s in GOLDEN7_SERIES}
-    expected |= {("h", (("svc", s[2:]),)): 5.0 for s in GOLDEN7_SERIES}
+    expected = {("g", (("svc", s[2:]),)): 7.0 for s in GOLDEN_SERIES}
+    expected |= {("h", (("svc", s[2:]),)): 5.0 for s in GOLDEN_SERIES}
     expected |= {("h", (("svc", "svc03"),)): 9.0}
     expected |= {("k", (("svc", s),)): 1.0 for s in ("web", "api", "db")}
     assert len(published) == 51 and values(published) == expected

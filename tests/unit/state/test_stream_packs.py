@@ -189,13 +189,15 @@ def test_a_task_s_tally_travels_as_columns_and_arrives_whole():
             {SampleCount("x"): 1}
 
 
-def test_packs_are_asked_for_with_format_7_only_and_reach_the_kafka_source():
+def test_packs_are_asked_for_with_the_current_format_only_and_reach_the_kafka_source():
     from l2m.config.job import JobConfig
     from l2m.engine.rulesets import Versions
     from l2m.kafka.options import RUNTIME
+    from l2m.state.format import STATE_FORMAT
     from l2m.streaming.job import rule_options
 
-    options = rule_options(JobConfig(), Versions("v", "o"), "/tmp/current", state_format=7)
+    options = rule_options(JobConfig(), Versions("v", "o"), "/tmp/current",
+                           state_format=STATE_FORMAT)
     assert options["pack"] == "1"
     # source_frame hands the Kafka source every one of them by its field
     assert set(options) <= set(RUNTIME)
