@@ -7,7 +7,7 @@ Input: a copy of the code to measure (``--code``: a tree with ``l2m/`` and ``ben
 e.g. ``git archive HEAD`` plus the built scanner) — never the checkout, whose state code may
 be mid-edit. The run imports everything from it (``PYTHONPATH``, which Spark's Python workers
 inherit). One uncapped job of :func:`benchmarks.churn.run_mode`: warm-up, a steady batch, a
-trickle batch, one burst of ``--burst`` logs with fresh ids, a trickle batch.
+trickle batch, ``--bursts`` bursts of ``--burst`` logs with fresh ids, a trickle batch.
 
 Output, into ``--out`` (``costs.json``), around every measured batch:
 
@@ -219,6 +219,7 @@ class Watch:
         self.batches: list[dict[str, Any]] = []
         self._before: dict[str, Any] = {}
         self._spy: subprocess.Popen[bytes] | None = None
+        self.bursts = 0
 
     def pids(self) -> dict[str, Any]:
         tree = children()
@@ -242,13 +243,15 @@ class Watch:
     def __call__(self, mode: str, kind: str, when: str) -> None:
         if when == "before":
             self._before = self.snapshot()
+            if kind == "burst":
+                self.bursts += 1
             if self.pyspy and kind == "burst":
                 fork = self._before["pids"]["forkserver"][0]
                 py_spy = Path(sys.executable).parent / "py-spy"
                 self._spy = subprocess.Popen(
                     [str(py_spy), "record", "--pid", str(fork), "--subprocesses", "--native",
                      "--rate", "50", "--format", "raw", "-o",
-                     str(self.out / "burst.pyspy.txt")],
+                     str(self.out / f"burst-{self.bursts}.pyspy.txt")],
                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
             return
         after = self.snapshot()
@@ -411,17 +414,26 @@ def calls_summary(calls: Path, start: float, end: float) -> dict[str, Any]:
 
 
 def report(out: Path) -> list[str]:
-    """A run's burst taken apart (lines of text): per new series, µs."""
+    """A run's bursts taken apart (lines of text): per new series, µs."""
     r = json.loads((out / "costs.json").read_text())
-    burst = next(s for s in r["steps"] if s["kind"] == "burst")
+    lines: list[str] = []
+    bursts = [s for s in r["steps"] if s["kind"] == "burst"]
+    batches = [b for b in r["batches"] if b["kind"] == "burst"]
+    for n, (burst, batch) in enumerate(zip(bursts, batches, strict=True), 1):
+        lines += burst_report(out, r, n, burst, batch)
+    return lines
+
+
+def burst_report(out: Path, r: dict[str, Any], n: int, burst: dict[str, Any],
+                 batch: dict[str, Any]) -> list[str]:
+    """One burst of a run taken apart (:func:`report`)."""
     made = sum(burst["new_series"].values())
-    batch = next(b for b in r["batches"] if b["kind"] == "burst")
     ids = {str(i) for i in burst.get("batch_ids", [])}
 
     def per(seconds: float) -> str:
         return f"{seconds * 1e6 / made:,.1f} µs"
 
-    lines = [f"{out}: burst {burst['logs']:,} logs, {made:,} new series, batch "
+    lines = [f"{out}: burst {n}, {burst['logs']:,} logs, {made:,} new series, batch "
              f"{burst['batch_ms']:,} ms ({per(burst['batch_ms'] / 1000)} per new series); "
              f"load {r['loadavg']}",
              f"CPU over the burst ({batch['wall_s']} s wall): JVM {batch['jvm_cpu_s']} s "
@@ -459,7 +471,7 @@ def report(out: Path) -> list[str]:
                 f"{c['send_s']:.2f} s; MapIO gets {c['get']:,} in {c['get_calls']:,} calls "
                 f"({c['get_s']:.2f} s), puts {c['put']:,} in {c['put_calls']:,} calls "
                 f"({c['put_s']:.2f} s); pyspark's own calls {c['single']}")
-    spy = out / "burst.pyspy.txt"
+    spy = out / f"burst-{n}.pyspy.txt"
     if spy.exists():
         table = profile_table(spy)
         total = sum(sum(v.values()) for v in table.values())
@@ -476,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--code", required=True, help="a copy of the code to measure")
     ap.add_argument("--out", required=True)
     ap.add_argument("--burst", type=int, default=250_000)
+    ap.add_argument("--bursts", type=int, default=2,
+                    help="the first finds the id rules small (series inside their entry), "
+                         "the second one entry per series")
     ap.add_argument("--trigger-ms", type=int, default=10_000)
     ap.add_argument("--pyspy", action="store_true")
     ap.add_argument("--instrument", action="store_true")
@@ -514,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
                                              "spark.eventLog.compress": "false",
                                              "spark.eventLog.rolling.enabled": "false",
                                              "spark.eventLog.dir": f"file://{events}"}))
-        steps = run_mode(spark, broker.bootstrap, Path(tmp), "uncapped", args.burst, 1, 1,
+        steps = run_mode(spark, broker.bootstrap, Path(tmp), "uncapped", args.burst,
+                         args.bursts, 1,
                          args.trigger_ms, True, watch)
         spark.stop()
     result = {"code": str(code), "burst": args.burst, "steps": steps, "batches": watch.batches,
