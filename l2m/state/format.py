@@ -133,9 +133,9 @@ def page_at(h: int, pages: int) -> int:
     """The page of ``pages`` (linear hashing) holding a series of hash ``h``: the low bits of
     ``h`` below the smallest power of two of at least ``pages``, one bit fewer when that names
     a page not made yet. Growing ``pages`` by one splits one page only (:func:`split_from`)."""
-    high = 1 << max(pages - 1, 0).bit_length()
-    page = h & (high - 1)
-    return page if page < pages else page & ((high >> 1) - 1)
+    mask = (1 << (pages - 1).bit_length()) - 1 if pages > 1 else 0
+    page = h & mask
+    return page if page < pages else page & (mask >> 1)
 
 
 def page_of(name: str, pages: int) -> int:

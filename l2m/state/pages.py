@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from l2m.state.format import dump_value, load_value, page_of, split_from
+from l2m.state.format import dump_value, load_value, page_at, series_hash, split_from
 from l2m.state.mapio import MapIO
 
 Page = tuple[str, int]  # (rule, page number): a page's key
@@ -38,6 +38,18 @@ class Pages:
         self.gens: dict[str, int] = {}  # each rule's generation, the pages' it reads
         self.stored: set[Page] = set()  # pages the state holds (of any generation)
         self.dirty: set[Page] = set()
+        self._hashes: dict[str, int] = {}  # each series' hash, computed once a call
+
+    def where(self, names: Iterable[str], pages: int) -> dict[str, int]:
+        """The page of each of these series among a rule's ``pages``."""
+        hashes = self._hashes
+        out: dict[str, int] = {}
+        for name in names:
+            h = hashes.get(name)
+            if h is None:
+                h = hashes[name] = series_hash(name)
+            out[name] = page_at(h, pages)
+        return out
 
     def load(self, rule_id: str, gen: int, numbers: Iterable[int],
              empty: Iterable[int] = ()) -> None:
@@ -63,7 +75,7 @@ class Pages:
         """The stored values of these series of the rule (of ``pages`` pages, generation
         ``gen``), their pages read as needed; counters last touched before ``since`` are
         expired, whatever Spark's TTL has done yet."""
-        where = {name: page_of(name, pages) for name in names}
+        where = self.where(names, pages)
         self.load(rule_id, gen, where.values())
         found: dict[str, Any] = {}
         since = self.since
@@ -77,16 +89,17 @@ class Pages:
             listed: set[str] | None = None) -> None:
         """Store these series' values. Their pages not read yet are read first (one exchange);
         ``listed``: every series the rule holds, so a page none of them is in is known empty."""
-        where = {name: page_of(name, pages) for name in values}
+        where = self.where(values, pages)
         unread = {n for n in where.values() if (rule_id, n) not in self.series}
         if unread and listed is not None:
-            holding = {page_of(name, pages) for name in listed}
+            holding = set(self.where(listed, pages).values())
             self.load(rule_id, gen, unread & holding, unread - holding)
         else:
             self.load(rule_id, gen, unread)
+        series = self.series
         for name, number in where.items():
-            self.series[rule_id, number][name] = values[name]
-            self.dirty.add((rule_id, number))
+            series[rule_id, number][name] = values[name]
+        self.dirty.update((rule_id, number) for number in set(where.values()))
 
     def grow(self, rule_id: str, gen: int, old: int, new: int) -> None:
         """The rule's series spread over ``new`` pages instead of ``old``: the pages whose
@@ -105,8 +118,8 @@ class Pages:
             # reads as holding nothing.
             self.series[rule_id, number] = {}
             self.dirty.add((rule_id, number))
-        for name, value in moving.items():
-            self.series[rule_id, page_of(name, new)][name] = value
+        for name, number in self.where(moving, new).items():
+            self.series[rule_id, number][name] = moving[name]
 
     def holds(self, rule_id: str, gen: int, pages: int, name: str) -> bool:
         """Whether the series ``name`` of the rule is stored (its page read if not yet)."""
