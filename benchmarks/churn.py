@@ -319,8 +319,8 @@ def churn_markdown(result: dict[str, Any]) -> list[str]:
              "series plus gauge (series, window) pairs the job's state tasks counted "
              f"(overflow series included). Trickle: batches of {result['probe_logs']:,} "
              "ordinary logs before and after the bursts (medians).", "",
-             "| caps | burst | batch, ms | new series | refused logs | new series/s | "
-             "logs/s |",
+             "| caps | burst | batch, ms | new series | logs refused, summed over rules | "
+             "new series/s | logs/s |",
              "|---|---|---|---|---|---|---|"]
     for mode, m in result["modes"].items():
         for i, b in enumerate(m["bursts"], 1):
