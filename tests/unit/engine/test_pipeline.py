@@ -73,8 +73,14 @@ def test_exact_values_of_repeated_values_are_converted_once_and_equal() -> None:
     assert got == [_expected_exact(v) for v in values]
 
 def _rules() -> list[Any]:
-    return [*load_rules([ROOT / "rules", ROOT / "benchmarks" / "rules.yaml"]).rules,
-            *load_text(SCOPED_RULES)[0]]
+    return list(_loaded_rules())
+
+
+@functools.cache
+def _loaded_rules() -> tuple[Any, ...]:
+    # Read once for the file's tests (rules are frozen): each read took ~0.15 s.
+    return (*load_rules([ROOT / "rules", ROOT / "benchmarks" / "rules.yaml"]).rules,
+            *load_text(SCOPED_RULES)[0])
 
 
 def _lines(n: int, seed: int) -> list[bytes]:
@@ -118,8 +124,15 @@ def test_account_slices_match_exactly_what_an_account_mask_matches() -> None:
     assert {"acct-web", "acct-lat", "acct-sum"} <= scoped and "acct-none" not in scoped
 
 
+@pytest.fixture(scope="module")
+def tenant_rules(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    """60 tenants' rules (benchmarks.tenants), read once for the three cases below."""
+    folder = tmp_path_factory.mktemp("tenants")
+    return list(load_rules([write_rules(folder / "tenants.yaml", 60)]).rules)
+
+
 @pytest.mark.parametrize("accounts", [3, 40, 400])
-def test_account_rows_are_the_per_rule_slices_rows_in_the_same_order(tmp_path: Path,
+def test_account_rows_are_the_per_rule_slices_rows_in_the_same_order(tenant_rules: list[Any],
                                                                     accounts: int) -> None:
     # The array path (each distinct query's hits once, every rule's share cut by binary
     # search) against the reference loop it replaces: a numpy call per (account, rule).
@@ -133,8 +146,7 @@ def test_account_rows_are_the_per_rule_slices_rows_in_the_same_order(tmp_path: P
         f"  - {{id: hist-{k}, name: d_{k}, kind: gauge, query: '*', aggregation: histogram, "
         f"field: http.duration_ms, buckets: {[[1, 2], [1.0, 2.0]][k % 2]}, "
         f"account: {tenant(k)}}}" for k in range(0, 40, 3))
-    rules = [*load_rules([write_rules(tmp_path / "tenants.yaml", 60)]).rules,
-             *load_text(SCOPED_RULES)[0], *load_text(f"rules:\n{own}\n")[0]]
+    rules = [*tenant_rules, *load_text(SCOPED_RULES)[0], *load_text(f"rules:\n{own}\n")[0]]
     routing = plan_for(rules, max_label_value_length=8)
     gen = LogGenerator(GeneratorConfig(seed=accounts, accounts=accounts, malformed_ratio=0.02,
                                        late_ratio=0.05))
