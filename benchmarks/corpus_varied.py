@@ -357,3 +357,49 @@ class VariedGenerator:
                               h=f"{rng.getrandbits(48):012x}", iso=iso)
         return {"@timestamp": self._time(ts), "host": rng.choice(HOSTS), "program": program,
                 "pid": rng.randint(100, 99_999), "message": message}
+
+
+def _produce_slice(bootstrap: str, topic: str, seed: int, worker: int, workers: int,
+                   counts: list[int]) -> int:
+    """This worker's share of every partition's records, from a generator of its own."""
+    from confluent_kafka import Producer
+
+    gen = VariedGenerator(VariedConfig(seed=seed + worker))
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
+                         "batch.num.messages": 10_000, "queue.buffering.max.messages": 500_000,
+                         "log_level": "3"})
+    sent = 0
+    for partition, count in enumerate(counts):
+        for _ in range(count // workers + (1 if worker < count % workers else 0)):
+            line = gen.next_line()
+            while True:
+                try:
+                    producer.produce(topic, value=line, partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            sent += 1
+            if sent % 20_000 == 0:
+                producer.poll(0)
+    producer.flush(300)
+    return sent
+
+
+def preload_varied(bootstrap: str, topic: str, partitions: int, records: int, seed: int = 58,
+                   workers: int = 2) -> float:
+    """A backlog of ``records`` logs of this corpus spread evenly over ``partitions`` of an
+    existing ``topic``, by ``workers`` processes, each partition then closed as
+    :func:`benchmarks.load.preload` closes them. Returns seconds."""
+    import multiprocessing as mp
+    import time
+
+    from benchmarks.load import close_partitions
+
+    counts = [records // partitions + (1 if p < records % partitions else 0)
+              for p in range(partitions)]
+    started = time.monotonic()
+    with mp.get_context("spawn").Pool(workers) as pool:
+        pool.starmap(_produce_slice, [(bootstrap, topic, seed, w, workers, counts)
+                                      for w in range(workers)])
+    close_partitions(bootstrap, topic, partitions)
+    return time.monotonic() - started

@@ -47,12 +47,15 @@ def _consume(bootstrap: str, topic: str, partitions: list[int], expected: int,
 
 
 def consume_rate(bootstrap: str, records: int, partitions: int, processes: int,
-                 parse: bool = False) -> dict:
+                 parse: bool = False, topic: str | None = None) -> dict:
     """Records per second of a backlog of ``records`` logs over ``partitions``, consumed by
-    ``processes`` processes (and each record parsed with ``orjson.loads`` when ``parse``)."""
-    topic = f"limit-{uuid.uuid4().hex[:6]}"
-    create_topics(bootstrap, [topic], partitions=partitions)
-    preload(LoadSpec(bootstrap, topic, partitions, records))
+    ``processes`` processes (and each record parsed with ``orjson.loads`` when ``parse``):
+    the load generator's logs on a topic of its own, or ``topic``'s backlog when given (one
+    preloaded with ``records`` logs, as :func:`benchmarks.load.preload` closes them)."""
+    if topic is None:
+        topic = f"limit-{uuid.uuid4().hex[:6]}"
+        create_topics(bootstrap, [topic], partitions=partitions)
+        preload(LoadSpec(bootstrap, topic, partitions, records))
     groups = [list(range(partitions))[i::processes] for i in range(processes)]
     share = [sum(records // partitions + (1 if p < records % partitions else 0) for p in g)
              for g in groups]
@@ -66,10 +69,12 @@ def consume_rate(bootstrap: str, records: int, partitions: int, processes: int,
             "processes": processes, "parsed": parse}
 
 
-def consume_parse_rate(bootstrap: str, records: int, partitions: int, processes: int) -> dict:
+def consume_parse_rate(bootstrap: str, records: int, partitions: int, processes: int,
+                       topic: str | None = None) -> dict:
     """The ceiling measured together: consume + ``orjson.loads`` of every record, one process
-    per core (issue 21's reference, 261.7k logs/s on def2d50's machine)."""
-    return consume_rate(bootstrap, records, partitions, processes, parse=True)
+    per core (issue 21's reference, 261.7k logs/s on def2d50's machine); of ``topic``'s
+    backlog when given (another corpus's, issue 58), else of the load generator's logs."""
+    return consume_rate(bootstrap, records, partitions, processes, parse=True, topic=topic)
 
 
 def parse_rate(records: int) -> dict:

@@ -62,6 +62,12 @@ def test_smoke_profile_writes_results_targets_and_plots(tmp_path: Path):
     shipped = issue21["once"]["shipped"]
     assert len(shipped["batches"]) == 1 and shipped["logs"] == issue21["once"]["logs"]
     assert shipped["runs_s"] == [shipped["whole_s"]]  # one round in the smoke profile
+    # issue 58's second corpus: two micro-batches of 500, no shipped plan in the smoke profile
+    varied = issue21["once"]["varied"]
+    assert varied["corpus"] == "varied" and varied["rules"] == "rules_text.yaml"
+    assert 1_000 <= varied["logs"] <= 1_004 and varied["steady_logs_per_s"]
+    assert "shipped" not in varied and varied["ceiling"]["per_s"] > 0
+    assert any(n.startswith("varied corpus (rules_text.yaml), 1,000 logs: steady") for n in names)
     assert result["limit"]["consume_parse"]["per_s"] > 0
     remote = result["remote_write"]
     # 100 series over 2 batches; delivery adds a 0 before each new series.
