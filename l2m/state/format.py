@@ -1,15 +1,15 @@
 """The stored form of streaming state: the two formats this l2m continues, their keys and
 layouts, and the refusal of every other.
 
-Input: a blob of format 2 or a map entry of format 7 from the state store (bytes), a
+Input: a blob of format 2 or a map entry of format 8 from the state store (bytes), a
 checkpoint's or a key's format number. Output: the stored mapping, or
 :class:`~l2m.errors.StateFormatError` with one ``[STATE_FORMAT]`` line naming the format found,
 who wrote it and what to do.
 
 State outlives releases. Releases 0.1.0 and 0.2.0 wrote format 2 (:data:`BLOB_FORMAT`); a
 checkpoint of theirs continues in its own layout (:mod:`l2m.state.format2`), a plain restart.
-A new checkpoint is written in format 7 (:data:`STATE_FORMAT`, :mod:`l2m.state.processor`).
-Formats 1 (builds before 0.1.0) and 3 to 6 (0.3.0 development builds) are refused
+A new checkpoint is written in format 8 (:data:`STATE_FORMAT`, :mod:`l2m.state.processor`).
+Formats 1 (builds before 0.1.0) and 3 to 7 (0.3.0 development builds) are refused
 (:data:`WRITTEN_BY`), before Spark starts when the checkpoint's ``l2m.json`` names them
 (:func:`l2m.state.checkpoint.check_checkpoint`) and at their first blob or key otherwise;
 format 0 (no version at all) too. ``tests/golden/`` pins both formats read.
@@ -17,31 +17,41 @@ format 0 (no version at all) too. ``tests/golden/`` pins both formats read.
 Both formats key the state by (shard, window) (:data:`STATE_KEY`): a counter key by shard with
 window :data:`CUMULATIVE`, a gauge key by (shard, one-minute window).
 
-Format 7 (not blobs: ``transformWithStateInPandas`` state variables of a key,
+Format 8 (not blobs: ``transformWithStateInPandas`` state variables of a key,
 :mod:`l2m.state.variables`, each value orjson bytes, stored framed when longer than
 :data:`FRAME_BYTES` — :func:`dump_entry`: a 0 byte (no JSON text starts with it), the JSON's
 length as 4 bytes little-endian, then the JSON as one LZ4 frame; a bucket's JSON is ≈ 2.8× its
 frame, and Spark's state server, RocksDB and the checkpoint's changelog handle every byte of
 every entry a batch touches; shorter values are plain JSON):
 
-* ``meta``: ``{"v": 7, "g": 1, "nb": buckets, "swept": ms}`` (counter keys: when every rule's
-  live series were last re-counted) or ``{"v": 7, "g": 1, "nb": buckets, "timer": ms[,
+* ``meta``: ``{"v": 8, "g": 1, "nb": buckets, "swept": ms}`` (counter keys: when every rule's
+  live series were last re-counted) or ``{"v": 8, "g": 1, "nb": buckets, "timer": ms[,
   "published": ms][, "rs": version]}`` (window keys: the pending timer, when the window was
   published final, and the rule set of the key's last input, which its timers publish with);
   ``"nb"``: the key's buckets, a power of two (about one per eight accounts the rule set
   places in the key's shard, :func:`l2m.state.buckets.bucket_count`);
-* ``counter_series`` (rule, series) → ``[generation, last_seen_ms, {le: partial}]``; the input
-  statuses' late count is (``__status__``, :data:`LATE_SERIES`) → ``[0, last_seen_ms,
-  partial]``; ``gauge_series`` (rule, series) → ``[generation, {le: partial}]``;
+* ``counter_pages`` / ``gauge_pages`` (rule, page number) → ``{"g": generation, "s": {series:
+  value}}``: a large rule's series (one past its small size), each in the page
+  :func:`page_of` its name (linear hashing over the entry's ``"pg"`` pages, about
+  :data:`PAGE_SERIES` series a page); a counter's value ``[last_seen_ms, {le: partial}]``
+  (counter pages expire after ``counter_ttl`` without a write, their series one by one as the
+  page is next written), a gauge's ``{le: partial}``. A page of another generation than its
+  rule's holds none of its series;
+* ``counter_series`` (rule, series) → ``[0, last_seen_ms, {le: partial}]``: l2m's own counter
+  rules' series (the input statuses', the refusals'), one entry each; the input statuses' late
+  count is (``__status__``, :data:`LATE_SERIES`) → ``[0, last_seen_ms, partial]``;
+  ``gauge_series`` (rule, series) → ``[0, {le: partial}]``: the refusal gauge's;
 * ``counter_rules`` / ``gauge_rules``: a rule's entry — ``{"sig": signature, "gen": generation,
   "n": live series (counters: ``{bucket: count}`` by last-touch bucket, bucket = last touch ms
   // (counter_ttl / 128); gauges: a count), "w": bucket of the entry's last write[, "s":
-  {series: [last_seen_ms, {le: partial}]} (gauges: ``{series: {le: partial}}``)][, "m":
-  [series…]][, "o": 1][, "acct": account]}``. ``"s"``: a small rule's series, kept in its entry
-  until it has more than 512; then they move to series entries for the rest of the generation.
-  ``"m"``: such a moved rule's series, every live one (and expired ones not yet pruned), kept
-  when its per-rule cap is at most 20,000. A series entry whose generation is not its rule's
-  reads as absent, a counter's last touched more than ``counter_ttl`` ago as expired. An
+  {series: [last_seen_ms, {le: partial}]} (gauges: ``{series: {le: partial}}``)][, "pg":
+  pages][, "m": [series…]][, "o": 1][, "acct": account]}``. ``"s"``: a small rule's series,
+  kept in its entry until it has more than 512; then they move to its pages (``"pg"``: how
+  many, grown to one per :data:`PAGE_SERIES` of the series it counts) for the rest of the
+  generation. ``"m"``: such a moved rule's series, every live one (and expired ones not yet
+  pruned), kept when its per-rule cap is at most 20,000. A page whose generation is not its
+  rule's holds none of its series, a counter last touched more than ``counter_ttl`` ago is
+  expired. An
   account's small rules' entries are members of its *group*, ``{"r": {rule: entry}, "own":
   [rule…]}`` (``"own"``: its rules with an entry of their own — past the small size, or moved
   out of a group past 2,048 series, marked ``"o"``); the groups of several accounts share one
@@ -49,7 +59,7 @@ every entry a batch touches; shorter values are plain JSON):
   last write}``, the account's bucket a BLAKE2b hash of the account modulo ``"nb"``
   (:func:`l2m.state.buckets.bucket_of`). Every other rule's entry is its own, keyed by its id,
   and records the account it counts for (``"acct"``, :data:`RULE_ACCOUNT`; absent in entries
-  written before it was added: the rule's current account). Its key and its series entries' are
+  written before it was added: the rule's current account). Its key and its pages' are
   the rule's whatever its account, so a rule moved to another account of the key and back may
   find the other account's entry there: one whose ``"acct"`` is not the rule's account is not
   this account's, and the rule starts a new generation (the other's series read as absent)
@@ -183,7 +193,7 @@ def _lz4() -> Any:
 
 
 def dump_entry(value: Any) -> bytes:
-    """A map entry's stored value (format 7): its JSON, framed when longer than
+    """A map entry's stored value (format 8): its JSON, framed when longer than
     :data:`FRAME_BYTES` (module docstring)."""
     data = orjson.dumps(value)
     if len(data) <= FRAME_BYTES:
@@ -192,7 +202,7 @@ def dump_entry(value: Any) -> bytes:
 
 
 def load_entry(raw: bytes) -> Any:
-    """The value of a stored map entry, framed or not (format 7 writes both)."""
+    """The value of a stored map entry, framed or not (format 8 writes both)."""
     if raw[:1] == _FRAMED:
         raw = _lz4().decompress(raw[5:], decompressed_size=int.from_bytes(raw[1:5], "little"),
                                 asbytes=True)
@@ -200,7 +210,7 @@ def load_entry(raw: bytes) -> Any:
 
 
 def dump_value(value: Any) -> tuple[bytes]:
-    """A state variable's value (a one-field row) holding ``value`` as a format 7 entry."""
+    """A state variable's value (a one-field row) holding ``value`` as a format 8 entry."""
     return (dump_entry(value),)
 
 

@@ -1,6 +1,6 @@
-"""What a format 7 state call does for counter keys and window keys alike: the key's meta
-read (and refused when not format 7's), its :class:`~l2m.state.rulebook.RuleBook` made, the
-series entries its rows touch read and written, and one key's batch applied rule by rule
+"""What a format 8 state call does for counter keys and window keys alike: the key's meta
+read (and refused when not format 8's), its :class:`~l2m.state.rulebook.RuleBook` made, the
+series its rows touch read and written, and one key's batch applied rule by rule
 (:meth:`KeyCall.apply`), the caps deciding new series.
 
 Input: the call's :class:`Call` (its rule set's counters, gauges and caps, passed explicitly),
@@ -9,12 +9,11 @@ written. :class:`~l2m.state.counterkeys.CounterCall` and
 :class:`~l2m.state.windowkeys.WindowCall` build on it.
 
 A rule keeps its series inside its entry (read and written whole, and swept when touched)
-until it has more than :data:`SMALL_RULE`; then one entry per series, so that a batch reads
-and writes only the series it touches (≈ 55 µs each: two socket round trips to the JVM's
-RocksDB) and the changelog grows by what changed. Most rules have a few dozen series, and a
-batch touching 10,000 of them makes 10,000 state calls at most, not one per series. A rule
-whose signature changes starts a new *generation*: its older entries read as absent and
-expire by TTL (counters) or with their window, with no batch that rewrites them."""
+until it has more than :data:`SMALL_RULE`; then in pages (:mod:`l2m.state.pages`), so that a
+batch reads and writes only the pages of the series it touches, and a burst of new series
+costs a request per page, about 32 series, not one per series. Most rules have a few dozen
+series. A rule whose signature changes starts a new *generation*: its older entries read as
+absent and expire by TTL (counters) or with their window, with no batch that rewrites them."""
 
 from __future__ import annotations
 
@@ -60,8 +59,8 @@ class Call:
 
 
 def read_meta(variables: Variables) -> tuple[dict[str, Any], bool]:
-    """A key's meta (a new key's as format 7 starts it), and whether the key is new: without
-    one, it holds nothing (:attr:`RuleBook.fresh`). A stored meta not of format 7 is refused
+    """A key's meta (a new key's as format 8 starts it), and whether the key is new: without
+    one, it holds nothing (:attr:`RuleBook.fresh`). A stored meta not of format 8 is refused
     (:func:`~l2m.state.format.check_key_meta`)."""
     meta = load_value(variables.meta.get()) or {}
     if not meta:
