@@ -283,6 +283,10 @@ def instrumented(code: Path, out: Path) -> Path:
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(code, dst, symlinks=True)
+    for folder, _dirs, files in os.walk(dst):  # a snapshot may be read-only
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
     with (dst / "l2m" / "state" / "processor.py").open("a") as f:
         f.write(INSTRUMENT)
     return dst
