@@ -22,6 +22,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -156,11 +157,18 @@ def _restore(saved: str | None) -> None:
 
 
 @contextlib.contextmanager
-def _own_server() -> Iterator[forkserver.Handle]:
-    """A server of this process's (in ``tempfile``'s folder), once its socket is there;
-    stopped after, and the environment's :data:`~l2m.runtime.forkserver.ENV` as it was."""
+def _own_server(folder: Path | None = None) -> Iterator[forkserver.Handle]:
+    """A server of this process's (its socket's folder in ``folder``, else in ``tempfile``'s
+    folder), once its socket is there; stopped after, and the environment's
+    :data:`~l2m.runtime.forkserver.ENV` as it was."""
     saved = os.environ.get(forkserver.ENV)
-    handle = forkserver.start(sys.executable)
+    saved_tempdir = tempfile.tempdir
+    if folder is not None:
+        tempfile.tempdir = str(folder)
+    try:
+        handle = forkserver.start(sys.executable)
+    finally:
+        tempfile.tempdir = saved_tempdir
     try:
         # The wrapper looks for the socket; once it is there a request waits for the
         # server's imports (~1 s), and every later one is forked at once.
@@ -172,8 +180,10 @@ def _own_server() -> Iterator[forkserver.Handle]:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[forkserver.Handle]:
-    with _own_server() as handle:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[forkserver.Handle]:
+    """The file's server (each start imports pyspark and l2m, ~1 s), in a folder of its own:
+    the only server there, which a sweep of it can count on."""
+    with _own_server(tmp_path_factory.mktemp("forkserver")) as handle:
         report, _ = _probe(["report"], _env(handle))
         assert report["ppid"] == handle.process.pid
         yield handle
@@ -627,14 +637,13 @@ def test_a_start_removes_what_killed_servers_left(tmp_path: Path) -> None:
         sock.close()
 
 
-def test_a_live_server_survives_the_probe(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_live_server_survives_the_probe(server: forkserver.Handle) -> None:
     # The sweep's probe connects and goes at once: the server answers nothing and serves on.
-    # A server of its own in a private folder, where the sweep's count can be exact (the
-    # shared temporary folder may hold other runs' servers).
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    with _own_server() as handle:
-        assert forkserver.sweep(tmp_path, now=time.time() + 10 * forkserver.STALE_S) == 0
-        assert handle.socket.exists() and handle.process.poll() is None
-        report, done = _probe(["report"], _env(handle))
-        assert done.returncode == 0 and report["ppid"] == handle.process.pid
+    # The file's server is alone in its private folder, where the sweep's count can be exact
+    # (the shared temporary folder may hold other runs' servers).
+    folder = server.socket.parent.parent
+    assert [p.name[:len(forkserver.PREFIX)] for p in folder.iterdir()] == [forkserver.PREFIX]
+    assert forkserver.sweep(folder, now=time.time() + 10 * forkserver.STALE_S) == 0
+    assert server.socket.exists() and server.process.poll() is None
+    report, done = _probe(["report"], _env(server))
+    assert done.returncode == 0 and report["ppid"] == server.process.pid
