@@ -299,28 +299,9 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    import signal
-    import threading
+    from l2m.dev.broker import run_broker
 
-    from l2m.dev.broker import EmbeddedBroker, create_topics
-    from l2m.runtime.signals import setting
-
-    with EmbeddedBroker(port=args.port) as broker:
-        if args.topics:
-            create_topics(broker.bootstrap, args.topics, partitions=args.partitions)
-        print(f"l2m broker: Kafka-compatible broker (tansu, in memory) on {broker.bootstrap}"
-              + (f", topics {', '.join(args.topics)}" if args.topics else "")
-              + "; Ctrl-C to stop", flush=True)
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, setting(stop))  # never Event.set in a handler
-        try:
-            while not stop.wait(0.5):
-                if broker.process is None or broker.process.poll() is not None:
-                    print("l2m broker: tansu exited", file=sys.stderr)
-                    return 1
-        except KeyboardInterrupt:
-            pass
-    return 0
+    return run_broker(args.port, args.topics, args.partitions)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -349,23 +330,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    import gzip
+    from l2m.dev.generator import GeneratorConfig, write_logs
 
-    from l2m.dev.generator import GeneratorConfig, LogGenerator
-
-    gen = LogGenerator(GeneratorConfig(seed=args.seed, rate_per_s=args.rate,
-                                       malformed_ratio=args.malformed, late_ratio=args.late,
-                                       no_timestamp_ratio=args.no_timestamp))
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(out, "wb") if out.suffix == ".gz" else out.open("wb") as f:
-        for line in gen.lines(args.lines):
-            f.write(line + b"\n")
+    out = write_logs(args.output, args.lines, GeneratorConfig(
+        seed=args.seed, rate_per_s=args.rate, malformed_ratio=args.malformed,
+        late_ratio=args.late, no_timestamp_ratio=args.no_timestamp))
     print(f"wrote {args.lines} lines to {out}", file=sys.stderr)
     return 0
 
 
-# --- l2m load (issue 57): argument checks here, the work in l2m.dev.loadgen/loadwatch ------
+# --- l2m load (issue 57): argument checks here, the run in l2m.dev.loadcli ----------------
 
 # A bad argument of `l2m load` is one line and exit 2, before any connection is made.
 LOAD_USAGE = 2
@@ -543,56 +517,17 @@ def _load_plan(args: argparse.Namespace) -> tuple[LoadSpec, dict[str, str], str 
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    """``l2m load``: check every argument (a bad one: one line, exit 2), start the watchers,
-    produce, wait for the job to count the logs, report."""
-    import time
-
+    """``l2m load``: check every argument (a bad one: one line, exit 2), then run it
+    (:func:`l2m.dev.loadcli.run_load_command`)."""
     try:
         spec, sink, watch = _load_plan(args)
     except L2mError as exc:
         print(f"l2m load: {exc.message} [{exc.code}]", file=sys.stderr)
         return LOAD_USAGE
-    from l2m.dev import loadreport
-    from l2m.dev.loadgen import Progress, run_load
-    from l2m.dev.loadwatch import MetricsWatcher, PrometheusWatcher
+    from l2m.dev.loadcli import run_load_command
 
-    end = f"{spec.total:,} logs" if spec.logs is not None else \
-        f"{spec.duration_s:g} s ({spec.total:,} logs)"
-    print(f"l2m load: {spec.rate:,.6g} logs/s, {end} → topic {spec.topic} on "
-          f"{spec.kafka.get('bootstrap.servers')}, skew {spec.skew.label}, "
-          f"{spec.processes} process(es)" + (f"; watching {watch}" if watch else ""),
-          file=sys.stderr, flush=True)
-
-    def progress(p: Progress) -> None:
-        print(f"l2m load: {p.seconds:5.1f} s  {p.sent:,} sent  target {p.target_rate:,.0f}/s"
-              f"  achieved {p.rate:,.0f}/s", file=sys.stderr, flush=True)
-
-    start_ms = int(time.time() * 1000)
-    watcher = MetricsWatcher(sink, watch, start_ms).start() if watch else None
-    prometheus = PrometheusWatcher(args.prometheus, start_ms).start() \
-        if args.prometheus else None
-    try:
-        summary = run_load(spec, progress=progress)
-        waiting = [w for w in (watcher, prometheus) if w is not None]
-        if waiting:
-            print(f"l2m load: sent {summary.sent:,}; waiting up to {args.drain:g} s for the "
-                  "job to count them", file=sys.stderr, flush=True)
-            deadline = time.monotonic() + args.drain
-            for w in waiting:
-                w.wait_processed(summary.sent, max(0.0, deadline - time.monotonic()))
-    finally:
-        watched = watcher.stop() if watcher is not None else None
-        polled = prometheus.stop() if prometheus is not None else None
-    report = loadreport.LoadReport(summary, watched, polled)
-    print(loadreport.json_text(report) if args.json else loadreport.table(report), end="")
-    if args.plot:
-        loadreport.write_plot(report, args.plot)
-        print(f"l2m load: wrote {args.plot}", file=sys.stderr)
-    if summary.failed:
-        print(f"l2m load: {summary.failed:,} log(s) were not delivered to Kafka",
-              file=sys.stderr)
-        return 1
-    return 0
+    return run_load_command(spec, sink, watch, prometheus=args.prometheus,
+                            drain_s=args.drain, as_json=args.json, plot=args.plot)
 
 
 def build_parser() -> argparse.ArgumentParser:

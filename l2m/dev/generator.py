@@ -1,14 +1,19 @@
 """A deterministic generator of realistic JSON logs: web/API services behind Kubernetes,
 payment events and platform noise, with mixed timestamp formats and optional malformed
-and late records. Feeds the bundled sample, the demo and the benchmarks."""
+and late records. Feeds the bundled sample, the demo and the benchmarks.
+
+Input: a :class:`GeneratorConfig`. Output: JSON lines (:meth:`LogGenerator.lines`), or a file of
+them (:func:`write_logs`: ``l2m generate``)."""
 
 from __future__ import annotations
 
 import bisect
+import gzip
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -220,6 +225,17 @@ class LogGenerator:
         if kind == "gc":
             doc["gc_pause_ms"] = int(messages["gc"].split()[2][:-2])
         return doc
+
+
+def write_logs(path: str | Path, lines: int, config: GeneratorConfig) -> Path:
+    """``l2m generate``: ``lines`` logs of ``config`` into the JSON-lines file ``path`` (gzip
+    when it ends in ``.gz``), its folder made if missing; returns the path written."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(out, "wb") if out.suffix == ".gz" else out.open("wb") as f:
+        for line in LogGenerator(config).lines(lines):
+            f.write(line + b"\n")
+    return out
 
 
 def tenant(k: int) -> str:
