@@ -11,7 +11,10 @@ are in its folder's conftest.py."""
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +39,30 @@ TIERS = ("unit", "spark", "integration")
 RUN_ORDER = ("unit", "integration", "spark")
 # What a unit test may not use: each starts a JVM or a broker.
 HEAVY_FIXTURES = ("spark", "broker", "stream_test")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # `-m unit` (any -m naming tiers alone) selects nothing in another tier's folder: left
+    # unread, its modules (pandas, pyspark, the harness: ~1.5 s of a core) are not imported.
+    if collection_path.parent == ROOT / "tests" and collection_path.name in TIERS:
+        selected = _selected_tiers(config.option.markexpr or "")
+        if selected is not None and collection_path.name not in selected:
+            return True
+    return None
+
+
+@functools.cache
+def _selected_tiers(markexpr: str) -> frozenset[str] | None:
+    """The tiers ``-m markexpr`` selects, or None when it names anything but tiers (then
+    which tests it selects is known only once they are collected)."""
+    names = set(re.findall(r"[^\s()]+", markexpr)) - {"and", "or", "not"}
+    if not names or not names <= set(TIERS):
+        return None
+    from _pytest.mark.expression import Expression
+
+    expression = Expression.compile(markexpr)
+    return frozenset(tier for tier in TIERS
+                     if expression.evaluate(functools.partial(operator.eq, tier)))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
