@@ -18,9 +18,11 @@ Regexes and wildcards are not evaluated here: the parse stage matched them with 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -129,7 +131,12 @@ class Matcher:
     def visit_TextPhrase(self, node: TextPhrase) -> pa.BooleanArray:
         # Tokens are stored padded (" a b "), so a phrase is a substring with its spaces.
         needle = " " + " ".join(node.tokens) + " "
-        return _safe(pc.match_substring(self._column(node.field, Form.TEXT), needle))
+        column = self._column(node.field, Form.TEXT)
+        if not node.tokens:
+            return _safe(pc.match_substring(column, needle))
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        found = [contains_phrase(chunk, needle) for chunk in chunks]
+        return found[0] if len(found) == 1 else _safe(pa.chunked_array(found, pa.bool_()))
 
     def visit_Range(self, node: Range) -> pa.BooleanArray:
         if node.numeric:
@@ -146,6 +153,44 @@ class Matcher:
         if high is not None:
             masks.append((pc.less_equal if node.include_high else pc.less)(column, high))
         return _safe(_fold(pc.and_, masks))
+
+
+def contains_phrase(padded: pa.Array, needle: str) -> pa.BooleanArray:
+    """Per row: does a padded token string (``" a b "``, :func:`l2m.semantics.values.
+    padded_tokens`) hold ``needle`` — a phrase's tokens padded the same way, at least one
+    token — as a substring? ``False`` for null rows. The same rows as Arrow's
+    ``match_substring``, found by searching the column's whole data buffer at once: Arrow
+    compares row by row at ≈ 370 MB/s, CPython's ``bytes.find`` skips through the buffer
+    several times faster, which tells on long messages and rules heavy on phrases (issue 58).
+    No hit spans two rows: rows meet as ``"… x␣" + "␣y …"`` (two spaces, or more past rows
+    without tokens) and a needle has no two spaces in a row."""
+    rows = len(padded)
+    out = np.zeros(rows, dtype=np.bool_)
+    if rows == 0:
+        return pa.array(out)
+    wide = pa.types.is_large_string(padded.type)
+    offsets = np.frombuffer(padded.buffers()[1], dtype=np.int64 if wide else np.int32,
+                            count=padded.offset + rows + 1)[padded.offset:]
+    start, end = int(offsets[0]), int(offsets[-1])
+    data = padded.buffers()[2]
+    if data is None or end <= start:
+        return pa.array(out)
+    text = data.to_pybytes()
+    target = needle.encode()
+    bounds: list[int] | None = None
+    at = text.find(target, start, end)
+    while at != -1:
+        if bounds is None:
+            bounds = offsets.tolist()
+        # The row holding the hit; the search goes on from the next row's start.
+        row = bisect_right(bounds, at) - 1
+        # Empty rows share their offset with the next: bisect_right picks the last of them,
+        # the row the bytes belong to.
+        out[row] = True
+        at = text.find(target, bounds[row + 1], end)
+    mask = pa.array(out)
+    # A null row's slot may hold bytes (Arrow does not forbid it): it never matches.
+    return mask if padded.null_count == 0 else pc.and_(mask, pc.is_valid(padded))
 
 
 def _safe(mask: Any) -> pa.BooleanArray:

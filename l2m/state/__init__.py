@@ -5,19 +5,19 @@ micro-batches in the checkpoint, in one of the two state formats this l2m contin
   the formats not read;
 * :mod:`l2m.state.checkpoint` — the checkpoint folder's format marker, checked before Spark
   starts;
-* :mod:`l2m.state.processor` — format 8's ``transformWithStateInPandas`` processor, a
+* :mod:`l2m.state.processor` — format 9's ``transformWithStateInPandas`` processor, a
   dispatcher over :mod:`l2m.state.counterkeys` (counter keys, their sweeps) and
   :mod:`l2m.state.windowkeys` (gauge window keys, their timers and publication), both built
   on :mod:`l2m.state.keycall` (a key's batch applied, series read and written);
-* :mod:`l2m.state.rulebook` — format 8's rule entries of one call;
-* :mod:`l2m.state.pages` — format 8's pages of a large rule's series in one call;
-* :mod:`l2m.state.buckets` — format 8's buckets of accounts' small rules;
-* :mod:`l2m.state.caps` — series caps in a format 8 call;
-* :mod:`l2m.state.variables` — format 8's state variables, and the light wrapper the query
+* :mod:`l2m.state.rulebook` — format 9's rule entries of one call;
+* :mod:`l2m.state.pages` — format 9's pages of a large rule's series in one call;
+* :mod:`l2m.state.buckets` — format 9's buckets of accounts' small rules;
+* :mod:`l2m.state.caps` — series caps in a format 9 call;
+* :mod:`l2m.state.variables` — format 9's state variables, and the light wrapper the query
   is given;
-* :mod:`l2m.state.mapio` — format 8's state calls, pipelined;
+* :mod:`l2m.state.mapio` — format 9's state calls, pipelined;
 * :mod:`l2m.state.format2` — format 2's ``applyInPandasWithState`` function (checkpoints of
-  0.1.0 and 0.2.0), which format 8's code never imports;
+  0.1.0 and 0.2.0), which format 9's code never imports;
 * :mod:`l2m.state.counters` and :mod:`l2m.state.gauges` — one rule's counters and one rule's
   gauge window, for either format;
 * :mod:`l2m.state.rows` and :mod:`l2m.state.output` — a call's input (unpacked, counted, by

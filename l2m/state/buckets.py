@@ -1,4 +1,4 @@
-"""Format 8's buckets: the groups of several accounts' small rules share one entry of a key's
+"""Format 9's buckets: the groups of several accounts' small rules share one entry of a key's
 rule map, so a batch touching most accounts of a key makes a request per few accounts — a
 request's fixed cost (two socket round trips to the JVM's state server) is worth ≈ 3 KB of
 value.

@@ -1,4 +1,4 @@
-"""Series caps in a format 8 state call: which of the rules bringing new series could reach a
+"""Series caps in a format 9 state call: which of the rules bringing new series could reach a
 cap, their live series counted only then, and the :class:`~l2m.engine.admission.Admission`
 that decides each new series (:mod:`l2m.engine.admission`).
 

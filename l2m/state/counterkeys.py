@@ -1,4 +1,4 @@
-"""Format 8's counter keys: one state call on a counter key (window
+"""Format 9's counter keys: one state call on a counter key (window
 :data:`~l2m.state.format.CUMULATIVE`) — every rule's rows of the key counted
 (:class:`~l2m.state.counters.CounterState`'s semantics, fed one rule at a time with the entries
 it fetched), the input statuses' late-log count kept beside their series, and every

@@ -2,7 +2,7 @@
 series expire after the TTL.
 
 Input: one rule's counters in a counter key — a format 2 blob's section
-(:mod:`l2m.state.format2`) or the entries format 8 fetched for it (:mod:`l2m.state.counterkeys`),
+(:mod:`l2m.state.format2`) or the entries format 9 fetched for it (:mod:`l2m.state.counterkeys`),
 as ``{"sig", "series"[, "late"]}`` — and its partials of this micro-batch. Output: the new
 content and the samples of the series the batch touched; for the input statuses also the
 late-log count. Also what both formats share about counters: l2m's own counter rules, a
@@ -27,7 +27,7 @@ from l2m.semantics.windows import window_closed
 from l2m.state.tally import CutCount, InputCount, LateCount, SeriesCount, Tally
 
 # How often a counter key re-checks its untouched rules: format 2 drops their idle series,
-# format 8 re-counts every rule's live series for the driver's metrics (series expire without
+# format 9 re-counts every rule's live series for the driver's metrics (series expire without
 # a call).
 SWEEP_MS = 60_000
 
@@ -100,7 +100,7 @@ class CounterState:
         samples of the series this batch touched. ``sweep``: drop series idle past the TTL.
         ``admission``: new series past a cap go to the rule's overflow series. ``marked``: the
         samples of a series' first batch *with a value* carry :data:`~l2m.engine.samples.NEW`
-        (state format 8, for remote write): a series started by logs without one (a missing
+        (state format 9, for remote write): a series started by logs without one (a missing
         or non-numeric ``field``) is stored with no sample, and its first sample, in a later
         batch, is the one remote write must precede with a 0; so is the late-log count's
         first (docs/prometheus.md)."""

@@ -1,15 +1,15 @@
 """The stored form of streaming state: the two formats this l2m continues, their keys and
 layouts, and the refusal of every other.
 
-Input: a blob of format 2 or a map entry of format 8 from the state store (bytes), a
+Input: a blob of format 2 or a map entry of format 9 from the state store (bytes), a
 checkpoint's or a key's format number. Output: the stored mapping, or
 :class:`~l2m.errors.StateFormatError` with one ``[STATE_FORMAT]`` line naming the format found,
 who wrote it and what to do.
 
 State outlives releases. Releases 0.1.0 and 0.2.0 wrote format 2 (:data:`BLOB_FORMAT`); a
 checkpoint of theirs continues in its own layout (:mod:`l2m.state.format2`), a plain restart.
-A new checkpoint is written in format 8 (:data:`STATE_FORMAT`, :mod:`l2m.state.processor`).
-Formats 1 (builds before 0.1.0) and 3 to 7 (0.3.0 development builds) are refused
+A new checkpoint is written in format 9 (:data:`STATE_FORMAT`, :mod:`l2m.state.processor`).
+Formats 1 (builds before 0.1.0) and 3 to 8 (0.3.0 development builds) are refused
 (:data:`WRITTEN_BY`), before Spark starts when the checkpoint's ``l2m.json`` names them
 (:func:`l2m.state.checkpoint.check_checkpoint`) and at their first blob or key otherwise;
 format 0 (no version at all) too. ``tests/golden/`` pins both formats read.
@@ -17,15 +17,15 @@ format 0 (no version at all) too. ``tests/golden/`` pins both formats read.
 Both formats key the state by (shard, window) (:data:`STATE_KEY`): a counter key by shard with
 window :data:`CUMULATIVE`, a gauge key by (shard, one-minute window).
 
-Format 8 (not blobs: ``transformWithStateInPandas`` state variables of a key,
+Format 9 (not blobs: ``transformWithStateInPandas`` state variables of a key,
 :mod:`l2m.state.variables`, each value orjson bytes, stored framed when longer than
 :data:`FRAME_BYTES` — :func:`dump_entry`: a 0 byte (no JSON text starts with it), the JSON's
 length as 4 bytes little-endian, then the JSON as one LZ4 frame; a bucket's JSON is ≈ 2.8× its
 frame, and Spark's state server, RocksDB and the checkpoint's changelog handle every byte of
 every entry a batch touches; shorter values are plain JSON):
 
-* ``meta``: ``{"v": 8, "g": 1, "nb": buckets, "swept": ms}`` (counter keys: when every rule's
-  live series were last re-counted) or ``{"v": 8, "g": 1, "nb": buckets, "timer": ms[,
+* ``meta``: ``{"v": 9, "g": 1, "nb": buckets, "swept": ms}`` (counter keys: when every rule's
+  live series were last re-counted) or ``{"v": 9, "g": 1, "nb": buckets, "timer": ms[,
   "published": ms][, "rs": version]}`` (window keys: the pending timer, when the window was
   published final, and the rule set of the key's last input, which its timers publish with);
   ``"nb"``: the key's buckets, a power of two (about one per eight accounts the rule set
@@ -87,7 +87,7 @@ import orjson
 
 from l2m.errors import StateFormatError
 
-STATE_FORMAT = 8  # the format a new checkpoint is written in
+STATE_FORMAT = 9  # the format a new checkpoint is written in
 BLOB_FORMAT = 2  # the format releases 0.1.0 and 0.2.0 wrote: continued, one blob per key
 READABLE = (BLOB_FORMAT, STATE_FORMAT)  # every format this l2m continues (tests/golden)
 # Who wrote each format this l2m refuses: no release of l2m did.
@@ -95,7 +95,7 @@ WRITTEN_BY = {0: "l2m builds before state format versions",
               1: "l2m builds before 0.1.0",
               3: "0.3.0 development builds", 4: "0.3.0 development builds",
               5: "0.3.0 development builds", 6: "0.3.0 development builds",
-              7: "0.3.0 development builds"}
+              7: "0.3.0 development builds", 8: "0.3.0 development builds"}
 UPGRADE_HINT = (
     "Start this release on a new `checkpoint:` path with `source.starting_offsets` set to where "
     "the old job stopped: counters restart at 0, which PromQL reads as a counter reset; "
@@ -104,7 +104,7 @@ UPGRADE_HINT = (
 STATE_KEY = ("shard", "window")  # the state key's columns, both formats
 CUMULATIVE = -1  # the window of every counter key
 
-# Format 8's key layout.
+# Format 9's key layout.
 LATE_SERIES = "!late"  # the input statuses' late-log count, beside their series
 GROUP_PREFIX = "@"  # a bucket's key in a rule map: a rule id never starts with it
 RULE_ACCOUNT = "acct"  # an own rule entry's account (a member's is its group's)
@@ -193,7 +193,7 @@ def _lz4() -> Any:
 
 
 def dump_entry(value: Any) -> bytes:
-    """A map entry's stored value (format 8): its JSON, framed when longer than
+    """A map entry's stored value (format 9): its JSON, framed when longer than
     :data:`FRAME_BYTES` (module docstring)."""
     data = orjson.dumps(value)
     if len(data) <= FRAME_BYTES:
@@ -202,7 +202,7 @@ def dump_entry(value: Any) -> bytes:
 
 
 def load_entry(raw: bytes) -> Any:
-    """The value of a stored map entry, framed or not (format 8 writes both)."""
+    """The value of a stored map entry, framed or not (format 9 writes both)."""
     if raw[:1] == _FRAMED:
         raw = _lz4().decompress(raw[5:], decompressed_size=int.from_bytes(raw[1:5], "little"),
                                 asbytes=True)
@@ -210,7 +210,7 @@ def load_entry(raw: bytes) -> Any:
 
 
 def dump_value(value: Any) -> tuple[bytes]:
-    """A state variable's value (a one-field row) holding ``value`` as a format 8 entry."""
+    """A state variable's value (a one-field row) holding ``value`` as a format 9 entry."""
     return (dump_entry(value),)
 
 

@@ -15,7 +15,7 @@ Input: the partials of one micro-batch (:data:`~l2m.engine.partials.PARTIAL_SCHE
 samples of every series the batch touched (:data:`~l2m.state.output.OUTPUT_SCHEMA` rows) and
 each key's new blob (:data:`STATE_SCHEMA`).
 
-Format 8's code (:mod:`l2m.state.processor`) never imports this module."""
+Format 9's code (:mod:`l2m.state.processor`) never imports this module."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Gauges stage (SPEC §3): one-minute tumbling windows per series.
 
 Input: one rule's open window in a gauge key — a format 2 blob's section
-(:mod:`l2m.state.format2`) or the entries format 8 fetched for it (:mod:`l2m.state.windowkeys`),
+(:mod:`l2m.state.format2`) or the entries format 9 fetched for it (:mod:`l2m.state.windowkeys`),
 as ``{"sig", "series"}`` — and its partials of this micro-batch. Output: the new content and
 the corrected samples of the series the batch touched.
 
@@ -48,7 +48,7 @@ class GaugeState:
     recheck_ms: int = 60_000
     # The driver's metrics (l2m.state.tally.Latest): open series per (rule, shard, window) key.
     tally: Accumulator[Tally] | None = None
-    # When a window's value is published as final (state format 8; None: never): the newest
+    # When a window's value is published as final (state format 9; None: never): the newest
     # event time past its end by publish_delay_ms (docs/prometheus.md).
     grace_ms: int | None = None
     publish_delay_ms: int = 0

@@ -1,5 +1,5 @@
-"""What a format 8 state call does for counter keys and window keys alike: the key's meta
-read (and refused when not format 8's), its :class:`~l2m.state.rulebook.RuleBook` made, the
+"""What a format 9 state call does for counter keys and window keys alike: the key's meta
+read (and refused when not format 9's), its :class:`~l2m.state.rulebook.RuleBook` made, the
 series its rows touch read and written, and one key's batch applied rule by rule
 (:meth:`KeyCall.apply`), the caps deciding new series.
 
@@ -59,8 +59,8 @@ class Call:
 
 
 def read_meta(variables: Variables) -> tuple[dict[str, Any], bool]:
-    """A key's meta (a new key's as format 8 starts it), and whether the key is new: without
-    one, it holds nothing (:attr:`RuleBook.fresh`). A stored meta not of format 8 is refused
+    """A key's meta (a new key's as format 9 starts it), and whether the key is new: without
+    one, it holds nothing (:attr:`RuleBook.fresh`). A stored meta not of format 9 is refused
     (:func:`~l2m.state.format.check_key_meta`)."""
     meta = load_value(variables.meta.get()) or {}
     if not meta:

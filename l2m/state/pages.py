@@ -1,4 +1,4 @@
-"""A large rule's series in pages (format 8): what one state call reads of them and writes back.
+"""A large rule's series in pages (format 9): what one state call reads of them and writes back.
 
 A rule past its small size (:data:`l2m.state.keycall.SMALL_RULE`) keeps its series in
 ``pages`` map entries (its entry's ``"pg"``), each holding the series whose name hashes to it

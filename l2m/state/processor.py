@@ -1,4 +1,4 @@
-"""The state stage of format 8: ``transformWithStateInPandas``, a large rule's series in pages
+"""The state stage of format 9: ``transformWithStateInPandas``, a large rule's series in pages
 of about 32 (a small rule's in its entry, the small rules of a few accounts in one bucket
 entry), so a micro-batch reads and writes what it touches and nothing else.
 :class:`MetricProcessor` dispatches each call: counter keys to
@@ -59,7 +59,7 @@ from l2m.state.windowkeys import WindowCall
 
 
 class MetricProcessor(StatefulProcessor):
-    """Format 8's state processor (module docstring): counter keys (window
+    """Format 9's state processor (module docstring): counter keys (window
     :data:`~l2m.state.format.CUMULATIVE`) and gauge window keys. ``counters`` and
     ``gauges``: the per-rule semantics and their rules; ``caps``: each rule's series caps;
     ``reduction``: the partials' rows counted for the progress line; ``activity``: samples

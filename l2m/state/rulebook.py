@@ -1,4 +1,4 @@
-"""Format 8's rule entries of one state call: :class:`RuleBook` reads each rule's entry at most
+"""Format 9's rule entries of one state call: :class:`RuleBook` reads each rule's entry at most
 once (its account's bucket, or its own entry), keeps its signature, generation and live series
 count up to date through the call, and writes back what changed, each changed bucket once.
 

@@ -1,4 +1,4 @@
-"""The state processor's variables (format 8), declared on Spark's handle, and the light
+"""The state processor's variables (format 9), declared on Spark's handle, and the light
 wrapper the query is given (:class:`Deferred`).
 
 Light on purpose: Spark runs the processor's ``init`` on the driver too, in a Python process of

@@ -1,4 +1,4 @@
-"""Format 8's window keys: one state call on a gauge key (shard, one-minute window) — every
+"""Format 9's window keys: one state call on a gauge key (shard, one-minute window) — every
 gauge rule's rows of the window applied (:class:`~l2m.state.gauges.GaugeState`'s semantics,
 fed one rule at a time with the entries it fetched) — and, in one place, the key's timers and
 its publication.

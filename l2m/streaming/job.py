@@ -8,7 +8,7 @@
 Input: a :class:`~l2m.config.job.JobConfig` and the rules (or, for the in-memory harness, a
 source and a sink in place of Kafka's). Output: the running query (:class:`Job`) and its
 accumulators (:class:`Counts`); its samples go to the metrics topic each micro-batch. The
-state stage is the checkpoint's format's (:mod:`l2m.state.format`): format 8's processor
+state stage is the checkpoint's format's (:mod:`l2m.state.format`): format 9's processor
 (:mod:`l2m.state.processor`), or format 2's function for a checkpoint of 0.1.0 or 0.2.0
 (:mod:`l2m.state.format2`).
 
@@ -117,7 +117,7 @@ def rule_options(cfg: JobConfig, versions: Versions, current_file: str | None,
     """The options a source of partials takes for the job's rules: the first rules inline
     (``routing``, their version ``ruleset``), the driver's file naming the version to plan
     with (``rulesetFile``), the state shards partials are placed in (``shards``), whether
-    a state key's partials travel in one row (``pack``: state format 8, whose processor
+    a state key's partials travel in one row (``pack``: state format 9, whose processor
     unpacks them; :func:`l2m.engine.streamtask.packed`), and how often an idle
     source ticks for the state's timers (``tickMs``, :class:`l2m.kafka.source.Ticker`)."""
     out = {"routing": versions.option, "ruleset": versions.version,
@@ -216,7 +216,7 @@ def metrics_frame(spark: SparkSession, cfg: JobConfig, rules: Sequence[Rule],
 
 def timers(once: bool, state_format: int, recheck_ms: int) -> tuple[int, int]:
     """How often a window key without logs is looked at, and how often an idle source ticks
-    for it (0: never), for a query of the checkpoint's ``state_format``. ``once``: format 8
+    for it (0: never), for a query of the checkpoint's ``state_format``. ``once``: format 9
     looks at every open window key in each batch and the source ticks once after the data,
     so the run's last batch publishes every window final by then; format 2 publishes no
     final windows (docs/prometheus.md, "Limits of this version") and its timeouts last a
@@ -231,7 +231,7 @@ def timers(once: bool, state_format: int, recheck_ms: int) -> tuple[int, int]:
 
 def shard_column(shards: int, state_format: int) -> Column:
     """The state shard of each partial (not the input statuses', which share shard 0). State
-    format 8: a rule's series go to its placement's shard
+    format 9: a rule's series go to its placement's shard
     (:func:`l2m.engine.admission.placement_shard`: its account's), so every cap is counted in
     one key — the read task computed it from the rules its batch was planned with (``place``,
     :mod:`l2m.engine.rulesets`), so a rule added while the job runs is placed as at a start;

@@ -1,4 +1,4 @@
-"""Format 8's pages (:mod:`l2m.state.pages`, the addressing in :mod:`l2m.state.format`): where a
+"""Format 9's pages (:mod:`l2m.state.pages`, the addressing in :mod:`l2m.state.format`): where a
 series is stored must never change, growing splits only the pages it says, and a call reads
 each page once and writes each changed page once."""
 

@@ -1,7 +1,7 @@
 """State outlives releases: golden state pins both formats l2m continues
 (``tests/golden/state-v<N>-*.json``: format 2, which releases 0.1.0 and 0.2.0 wrote, here;
-format 8's in ``test_state_processor.py``); each must keep loading and continuing exactly.
-Every other format — 0, 1 (builds before 0.1.0) and 3 to 7 (0.3.0 development builds) — is
+format 9's in ``test_state_processor.py``); each must keep loading and continuing exactly.
+Every other format — 0, 1 (builds before 0.1.0) and 3 to 8 (0.3.0 development builds) — is
 refused with one ``[STATE_FORMAT]`` line naming it, who wrote it and what to do.
 
 Adding a format: write its golden state, keep format 2's, add the version to
@@ -65,13 +65,13 @@ def golden(name: str) -> bytes:
 def test_every_readable_version_has_golden_blobs():
     for version in READABLE:
         assert sorted(GOLDEN.glob(f"state-v{version}-*.json")), version
-    assert READABLE == (BLOB_FORMAT, STATE_FORMAT) == (2, 8)
+    assert READABLE == (BLOB_FORMAT, STATE_FORMAT) == (2, 9)
     assert sorted(p.name for p in GOLDEN.glob("state-v*.json")) == [
         "state-v0-counter.json", "state-v2-counter.json", "state-v2-gauge.json",
-        "state-v8-counter.json", "state-v8-gauge.json"]  # format 0's: the refusal's
+        "state-v9-counter.json", "state-v9-gauge.json"]  # format 0's: the refusal's
 
 
-def test_format_8_frames_an_entry_past_1_kib_and_reads_framed_and_plain_entries():
+def test_format_9_frames_an_entry_past_1_kib_and_reads_framed_and_plain_entries():
     small = {"sig": ["count", None, [], ["svc"]], "gen": 0}
     assert dump_entry(small) == orjson.dumps(small)  # as format 6 wrote it
     big = {"s": {f"3:s{i:02d}": [W, {"": [1, 1, 1.0, "1", None, None, W]}]
@@ -135,7 +135,7 @@ def test_a_blob_without_a_version_is_refused_naming_what_it_found():
         load_blob(golden("state-v0-counter.json"))
     assert err.value.code == "STATE_FORMAT"
     assert "format 0" in str(err.value) and "Upgrading" in str(err.value)
-    with pytest.raises(StateFormatError, match="format 8"):
+    with pytest.raises(StateFormatError, match="format 9"):
         load_blob(orjson.dumps({"v": 8}))
 
 
@@ -146,10 +146,10 @@ def test_blobs_are_written_in_format_2():
 DEV_BUILDS = "0.3.0 development builds"
 
 
-@pytest.mark.parametrize("found", [1, 3, 4, 5, 6, 7])
-def test_formats_1_and_3_to_7_are_refused_with_who_wrote_them_and_the_upgrade_path(
+@pytest.mark.parametrize("found", [1, 3, 4, 5, 6, 7, 8])
+def test_formats_1_and_3_to_8_are_refused_with_who_wrote_them_and_the_upgrade_path(
         tmp_path, found):
-    """No release wrote them: format 1 only builds before 0.1.0, formats 3 to 7 only 0.3.0
+    """No release wrote them: format 1 only builds before 0.1.0, formats 3 to 8 only 0.3.0
     development builds. Refused before Spark starts (the marker), and at the first blob or
     key (an object-store checkpoint without a marker)."""
     writer = "l2m builds before 0.1.0" if found == 1 else DEV_BUILDS
@@ -161,7 +161,7 @@ def test_formats_1_and_3_to_7_are_refused_with_who_wrote_them_and_the_upgrade_pa
     assert err.value.code == "STATE_FORMAT"
     assert str(err.value) == (
         f"checkpoint {root} holds state format {found}, which only {writer} wrote; this l2m "
-        f"continues format 2 (releases 0.1.0 and 0.2.0) and format 8. {UPGRADE_HINT}")
+        f"continues format 2 (releases 0.1.0 and 0.2.0) and format 9. {UPGRADE_HINT}")
     assert "\n" not in str(err.value)
     assert "`source.starting_offsets` set to where the old job stopped" in UPGRADE_HINT
     assert 'docs/streaming.md, "Upgrading"' in UPGRADE_HINT
@@ -170,7 +170,7 @@ def test_formats_1_and_3_to_7_are_refused_with_who_wrote_them_and_the_upgrade_pa
         load_blob(orjson.dumps({"v": found, "rules": {}}))
     assert str(blob.value) == (
         f"the checkpoint holds state format {found}, which only {writer} wrote; this l2m "
-        f"continues format 2 (releases 0.1.0 and 0.2.0) and format 8. {UPGRADE_HINT}")
+        f"continues format 2 (releases 0.1.0 and 0.2.0) and format 9. {UPGRADE_HINT}")
 
 
 def test_the_checkpoint_marker_is_written_on_a_new_checkpoint_and_checked(tmp_path):
@@ -225,8 +225,8 @@ def test_an_object_store_checkpoint_is_marked_and_an_unmarked_started_one_is_for
     assert check_checkpoint("s3a://b/cp", "metrics") == STATE_FORMAT  # nothing to read with
 
 
-def test_format_8_s_code_never_imports_format_2_s():
-    """Format 2's code (l2m.state.format2) can go with the format: nothing of format 8's
+def test_format_9_s_code_never_imports_format_2_s():
+    """Format 2's code (l2m.state.format2) can go with the format: nothing of format 9's
     depends on it."""
     import ast
 

@@ -308,8 +308,8 @@ def test_an_untouched_rule_restarted_by_its_signature_counts_none_of_its_old_ser
 
 def test_an_entry_of_another_format_is_refused():
     fn, store = processor()
-    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 9}',), None)
-    with pytest.raises(StateFormatError, match="format 9"):
+    store.data[("meta", (0, CUMULATIVE), None)] = ((b'{"v": 10}',), None)
+    with pytest.raises(StateFormatError, match="format 10"):
         tws.call(fn, store, (0, CUMULATIVE), [row("c", 1)], now=W)
 
 
@@ -325,7 +325,7 @@ def test_a_key_of_a_development_build_s_format_is_refused_naming_it(meta, found)
     assert str(err.value).startswith(
         f"a state key of the checkpoint holds state format {found}, which only 0.3.0 "
         "development builds wrote; this l2m continues format 2 (releases 0.1.0 and 0.2.0) "
-        "and format 8. Start this release on a new `checkpoint:` path")
+        "and format 9. Start this release on a new `checkpoint:` path")
 
 
 # The golden state's first account (acme): small rules (c, g) in its group, rules past the
@@ -356,10 +356,10 @@ def golden_row(rule: str, series: str, value: float, window: int | None = None,
 
 
 def _golden_store(kind: str) -> tuple[tws.Store, tuple[int, int], int]:
-    """A store holding one key's format 8 state as pinned in tests/golden (written with a
+    """A store holding one key's format 9 state as pinned in tests/golden (written with a
     7-day TTL by :data:`GOLDEN_RULES`), every value as its stored bytes (base64: some are LZ4
     frames)."""
-    doc = orjson.loads(GOLDEN_DIR.joinpath(f"state-v8-{kind}.json").read_bytes())
+    doc = orjson.loads(GOLDEN_DIR.joinpath(f"state-v9-{kind}.json").read_bytes())
     key = tuple(doc["key"])
     store = tws.Store()
     for name, entries in doc["state"].items():
@@ -579,14 +579,14 @@ def test_bucket_of_is_pinned_and_bucket_count_a_power_of_two_near_one_per_8_acco
         1, 1, 1, 2, 4, 16, 256, 4_096]
 
 
-# Format 8's golden state (tests/golden/state-v8-*.json, every value as its stored bytes): a
+# Format 9's golden state (tests/golden/state-v9-*.json, every value as its stored bytes): a
 # counter key with zeta's rule e's 24 series and more, and acme's rule d in a page of its own;
 # a gauge window with 24 series of g and of h, and acme's rule k in a page — each key's bucket
 # past 1 KiB, stored as an LZ4 frame.
 GOLDEN_SERIES = [f"5:svc{i:02d}" for i in range(24)]
 
 
-def test_v8_counter_state_continues_exactly_from_a_framed_bucket_and_a_page():
+def test_v9_counter_state_continues_exactly_from_a_framed_bucket_and_a_page():
     store, key, now = _golden_store("counter")
     bucket = (bucket_key(0),)
     assert store.data[("counter_rules", key, bucket)][0][0][:1] == b"\x00"  # framed
@@ -616,7 +616,7 @@ def test_v8_counter_state_continues_exactly_from_a_framed_bucket_and_a_page():
                      ("3:dns", 4.0))}
 
 
-def test_v8_gauge_state_publishes_every_series_of_a_framed_bucket_and_a_page_once():
+def test_v9_gauge_state_publishes_every_series_of_a_framed_bucket_and_a_page_once():
     store, key, now = _golden_store("gauge")
     fn = _golden_processor(store)
     out = tws.call(fn, store, key, [golden_row("h", "5:svc03", 9.0, window=key[1],

@@ -339,7 +339,7 @@ def test_a_checkpoint_of_an_older_state_format_takes_rule_changes_only_by_restar
                                  "metrics", live=False)
     publisher.start(rules)
     with pytest.raises(RuleSnapshotError,
-                       match="need a checkpoint of state format 8; this one holds format 2"):
+                       match="need a checkpoint of state format 9; this one holds format 2"):
         publisher.publish(load_text(OTHER)[0])
 
 
