@@ -262,18 +262,25 @@ def match_whole(values: pa.Array, regex: str) -> pa.Array:
     return pc.fill_null(matched, False)
 
 
-def match_any_token(padded: pa.Array, regex: str) -> pa.Array:
+def match_any_token(padded: pa.Array, regex: str,
+                    tokens: tuple[pa.Array, np.ndarray] | None = None) -> pa.Array:
     """Per row: does any token of a padded token string (``" a b "``, see
     :func:`l2m.semantics.values.padded_tokens`) match ``regex`` whole? ``False`` for null rows
     and rows
-    without tokens."""
-    tokens = pc.split_pattern(padded, " ")
-    flat = pc.list_flatten(tokens)
-    # The padding leaves empty strings at both ends: they are not tokens.
-    hit = pc.and_(pc.match_substring_regex(flat, anchored(regex)),
-                  pc.greater(pc.utf8_length(flat), 0))
-    rows = pc.filter(pc.list_parent_indices(tokens), hit).to_numpy(zero_copy_only=False)
+    without tokens. ``tokens``: :func:`token_lists` of ``padded``, when several patterns
+    read the same column (split once, not once per pattern)."""
+    flat, parents = tokens if tokens is not None else token_lists(padded)
+    hit = pc.match_substring_regex(flat, anchored(regex)).to_numpy(zero_copy_only=False)
     out = np.zeros(len(padded), dtype=bool)
-    out[rows] = True
+    out[parents[hit]] = True
     return pa.array(out, pa.bool_())
 
+
+def token_lists(padded: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """Every token of a padded token string column, flat, and the row each comes from."""
+    split = pc.split_pattern(padded, " ")
+    flat = pc.list_flatten(split)
+    # The padding leaves empty strings at both ends: they are not tokens.
+    keep = pc.greater(pc.utf8_length(flat), 0)
+    return (pc.filter(flat, keep),
+            pc.filter(pc.list_parent_indices(split), keep).to_numpy(zero_copy_only=False))
