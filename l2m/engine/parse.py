@@ -41,10 +41,13 @@ import pyarrow.compute as pc
 
 from l2m.defaults import MAX_FUTURE_MS, TIMESTAMP_FIELD
 from l2m.engine.decoding import (
+    FALSE,
     FLOAT,
     INT,
     MISSING,
+    OTHER,
     STR,
+    TRUE,
     Column,
     Decoded,
     FieldDecoder,
@@ -454,6 +457,18 @@ def _strings(column: Column) -> pa.Array:
     if column.within(MISSING, STR, INT):
         ints = pc.cast(column.ints, pa.string())
         return pc.coalesce(column.strings, ints) if column.has(STR) else ints
+    if column.within(MISSING, STR, INT, TRUE, FALSE, OTHER):
+        # Booleans and objects among strings (a host that is a name in one source and an
+        # object in another, a flag): no float to print, so no row needs Python (issue 58).
+        # An object or array has no string form: its row stays null, as string_form says.
+        out = column.strings
+        if column.has(INT):
+            out = pc.coalesce(out, pc.cast(column.ints, pa.string()))
+        assert column.kinds is not None
+        for kind, text in ((TRUE, "true"), (FALSE, "false")):
+            if column.has(kind):
+                out = pc.if_else(pa.array(column.kinds == kind), pa.scalar(text), out)
+        return out
     col = column.to_list()
     try:  # all strings (or missing), the usual case: Arrow copies them in C
         return pa.array(col, pa.string())
