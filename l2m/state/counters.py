@@ -119,20 +119,27 @@ class CounterState:
         # (count ``n`` at index 1 of each stored partial: every bucket's, for a histogram).
         started: set[str] = set()
         twice = rule is not None and logs_twice(rule)
+        # One pass per row; a burst of new series makes this loop the state stage's hottest.
         for name, le, part in redirected(rows, series, admission, rule_id, twice):
             if status:
                 if le and window_closed(int(le), watermark):
                     late = part.merged_into(late)
                 le = ""
-            if marked and name not in merged and not _sampled(series.get(name)):
-                started.add(name)
-            entry = series.setdefault(name, [now, {}])
-            entry[0] = now
-            parts = merged.setdefault(name, {})
-            before = parts.get(le)
-            if before is None:
-                stored_part = entry[1].get(le)
-                before = Partial.load(stored_part) if stored_part is not None else None
+            entry = series.get(name)
+            parts = merged.get(name)
+            if parts is None:
+                parts = merged[name] = {}
+                if marked and not _sampled(entry):
+                    started.add(name)
+            if entry is None:
+                entry = series[name] = [now, {}]
+                before = None
+            else:
+                entry[0] = now
+                before = parts.get(le)
+                if before is None:
+                    stored_part = entry[1].get(le)
+                    before = Partial.load(stored_part) if stored_part is not None else None
             after = part if before is None else before.merge(part)
             parts[le] = after
             entry[1][le] = after.dump()
@@ -150,17 +157,8 @@ class CounterState:
                 content["late"] = late
         if rule is None or not merged:
             return content, []
-        samples = []
-        for name in sorted(merged):
-            produced = rule_samples(rule, series_labels(rule, name), None,
-                                    merged[name] if rule.native_schema is not None else
-                                    {le: merged[name].get(le) or Partial.load(v)
-                                     for le, v in series[name][1].items()})
-            if marked and name in started:
-                for s in produced:
-                    s[MARK_KEY] = NEW
-            samples += produced
-        return content, samples + self._late(late, late_before, marked)
+        return content, _touched_samples(rule, series, merged, started) + \
+            self._late(late, late_before, marked)
 
     def _late(self, late: list[Any] | None, before: int, marked: bool) -> list[dict[str, Any]]:
         """The late-log count's sample when it grew from ``before``; its first (``before`` 0:
@@ -175,6 +173,25 @@ class CounterState:
         if self.late is not None:
             self.late.add(counted.matches - before)
         return produced
+
+
+def _touched_samples(rule: Rule, series: Mapping[str, list[Any]],
+                     merged: Mapping[str, dict[str, Partial]], started: set[str]
+                     ) -> list[dict[str, Any]]:
+    """The samples of the series a batch touched (``merged``: their partials this batch, by
+    ``le``; ``series``: every bucket's stored form), in key order; those in ``started`` (their
+    first with a value) marked :data:`~l2m.engine.samples.NEW`."""
+    samples = []
+    for name in sorted(merged):
+        produced = rule_samples(rule, series_labels(rule, name), None,
+                                merged[name] if rule.native_schema is not None else
+                                {le: merged[name].get(le) or Partial.load(v)
+                                 for le, v in series[name][1].items()})
+        if name in started:
+            for s in produced:
+                s[MARK_KEY] = NEW
+        samples += produced
+    return samples
 
 
 def bounded(entry: list[Any], touched: Mapping[str, Partial], max_buckets: int

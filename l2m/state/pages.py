@@ -39,16 +39,22 @@ class Pages:
         self.stored: set[Page] = set()  # pages the state holds (of any generation)
         self.dirty: set[Page] = set()
         self._hashes: dict[str, int] = {}  # each series' hash, computed once a call
+        self._at: dict[int, dict[str, int]] = {}  # each series' page, by the pages' number
 
     def where(self, names: Iterable[str], pages: int) -> dict[str, int]:
-        """The page of each of these series among a rule's ``pages``."""
+        """The page of each of these series among a rule's ``pages`` (each computed once a
+        call: a batch's series are looked up, then written)."""
         hashes = self._hashes
+        at = self._at.setdefault(pages, {})
         out: dict[str, int] = {}
         for name in names:
-            h = hashes.get(name)
-            if h is None:
-                h = hashes[name] = series_hash(name)
-            out[name] = page_at(h, pages)
+            page = at.get(name)
+            if page is None:
+                h = hashes.get(name)
+                if h is None:
+                    h = hashes[name] = series_hash(name)
+                page = at[name] = page_at(h, pages)
+            out[name] = page
         return out
 
     def load(self, rule_id: str, gen: int, numbers: Iterable[int],
