@@ -277,7 +277,10 @@ def _typed(decoded: Decoded, plan: ParsePlan, fallback_ts: Sequence[int | None] 
             distinct, rows = _texts(col)
             if use.text:
                 columns[_field(i, Form.TEXT)] = distinct.take(rows)
-            tokens = token_lists(distinct) if use.text_patterns else None
+            # Two patterns or more: each matched over the distinct tokens (a hash pass costs
+            # about one pattern over every token).
+            tokens = token_lists(distinct, len(use.text_patterns) > 1) \
+                if use.text_patterns else None
             for j, regex in enumerate(use.text_patterns):
                 # Matched once per distinct text; a missing field (null row) never matches.
                 columns[f"f{i}_tm{j}"] = pc.fill_null(

@@ -1,6 +1,7 @@
 """Text forms built a column at a time (:func:`l2m.engine.parse.padded_forms`, issue 58) are
 :func:`l2m.semantics.values.padded_tokens` of each value, ASCII or not; text patterns read
-from one split of the column match as each pattern splitting it again did."""
+from one split of the column (each token, or each distinct token once) match as each pattern
+splitting it again did."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def test_text_patterns_on_one_split_match_as_before() -> None:
     words = ["oom", "oomkilled", "timeout", "time", "x1", "é", "a_b"]
     padded = pa.array([padded_tokens(" ".join(rng.choice(words) for _ in range(rng.randint(0, 6))))
                        for _ in range(300)], pa.string())
-    tokens = token_lists(padded)
+    tokens, distinct = token_lists(padded), token_lists(padded, distinct=True)
+    assert len(distinct[0]) == len(set(distinct[0].to_pylist())) < len(tokens[0])
     for regex in ["oom.*", "time?out", "[a-z]+[0-9]", "é", "zzz"]:
         split = pc.split_pattern(padded, " ")
         flat = pc.list_flatten(split)
@@ -54,4 +56,5 @@ def test_text_patterns_on_one_split_match_as_before() -> None:
         want = np.zeros(len(padded), dtype=bool)
         want[rows] = True
         assert match_any_token(padded, regex, tokens).to_pylist() == want.tolist()
+        assert match_any_token(padded, regex, distinct).to_pylist() == want.tolist()
         assert match_any_token(padded, regex).to_pylist() == want.tolist()
