@@ -54,6 +54,8 @@ class Matcher:
         self.plan = plan
         self.rows = batch.num_rows
         self._memo: dict[Node, pa.BooleanArray] = {}
+        # Text columns made ready for phrases, per field: once, however many phrases read them.
+        self._haystacks: dict[str, list[Haystack]] = {}
         self._true: pa.BooleanArray | None = None
         self._false: pa.BooleanArray | None = None
 
@@ -131,11 +133,14 @@ class Matcher:
     def visit_TextPhrase(self, node: TextPhrase) -> pa.BooleanArray:
         # Tokens are stored padded (" a b "), so a phrase is a substring with its spaces.
         needle = " " + " ".join(node.tokens) + " "
-        column = self._column(node.field, Form.TEXT)
         if not node.tokens:
-            return _safe(pc.match_substring(column, needle))
-        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-        found = [contains_phrase(chunk, needle) for chunk in chunks]
+            return _safe(pc.match_substring(self._column(node.field, Form.TEXT), needle))
+        hays = self._haystacks.get(node.field)
+        if hays is None:
+            column = self._column(node.field, Form.TEXT)
+            chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+            hays = self._haystacks[node.field] = [Haystack(chunk) for chunk in chunks]
+        found = [contains_phrase(hay, needle) for hay in hays]
         return found[0] if len(found) == 1 else _safe(pa.chunked_array(found, pa.bool_()))
 
     def visit_Range(self, node: Range) -> pa.BooleanArray:
@@ -155,7 +160,33 @@ class Matcher:
         return _safe(_fold(pc.and_, masks))
 
 
-def contains_phrase(padded: pa.Array, needle: str) -> pa.BooleanArray:
+class Haystack:
+    """A padded token string column (``" a b "``, :func:`l2m.semantics.values.
+    padded_tokens`) made ready for :func:`contains_phrase`: its data buffer as bytes and its
+    offsets, once per column however many phrases read it."""
+
+    __slots__ = ("_bounds", "column", "end", "offsets", "start", "text")
+
+    def __init__(self, column: pa.Array) -> None:
+        self.column = column
+        rows = len(column)
+        wide = pa.types.is_large_string(column.type)
+        data = column.buffers()[2] if rows else None
+        self.offsets = np.frombuffer(column.buffers()[1], dtype=np.int64 if wide else np.int32,
+                                     count=column.offset + rows + 1)[column.offset:] \
+            if rows else np.zeros(1, np.int32)
+        self.start, self.end = int(self.offsets[0]), int(self.offsets[-1])
+        self.text = b"" if data is None or self.end <= self.start else data.to_pybytes()
+        self._bounds: list[int] | None = None
+
+    def bounds(self) -> list[int]:
+        """The offsets as a list, for ``bisect`` (built on the first hit of any phrase)."""
+        if self._bounds is None:
+            self._bounds = self.offsets.tolist()
+        return self._bounds
+
+
+def contains_phrase(padded: pa.Array | Haystack, needle: str) -> pa.BooleanArray:
     """Per row: does a padded token string (``" a b "``, :func:`l2m.semantics.values.
     padded_tokens`) hold ``needle`` — a phrase's tokens padded the same way, at least one
     token — as a substring? ``False`` for null rows. The same rows as Arrow's
@@ -164,33 +195,25 @@ def contains_phrase(padded: pa.Array, needle: str) -> pa.BooleanArray:
     several times faster, which tells on long messages and rules heavy on phrases (issue 58).
     No hit spans two rows: rows meet as ``"… x␣" + "␣y …"`` (two spaces, or more past rows
     without tokens) and a needle has no two spaces in a row."""
-    rows = len(padded)
-    out = np.zeros(rows, dtype=np.bool_)
-    if rows == 0:
+    hay = padded if isinstance(padded, Haystack) else Haystack(padded)
+    column = hay.column
+    out = np.zeros(len(column), dtype=np.bool_)
+    text, end = hay.text, hay.end
+    if not text:
         return pa.array(out)
-    wide = pa.types.is_large_string(padded.type)
-    offsets = np.frombuffer(padded.buffers()[1], dtype=np.int64 if wide else np.int32,
-                            count=padded.offset + rows + 1)[padded.offset:]
-    start, end = int(offsets[0]), int(offsets[-1])
-    data = padded.buffers()[2]
-    if data is None or end <= start:
-        return pa.array(out)
-    text = data.to_pybytes()
     target = needle.encode()
-    bounds: list[int] | None = None
-    at = text.find(target, start, end)
+    at = text.find(target, hay.start, end)
     while at != -1:
-        if bounds is None:
-            bounds = offsets.tolist()
-        # The row holding the hit; the search goes on from the next row's start.
+        bounds = hay.bounds()
+        # The row holding the hit; the search goes on from the next row's start. Empty rows
+        # share their offset with the next: bisect_right picks the last of them, the row the
+        # bytes belong to.
         row = bisect_right(bounds, at) - 1
-        # Empty rows share their offset with the next: bisect_right picks the last of them,
-        # the row the bytes belong to.
         out[row] = True
         at = text.find(target, bounds[row + 1], end)
     mask = pa.array(out)
     # A null row's slot may hold bytes (Arrow does not forbid it): it never matches.
-    return mask if padded.null_count == 0 else pc.and_(mask, pc.is_valid(padded))
+    return mask if column.null_count == 0 else pc.and_(mask, pc.is_valid(column))
 
 
 def _safe(mask: Any) -> pa.BooleanArray:
