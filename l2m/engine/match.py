@@ -191,8 +191,9 @@ def contains_phrase(padded: pa.Array | Haystack, needle: str) -> pa.BooleanArray
     padded_tokens`) hold ``needle`` — a phrase's tokens padded the same way, at least one
     token — as a substring? ``False`` for null rows. The same rows as Arrow's
     ``match_substring``, found by searching the column's whole data buffer at once: Arrow
-    compares row by row at ≈ 370 MB/s, CPython's ``bytes.find`` skips through the buffer
-    several times faster, which tells on long messages and rules heavy on phrases (issue 58).
+    compares row by row (≈ 400 MB/s on the benchmark machine), CPython's ``bytes.find``
+    skips through the buffer several times faster, which tells on long messages and rules
+    heavy on phrases (benchmarks/README.md, issue 58).
     No hit spans two rows: rows meet as ``"… x␣" + "␣y …"`` (two spaces, or more past rows
     without tokens) and a needle has no two spaces in a row."""
     hay = padded if isinstance(padded, Haystack) else Haystack(padded)
