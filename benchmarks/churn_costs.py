@@ -228,6 +228,11 @@ class Watch:
         java = [p for p in mine if "java" in cmdline(p).split(" ")[0]]
         # The fork server the session started (a child of this process) forks every worker.
         fork = [p for p in tree.get(me, []) if "l2m.runtime.forkserver" in cmdline(p)]
+        if not fork:
+            # Not always this process's child (seen once, 2026-12-02): any fork server below
+            # it whose parent is not one.
+            servers = {p for p in mine if "l2m.runtime.forkserver" in cmdline(p)}
+            fork = [p for p in servers if not any(p in tree.get(s, []) for s in servers)]
         broker = [p for p in mine if "tansu" in cmdline(p)]
         workers = [w for f in fork for w in [f, *below(f, tree)]]
         return {"jvm": java, "forkserver": fork, "workers": workers, "broker": broker}
@@ -245,7 +250,7 @@ class Watch:
             self._before = self.snapshot()
             if kind == "burst":
                 self.bursts += 1
-            if self.pyspy and kind == "burst":
+            if self.pyspy and kind == "burst" and self._before["pids"]["forkserver"]:
                 fork = self._before["pids"]["forkserver"][0]
                 py_spy = Path(sys.executable).parent / "py-spy"
                 self._spy = subprocess.Popen(
