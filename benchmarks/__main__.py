@@ -86,6 +86,7 @@ PROFILES = {
               "expiry": {"logs": 1_000, "burst": 1_000, "ttl_ms": 6_000,
                          "trigger_ms": 1_000},
               "cardinality_backfill": {"logs": 1_000, "repeats": 1},
+              "churn": "smoke",  # the churn scenario's sizes: benchmarks.churn.PROFILES
               # two micro-batches of the profile's size: the steady rate has one to count;
               # the second corpus in two micro-batches of 500 logs, one plan (one JVM start)
               "once": {"records": 4_000, "partitions": 4,
@@ -109,6 +110,7 @@ PROFILES = {
               "expiry": {"logs": 10_000, "burst": 10_000, "ttl_ms": 6_000,
                          "trigger_ms": 2_000},
               "cardinality_backfill": {"logs": 20_000},
+              "churn": "quick",
               "once": {"records": 20_000, "partitions": 4, "varied": {"records": 20_000}},
               "remote_write": {"series": 500, "batches": 2, "drain_runs": 1},
               "live_rules": {"rate": 200, "trigger_ms": 2_000, "poll_ms": 500, "big": 200,
@@ -130,6 +132,8 @@ PROFILES = {
              "state": {"logs": 10_000_000, "burst": 1_000_000, "probes": 3},
              "expiry": {"logs": 1_000_000, "burst": 250_000, "ttl_ms": 120_000},
              "cardinality_backfill": {"logs": 1_000_000},
+             # issue 58: bursts of 250,000 logs with fresh ids, twice, caps off and on
+             "churn": "full",
              # issue 58: both corpora, in micro-batches of 200,000 (tasks of the source's
              # default 100,000: one wave of two on two cores) and as shipped
              "once": {"records": 1_000_000, "partitions": 16, "rounds": 2,
@@ -413,6 +417,11 @@ def state_targets(r: dict[str, Any], limit: dict[str, Any]) -> list[dict[str, An
             REFERENCE_GOAL, whole, None,
             f"{once['whole_logs_per_s']:,} logs/s, {once['whole_s']} s; ceiling "
             f"{ceiling:,} logs/s")
+    churn = r.get("churn")
+    if churn:
+        from benchmarks.churn import churn_targets
+
+        out += churn_targets(churn)
     return out
 
 
@@ -623,6 +632,12 @@ def plot(result: dict[str, Any], out: Path, prefix: str = "") -> list[str]:
         right.set_ylim(bottom=0)
         right.set_title("Checkpoint bytes per batch")
         files.append(_save(fig, out / f"{prefix}state.png"))
+    churn = (result.get("issue21") or {}).get("churn")
+    if churn:
+        from benchmarks.churn import plot as plot_churn
+
+        plot_churn(churn, out / f"{prefix}churn.png")
+        files.append(f"{prefix}churn.png")
     return files
 
 
@@ -994,6 +1009,11 @@ def issue21_markdown(r: dict[str, Any]) -> list[str]:
                       + f". The consume + `orjson` ceiling of the same backlog just before and "
                         f"after: {varied['ceiling']['before']:,} and "
                         f"{varied['ceiling']['after']:,} logs/s."]
+    churn = r.get("churn")
+    if churn:
+        from benchmarks.churn import churn_markdown
+
+        lines += churn_markdown(churn)
     return lines
 
 
@@ -1078,7 +1098,7 @@ def render_only(out: Path, profile: str) -> int:
 
 
 # Issue 21's scenarios, each also runnable alone (``--only``) into an existing result.
-ISSUE21 = ("state", "expiry", "rules_100k", "cardinality_backfill", "once")
+ISSUE21 = ("state", "expiry", "rules_100k", "churn", "cardinality_backfill", "once")
 # Scenarios run as their own processes, with the profile's session stopped.
 ALONE = ("cardinality_backfill", "once")
 # What --only can re-run: the drains (with the machine's limit they are compared with), the
@@ -1120,6 +1140,15 @@ def run_issue21(spark: SparkSession | None, bootstrap: str, profile: dict[str, A
     if "rules_100k" in names and spark is not None:
         out["rules_100k"] = run_rule_scale(spark, bootstrap, workdir, profile["rules_100k"],
                                            profile)
+    if "churn" in names and spark is not None:
+        # Issue 58: new series per second in bursts of fresh ids, caps off and on.
+        from benchmarks.churn import PROFILES as CHURN_SIZES
+        from benchmarks.churn import run_churn
+
+        out["churn"] = run_churn(spark, bootstrap, workdir, **CHURN_SIZES[profile["churn"]])
+        for mode, summary in out["churn"]["modes"].items():
+            print(f"churn ({mode}): {summary['new_series_per_s']:,} new series/s in bursts, "
+                  f"trickle ratio {summary['trickle_ratio']}", file=sys.stderr)
     if "cardinality_backfill" in names and spark is None:
         # Its own process: a session started as `l2m backfill` starts one (its JIT differs
         # from the streaming session's, l2m.runtime.session.BATCH_JIT).

@@ -508,7 +508,7 @@ def summarise_state(steps: list[dict[str, Any]], logs: int, burst: int,
         level = levels[-1]
         level["batch_ms"].append(s["batch_ms"])
         level["written"].append(s["state_written_bytes"])
-        level["live_series"] = max(level["live_series"], s["state_rows"])
+        level["live_series"] = max(level["live_series"], s["live_series"])
         level["checkpoint_bytes"] = s["checkpoint_bytes"]
     table = [{"id_logs": lv["id_logs"], "live_series": lv["live_series"],
               "probe_batch_ms": _median(lv["batch_ms"]),

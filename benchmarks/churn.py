@@ -59,9 +59,9 @@ MODES: dict[str, LimitsConfig] = {
                              max_series_per_account=0),
     "capped": LimitsConfig(),
 }
-# Sizes per harness profile (benchmarks/__main__.py's PROFILES[...]["churn"]): the full one
-# is issue 58's burst — 250,000 logs, ≈ 440,000 new series — twice, so the trickle after them
-# runs on ≈ 880,000 live series; five trickle batches a side (their medians: one of three
+# Sizes per harness profile (benchmarks/__main__.py's PROFILES[...]["churn"] names one): the
+# full one is issue 58's burst — 250,000 logs, ≈ 440,000 new series — twice, so the trickle
+# after them runs on ≈ 880,000 live series; five trickle batches a side (their medians: one of three
 # swung 0.7–3.6 s on this shared machine).
 PROFILES: dict[str, dict[str, int]] = {
     "full": {"burst": 250_000, "bursts": 2, "probes": 5, "trigger_ms": 10_000},

@@ -29,7 +29,7 @@ def test_smoke_profile_writes_results_targets_and_plots(tmp_path: Path):
     # Every scenario ran, the ones in processes of their own included.
     assert set(result["phases_s"]) == {
         "limit", "session", "drain", "latency", "recovery", "rules",
-        "state, expiry, rules_100k", "remote_write", "live_rules",
+        "state, expiry, rules_100k, churn", "remote_write", "live_rules",
         "cardinality_backfill, once", "rollout", "peer"}
     assert [d["case"] for d in result["drain"]] == [
         "uniform, skew-aware", "uniform, per-partition", "hot 70%, skew-aware",
@@ -55,6 +55,10 @@ def test_smoke_profile_writes_results_targets_and_plots(tmp_path: Path):
     assert issue21["expiry"]["state_rows_after"] < issue21["expiry"]["state_rows_before"]
     assert [d["rules"] for d in issue21["rules_100k"]["drain"]] == [20, 60]
     assert issue21["rules_100k"]["tenant_dirs"] and issue21["rules_100k"]["validate_s"] > 0
+    churn = issue21["churn"]["modes"]
+    # without caps every series the burst's logs offered was counted new, exactly
+    assert churn["uncapped"]["offered_made"] and churn["uncapped"]["new_series"] > 2_000
+    assert churn["capped"]["new_series"] > 0
     assert issue21["cardinality_backfill"]["cardinality_rules"]["samples"] > 0
     assert 4_000 <= issue21["once"]["logs"] <= 4_004 and issue21["once"]["whole_logs_per_s"] > 0
     assert issue21["once"]["steady_logs_per_s"]  # micro-batches of 2,000: a second one
