@@ -5,8 +5,8 @@ Input: the job's :class:`~l2m.engine.rulesets.Versions`, the batch's version and
 Spark's shipped files. Output: partials with three more columns (:data:`STREAM_PARTIAL_ARROW`,
 :data:`~l2m.engine.columns.STREAM_PARTIAL_SCHEMA`): ``ruleset``; ``place``, the state shard a
 rule's series belong to (its account's: computed here, from the version's rules, so that a rule
-added while the job runs is placed like one it started with); ``pack``: with state format 7
-(the processor's) the rows of one state key come gathered in one row (:func:`packed`)."""
+added while the job runs is placed like one it started with); ``pack``: with the current state
+format (the processor's) the rows of one state key come gathered in one row (:func:`packed`)."""
 
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ class StreamTask(ReadTask):
         routing = versions.routing(self.version, files_dir)
         super().__init__(routing.plan, routing)
         self.places = places(self.version, routing, shards)
-        self.pack = pack  # gather each state key's rows (packed): state format 7
+        self.pack = pack  # gather each state key's rows (packed): the current state format
 
     def finish(self) -> Iterator[pa.RecordBatch]:
         tagged = (tag(batch, self.version, self.places) for batch in super().finish())

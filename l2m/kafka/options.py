@@ -76,7 +76,7 @@ class SourceOptions:
     ruleset: str | None = None
     ruleset_file: str | None = None
     shards: str | None = None
-    pack: str | None = None  # "1": each state key's partials in one row (state format 7)
+    pack: str | None = None  # "1": each state key's partials in one row (the current state format)
     tick_ms: str | None = None  # an idle source's tick interval (l2m.kafka.source.Ticker)
 
     @staticmethod
