@@ -1412,7 +1412,7 @@ def main(argv: list[str] | None = None) -> int:
         with phase("rules"):
             rule_scale = run_rule_scale(spark, broker.bootstrap, Path(tmp), profile["rules"],
                                         profile)
-        with phase("state, expiry, rules_100k"):
+        with phase("state, expiry, rules_100k, churn"):
             issue21 = run_issue21(spark, broker.bootstrap, profile, Path(tmp),
                                   tuple(n for n in ISSUE21 if n not in ALONE))
         with phase("remote_write"):

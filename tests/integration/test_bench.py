@@ -58,7 +58,6 @@ def test_smoke_profile_writes_results_targets_and_plots(tmp_path: Path):
     churn = issue21["churn"]["modes"]
     # without caps every series the burst's logs offered was counted new, exactly
     assert churn["uncapped"]["offered_made"] and churn["uncapped"]["new_series"] > 2_000
-    assert churn["capped"]["new_series"] > 0
     assert issue21["cardinality_backfill"]["cardinality_rules"]["samples"] > 0
     assert 4_000 <= issue21["once"]["logs"] <= 4_004 and issue21["once"]["whole_logs_per_s"] > 0
     assert issue21["once"]["steady_logs_per_s"]  # micro-batches of 2,000: a second one
