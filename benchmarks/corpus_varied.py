@@ -362,27 +362,10 @@ class VariedGenerator:
 def _produce_slice(bootstrap: str, topic: str, seed: int, worker: int, workers: int,
                    counts: list[int]) -> int:
     """This worker's share of every partition's records, from a generator of its own."""
-    from confluent_kafka import Producer
+    from benchmarks.load import produce_share
 
     gen = VariedGenerator(VariedConfig(seed=seed + worker))
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
-                         "batch.num.messages": 10_000, "queue.buffering.max.messages": 500_000,
-                         "log_level": "3"})
-    sent = 0
-    for partition, count in enumerate(counts):
-        for _ in range(count // workers + (1 if worker < count % workers else 0)):
-            line = gen.next_line()
-            while True:
-                try:
-                    producer.produce(topic, value=line, partition=partition)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            sent += 1
-            if sent % 20_000 == 0:
-                producer.poll(0)
-    producer.flush(300)
-    return sent
+    return produce_share(bootstrap, topic, counts, worker, workers, gen.next_line)
 
 
 def preload_varied(bootstrap: str, topic: str, partitions: int, records: int, seed: int = 58,

@@ -10,6 +10,7 @@ import multiprocessing as mp
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
@@ -56,16 +57,24 @@ def _produce_slice(spec: LoadSpec, worker: int, workers: int, counts: list[int])
             return doc
 
         gen._request = skewed_request  # type: ignore[method-assign]
-    producer = Producer({"bootstrap.servers": spec.bootstrap, "linger.ms": 50,
+    return produce_share(spec.bootstrap, spec.topic, counts, worker, workers, gen.next_line)
+
+
+def produce_share(bootstrap: str, topic: str, counts: list[int], worker: int, workers: int,
+                  next_line: Callable[[], bytes]) -> int:
+    """Worker ``worker`` of ``workers``' share of each partition's ``counts`` records, each
+    ``next_line()``, produced to ``topic`` (a full queue waited out); how many were sent."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
                          "batch.num.messages": 10_000, "queue.buffering.max.messages": 500_000,
                          "log_level": "3"})
     sent = 0
     for partition, count in enumerate(counts):
         mine = count // workers + (1 if worker < count % workers else 0)
         for _ in range(mine):
+            line = next_line()
             while True:
                 try:
-                    producer.produce(spec.topic, value=gen.next_line(), partition=partition)
+                    producer.produce(topic, value=line, partition=partition)
                     break
                 except BufferError:
                     producer.poll(0.05)
